@@ -1,0 +1,101 @@
+# wan22vae: `make` builds the library, the CLI and the tests; `make test` runs the CPU suite, and the GPU suite
+# where a GPU is present. Optional parts are detected: OpenBLAS (else a built-in GEMM), libpng, CUDA (nvcc).
+CC      ?= gcc
+NVCC    ?= nvcc
+BUILD   ?= build
+OPT     ?= -O2
+CFLAGS  += $(OPT) -g -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fPIC -Iinclude -Isrc -pthread
+LDLIBS  += -lm -lpthread -ldl
+SAN     ?=
+ifneq ($(SAN),)
+CFLAGS  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SAN)
+endif
+
+has_header = $(shell printf '\#include <$(1)>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
+
+BLAS ?= $(if $(call has_header,cblas.h),openblas,none)
+ifeq ($(BLAS),openblas)
+CFLAGS += -DW22_HAVE_CBLAS
+LDLIBS += -lopenblas
+endif
+PNG ?= $(if $(call has_header,png.h),1,0)
+ifeq ($(PNG),1)
+CFLAGS += -DW22_HAVE_PNG
+LDLIBS += -lpng -lz
+endif
+CUDA ?= $(if $(shell command -v $(NVCC) 2>/dev/null),1,0)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
+NVFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas=--warn-on-spills \
+           -Xcompiler -fPIC -Iinclude -Isrc
+ifeq ($(CUDA),1)
+CFLAGS += -DW22_HAVE_CUDA -I$(CUDA_HOME)/include
+LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt
+endif
+
+LIB_C   := $(sort $(wildcard src/*.c src/model/*.c src/weights/*.c src/plan/*.c src/cpu/*.c src/dist/*.c src/io/*.c))
+LIB_CU  := $(if $(filter 1,$(CUDA)),$(sort $(wildcard src/cuda/*.cu)),)
+LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.o)
+CLI_C   := $(sort $(wildcard cli/*.c))
+TEST_C  := $(sort $(wildcard tests/test_*.c))
+TESTS   := $(TEST_C:tests/%.c=$(BUILD)/tests/%)
+TEST_CU := $(if $(filter 1,$(CUDA)),$(sort $(wildcard tests/cuda_*.c)),)
+GTESTS  := $(TEST_CU:tests/%.c=$(BUILD)/tests/%)
+
+all: $(BUILD)/libwan22vae.a $(BUILD)/libwan22vae.so $(BUILD)/wan22vae $(TESTS) $(GTESTS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libwan22vae.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/libwan22vae.so: $(LIB_OBJ)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(filter 1,$(CUDA)),-lstdc++)
+
+$(BUILD)/wan22vae: $(CLI_C:%.c=$(BUILD)/%.o) $(BUILD)/libwan22vae.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(filter 1,$(CUDA)),-lstdc++)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/testutil.o $(BUILD)/libwan22vae.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(filter 1,$(CUDA)),-lstdc++)
+
+# The CPU suite everywhere; the GPU suite too where a GPU answers.
+test: all
+	@BUILD=$(BUILD) tests/run.sh cpu $(TESTS)
+	@if [ -n "$(GTESTS)" ] && $(BUILD)/wan22vae gpu-check >/dev/null 2>&1; then \
+	    BUILD=$(BUILD) tests/run.sh gpu $(GTESTS); \
+	else echo "GPU suite: skipped (no usable GPU here)"; fi
+
+# The CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer (a separate build tree, no CUDA).
+test-asan:
+	$(MAKE) BUILD=build-asan SAN=address,undefined CUDA=0 OPT=-O1 test
+
+# Disassembly of the CUDA kernels: HGMMA/HMMA should be there.
+sass: $(LIB_CU:%.cu=$(BUILD)/%.o)
+	for o in $^; do cuobjdump --dump-sass $$o; done > $(BUILD)/kernels.sass; grep -c -E 'HGMMA|HMMA' $(BUILD)/kernels.sass
+
+clean:
+	rm -rf build build-asan
+
+.PHONY: all test test-asan sass clean
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# The safetensors reader under libFuzzer + ASan + UBSan for FUZZ_TIME seconds, from the seeds in tests/fuzz_corpus/
+# (made by tools/fuzz_corpus.py); new inputs go to $(BUILD)/fuzz_corpus, crashes to $(BUILD)/fuzz-crash-*.
+# Needs clang with libFuzzer (Debian/Ubuntu: clang-14 + libclang-rt-14-dev).
+FUZZ_CC   ?= clang
+FUZZ_TIME ?= 60
+fuzz:
+	@mkdir -p $(BUILD)/fuzz_corpus
+	$(FUZZ_CC) -g -O1 -std=gnu11 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	    tests/fuzz_safetensors.c src/weights/safetensors.c src/error.c -o $(BUILD)/fuzz_safetensors
+	$(BUILD)/fuzz_safetensors -max_total_time=$(FUZZ_TIME) -rss_limit_mb=2048 -max_len=65536 \
+	    -dict=tests/fuzz_safetensors.dict -artifact_prefix=$(BUILD)/fuzz-crash- $(BUILD)/fuzz_corpus tests/fuzz_corpus
+
+.PHONY: fuzz

@@ -1,0 +1,78 @@
+/* The `wan22vae` command: dispatches to the subcommands (decode, info, synth, gpu-check) and prints the top-level
+ * help and the version. Each subcommand lives in its own file in cli/. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include "wan22vae.h"
+#include "cli.h"
+
+static const char usage[] =
+    "usage: wan22vae <command> [options]\n"
+    "\n"
+    "Decodes Wan2.2 (TI2V-5B) VAE latents into video, on the CPU or a Hopper GPU.\n"
+    "\n"
+    "commands:\n"
+    "  decode     latents (.safetensors, .npy) -> video (.y4m, .mp4, .npy, .safetensors, PNG frames)\n"
+    "  info       validate a weight file and print what it holds\n"
+    "  synth      make synthetic weights or latents (for tests and benchmarks)\n"
+    "  gpu-check  exit 0 if a usable GPU (sm_90) and the CUDA backend are here\n"
+    "\n"
+    "wan22vae <command> --help says more; wan22vae --version prints the version.\n";
+
+int cli_fail(const char *what_fmt, ...) {
+    char what[1024];
+    va_list ap;
+    va_start(ap, what_fmt);
+    vsnprintf(what, sizeof what, what_fmt, ap);
+    va_end(ap);
+    const char *msg = w22_last_error();
+    fprintf(stderr, "wan22vae: %s: %s\n", what, msg && *msg ? msg : "(no message)");
+    return 1;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "wan22vae %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n(wan22vae %s --help lists the options)\n", cmd);
+    return 2;
+}
+
+int cli_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi, long long *v) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (errno || end == s || *end || x < lo || x > hi)
+        return cli_usage_error(cmd, "%s: expected an integer in %lld..%lld, found '%s'", opt, lo, hi, s);
+    *v = x;
+    return 0;
+}
+
+int cli_bad_option(const char *cmd, char **argv, int optopt_value) {
+    extern int optind;
+    const char *arg = argv[optind - 1];
+    if (optopt_value && strncmp(arg, "--", 2) != 0)
+        return cli_usage_error(cmd, "option -%c: unknown, or its value is missing", optopt_value);
+    return cli_usage_error(cmd, "option '%s': unknown, or its value is missing", arg);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) return fputs(usage, stdout), 0;
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) return printf("wan22vae %s\n", W22_VERSION), 0;
+    /* the subcommand sees itself as argv[0], so getopt starts at its first option */
+    if (!strcmp(cmd, "decode")) return cli_decode(argc - 1, argv + 1);
+    if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
+    if (!strcmp(cmd, "synth")) return cli_synth(argc - 1, argv + 1);
+    if (!strcmp(cmd, "gpu-check")) return cli_gpu_check(argc - 1, argv + 1);
+    fprintf(stderr, "wan22vae: expected a command (decode, info, synth, gpu-check), found '%s'\n\n%s", cmd, usage);
+    return 2;
+}

@@ -1,0 +1,105 @@
+/* `wan22vae synth weights|latents`: synthetic weights (w22_weights_synthetic, saved as safetensors) and latents
+ * (w22_latents_synthetic, saved as .safetensors or .npy), deterministic from a seed; narrow variants for tests
+ * with --z-dim / --base-dim. */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common.h"
+#include "io/io.h"
+#include "cli.h"
+
+static const char usage[] =
+    "usage: wan22vae synth weights --out W.safetensors [--seed S] [--dtype bf16|f32|f16] [--z-dim N]\n"
+    "                              [--base-dim N] [--force]\n"
+    "       wan22vae synth latents --out Z.safetensors|Z.npy --frames T --height h --width w [--seed S]\n"
+    "                              [--z-dim N] [--force]\n"
+    "\n"
+    "Deterministic from the seed (default 0). The config is Wan2.2 TI2V-5B's (z_dim 48, base_dim 256) with\n"
+    "--z-dim / --base-dim overriding; latents are float32 [1, z_dim, T, h, w].\n";
+
+int cli_synth(int argc, char **argv) {
+    if (argc < 2) return cli_usage_error("synth", "expected 'weights' or 'latents'");
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return fputs(usage, stdout), 0;
+    const char *what = argv[1];
+    int is_weights = !strcmp(what, "weights");
+    if (!is_weights && strcmp(what, "latents"))
+        return cli_usage_error("synth", "expected 'weights' or 'latents', found '%s'", what);
+
+    const char *out = NULL, *dtype_s = "bf16";
+    long long seed = 0, zdim = -1, base = -1, T = -1, h = -1, w = -1;
+    int force = 0;
+    static const struct option opts[] = {
+        {"out", required_argument, 0, 'o'},    {"seed", required_argument, 0, 's'},
+        {"dtype", required_argument, 0, 'd'},  {"z-dim", required_argument, 0, 'z'},
+        {"base-dim", required_argument, 0, 'b'}, {"frames", required_argument, 0, 'T'},
+        {"height", required_argument, 0, 'H'}, {"width", required_argument, 0, 'W'},
+        {"force", no_argument, 0, 'f'},        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *cmd = is_weights ? "synth weights" : "synth latents";
+    opterr = 0;
+    for (int ch; (ch = getopt_long(argc - 1, argv + 1, ":h", opts, NULL)) != -1;) {
+        switch (ch) {
+        case 'o': out = optarg; break;
+        case 's': if (cli_int(cmd, "--seed", optarg, 0, INT64_MAX, &seed)) return 2; break;
+        case 'd': dtype_s = optarg; break;
+        case 'z': if (cli_int(cmd, "--z-dim", optarg, 1, 4096, &zdim)) return 2; break;
+        case 'b': if (cli_int(cmd, "--base-dim", optarg, 1, 65536, &base)) return 2; break;
+        case 'T': if (cli_int(cmd, "--frames", optarg, 1, 100000, &T)) return 2; break;
+        case 'H': if (cli_int(cmd, "--height", optarg, 1, 65536, &h)) return 2; break;
+        case 'W': if (cli_int(cmd, "--width", optarg, 1, 65536, &w)) return 2; break;
+        case 'f': force = 1; break;
+        case 'h': return fputs(usage, stdout), 0;
+        default: return cli_bad_option(cmd, argv + 1, optopt);
+        }
+    }
+    if (optind < argc - 1) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
+    if (!out) return cli_usage_error(cmd, "expected --out");
+
+    w22_config cfg;
+    w22_config_default(&cfg);
+    if (zdim > 0) cfg.z_dim = (int)zdim;
+    if (base > 0) cfg.base_dim = (int)base;
+    if (w22_config_check(&cfg) != W22_OK) return cli_fail("%s: config", cmd);
+
+    if (is_weights) {
+        w22_dtype dt;
+        if (!strcmp(dtype_s, "bf16")) dt = W22_DTYPE_BF16;
+        else if (!strcmp(dtype_s, "f32")) dt = W22_DTYPE_F32;
+        else if (!strcmp(dtype_s, "f16")) dt = W22_DTYPE_F16;
+        else return cli_usage_error(cmd, "--dtype: expected bf16, f32 or f16, found '%s'", dtype_s);
+        if (T > 0 || h > 0 || w > 0) return cli_usage_error(cmd, "--frames/--height/--width are for latents");
+        w22_status os = w22_output_check(out, 0, force);
+        if (os != W22_OK) return cli_fail(os == W22_ERR_EXISTS && !force ? "output (--force replaces it)" : "output");
+        w22_weights *wt;
+        if (w22_weights_synthetic(&cfg, (uint64_t)seed, &wt) != W22_OK) return cli_fail("making synthetic weights");
+        w22_status s = w22_weights_save(wt, out, dt);
+        w22_weights_free(wt);
+        if (s != W22_OK) return cli_fail("writing %s", out);
+        fprintf(stderr, "wan22vae: wrote %s: synthetic weights, seed %lld, z_dim %d, base_dim %d, %s\n", out, seed,
+                cfg.z_dim, cfg.base_dim, w22_dtype_name(dt));
+        return 0;
+    }
+    if (T < 0 || h < 0 || w < 0)
+        return cli_usage_error(cmd, "expected --frames, --height and --width; missing %s",
+                               T < 0 ? "--frames" : h < 0 ? "--height" : "--width");
+    if (base > 0) return cli_usage_error(cmd, "--base-dim is for weights");
+    size_t n = (size_t)cfg.z_dim * (size_t)T * (size_t)h * (size_t)w;
+    float *z = w22_malloc(n * 4, "synthetic latents");
+    if (!z) return cli_fail("making synthetic latents");
+    w22_status s = w22_latents_synthetic(&cfg, (uint64_t)seed, (int)T, (int)h, (int)w, z);
+    if (s == W22_OK) {
+        s = w22_io_save_latents(out, z, cfg.z_dim, (int)T, (int)h, (int)w, force);
+        if (s != W22_OK) cli_fail(s == W22_ERR_EXISTS && !force ? "writing %s (--force replaces it)" : "writing %s",
+                                  out);
+    } else {
+        cli_fail("making synthetic latents");
+    }
+    free(z);
+    if (s != W22_OK) return 1;
+    fprintf(stderr, "wan22vae: wrote %s: synthetic latents [1, %d, %lld, %lld, %lld], seed %lld\n", out, cfg.z_dim, T,
+            h, w, seed);
+    return 0;
+}

@@ -1,0 +1,153 @@
+/* wan22vae: the Wan2.2 (TI2V-5B) video VAE decoder, on the CPU (float32) and on Hopper GPUs (bf16).
+ *
+ * Decodes latents z [1, z_dim, T, h, w] into video [1, 3, 4T-3, 16h, 16w], clamped to [-1, 1], computing what
+ * diffusers' AutoencoderKLWan(...).decode(z).sample computes. Tensors are dense, row-major, in diffusers' NCDHW
+ * order. Every call returns a status; on failure w22_last_error() says what failed and what was expected. */
+#ifndef WAN22VAE_H
+#define WAN22VAE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define W22_VERSION "0.1.0"
+
+typedef enum {
+    W22_OK = 0,
+    W22_ERR_INVALID_ARG,    /* a bad argument: NULL, a size out of range, an unknown option */
+    W22_ERR_IO,             /* a file could not be opened, read, written or renamed */
+    W22_ERR_FORMAT,         /* a file is not what it says: bad header, offsets, truncated */
+    W22_ERR_MISSING_TENSOR, /* a weight the model needs is not in the file */
+    W22_ERR_BAD_SHAPE,      /* a tensor has the wrong shape */
+    W22_ERR_BAD_DTYPE,      /* a tensor has a dtype that is not accepted */
+    W22_ERR_NONFINITE,      /* NaN or Inf in the latents */
+    W22_ERR_OUT_OF_MEMORY,  /* host or device memory could not be had */
+    W22_ERR_UNSUPPORTED,    /* not available here: no GPU, a backend not built in */
+    W22_ERR_CUDA,           /* a CUDA call failed; the message names the call */
+    W22_ERR_COMM,           /* a collective between ranks failed, or another rank failed */
+    W22_ERR_EXISTS,         /* the output file exists already */
+    W22_ERR_INTERNAL,       /* a bug: please report it with the message */
+} w22_status;
+
+/* The name of a status ("W22_ERR_BAD_SHAPE"). */
+const char *w22_status_string(w22_status s);
+/* The message of the last failed call on this thread ("" if none). Valid until the next failing call. */
+const char *w22_last_error(void);
+
+typedef enum { W22_DTYPE_F32 = 0, W22_DTYPE_BF16 = 1, W22_DTYPE_F16 = 2 } w22_dtype;
+size_t w22_dtype_size(w22_dtype t);
+const char *w22_dtype_name(w22_dtype t);
+
+/* The decoder's structure (diffusers' AutoencoderKLWan config). Narrow variants (a smaller decoder_base_dim,
+ * z_dim) keep the structure and are what the tests use; the default is Wan2.2 TI2V-5B. */
+typedef struct {
+    int z_dim;           /* latent channels: 48 */
+    int base_dim;        /* decoder_base_dim: 256 */
+    int dim_mult[4];     /* [1, 2, 4, 4] */
+    int num_res_blocks;  /* 2 (each up block has num_res_blocks + 1 resnets) */
+    int temporal_up[3];  /* temperal_downsample reversed: [1, 1, 0] */
+    int out_channels;    /* 12 (3 x patch_size^2) */
+    int patch_size;      /* 2 */
+} w22_config;
+
+void w22_config_default(w22_config *cfg);
+/* Checks a config for the structure this library implements; W22_ERR_INVALID_ARG says which field is off. */
+w22_status w22_config_check(const w22_config *cfg);
+/* Frames and size of the video for latents of T frames at h x w. */
+void w22_video_shape(const w22_config *cfg, int T, int h, int w, int *frames, int *height, int *width);
+/* Floating-point operations (2 per multiply-add) of one decode of T latent frames at h x w. */
+double w22_decode_flops(const w22_config *cfg, int T, int h, int w);
+
+/* ---- weights ---- */
+typedef struct w22_weights w22_weights;
+
+/* Loads and validates the decoder's weights from a safetensors file with diffusers' names: the decoder's own
+ * (post_quant_conv.*, decoder.*), with or without a prefix ("vae."), or a whole-VAE file (encoder tensors are
+ * ignored). fp32, bf16 and fp16 are accepted. The file stays mapped while the weights live. */
+w22_status w22_weights_load(const char *path, const w22_config *cfg, w22_weights **out);
+/* Synthetic weights, deterministic from a seed (docs/synthetic.md specifies the generator). */
+w22_status w22_weights_synthetic(const w22_config *cfg, uint64_t seed, w22_weights **out);
+/* Weights from caller memory, in the model's weight order (w22_weight_count, w22_weight_name); the data is
+ * borrowed, not copied, and must outlive the weights object and any decoder opened from it. */
+w22_status w22_weights_from_memory(const w22_config *cfg, const void *const *data, w22_dtype dtype,
+                                   w22_weights **out);
+/* Writes the weights as a safetensors file (diffusers names), through a temporary file and a rename. */
+w22_status w22_weights_save(const w22_weights *w, const char *path, w22_dtype dtype);
+void w22_weights_free(w22_weights *w);
+const w22_config *w22_weights_config(const w22_weights *w);
+
+/* The model's weight table, in diffusers' named_parameters() order (110 tensors for any config). */
+int w22_weight_count(const w22_config *cfg);
+const char *w22_weight_name(const w22_config *cfg, int i); /* a pointer into a static table per call */
+int w22_weight_shape(const w22_config *cfg, int i, int64_t shape[5]); /* returns ndim */
+
+/* Synthetic latents [1, z_dim, T, h, w] as float32, deterministic from a seed (docs/synthetic.md). */
+w22_status w22_latents_synthetic(const w22_config *cfg, uint64_t seed, int T, int h, int w, float *out);
+
+/* ---- distributed ---- */
+/* A group of ranks that decode one video together: each rank takes a band of rows of every stage. */
+typedef struct w22_comm w22_comm;
+
+/* `world` ranks inside this process (one thread per rank, CPU or one GPU each), exchanging through memory:
+ * comms[r] is rank r's handle. Each rank's decoder runs on its own thread. */
+w22_status w22_comm_local_group(int world, w22_comm **comms);
+/* NCCL across processes: rank 0 makes the id (128 bytes), every rank gets it (e.g. over torch.distributed), then
+ * each makes its handle on its own GPU. */
+w22_status w22_nccl_unique_id(unsigned char id[128]);
+w22_status w22_comm_nccl(const unsigned char id[128], int rank, int world, int cuda_device, w22_comm **out);
+void w22_comm_free(w22_comm *c);
+
+/* ---- decoding ---- */
+typedef enum { W22_DEVICE_CPU = 0, W22_DEVICE_CUDA = 1 } w22_device;
+
+/* Called as video frames are complete: frames [frame0, frame0 + nframes) of the video, 'done' of 'total' latent
+ * frames. Return nonzero to stop the decode (it then returns W22_ERR_INVALID_ARG, "stopped by the caller"). */
+typedef int (*w22_progress_fn)(void *user, int latent_done, int latent_total);
+
+typedef struct {
+    w22_device device;
+    int cuda_device;      /* the GPU's ordinal (CUDA) */
+    int frames_per_pass;  /* latent frames decoded per pass; 0 picks a default. Does not change the output. */
+    int threads;          /* CPU threads; 0 = all cores */
+    w22_comm *comm;       /* NULL: one rank; else this rank's handle of a group */
+    int video_on_all_ranks; /* 0: the video ends on rank 0 only; 1: on every rank */
+    w22_progress_fn progress;
+    void *progress_user;
+} w22_decoder_params;
+
+void w22_decoder_params_init(w22_decoder_params *p);
+
+typedef struct w22_decoder w22_decoder;
+
+/* Makes a decoder: uploads the weights to the backend in its own layout. The weights may be freed after. */
+w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w22_decoder **out);
+void w22_decoder_free(w22_decoder *d);
+
+/* Receives finished video frames [1, 3, nframes, H, W] (float32, NCDHW of these frames) on rank 0. Return
+ * nonzero to stop the decode. */
+typedef int (*w22_frames_fn)(void *user, const float *frames, int frame0, int nframes, int height, int width);
+
+/* Decodes host latents z [1, z_dim, T, h, w] (dtype zt) into host video [1, 3, 4T-3, 16h, 16w] (dtype vt).
+ * On ranks other than 0 video may be NULL unless video_on_all_ranks. */
+w22_status w22_decode(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, void *video, w22_dtype vt);
+/* Same, handing the video over frame by frame as it completes instead of into one buffer (memory stays bounded
+ * in T). */
+w22_status w22_decode_frames(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, w22_frames_fn fn,
+                             void *user);
+/* CUDA decoders: latents and video in device memory (bf16), on the caller's stream (a cudaStream_t; NULL for the
+ * default stream). Returns when the video is written and the stream is synchronized. */
+w22_status w22_decode_device(w22_decoder *d, const void *z_dev, int T, int h, int w, void *video_dev,
+                             void *cuda_stream);
+
+/* Device memory the decoder holds now: weights and workspace, in bytes (0 on the CPU). */
+size_t w22_decoder_device_bytes(const w22_decoder *d);
+/* Whether this build has the CUDA backend, and a usable GPU (sm_90) is present. */
+int w22_cuda_available(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,129 @@
+/* The small set of ops a backend implements (CPU float32, CUDA bf16). The plan (src/plan) calls only these;
+ * tensors are strided views of backend memory in channels-last order [frame][row][col][channel].
+ *
+ * Views: element (f, y, x, c) is at ptr + f*sf + y*sh + x*sw + c (in elements of the backend's storage type:
+ * float on the CPU, bf16 on CUDA). A conv's input view is readable one row and one column beyond its edges
+ * (y = -1, y = h, x = -1, x = w): the plan keeps a zeroed (or halo-exchanged) border around every conv input. */
+#ifndef W22_BACKEND_H
+#define W22_BACKEND_H
+
+#include <stddef.h>
+#include "wan22vae.h"
+
+typedef struct {
+    void *ptr;
+    int f, h, w, c;
+    long sf, sh, sw; /* strides in elements; channels are contiguous */
+    int es;          /* bytes per element */
+} w22_view;
+
+/* A weight prepared by the backend in its own layout. */
+typedef struct w22_bweight w22_bweight;
+
+typedef enum {
+    W22_WK_CONV,   /* conv weight [cout, cin, kt, kh, kw] (kt or kh/kw may be 1; 2D convs have kt = 1) */
+    W22_WK_VECTOR, /* bias or gamma [c] */
+} w22_weight_kind;
+
+typedef struct {
+    w22_view in;      /* in.f == out frames + kt - 1 (the causal history first); in.c == cin */
+    w22_view out;     /* out.c == cout, or cout / 2 with time_split (out.f then 2 x the conv's frames) */
+    const w22_bweight *weight, *bias;
+    int kt, ks;       /* temporal kernel (1 or 3), spatial kernel (1 or 3; 3 reads the border) */
+    int upsample;     /* 1: the input is read through a nearest-2x upsample (out.h == 2 in.h, out.w == 2 in.w) */
+    int time_split;   /* 1: output channel c of conv frame t goes to frame 2t + c / C, channel c % C (C = out.c) */
+    const w22_view *residual;   /* added to the result, same shape as out (may be out itself) */
+    const w22_view *sc_in;      /* a 1x1 shortcut conv of sc_in (cin = sc_in.c) added to the result */
+    const w22_bweight *sc_weight, *sc_bias;
+} w22_conv_args;
+
+/* Where unpatchified video frames go: element (c, f, y, x) at ptr + c*sc + f*sf + y*sy + x*sx (elements of
+ * dtype: F32 or BF16), in backend memory. */
+typedef struct {
+    void *ptr;
+    w22_dtype dtype;
+    long sc, sf, sy, sx;
+} w22_video_dst;
+
+typedef struct w22_backend w22_backend;
+
+typedef struct {
+    const char *name;
+    size_t elem_size; /* bytes of one activation element */
+    void (*destroy)(w22_backend *b);
+    w22_status (*alloc)(w22_backend *b, size_t bytes, void **ptr);
+    void (*free)(w22_backend *b, void *ptr);
+    /* Weights: from host float32 data of the model's shape (desc gives it). */
+    w22_status (*weight_upload)(w22_backend *b, w22_weight_kind kind, const float *data, const int64_t *shape,
+                                int ndim, w22_bweight **out);
+    void (*weight_free)(w22_backend *b, w22_bweight *w);
+    size_t (*weight_bytes)(const w22_bweight *w);
+    /* Byte copies: backend <-> host, and within backend memory. Ordered with the backend's other work; to_host
+     * returns when the data is on the host. */
+    w22_status (*to_host)(w22_backend *b, void *dst, const void *src, size_t bytes);
+    w22_status (*from_host)(w22_backend *b, void *dst, const void *src, size_t bytes);
+    w22_status (*copy_bytes)(w22_backend *b, void *dst, const void *src, size_t bytes);
+    /* Sets every element of v to zero. */
+    w22_status (*zero)(w22_backend *b, w22_view v);
+    /* dst = src (same dims). */
+    w22_status (*copy)(w22_backend *b, w22_view dst, w22_view src);
+    /* Latents in: z frames [t0, t0 + out.f) rows [y0, y0 + out.h) of z (NCDHW [C][T][H][W], dtype zt: F32 or
+     * BF16, in backend memory) into out (channels-last, out.c == C, out.w == W). */
+    w22_status (*latents_in)(w22_backend *b, const void *z, w22_dtype zt, int C, int T, int H, int W, int t0,
+                             int y0, w22_view out);
+    w22_status (*conv)(w22_backend *b, const w22_conv_args *a);
+    /* out = in / max(||in||_2 over channels, 1e-12) * sqrt(C) * gamma, then SiLU when silu. */
+    w22_status (*rmsnorm)(w22_backend *b, w22_view in, w22_view out, const w22_bweight *gamma, int silu);
+    /* Per frame f: out[f, p] = softmax(q[f, p] . k[f, :]^T / sqrt(C)) v[f, :], over every pixel of k's frame.
+     * q, out: this rank's rows; k, v: the whole frame. */
+    w22_status (*attention)(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out);
+    /* out += DupUp(in): out (F, 2h, 2w, cout) from in (f, h, w, cin), ft = 1 or 2 time copies (first_single:
+     * frame 0 of in gives one frame, the last copy). Output channel o, time copy t, sub-row i, sub-col j takes
+     * input channel (o*ft*4 + t*4 + i*2 + j) / (cout*ft*4 / cin). */
+    w22_status (*dupup_add)(w22_backend *b, w22_view out, w22_view in, int ft, int first_single);
+    /* Unpatchify (p = patch_size) and clamp to [-1, 1]: in (f, h, w, 3 p^2) to dst frames [0, f), rows
+     * [0, p h), cols [0, p w) (dst already offset). Channel c*p*p + p1*p + p2 goes to row p y + p2, col p x + p1. */
+    w22_status (*unpatchify)(w22_backend *b, w22_view in, int p, w22_video_dst dst);
+    /* Waits for the backend's queued work. */
+    w22_status (*sync)(w22_backend *b);
+} w22_backend_ops;
+
+struct w22_backend {
+    const w22_backend_ops *ops;
+    int threads;
+    void *impl;
+};
+
+w22_status w22_backend_cpu_create(int threads, w22_backend **out);
+/* The CUDA backend on GPU `device` (sm_90 required: W22_ERR_UNSUPPORTED otherwise, or without a GPU or in a
+ * build without CUDA). It queues work on a stream of its own until w22_backend_cuda_set_stream. */
+w22_status w22_backend_cuda_create(int device, w22_backend **out);
+/* CUDA: the stream the backend queues work on (a cudaStream_t; NULL: back to its own). */
+void w22_backend_cuda_set_stream(w22_backend *b, void *stream);
+/* CUDA: device memory in use by the backend (allocations it made), and its peak since creation. */
+size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak);
+
+/* Element (f, y, x, c) of v, as a byte pointer. */
+static inline void *w22_view_at(w22_view v, long f, long y, long x, long c) {
+    return (char *)v.ptr + (f * v.sf + y * v.sh + x * v.sw + c) * (long)v.es;
+}
+/* Frames [f0, f0 + nf) of v. */
+static inline w22_view w22_view_frames(w22_view v, int f0, int nf) {
+    v.ptr = w22_view_at(v, f0, 0, 0, 0);
+    v.f = nf;
+    return v;
+}
+/* Rows [y0, y0 + nh) of v (y0 may be -1 to reach the border). */
+static inline w22_view w22_view_rows(w22_view v, int y0, int nh) {
+    v.ptr = w22_view_at(v, 0, y0, 0, 0);
+    v.h = nh;
+    return v;
+}
+/* Channels [c0, c0 + nc) of v. */
+static inline w22_view w22_view_channels(w22_view v, int c0, int nc) {
+    v.ptr = w22_view_at(v, 0, 0, 0, c0);
+    v.c = nc;
+    return v;
+}
+
+#endif

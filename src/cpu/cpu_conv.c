@@ -1,0 +1,96 @@
+/* The CPU backend's convolution: one GEMM per kernel tap, accumulated. Rows of a bordered channels-last buffer
+ * are evenly strided, so a whole frame is one GEMM over "flat" positions p = y * RS + x (RS = the row stride in
+ * pixels): a tap (dy, dx) is the same matrix shifted by (dy - 1) * RS + dx - 1 pixels. Positions with x >= w are
+ * computed and thrown away. An upsampling conv first writes its nearest-2x input with its border. */
+#include <stdlib.h>
+#include <string.h>
+#include "backend.h"
+#include "common.h"
+#include "cpu/cpu.h"
+#include "cpu/gemm.h"
+
+/* The nearest-2x upsample of frames of `in` with a one-pixel border: rows/cols [-1, 2h] read in((Y)>>1, (X)>>1),
+ * which is in's own border at the edges. Returns a view of the interior. */
+static w22_status upsample_input(w22_view in, float **buf, w22_view *out) {
+    const int H = 2 * in.h, W = 2 * in.w, C = in.c;
+    const long RS = W + 2;
+    float *u = malloc(sizeof(float) * (size_t)in.f * (H + 2) * RS * C);
+    if (!u) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for an upsampled conv input");
+    w22_view v = {u + (RS + 1) * C, in.f, H, W, C, (long)(H + 2) * RS * C, RS * C, C, sizeof(float)};
+    for (int f = 0; f < in.f; f++)
+        for (int Y = -1; Y <= H; Y++)
+            for (int X = -1; X <= W; X++)
+                memcpy(w22_view_at(v, f, Y, X, 0), w22_view_at(in, f, Y >> 1, X >> 1, 0), sizeof(float) * C);
+    *buf = u;
+    *out = v;
+    return W22_OK;
+}
+
+w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
+    (void)b;
+    const w22_bweight *W = a->weight;
+    w22_view src = a->in, out = a->out;
+    const int kt = a->kt, ks = a->ks, pad = ks == 3 ? 1 : 0;
+    const int cin = W->cin, cout = W->cout;
+    const int nconv = src.f - kt + 1;
+    const int Ho = out.h, Wo = out.w;
+    if (src.c != cin || W->kt != kt || W->kh != ks || W->kw != ks || nconv < 1 ||
+        (a->time_split ? (out.f != 2 * nconv || 2 * out.c != cout) : (out.f != nconv || out.c != cout)) ||
+        (a->upsample ? (Ho != 2 * src.h || Wo != 2 * src.w) : (Ho != src.h || Wo != src.w)))
+        return w22_fail(W22_ERR_INTERNAL,
+                        "cpu conv: in %dx%dx%dx%d, out %dx%dx%dx%d, weight %dx%dx%dx%dx%d, kt %d ks %d up %d split %d",
+                        src.f, src.h, src.w, src.c, out.f, out.h, out.w, out.c, cout, cin, W->kt, W->kh, W->kw, kt,
+                        ks, a->upsample, a->time_split);
+    float *ubuf = NULL;
+    if (a->upsample) W22_TRY(upsample_input(src, &ubuf, &src));
+    /* Flat GEMMs need evenly strided rows with contiguous pixels; else one GEMM per output row. */
+    const int flat = src.sw == cin && src.sh % src.sw == 0 && src.sh / src.sw >= Wo;
+    const long RS = flat ? src.sh / src.sw : Wo;
+    const long M = (long)(Ho - 1) * RS + Wo;
+    float *tmp = malloc(sizeof(float) * (size_t)M * cout);
+    if (!tmp) {
+        free(ubuf);
+        return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a conv's output (%ld x %d)", M, cout);
+    }
+    const int C = a->time_split ? cout / 2 : cout;
+    for (int t = 0; t < nconv; t++) {
+        memset(tmp, 0, sizeof(float) * (size_t)M * cout);
+        for (int dt = 0; dt < kt; dt++)
+            for (int dy = 0; dy < ks; dy++)
+                for (int dx = 0; dx < ks; dx++) {
+                    const float *B = W->data + (size_t)((dt * ks + dy) * ks + dx) * cin * cout;
+                    if (flat) {
+                        const float *A = w22_view_at(src, t + dt, dy - pad, dx - pad, 0);
+                        w22_sgemm((int)M, cout, cin, 1.0f, A, src.sw, B, cout, 0, 1.0f, tmp, cout);
+                    } else {
+                        for (int y = 0; y < Ho; y++) {
+                            const float *A = w22_view_at(src, t + dt, y + dy - pad, dx - pad, 0);
+                            w22_sgemm(Wo, cout, cin, 1.0f, A, src.sw, B, cout, 0, 1.0f, tmp + (size_t)y * RS * cout,
+                                      cout);
+                        }
+                    }
+                }
+        if (a->sc_in) {
+            const w22_view s = *a->sc_in;
+            const w22_bweight *SW = a->sc_weight;
+            for (int y = 0; y < Ho; y++)
+                w22_sgemm(Wo, cout, SW->cin, 1.0f, w22_view_at(s, t, y, 0, 0), s.sw, SW->data, cout, 0, 1.0f,
+                          tmp + (size_t)y * RS * cout, cout);
+        }
+        for (int y = 0; y < Ho; y++)
+            for (int x = 0; x < Wo; x++) {
+                const float *r = tmp + ((size_t)y * RS + x) * cout;
+                for (int co = 0; co < cout; co++) {
+                    float v = r[co] + (a->bias ? a->bias->data[co] : 0.0f);
+                    if (a->sc_bias) v += a->sc_bias->data[co];
+                    int fo = a->time_split ? 2 * t + co / C : t, c = co % C;
+                    float *o = w22_view_at(out, fo, y, x, c);
+                    if (a->residual) v += *(const float *)w22_view_at(*a->residual, fo, y, x, c);
+                    *o = v;
+                }
+            }
+    }
+    free(tmp);
+    free(ubuf);
+    return W22_OK;
+}

@@ -1,0 +1,101 @@
+/* The conv op: checks a w22_conv_args against backend.h's contract and lowers it to the implicit GEMM
+ * (w22_gemm: conv_sm90_mma.cu, or conv_scalar.cu for shapes the tensor cores do not take). */
+#include "cuda_internal.h"
+#include "cuda_ops.h"
+
+static w22_status bad(const char *fmt_what, long got, long want) {
+    return w22_fail(W22_ERR_BAD_SHAPE, "cuda conv: %s is %ld, expected %ld", fmt_what, got, want);
+}
+#define EXPECT(what, got, want)                                   \
+    do {                                                          \
+        if ((long)(got) != (long)(want)) return bad(what, got, want); \
+    } while (0)
+
+w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
+    w22_cuda *c = cuda_of(b);
+    if (!a || !a->weight) return w22_fail(W22_ERR_INVALID_ARG, "cuda conv: NULL args or weight");
+    CU_ENTER(c);
+    const w22_cuda_weight *w = (const w22_cuda_weight *)a->weight;
+    if (w->kind != W22_WK_CONV) return w22_fail(W22_ERR_INVALID_ARG, "cuda conv: the weight is not a conv weight");
+    EXPECT("in.es", a->in.es, 2);
+    EXPECT("out.es", a->out.es, 2);
+    if (a->kt != 1 && a->kt != 3) return bad("kt", a->kt, 3);
+    if (a->ks != 1 && a->ks != 3) return bad("ks", a->ks, 3);
+    EXPECT("weight kt vs args kt", w->kt, a->kt);
+    EXPECT("weight kh vs args ks", w->kh, a->ks);
+    EXPECT("weight kw vs args ks", w->kw, a->ks);
+    EXPECT("in.c vs weight cin", a->in.c, w->cin);
+    const int nf = a->in.f - a->kt + 1;
+    if (nf < 1) return w22_fail(W22_ERR_BAD_SHAPE, "cuda conv: in.f %d < kt %d", a->in.f, a->kt);
+    if (a->time_split) {
+        EXPECT("out.c * 2 (time_split) vs cout", 2L * a->out.c, w->cout);
+        EXPECT("out.f (time_split: 2 x conv frames)", a->out.f, 2 * nf);
+    } else {
+        EXPECT("out.c vs cout", a->out.c, w->cout);
+        EXPECT("out.f (in.f - kt + 1)", a->out.f, nf);
+    }
+    EXPECT("out.h", a->out.h, a->upsample ? 2 * a->in.h : a->in.h);
+    EXPECT("out.w", a->out.w, a->upsample ? 2 * a->in.w : a->in.w);
+    const w22_cuda_weight *bias = (const w22_cuda_weight *)a->bias;
+    if (bias) {
+        if (bias->kind != W22_WK_VECTOR) return w22_fail(W22_ERR_INVALID_ARG, "cuda conv: bias is not a vector");
+        EXPECT("bias length", bias->n, w->cout);
+    }
+    if (a->residual) {
+        const w22_view *r = a->residual;
+        EXPECT("residual.es", r->es, 2);
+        EXPECT("residual.f", r->f, a->out.f);
+        EXPECT("residual.h", r->h, a->out.h);
+        EXPECT("residual.w", r->w, a->out.w);
+        EXPECT("residual.c", r->c, a->out.c);
+    }
+    const w22_cuda_weight *scw = (const w22_cuda_weight *)a->sc_weight, *scb = (const w22_cuda_weight *)a->sc_bias;
+    if (a->sc_in) {
+        if (!scw || scw->kind != W22_WK_CONV)
+            return w22_fail(W22_ERR_INVALID_ARG, "cuda conv: sc_in without a conv sc_weight");
+        EXPECT("sc_in.es", a->sc_in->es, 2);
+        EXPECT("sc_weight kernel volume", (long)scw->kt * scw->kh * scw->kw, 1);
+        EXPECT("sc_weight cout", scw->cout, w->cout);
+        EXPECT("sc_in.c vs sc_weight cin", a->sc_in->c, scw->cin);
+        EXPECT("sc_in.f (conv frames)", a->sc_in->f, nf);
+        EXPECT("sc_in.h", a->sc_in->h, a->out.h);
+        EXPECT("sc_in.w", a->sc_in->w, a->out.w);
+        if (scb) {
+            if (scb->kind != W22_WK_VECTOR) return w22_fail(W22_ERR_INVALID_ARG, "cuda conv: sc_bias is not a vector");
+            EXPECT("sc_bias length", scb->n, w->cout);
+        }
+    }
+    W22_TRY(w22_cuda_check_view(c, &a->in, a->ks == 3 ? 1 : 0, "conv in"));
+    W22_TRY(w22_cuda_check_view(c, &a->out, 0, "conv out"));
+    if (a->residual) W22_TRY(w22_cuda_check_view(c, a->residual, 0, "conv residual"));
+    if (a->sc_in) W22_TRY(w22_cuda_check_view(c, a->sc_in, 0, "conv sc_in"));
+
+    w22_gemm g;
+    memset(&g, 0, sizeof g);
+    g.F = nf;
+    g.H = a->out.h;
+    g.W = a->out.w;
+    g.M = nf * a->out.h * a->out.w;
+    g.N = w->cout;
+    g.a = (const bf16 *)a->in.ptr;
+    g.a_sf = a->in.sf, g.a_sh = a->in.sh, g.a_sw = a->in.sw;
+    g.cin = w->cin, g.kt = a->kt, g.ks = a->ks, g.upsample = a->upsample ? 1 : 0;
+    g.b = (const bf16 *)w->dev;
+    g.b_w = w->cout, g.b_sh = 0, g.b_sw = (long)a->kt * a->ks * a->ks * w->cin;
+    if (a->sc_in) {
+        g.sc = (const bf16 *)a->sc_in->ptr;
+        g.sc_sf = a->sc_in->sf, g.sc_sh = a->sc_in->sh, g.sc_sw = a->sc_in->sw;
+        g.sc_cin = scw->cin;
+        g.scb = (const bf16 *)scw->dev;
+        g.sc_bias = scb ? (const float *)scb->dev : NULL;
+    }
+    g.bias = bias ? (const float *)bias->dev : NULL;
+    g.out = a->out.ptr;
+    g.o_sf = a->out.sf, g.o_sh = a->out.sh, g.o_sw = a->out.sw;
+    g.split_c = a->time_split ? a->out.c : 0;
+    if (a->residual) {
+        g.res = (const bf16 *)a->residual->ptr;
+        g.r_sf = a->residual->sf, g.r_sh = a->residual->sh, g.r_sw = a->residual->sw;
+    }
+    return w22_cuda_gemm(c, &g, "conv");
+}

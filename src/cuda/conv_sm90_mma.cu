@@ -1,0 +1,317 @@
+/* The conv (and every other matrix product of the backend) as an implicit GEMM on the tensor cores, with the
+ * warp-level mma.sync.m16n8k16 bf16 instructions (fp32 accumulators), ldmatrix fragment loads, and cp.async
+ * 16-byte copies into a multi-stage shared-memory ring. Version 1: portable Ampere-style instructions running on
+ * sm_90a; the wgmma/TMA kernel is a later file (conv_sm90_wgmma.cu).
+ *
+ * GEMM: M = output pixels (t, y, x), N = output channels, K = taps (dt, dy, dx) x cin, then the optional 1x1
+ * shortcut's sc_cin as extra K iterations over a second A source (exact fp32 accumulation in the same registers).
+ * A is read straight from the channels-last input through the tap offsets (no im2col buffer): each K step of 64
+ * covers 64 channels of one tap, so a 16-byte chunk (8 channels) is either inside the input or zero-filled
+ * (cin % 8 == 0 is required). The border rows/cols of the input are read, never bounds-checked (backend.h).
+ * Epilogue straight from registers: + bias (+ shortcut bias), time-split scatter, + residual, bf16 (or fp32). */
+#include "cuda_internal.h"
+#include "conv_tiles.h"
+#include <limits.h>
+
+#define BK W22_CONV_BK
+#define ROW_BYTES (BK * 2) /* one smem row: 64 bf16 */
+
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
+    int bytes = valid ? 16 : 0; /* 0: no global read, the 16 bytes are zero-filled */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+static __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+static __device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* Byte offset of 16-byte chunk `chunk` of smem row `row`: chunks XOR-swizzled by row so that the 8 rows an
+ * ldmatrix reads at one logical chunk land in 8 different bank groups. */
+static __device__ __forceinline__ uint32_t swz(int row, int chunk) {
+    return (uint32_t)(row * ROW_BYTES + ((chunk ^ (row & 7)) << 4));
+}
+
+template <int BM, int BN, int WM, int WN, int STAGES, int MINB>
+__global__ void __launch_bounds__(WM *WN * 32, MINB)
+    conv_mma_kernel(const w22_gemm g, int cpt, int main_iters, int iters, int tiles_n) {
+    constexpr int THREADS = WM * WN * 32;
+    constexpr int TM = BM / WM, TN = BN / WN, MT = TM / 16, NT = TN / 8;
+    constexpr int RSTEP = THREADS / 8; /* rows between a thread's successive loads (8 chunks per row) */
+    constexpr int A_CH = BM / RSTEP, B_CH = BN / RSTEP;
+    constexpr uint32_t STAGE_BYTES = (BM + BN) * ROW_BYTES;
+    static_assert(BM % RSTEP == 0 && BN % RSTEP == 0, "tile rows must split evenly over the loader threads");
+    static_assert(TM % 16 == 0 && TN % 16 == 0, "warp tile must be a multiple of 16 x 16");
+    static_assert(RSTEP % 8 == 0, "the swizzle assumes a thread's rows share row & 7");
+
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / WN, wn = warp % WN;
+    const int tile_n = blockIdx.x % tiles_n, tile_m = blockIdx.x / tiles_n;
+    const int m0 = tile_m * BM, n0 = tile_n * BN;
+    const int cc = tid & 7, r0 = tid >> 3;
+    const int HW = g.H * g.W;
+    const int asf = (int)g.a_sf, ash = (int)g.a_sh, asw = (int)g.a_sw;
+    const int pad = g.ks >> 1, kk2 = g.ks * g.ks;
+
+    /* Loader state: per A row its pixel offset (y, x halved in upsample mode) and parity/valid bits; per B row
+     * its row offset. Host guarantees every offset fits in int. */
+    int a_off[A_CH], a_bits[A_CH], s_off[A_CH], b_off[B_CH];
+#pragma unroll
+    for (int j = 0; j < A_CH; j++) {
+        int m = m0 + r0 + j * RSTEP;
+        a_off[j] = 0;
+        a_bits[j] = 0;
+        s_off[j] = 0;
+        if (m < g.M) {
+            int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
+            int yy = g.upsample ? (y >> 1) : y, xx = g.upsample ? (x >> 1) : x;
+            a_off[j] = t * asf + yy * ash + xx * asw;
+            a_bits[j] = 4 | (g.upsample ? ((y & 1) | ((x & 1) << 1)) : 0);
+            s_off[j] = t * (int)g.sc_sf + y * (int)g.sc_sh + x * (int)g.sc_sw;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < B_CH; j++) {
+        int n = n0 + r0 + j * RSTEP;
+        b_off[j] = n < g.N ? (int)(n / g.b_w) * (int)g.b_sh + (int)(n % g.b_w) * (int)g.b_sw : -1;
+    }
+
+    auto load_stage = [&](int stage, int it) {
+        const uint32_t sa = smem0 + stage * STAGE_BYTES, sb = sa + BM * ROW_BYTES;
+        if (it < main_iters) {
+            const int tap = it / cpt, c0 = (it - tap * cpt) * BK;
+            const int dt = tap / kk2, r = tap - dt * kk2, dy = r / g.ks, dx = r - dy * g.ks;
+            const int ch = c0 + cc * 8;
+            const bool chok = ch < g.cin;
+            const int base = dt * asf + ch;
+#pragma unroll
+            for (int j = 0; j < A_CH; j++) {
+                const int bits = a_bits[j];
+                int oy = dy - pad, ox = dx - pad;
+                if (g.upsample) {
+                    oy = ((bits & 1) + oy) >> 1; /* arithmetic shift: floor, reaches row -1 */
+                    ox = (((bits >> 1) & 1) + ox) >> 1;
+                }
+                const bool ok = chok && (bits & 4);
+                const bf16 *src = ok ? g.a + (a_off[j] + base + oy * ash + ox * asw) : g.a;
+                cp_async16(sa + swz(r0 + j * RSTEP, cc), src, ok);
+            }
+            const int kof = tap * g.cin + ch;
+#pragma unroll
+            for (int j = 0; j < B_CH; j++) {
+                const bool ok = chok && b_off[j] >= 0;
+                const bf16 *src = ok ? g.b + (b_off[j] + kof) : g.b;
+                cp_async16(sb + swz(r0 + j * RSTEP, cc), src, ok);
+            }
+        } else {
+            const int ch = (it - main_iters) * BK + cc * 8;
+            const bool chok = ch < g.sc_cin;
+#pragma unroll
+            for (int j = 0; j < A_CH; j++) {
+                const bool ok = chok && (a_bits[j] & 4);
+                const bf16 *src = ok ? g.sc + (s_off[j] + ch) : g.sc;
+                cp_async16(sa + swz(r0 + j * RSTEP, cc), src, ok);
+            }
+#pragma unroll
+            for (int j = 0; j < B_CH; j++) {
+                const int n = n0 + r0 + j * RSTEP;
+                const bool ok = chok && n < g.N;
+                const bf16 *src = ok ? g.scb + (n * g.sc_cin + ch) : g.scb;
+                cp_async16(sb + swz(r0 + j * RSTEP, cc), src, ok);
+            }
+        }
+    };
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < iters) load_stage(s, s);
+        cp_async_commit();
+    }
+
+    /* ldmatrix lane addressing (fixed per thread): A rows wm*TM + i*16 + (lane & 15), chunk half lane >> 4;
+     * B rows wn*TN + jj*16 + (lane & 7) + 8 * (lane >> 4), chunk half (lane >> 3) & 1. Every such row has
+     * row & 7 == lane & 7, which the swizzle uses. */
+    const int a_row = wm * TM + (lane & 15), a_half = lane >> 4;
+    const int b_row = wn * TN + (lane & 7) + ((lane >> 4) << 3), b_half = (lane >> 3) & 1;
+    const int l7 = lane & 7;
+
+    for (int it = 0; it < iters; it++) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads(); /* stage it is in smem for all threads; stage it-1 is free for the next load */
+        {
+            const int nx = it + STAGES - 1;
+            if (nx < iters) load_stage(nx % STAGES, nx);
+            cp_async_commit();
+        }
+        const uint32_t sa = smem0 + (it % STAGES) * STAGE_BYTES, sb = sa + BM * ROW_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            uint32_t af[MT][4], bfr[NT][2];
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+                ldmatrix_x4(af[i], sa + (a_row + i * 16) * ROW_BYTES + (((kk * 2 + a_half) ^ l7) << 4));
+#pragma unroll
+            for (int jj = 0; jj < NT / 2; jj++) {
+                uint32_t r[4];
+                ldmatrix_x4(r, sb + (b_row + jj * 16) * ROW_BYTES + (((kk * 2 + b_half) ^ l7) << 4));
+                bfr[2 * jj][0] = r[0];
+                bfr[2 * jj][1] = r[1];
+                bfr[2 * jj + 1][0] = r[2];
+                bfr[2 * jj + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++) mma_bf16(acc[i][j], af[i], bfr[j][0], bfr[j][1]);
+        }
+    }
+    cp_async_wait<0>();
+
+    /* Epilogue: thread holds rows g, g+8 of each 16-row tile and column pairs 2*(lane&3) of each 8-col tile. */
+    const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int m = m0 + wm * TM + i * 16 + gq + h * 8;
+            if (m >= g.M) continue;
+            const int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
+            const int tf = g.split_c ? 2 * t : t;
+            const long orow = tf * g.o_sf + y * g.o_sh + x * g.o_sw;
+            const long rrow = tf * g.r_sf + y * g.r_sh + x * g.r_sw;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const int n = n0 + wn * TN + j * 8 + tq * 2;
+                if (n >= g.N) continue; /* N is even: n + 1 < N too */
+                float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
+                if (g.bias) v0 += g.bias[n], v1 += g.bias[n + 1];
+                if (g.sc_bias) v0 += g.sc_bias[n], v1 += g.sc_bias[n + 1];
+                long ocol = n, rcol = n;
+                if (g.split_c) {
+                    const int q = n / g.split_c, nn = n - q * g.split_c;
+                    ocol = q * g.o_sf + nn;
+                    rcol = q * g.r_sf + nn;
+                }
+                if (g.res) {
+                    const float2 r = __bfloat1622float2(*(const __nv_bfloat162 *)(g.res + rrow + rcol));
+                    v0 += r.x;
+                    v1 += r.y;
+                }
+                if (g.out_f32)
+                    *(float2 *)((float *)g.out + orow + ocol) = make_float2(v0, v1);
+                else
+                    *(__nv_bfloat162 *)((bf16 *)g.out + orow + ocol) = __floats2bfloat162_rn(v0, v1);
+            }
+        }
+    }
+}
+
+/* ---- host side: the tile table's configs, eligibility, dispatch ---- */
+
+template <int BM, int BN, int WM, int WN, int STAGES, int MINB> struct tile_cfg {
+    static constexpr int threads = WM * WN * 32;
+    static constexpr int smem = STAGES * (BM + BN) * ROW_BYTES;
+    static void *kernel() { return (void *)conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB>; }
+    static w22_status launch(w22_cuda *c, const w22_gemm *g, int cpt, int main_iters, int iters, const char *what) {
+        const int tiles_n = (g->N + BN - 1) / BN;
+        const long tiles = (long)((g->M + BM - 1) / BM) * tiles_n;
+        if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
+        conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB>
+            <<<(unsigned)tiles, threads, smem, c->stream>>>(*g, cpt, main_iters, iters, tiles_n);
+        return W22_OK;
+    }
+};
+typedef tile_cfg<W22_TILE_BIG> cfg_big;
+typedef tile_cfg<W22_TILE_MID> cfg_mid;
+typedef tile_cfg<W22_TILE_SMALL> cfg_small;
+
+static_assert(cfg_big::smem <= 227 * 1024, "big tile exceeds the sm_90 shared-memory limit");
+static_assert(cfg_mid::smem * 2 <= 228 * 1024, "mid tile: 2 blocks per SM must fit");
+static_assert(cfg_small::smem * 2 <= 228 * 1024, "small tile: 2 blocks per SM must fit");
+
+w22_status w22_cuda_gemm_init(w22_cuda *c) {
+    if (c->smem_optin < cfg_big::smem)
+        return w22_fail(W22_ERR_UNSUPPORTED, "the GPU allows %d bytes of shared memory per block; the conv needs %d",
+                        c->smem_optin, cfg_big::smem);
+    CU_TRY(cudaFuncSetAttribute(cfg_big::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_big::smem));
+    CU_TRY(cudaFuncSetAttribute(cfg_mid::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_mid::smem));
+    CU_TRY(cudaFuncSetAttribute(cfg_small::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_small::smem));
+    return W22_OK;
+}
+
+static int fits_int(long v) { return v >= 0 && v < (long)INT_MAX; }
+static int aligned(const void *p, int bytes) { return ((uintptr_t)p % (uintptr_t)bytes) == 0; }
+
+/* NULL when the tensor-core kernel can run this GEMM, else why not. */
+static const char *mma_blocker(const w22_gemm *g) {
+    if (g->cin % 8) return "scalar: cin % 8 != 0";
+    if (g->sc && g->sc_cin % 8) return "scalar: shortcut cin % 8 != 0";
+    if (g->N % 2) return "scalar: N odd";
+    if (g->split_c % 2) return "scalar: time-split channels odd";
+    if (!aligned(g->a, 16) || g->a_sf % 8 || g->a_sh % 8 || g->a_sw % 8) return "scalar: input not 16-byte aligned";
+    if (!aligned(g->b, 16) || g->b_sh % 8 || g->b_sw % 8) return "scalar: weights not 16-byte aligned";
+    if (g->sc && (!aligned(g->sc, 16) || !aligned(g->scb, 16) || g->sc_sf % 8 || g->sc_sh % 8 || g->sc_sw % 8))
+        return "scalar: shortcut not 16-byte aligned";
+    if (!aligned(g->out, g->out_f32 ? 8 : 4) || g->o_sf % 2 || g->o_sh % 2 || g->o_sw % 2)
+        return "scalar: output not aligned for pair stores";
+    if (g->res && (!aligned(g->res, 4) || g->r_sf % 2 || g->r_sh % 2 || g->r_sw % 2))
+        return "scalar: residual not aligned for pair loads";
+    if (g->a_sf < 0 || g->a_sh < 0 || g->a_sw < 0 || g->o_sf < 0 || g->o_sh < 0 || g->o_sw < 0)
+        return "scalar: negative strides";
+    /* every int offset the kernel forms must fit (border included) */
+    const long K = (long)g->kt * g->ks * g->ks * g->cin;
+    const int ih = g->upsample ? g->H / 2 + 1 : g->H, iw = g->upsample ? g->W / 2 + 1 : g->W;
+    if (!fits_int(g->a_sf * (g->F + g->kt) + g->a_sh * (ih + 2) + g->a_sw * (iw + 2) + g->cin))
+        return "scalar: input offsets exceed int";
+    if (!fits_int(g->b_sh * (g->N / g->b_w + 1) + g->b_sw * g->b_w + K)) return "scalar: weight offsets exceed int";
+    if (g->sc && !fits_int(g->sc_sf * g->F + g->sc_sh * g->H + g->sc_sw * g->W + g->sc_cin))
+        return "scalar: shortcut offsets exceed int";
+    if (g->sc && !fits_int((long)g->N * g->sc_cin)) return "scalar: shortcut weight offsets exceed int";
+    if (!fits_int((long)g->M + 2 * BK)) return "scalar: M exceeds int";
+    return NULL;
+}
+
+w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what) {
+    if (g->M <= 0 || g->N <= 0) return W22_OK;
+    const char *why = mma_blocker(g);
+    if (why) {
+        c->last_path = why;
+        return w22_cuda_gemm_scalar(c, g, what);
+    }
+    const int cpt = (g->cin + BK - 1) / BK;
+    const int main_iters = g->kt * g->ks * g->ks * cpt;
+    const int iters = main_iters + (g->sc ? (g->sc_cin + BK - 1) / BK : 0);
+    w22_status s;
+    if (g->N <= 32) {
+        c->last_path = "mma 128x32";
+        s = cfg_small::launch(c, g, cpt, main_iters, iters, what);
+    } else if (g->N < 256) {
+        c->last_path = "mma 128x128";
+        s = cfg_mid::launch(c, g, cpt, main_iters, iters, what);
+    } else {
+        c->last_path = "mma 128x256";
+        s = cfg_big::launch(c, g, cpt, main_iters, iters, what);
+    }
+    if (s != W22_OK) return s;
+    CU_LAUNCHED(c, what);
+    return W22_OK;
+}

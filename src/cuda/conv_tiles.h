@@ -1,0 +1,26 @@
+/* The tile table of the mma.sync implicit-GEMM conv (conv_sm90_mma.cu): every tile shape the kernel is built
+ * for, and why. One place, so that a change of tiles is one edit here.
+ *
+ * All shapes use BK = 64 bf16 (one 128-byte shared-memory row per pixel or output channel, XOR-swizzled in
+ * 16-byte chunks so that cp.async stores and ldmatrix loads are bank-conflict free), and warps of
+ * mma.sync.m16n8k16 with fp32 accumulators.
+ *
+ * | name  | BM x BN | warps (M x N) | warp tile | stages | smem   | used when  | why |
+ * | big   | 128x256 | 2 x 4         | 64 x 64   | 4      | 192 KB | N >= 256   | 64x64 per warp: 8 ldmatrix.x4 per 32 MMAs, the best smem-to-MMA ratio that fits in 255 registers (128 accumulators); every heavy conv has N = 256, 512, 1024 or 2048 |
+ * | mid   | 128x128 | 2 x 4         | 64 x 32   | 3      |  96 KB | 32 < N < 256 | narrow test configs and the attention's P V at C <= 128: half the N waste of big; 2 blocks per SM fit (2 x 96 KB) |
+ * | small | 128x32  | 4 x 1         | 32 x 32   | 4      |  80 KB | N <= 32    | conv_out (N = 12): a 256-wide tile would waste 95% of the MMAs |
+ *
+ * Expected (not yet measured): big runs near the mma.sync ceiling of Hopper (roughly 60-65% of the wgmma peak,
+ * i.e. 350-450 TFLOP/s on an H200); the wgmma/TMA kernel (conv_sm90_wgmma.cu, a later issue) is what reaches cuDNN's
+ * 710-765 TFLOP/s. */
+#ifndef W22_CONV_TILES_H
+#define W22_CONV_TILES_H
+
+#define W22_CONV_BK 64
+
+/* BM, BN, WARPS_M, WARPS_N, STAGES, MIN_BLOCKS (per SM, for __launch_bounds__) */
+#define W22_TILE_BIG   128, 256, 2, 4, 4, 1
+#define W22_TILE_MID   128, 128, 2, 4, 3, 2
+#define W22_TILE_SMALL 128, 32, 4, 1, 4, 2
+
+#endif

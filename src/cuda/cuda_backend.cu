@@ -1,0 +1,316 @@
+/* The CUDA backend (bf16 activations, sm_90): creation, the op table, device memory with byte accounting,
+ * weight upload into the kernels' layouts, byte copies, and the CUDA error plumbing. The ops themselves live in
+ * conv.cu, attention.cu, norm.cu, move.cu, dupup.cu. */
+#include "cuda_internal.h"
+#include "cuda_ops.h"
+#include <stdlib.h>
+
+w22_status w22_cuda_after_launch(w22_cuda *c, const char *what, const char *file, int line) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && c->debug) e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return w22_fail(W22_ERR_CUDA, "%s kernel %s: %s (%s) at %s:%d", c->debug ? "running" : "launching", what,
+                        cudaGetErrorString(e), cudaGetErrorName(e), file, line);
+    }
+    return W22_OK;
+}
+
+/* ---- memory ---- */
+
+w22_status w22_cuda_malloc(w22_cuda *c, size_t bytes, void **ptr, const char *what) {
+    *ptr = NULL;
+    CU_TRY(cudaSetDevice(c->device));
+    if (c->nallocs == c->cap_allocs) {
+        int cap = c->cap_allocs ? 2 * c->cap_allocs : 64;
+        w22_cuda_alloc_rec *n = (w22_cuda_alloc_rec *)realloc(c->allocs, cap * sizeof *n);
+        if (!n) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for the CUDA allocation table");
+        c->allocs = n;
+        c->cap_allocs = cap;
+    }
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* an OOM is not sticky: clear it so that the process stays usable */
+        size_t fr = 0, tot = 0;
+        if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) (void)cudaGetLastError();
+        if (e == cudaErrorMemoryAllocation)
+            return w22_fail(W22_ERR_OUT_OF_MEMORY,
+                            "cudaMalloc of %zu bytes (%.1f MiB) for %s failed: %zu bytes (%.1f MiB) free of %zu on "
+                            "GPU %d; this backend holds %zu",
+                            bytes, bytes / 1048576.0, what, fr, fr / 1048576.0, tot, c->device, c->bytes);
+        return w22_fail(W22_ERR_CUDA, "cudaMalloc of %zu bytes for %s: %s", bytes, what, cudaGetErrorString(e));
+    }
+    c->allocs[c->nallocs].ptr = p;
+    c->allocs[c->nallocs].bytes = bytes;
+    c->nallocs++;
+    c->bytes += bytes;
+    if (c->bytes > c->peak) c->peak = c->bytes;
+    *ptr = p;
+    return W22_OK;
+}
+
+void w22_cuda_free_ptr(w22_cuda *c, void *ptr) {
+    if (!ptr) return;
+    for (int i = 0; i < c->nallocs; i++)
+        if (c->allocs[i].ptr == ptr) {
+            c->bytes -= c->allocs[i].bytes;
+            c->allocs[i] = c->allocs[--c->nallocs];
+            break;
+        }
+    cudaSetDevice(c->device);
+    if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError(); /* free cannot report; keep the process usable */
+}
+
+w22_status w22_cuda_check_view(w22_cuda *c, const w22_view *v, int border, const char *what) {
+    if (!c->debug || v->f <= 0 || v->h <= 0 || v->w <= 0 || v->c <= 0) return W22_OK;
+    const char *p = (const char *)v->ptr;
+    long lo = -(long)border * (v->sh + v->sw);
+    long hi = (long)(v->f - 1) * v->sf + (long)(v->h - 1 + border) * v->sh + (long)(v->w - 1 + border) * v->sw + v->c;
+    for (int i = 0; i < c->nallocs; i++) {
+        const char *a = (const char *)c->allocs[i].ptr;
+        if (p < a || p >= a + c->allocs[i].bytes) continue;
+        if (p + lo * v->es < a || p + hi * v->es > a + c->allocs[i].bytes)
+            return w22_fail(W22_ERR_INTERNAL,
+                            "cuda %s: view (f %d, h %d, w %d, c %d, strides %ld %ld %ld, border %d) spans bytes "
+                            "[%ld, %ld) of an allocation of %zu at offset %ld",
+                            what, v->f, v->h, v->w, v->c, v->sf, v->sh, v->sw, border,
+                            (long)(p - a) + lo * v->es, (long)(p - a) + hi * v->es, c->allocs[i].bytes,
+                            (long)(p - a));
+        return W22_OK;
+    }
+    return W22_OK; /* memory not from this backend (the caller's): nothing to check against */
+}
+
+static w22_status op_alloc(w22_backend *b, size_t bytes, void **ptr) {
+    return w22_cuda_malloc(cuda_of(b), bytes, ptr, "an activation buffer");
+}
+static void op_free(w22_backend *b, void *ptr) { w22_cuda_free_ptr(cuda_of(b), ptr); }
+
+/* ---- weights ---- */
+
+static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, const float *data, const int64_t *shape,
+                                   int ndim, w22_bweight **out) {
+    w22_cuda *c = cuda_of(b);
+    *out = NULL;
+    if (!data || !shape || ndim < 1 || ndim > 5) return w22_fail(W22_ERR_INVALID_ARG, "cuda weight_upload: ndim %d", ndim);
+    w22_cuda_weight *w = (w22_cuda_weight *)calloc(1, sizeof *w);
+    if (!w) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a weight");
+    w->kind = kind;
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    w22_status s = W22_OK;
+    void *host = NULL;
+    if (kind == W22_WK_VECTOR) {
+        /* bias, gamma: fp32, any shape ([c], [c,1,1], ...) taken as its n elements */
+        w->n = (int)n;
+        w->bytes = n * sizeof(float);
+        s = w22_cuda_malloc(c, w->bytes, &w->dev, "a weight vector");
+        if (s == W22_OK) {
+            cudaError_t e = cudaMemcpy(w->dev, data, w->bytes, cudaMemcpyHostToDevice);
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                s = w22_fail(W22_ERR_CUDA, "cudaMemcpy of a weight vector: %s", cudaGetErrorString(e));
+            }
+        }
+    } else if (kind == W22_WK_CONV) {
+        if (ndim < 2) {
+            free(w);
+            return w22_fail(W22_ERR_BAD_SHAPE, "cuda weight_upload: a conv weight needs [cout, cin, ...], ndim %d", ndim);
+        }
+        /* [cout, cin, kt, kh, kw] with missing trailing kernel dims right-aligned: 4D = [cout, cin, kh, kw] */
+        int k[3] = {1, 1, 1};
+        for (int i = 2; i < ndim; i++) k[3 - (ndim - i)] = (int)shape[i];
+        w->cout = (int)shape[0], w->cin = (int)shape[1], w->kt = k[0], w->kh = k[1], w->kw = k[2];
+        const int vol = w->kt * w->kh * w->kw;
+        w->bytes = n * sizeof(bf16);
+        host = malloc(w->bytes);
+        if (!host) {
+            free(w);
+            return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory: %zu bytes to convert a weight", n * 2);
+        }
+        /* [cout][cin][tap] float -> [cout][tap][cin] bf16 (tap = (dt, dy, dx)): the GEMM's B, K-major */
+        uint16_t *h16 = (uint16_t *)host;
+        for (int o = 0; o < w->cout; o++)
+            for (int ci = 0; ci < w->cin; ci++)
+                for (int t = 0; t < vol; t++)
+                    h16[((size_t)o * vol + t) * w->cin + ci] = w22_f32_to_bf16(data[((size_t)o * w->cin + ci) * vol + t]);
+        s = w22_cuda_malloc(c, w->bytes, &w->dev, "a conv weight");
+        if (s == W22_OK) {
+            cudaError_t e = cudaMemcpy(w->dev, host, w->bytes, cudaMemcpyHostToDevice);
+            if (e != cudaSuccess) {
+                (void)cudaGetLastError();
+                s = w22_fail(W22_ERR_CUDA, "cudaMemcpy of a conv weight (%zu bytes): %s", w->bytes, cudaGetErrorString(e));
+            }
+        }
+        free(host);
+    } else {
+        s = w22_fail(W22_ERR_INVALID_ARG, "cuda weight_upload: unknown kind %d", (int)kind);
+    }
+    if (s != W22_OK) {
+        w22_cuda_free_ptr(c, w->dev);
+        free(w);
+        return s;
+    }
+    *out = (w22_bweight *)w;
+    return W22_OK;
+}
+
+static void op_weight_free(w22_backend *b, w22_bweight *bw) {
+    w22_cuda_weight *w = (w22_cuda_weight *)bw;
+    if (!w) return;
+    w22_cuda_free_ptr(cuda_of(b), w->dev);
+    free(w);
+}
+
+static size_t op_weight_bytes(const w22_bweight *bw) { return bw ? ((const w22_cuda_weight *)bw)->bytes : 0; }
+
+/* ---- copies, sync ---- */
+
+static w22_status op_to_host(w22_backend *b, void *dst, const void *src, size_t bytes) {
+    w22_cuda *c = cuda_of(b);
+    CU_TRY(cudaSetDevice(c->device));
+    CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CU_TRY(cudaStreamSynchronize(c->stream));
+    return W22_OK;
+}
+static w22_status op_from_host(w22_backend *b, void *dst, const void *src, size_t bytes) {
+    w22_cuda *c = cuda_of(b);
+    CU_TRY(cudaSetDevice(c->device));
+    CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    /* pageable host memory: the caller may reuse src once we return, so wait (the copy is staged anyway) */
+    CU_TRY(cudaStreamSynchronize(c->stream));
+    return W22_OK;
+}
+static w22_status op_copy_bytes(w22_backend *b, void *dst, const void *src, size_t bytes) {
+    w22_cuda *c = cuda_of(b);
+    CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+    return W22_OK;
+}
+static w22_status op_sync(w22_backend *b) {
+    w22_cuda *c = cuda_of(b);
+    CU_TRY(cudaSetDevice(c->device));
+    CU_TRY(cudaStreamSynchronize(c->stream));
+    return W22_OK;
+}
+
+static void op_destroy(w22_backend *b) {
+    if (!b) return;
+    w22_cuda *c = cuda_of(b);
+    if (c) {
+        cudaSetDevice(c->device);
+        cudaStreamSynchronize(c->stream);
+        w22_cuda_free_ptr(c, c->attn_scratch);
+        if (c->own_stream) cudaStreamDestroy(c->own_stream);
+        (void)cudaGetLastError();
+        free(c->allocs);
+        free(c);
+    }
+    free(b);
+}
+
+static const w22_backend_ops cuda_ops = {
+    "cuda",
+    2,
+    op_destroy,
+    op_alloc,
+    op_free,
+    op_weight_upload,
+    op_weight_free,
+    op_weight_bytes,
+    op_to_host,
+    op_from_host,
+    op_copy_bytes,
+    w22_cuda_zero,
+    w22_cuda_copy,
+    w22_cuda_latents_in,
+    w22_cuda_conv,
+    w22_cuda_rmsnorm,
+    w22_cuda_attention,
+    w22_cuda_dupup_add,
+    w22_cuda_unpatchify,
+    op_sync,
+};
+
+/* ---- public entry points ---- */
+
+extern "C" int w22_cuda_available(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    for (int d = 0; d < n; d++) {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        if (major == 9) return 1;
+    }
+    return 0;
+}
+
+extern "C" w22_status w22_backend_cuda_create(int device, w22_backend **out) {
+    *out = NULL;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        (void)cudaGetLastError();
+        return w22_fail(W22_ERR_UNSUPPORTED, "no CUDA GPU: %s", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    }
+    if (device < 0 || device >= n)
+        return w22_fail(W22_ERR_INVALID_ARG, "CUDA device %d does not exist (%d present)", device, n);
+    cudaDeviceProp prop;
+    CU_TRY(cudaGetDeviceProperties(&prop, device));
+    if (prop.major != 9)
+        return w22_fail(W22_ERR_UNSUPPORTED, "GPU %d (%s) is sm_%d%d; this build needs sm_90 (Hopper)", device,
+                        prop.name, prop.major, prop.minor);
+    CU_TRY(cudaSetDevice(device));
+    w22_backend *b = (w22_backend *)calloc(1, sizeof *b);
+    w22_cuda *c = (w22_cuda *)calloc(1, sizeof *c);
+    if (!b || !c) {
+        free(b);
+        free(c);
+        return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for the CUDA backend");
+    }
+    b->ops = &cuda_ops;
+    b->threads = 1;
+    b->impl = c;
+    c->device = device;
+    c->smem_optin = (int)prop.sharedMemPerBlockOptin;
+    const char *dbg = getenv("W22_CUDA_DEBUG");
+    c->debug = dbg && dbg[0] && dbg[0] != '0';
+    c->last_path = "";
+    e = cudaStreamCreateWithFlags(&c->own_stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(c);
+        free(b);
+        return w22_fail(W22_ERR_CUDA, "cudaStreamCreateWithFlags: %s", cudaGetErrorString(e));
+    }
+    c->stream = c->own_stream;
+    w22_status s = w22_cuda_gemm_init(c);
+    if (s != W22_OK) {
+        op_destroy(b);
+        return s;
+    }
+    *out = b;
+    return W22_OK;
+}
+
+extern "C" void w22_backend_cuda_set_stream(w22_backend *b, void *stream) {
+    w22_cuda *c = cuda_of(b);
+    c->stream = stream ? (cudaStream_t)stream : c->own_stream;
+}
+
+extern "C" size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak) {
+    const w22_cuda *c = (const w22_cuda *)b->impl;
+    if (peak) *peak = c->peak;
+    return c->bytes;
+}
+
+/* Not in backend.h (tests and logs only): the kernel the last GEMM ran on ("mma 128x256", "scalar: ..."). */
+extern "C" const char *w22_backend_cuda_last_path(const w22_backend *b) {
+    return ((const w22_cuda *)b->impl)->last_path;
+}

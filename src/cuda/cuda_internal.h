@@ -1,0 +1,112 @@
+/* Internals shared by the CUDA backend's files: the backend's state, error macros that turn CUDA failures into
+ * w22 statuses, the prepared-weight struct, and the GEMM description every matrix op is lowered to. */
+#ifndef W22_CUDA_INTERNAL_H
+#define W22_CUDA_INTERNAL_H
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <string.h>
+
+extern "C" {
+#include "common.h"
+#include "backend.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+typedef struct {
+    void *ptr;
+    size_t bytes;
+} w22_cuda_alloc_rec;
+
+typedef struct {
+    int device;
+    cudaStream_t own_stream, stream; /* stream: where work goes (own_stream or the caller's) */
+    int smem_optin;                  /* max dynamic shared memory per block */
+    int debug;                       /* W22_CUDA_DEBUG=1: sync after each op, check views against allocations */
+    size_t bytes, peak;
+    w22_cuda_alloc_rec *allocs;      /* live allocations (pointer -> size), for the byte count and debug checks */
+    int nallocs, cap_allocs;
+    /* attention scratch: scores (fp32), probabilities (bf16), V transposed (bf16) */
+    void *attn_scratch;
+    size_t attn_bytes;
+    const char *last_path; /* the kernel the last GEMM ran on (static string) */
+} w22_cuda;
+
+/* A weight in this backend's layout. Conv: [cout][kt][kh][kw][cin] bf16 (the GEMM's B operand, K-major);
+ * vector: fp32 [n]. */
+typedef struct {
+    w22_weight_kind kind;
+    void *dev;
+    size_t bytes;
+    int cout, cin, kt, kh, kw; /* conv */
+    int n;                     /* vector */
+} w22_cuda_weight;
+
+static inline w22_cuda *cuda_of(w22_backend *b) { return (w22_cuda *)b->impl; }
+
+/* A failed CUDA call: clears the (non-sticky) error and records which call failed and why. */
+#define CU_TRY(call)                                                                                       \
+    do {                                                                                                   \
+        cudaError_t cu_e_ = (call);                                                                        \
+        if (cu_e_ != cudaSuccess) {                                                                        \
+            (void)cudaGetLastError();                                                                      \
+            return w22_fail(W22_ERR_CUDA, "%s failed: %s (%s) at %s:%d", #call, cudaGetErrorString(cu_e_), \
+                            cudaGetErrorName(cu_e_), __FILE__, __LINE__);                                  \
+        }                                                                                                  \
+    } while (0)
+
+/* After a kernel launch: launch errors now, execution errors at once in debug mode. */
+#define CU_LAUNCHED(c, what)                                                                                \
+    do {                                                                                                    \
+        w22_status cu_s_ = w22_cuda_after_launch((c), (what), __FILE__, __LINE__);                          \
+        if (cu_s_ != W22_OK) return cu_s_;                                                                  \
+    } while (0)
+
+w22_status w22_cuda_after_launch(w22_cuda *c, const char *what, const char *file, int line);
+/* Device memory with tracking; OOM is W22_ERR_OUT_OF_MEMORY with the free bytes. */
+w22_status w22_cuda_malloc(w22_cuda *c, size_t bytes, void **ptr, const char *what);
+void w22_cuda_free_ptr(w22_cuda *c, void *ptr);
+/* Debug mode: a view (plus `border` rows/cols around it) must lie inside the allocation that holds its first
+ * element, when that allocation is this backend's. */
+w22_status w22_cuda_check_view(w22_cuda *c, const w22_view *v, int border, const char *what);
+
+/* ---- the GEMM behind conv and attention (conv.h documents the fields) ---- */
+typedef struct {
+    int M, N;          /* output pixels (F x H x W grid, row-major), output channels */
+    int F, H, W;       /* the output grid: pixel m = (t, y, x) */
+    /* A: input pixel rows. Tap (dt, dy, dx) of pixel (t, y, x) reads a + (t+dt)*a_sf + iy*a_sh + ix*a_sw, with
+     * iy = y + dy - ks/2 (upsample: (y + dy - ks/2) >> 1), likewise ix; channels [0, cin). */
+    const bf16 *a;
+    long a_sf, a_sh, a_sw;
+    int cin, kt, ks, upsample;
+    /* B: row n (output channel) at b + (n / b_w) * b_sh + (n % b_w) * b_sw; K = kt*ks*ks*cin contiguous in the
+     * order (dt, dy, dx, c). Weights: b_w = N, b_sw = K. */
+    const bf16 *b;
+    long b_w, b_sh, b_sw;
+    /* optional 1x1 shortcut: extra K over sc pixels (t, y, x) with sc_cin channels, weights scb [N][sc_cin] */
+    const bf16 *sc;
+    long sc_sf, sc_sh, sc_sw;
+    int sc_cin;
+    const bf16 *scb;
+    const float *bias, *sc_bias; /* fp32 [N] or NULL */
+    /* out: pixel (t, y, x), channel n at out + T*o_sf + y*o_sh + x*o_sw + n', where with split_c == 0:
+     * T = t, n' = n; else T = 2t + n / split_c, n' = n % split_c (time_split). bf16, or fp32 when out_f32. */
+    void *out;
+    int out_f32;
+    long o_sf, o_sh, o_sw;
+    int split_c;
+    const bf16 *res; /* residual with out's geometry (may alias out), or NULL */
+    long r_sf, r_sh, r_sw;
+} w22_gemm;
+
+/* Runs the GEMM on the tensor cores when its shape allows (conv_sm90_mma.cu), else the scalar kernel. */
+w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what);
+w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_gemm *g, const char *what);
+/* Dynamic shared memory attributes of the tensor-core kernels (once, at create). */
+w22_status w22_cuda_gemm_init(w22_cuda *c);
+
+/* Every op starts here: the calling thread may not have the backend's GPU current (one thread per rank). */
+#define CU_ENTER(c) CU_TRY(cudaSetDevice((c)->device))
+
+#endif

@@ -1,0 +1,150 @@
+/* Data movement ops: zero, strided copy, latents in (NCDHW -> channels-last bf16), and unpatchify to the video
+ * (clamped, bf16 or fp32, any strides). All memory-bound; 16-byte accesses where channels allow. */
+#include "cuda_internal.h"
+#include "cuda_ops.h"
+
+/* dst = src (or 0 when src is NULL), VEC channels per thread. */
+template <int VEC>
+__global__ void copy_kernel(bf16 *dst, long dsf, long dsh, long dsw, const bf16 *src, long ssf, long ssh, long ssw,
+                            int F, int H, int W, int C) {
+    const int cv = C / VEC;
+    const long total = (long)F * H * W * cv;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        const int c = (int)(i % cv) * VEC;
+        long p = i / cv;
+        const int x = (int)(p % W);
+        p /= W;
+        const int y = (int)(p % H), f = (int)(p / H);
+        bf16 *d = dst + f * dsf + y * dsh + x * dsw + c;
+        if (VEC == 8) {
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (src) v = *(const uint4 *)(src + f * ssf + y * ssh + x * ssw + c);
+            *(uint4 *)d = v;
+        } else {
+            *d = src ? src[f * ssf + y * ssh + x * ssw + c] : __float2bfloat16_rn(0.f);
+        }
+    }
+}
+
+static int vec8_ok(const w22_view *v) {
+    return v->c % 8 == 0 && (uintptr_t)v->ptr % 16 == 0 && v->sf % 8 == 0 && v->sh % 8 == 0 && v->sw % 8 == 0;
+}
+
+static unsigned grid_for(long total, int threads) {
+    long b = (total + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : b > 65536L * 16 ? 65536L * 16 : b); /* grid-stride loops cover the rest */
+}
+
+static w22_status copy_or_zero(w22_cuda *c, w22_view dst, const w22_view *src) {
+    if (dst.es != 2 || (src && src->es != 2))
+        return w22_fail(W22_ERR_BAD_SHAPE, "cuda %s: element size %d, expected 2", src ? "copy" : "zero", dst.es);
+    if (src && (src->f != dst.f || src->h != dst.h || src->w != dst.w || src->c != dst.c))
+        return w22_fail(W22_ERR_BAD_SHAPE, "cuda copy: dst (%d,%d,%d,%d) and src (%d,%d,%d,%d) differ", dst.f, dst.h,
+                        dst.w, dst.c, src->f, src->h, src->w, src->c);
+    CU_ENTER(c);
+    W22_TRY(w22_cuda_check_view(c, &dst, 0, src ? "copy dst" : "zero"));
+    if (src) W22_TRY(w22_cuda_check_view(c, src, 0, "copy src"));
+    const long elems = (long)dst.f * dst.h * dst.w * dst.c;
+    if (elems <= 0) return W22_OK;
+    const int vec = vec8_ok(&dst) && (!src || vec8_ok(src));
+    const bf16 *sp = src ? (const bf16 *)src->ptr : NULL;
+    const long ssf = src ? src->sf : 0, ssh = src ? src->sh : 0, ssw = src ? src->sw : 0;
+    if (vec)
+        copy_kernel<8><<<grid_for(elems / 8, 256), 256, 0, c->stream>>>((bf16 *)dst.ptr, dst.sf, dst.sh, dst.sw, sp,
+                                                                        ssf, ssh, ssw, dst.f, dst.h, dst.w, dst.c);
+    else
+        copy_kernel<1><<<grid_for(elems, 256), 256, 0, c->stream>>>((bf16 *)dst.ptr, dst.sf, dst.sh, dst.sw, sp, ssf,
+                                                                    ssh, ssw, dst.f, dst.h, dst.w, dst.c);
+    CU_LAUNCHED(c, src ? "copy" : "zero");
+    return W22_OK;
+}
+
+w22_status w22_cuda_zero(w22_backend *b, w22_view v) { return copy_or_zero(cuda_of(b), v, NULL); }
+w22_status w22_cuda_copy(w22_backend *b, w22_view dst, w22_view src) { return copy_or_zero(cuda_of(b), dst, &src); }
+
+/* out(f, y, x, c) = z[c][t0 + f][y0 + y][x]; one thread per output element, channels fastest (writes coalesce;
+ * the latents are small). */
+template <typename T>
+__global__ void latents_kernel(const T *z, int C, int Tz, int Hz, int Wz, int t0, int y0, bf16 *out, long osf,
+                               long osh, long osw, int F, int H, int W) {
+    const long total = (long)F * H * W * C;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        const int c = (int)(i % C);
+        long p = i / C;
+        const int x = (int)(p % W);
+        p /= W;
+        const int y = (int)(p % H), f = (int)(p / H);
+        const T v = z[(((long)c * Tz + t0 + f) * Hz + y0 + y) * Wz + x];
+        out[f * osf + y * osh + x * osw + c] = __float2bfloat16_rn((float)v);
+    }
+}
+
+w22_status w22_cuda_latents_in(w22_backend *b, const void *z, w22_dtype zt, int C, int T, int H, int W, int t0,
+                               int y0, w22_view out) {
+    w22_cuda *c = cuda_of(b);
+    if (zt != W22_DTYPE_F32 && zt != W22_DTYPE_BF16)
+        return w22_fail(W22_ERR_BAD_DTYPE, "cuda latents_in: dtype %s, expected F32 or BF16", w22_dtype_name(zt));
+    if (out.es != 2 || out.c != C || out.w != W || t0 < 0 || y0 < 0 || t0 + out.f > T || y0 + out.h > H)
+        return w22_fail(W22_ERR_BAD_SHAPE,
+                        "cuda latents_in: out (%d,%d,%d,%d) at t0 %d y0 %d does not fit z [%d][%d][%d][%d]", out.f,
+                        out.h, out.w, out.c, t0, y0, C, T, H, W);
+    CU_ENTER(c);
+    W22_TRY(w22_cuda_check_view(c, &out, 0, "latents_in out"));
+    const long total = (long)out.f * out.h * out.w * C;
+    if (total <= 0) return W22_OK;
+    if (zt == W22_DTYPE_F32)
+        latents_kernel<float><<<grid_for(total, 256), 256, 0, c->stream>>>(
+            (const float *)z, C, T, H, W, t0, y0, (bf16 *)out.ptr, out.sf, out.sh, out.sw, out.f, out.h, out.w);
+    else
+        latents_kernel<bf16><<<grid_for(total, 256), 256, 0, c->stream>>>(
+            (const bf16 *)z, C, T, H, W, t0, y0, (bf16 *)out.ptr, out.sf, out.sh, out.sw, out.f, out.h, out.w);
+    CU_LAUNCHED(c, "latents_in");
+    return W22_OK;
+}
+
+/* dst(c, f, p*y + p2, p*x + p1) = clamp(in(f, y, x, c*p*p + p1*p + p2)); one thread per video element, columns
+ * fastest (video writes coalesce). The clamp keeps NaN (as torch.clamp does). */
+template <typename T>
+__global__ void unpatchify_kernel(const bf16 *in, long isf, long ish, long isw, int F, int h, int w, int nc, int p,
+                                  T *dst, long dsc, long dsf, long dsy, long dsx) {
+    const int Hv = p * h, Wv = p * w;
+    const long total = (long)nc * F * Hv * Wv;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        const int X = (int)(i % Wv);
+        long q = i / Wv;
+        const int Y = (int)(q % Hv);
+        q /= Hv;
+        const int f = (int)(q % F), c = (int)(q / F);
+        const int y = Y / p, p2 = Y - y * p, x = X / p, p1 = X - x * p;
+        float v = __bfloat162float(in[f * isf + y * ish + x * isw + (c * p + p1) * p + p2]);
+        v = v < -1.f ? -1.f : (v > 1.f ? 1.f : v);
+        T *d = dst + c * dsc + f * dsf + Y * dsy + X * dsx;
+        if (sizeof(T) == 4)
+            *(float *)d = v;
+        else
+            *(bf16 *)d = __float2bfloat16_rn(v);
+    }
+}
+
+w22_status w22_cuda_unpatchify(w22_backend *b, w22_view in, int p, w22_video_dst dst) {
+    w22_cuda *c = cuda_of(b);
+    if (p < 1 || in.es != 2 || in.c % (p * p))
+        return w22_fail(W22_ERR_BAD_SHAPE, "cuda unpatchify: %d channels, p %d: channels must be a multiple of p*p", in.c, p);
+    if (dst.dtype != W22_DTYPE_F32 && dst.dtype != W22_DTYPE_BF16)
+        return w22_fail(W22_ERR_BAD_DTYPE, "cuda unpatchify: dtype %s, expected F32 or BF16", w22_dtype_name(dst.dtype));
+    CU_ENTER(c);
+    W22_TRY(w22_cuda_check_view(c, &in, 0, "unpatchify in"));
+    const int nc = in.c / (p * p);
+    const long total = (long)nc * in.f * p * in.h * p * in.w;
+    if (total <= 0) return W22_OK;
+    if (dst.dtype == W22_DTYPE_F32)
+        unpatchify_kernel<float><<<grid_for(total, 256), 256, 0, c->stream>>>(
+            (const bf16 *)in.ptr, in.sf, in.sh, in.sw, in.f, in.h, in.w, nc, p, (float *)dst.ptr, dst.sc, dst.sf,
+            dst.sy, dst.sx);
+    else
+        unpatchify_kernel<bf16><<<grid_for(total, 256), 256, 0, c->stream>>>(
+            (const bf16 *)in.ptr, in.sf, in.sh, in.sw, in.f, in.h, in.w, nc, p, (bf16 *)dst.ptr, dst.sc, dst.sf,
+            dst.sy, dst.sx);
+    CU_LAUNCHED(c, "unpatchify");
+    return W22_OK;
+}

@@ -1,0 +1,262 @@
+/* The public decoder: opens a backend, uploads the weights in its layout, checks the inputs, runs the plan, and
+ * hands the video over (into a host buffer, frame by frame to a callback, or into device memory). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common.h"
+#include "plan/plan.h"
+#include "weights/weights.h"
+
+void w22_decoder_params_init(w22_decoder_params *p) {
+    memset(p, 0, sizeof *p);
+    p->device = W22_DEVICE_CPU;
+}
+
+void w22_decoder_free(w22_decoder *d) {
+    if (!d) return;
+    if (d->backend) {
+        w22_plan_release(d);
+        for (int i = 0; i < W22_MAX_WEIGHTS; i++)
+            if (d->wt[i]) d->backend->ops->weight_free(d->backend, d->wt[i]);
+        d->backend->ops->destroy(d->backend);
+    }
+    free(d);
+}
+
+w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w22_decoder **out) {
+    if (!w || !out) return w22_fail(W22_ERR_INVALID_ARG, "w22_decoder_open: weights and out must not be NULL");
+    *out = NULL;
+    w22_decoder_params defaults;
+    if (!p) {
+        w22_decoder_params_init(&defaults);
+        p = &defaults;
+    }
+    if (p->frames_per_pass < 0 || p->frames_per_pass > 1024)
+        return w22_fail(W22_ERR_INVALID_ARG, "frames_per_pass %d, expected 0 (default) or 1..1024", p->frames_per_pass);
+    if (p->device != W22_DEVICE_CPU && p->device != W22_DEVICE_CUDA)
+        return w22_fail(W22_ERR_INVALID_ARG, "device %d, expected W22_DEVICE_CPU or W22_DEVICE_CUDA", p->device);
+    w22_decoder *d = calloc(1, sizeof *d);
+    if (!d) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a decoder");
+    d->model = w->model;
+    d->params = *p;
+    d->comm = p->comm;
+    d->rank = p->comm ? p->comm->rank : 0;
+    d->world = p->comm ? p->comm->world : 1;
+    d->on_all_ranks = p->video_on_all_ranks;
+    d->frames_per_pass = p->frames_per_pass ? p->frames_per_pass : (p->device == W22_DEVICE_CUDA ? 4 : 2);
+    w22_status s = p->device == W22_DEVICE_CUDA ? w22_backend_cuda_create(p->cuda_device, &d->backend)
+                                                : w22_backend_cpu_create(p->threads, &d->backend);
+    if (s != W22_OK) {
+        free(d);
+        return s;
+    }
+    /* Weights: float32 on the host, then the backend's own layout and type. */
+    size_t maxn = 0;
+    for (int i = 0; i < d->model.nweights; i++)
+        if ((size_t)d->model.weights[i].numel > maxn) maxn = d->model.weights[i].numel;
+    float *tmp = w22_malloc(maxn * sizeof(float), "a weight in float32");
+    if (!tmp) {
+        w22_decoder_free(d);
+        return W22_ERR_OUT_OF_MEMORY;
+    }
+    for (int i = 0; i < d->model.nweights && s == W22_OK; i++) {
+        const w22_weight_desc *wd = &d->model.weights[i];
+        w22_weights_get_f32(w, i, tmp);
+        w22_weight_kind kind = (wd->is_gamma || wd->ndim == 1) ? W22_WK_VECTOR : W22_WK_CONV;
+        int64_t shape[5] = {wd->is_gamma ? wd->shape[0] : wd->shape[0], wd->shape[1], wd->shape[2], wd->shape[3],
+                            wd->shape[4]};
+        s = d->backend->ops->weight_upload(d->backend, kind, tmp, shape, kind == W22_WK_VECTOR ? 1 : wd->ndim,
+                                           &d->wt[i]);
+        if (s == W22_OK) d->weight_bytes += d->backend->ops->weight_bytes(d->wt[i]);
+        else w22_fail_context(s, "uploading %s: ", wd->name);
+    }
+    free(tmp);
+    if (s != W22_OK) {
+        w22_decoder_free(d);
+        return s;
+    }
+    *out = d;
+    return W22_OK;
+}
+
+size_t w22_decoder_device_bytes(const w22_decoder *d) {
+    if (!d || d->params.device != W22_DEVICE_CUDA) return 0;
+    return w22_backend_cuda_bytes(d->backend, NULL);
+}
+
+/* ---- inputs ---- */
+static w22_status check_shape(w22_decoder *d, int T, int h, int w) {
+    if (T < 1 || h < 1 || w < 1 || T > 100000 || h > 4096 || w > 4096)
+        return w22_fail(W22_ERR_BAD_SHAPE, "latents [1, %d, %d, %d, %d]: T, h and w must be positive (T <= 100000, "
+                        "h, w <= 4096)", d->model.cfg.z_dim, T, h, w);
+    if (h < d->world)
+        return w22_fail(W22_ERR_BAD_SHAPE, "latent height %d is smaller than the %d ranks (each needs a row)", h,
+                        d->world);
+    return W22_OK;
+}
+
+static w22_status check_finite(const void *z, w22_dtype t, size_t n) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        if (t == W22_DTYPE_F32) v = ((const float *)z)[i];
+        else if (t == W22_DTYPE_BF16) v = w22_bf16_to_f32(((const uint16_t *)z)[i]);
+        else v = w22_f16_to_f32(((const uint16_t *)z)[i]);
+        if (!isfinite(v) && bad++ == 0) first = i;
+    }
+    if (bad)
+        return w22_fail(W22_ERR_NONFINITE, "the latents hold %zu NaN or Inf values (the first at flat index %zu)",
+                        bad, first);
+    return W22_OK;
+}
+
+/* Every rank learns whether every rank is ready; a rank that is not says why on its own. */
+static w22_status agree(w22_decoder *d, w22_status mine) {
+    if (!d->comm || d->world == 1) return mine;
+    int ok = mine == W22_OK;
+    w22_status s = d->comm->ops->agree(d->comm, &ok);
+    if (s != W22_OK) return s;
+    if (mine != W22_OK) return mine;
+    return ok ? W22_OK : w22_fail(W22_ERR_COMM, "another rank could not start this decode (see its error)");
+}
+
+/* ---- delivery ---- */
+typedef struct {
+    void *video;         /* host NCDHW, or NULL */
+    w22_dtype vt;
+    w22_frames_fn fn;
+    void *user;
+    float *frames;       /* [3][chunk][H][W] for fn */
+    void *host_staging;
+    void *video_dev;     /* device NCDHW bf16 */
+} sink;
+
+/* The staging is [H][m][3][W] in backend memory (es bytes each). */
+static int deliver_host(w22_decoder *d, const void *staging, int m) {
+    sink *k = d->deliver_user;
+    const int H = d->video_h, W = d->video_w, F = d->video_frames, f0 = d->first_out_frame;
+    const size_t es = d->backend->ops->elem_size, n = (size_t)H * m * 3 * W;
+    if (d->backend->ops->to_host(d->backend, k->host_staging, staging, n * es) != W22_OK) return 1;
+    for (int y = 0; y < H; y++)
+        for (int f = 0; f < m; f++)
+            for (int c = 0; c < 3; c++) {
+                size_t src = (((size_t)y * m + f) * 3 + c) * W;
+                for (int x = 0; x < W; x++) {
+                    float v = es == 4 ? ((const float *)k->host_staging)[src + x]
+                                      : w22_bf16_to_f32(((const uint16_t *)k->host_staging)[src + x]);
+                    if (k->video) {
+                        size_t o = (((size_t)c * F + f0 + f) * H + y) * W + x;
+                        if (k->vt == W22_DTYPE_F32) ((float *)k->video)[o] = v;
+                        else if (k->vt == W22_DTYPE_BF16) ((uint16_t *)k->video)[o] = w22_f32_to_bf16(v);
+                        else ((uint16_t *)k->video)[o] = w22_f32_to_f16(v);
+                    } else {
+                        k->frames[(((size_t)c * m + f) * H + y) * W + x] = v;
+                    }
+                }
+            }
+    if (k->fn) return k->fn(k->user, k->frames, f0, m, H, W);
+    return 0;
+}
+
+static int deliver_device(w22_decoder *d, const void *staging, int m) {
+    sink *k = d->deliver_user;
+    const int H = d->video_h, W = d->video_w, F = d->video_frames, f0 = d->first_out_frame;
+    w22_backend *b = d->backend;
+    for (int c = 0; c < 3; c++) {
+        w22_view src = {(char *)staging + (size_t)c * W * 2, m, H, W, 1, 3L * W, (long)m * 3 * W, 1, 2};
+        w22_view dst = {(char *)k->video_dev + (((size_t)c * F + f0) * H) * W * 2, m, H, W, 1, (long)H * W, W, 1, 2};
+        if (b->ops->copy(b, dst, src) != W22_OK) return 1;
+    }
+    return 0;
+}
+
+static w22_status run(w22_decoder *d, const void *z_backend, w22_dtype zt, int T, int h, int w) {
+    w22_status s = w22_plan_prepare(d, h, w);
+    s = agree(d, s);
+    if (s != W22_OK) return s;
+    d->z = z_backend;
+    d->zt = zt;
+    d->T = T;
+    w22_video_shape(&d->model.cfg, T, h, w, &d->video_frames, &d->video_h, &d->video_w);
+    s = w22_plan_run(d);
+    if (s != W22_OK && d->comm && d->world > 1) d->comm->ops->abort(d->comm, w22_last_error());
+    return s;
+}
+
+static w22_status decode_host(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, sink *k) {
+    if (!d || !z) return w22_fail(W22_ERR_INVALID_ARG, "w22_decode: decoder and latents must not be NULL");
+    if (zt != W22_DTYPE_F32 && zt != W22_DTYPE_BF16 && zt != W22_DTYPE_F16)
+        return w22_fail(W22_ERR_BAD_DTYPE, "latents dtype %d, expected F32, BF16 or F16", zt);
+    w22_status s = check_shape(d, T, h, w);
+    const size_t n = (size_t)d->model.cfg.z_dim * T * h * w;
+    if (s == W22_OK) s = check_finite(z, zt, n);
+    s = agree(d, s);
+    if (s != W22_OK) return s;
+    w22_backend *b = d->backend;
+    /* The latents in backend memory, as F32 or BF16 (F16 becomes F32 on the way). */
+    const void *zb = z;
+    void *zconv = NULL;
+    if (zt == W22_DTYPE_F16) {
+        zconv = w22_malloc(n * 4, "the latents in float32");
+        if (!zconv) return W22_ERR_OUT_OF_MEMORY;
+        w22_to_f32(z, zt, n, zconv);
+        zb = zconv;
+        zt = W22_DTYPE_F32;
+    }
+    void *zdev = NULL;
+    if (d->params.device == W22_DEVICE_CUDA) {
+        s = b->ops->alloc(b, n * w22_dtype_size(zt), &zdev);
+        if (s == W22_OK) s = b->ops->from_host(b, zdev, zb, n * w22_dtype_size(zt));
+        zb = zdev;
+    }
+    int H = h * 8 * d->model.cfg.patch_size, W = w * 8 * d->model.cfg.patch_size;
+    if (s == W22_OK) s = w22_plan_prepare(d, h, w); /* the workspace first: it fixes the frames per delivery */
+    size_t chunk = (size_t)H * W * 3 * d->stages[W22_STAGES - 1].chunk;
+    if (s == W22_OK) {
+        k->host_staging = w22_malloc(chunk * 4, "the video staging");
+        if (k->fn) k->frames = w22_malloc(chunk * 4, "video frames");
+        if (!k->host_staging || (k->fn && !k->frames)) s = W22_ERR_OUT_OF_MEMORY;
+    }
+    d->deliver = deliver_host;
+    d->deliver_user = k;
+    if (s == W22_OK) s = run(d, zb, zt, T, h, w);
+    if (zdev) b->ops->free(b, zdev);
+    free(zconv);
+    free(k->host_staging);
+    free(k->frames);
+    return s;
+}
+
+w22_status w22_decode(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, void *video, w22_dtype vt) {
+    if (d && !video && (d->rank == 0 || d->on_all_ranks))
+        return w22_fail(W22_ERR_INVALID_ARG, "w22_decode: video must not be NULL on rank %d", d->rank);
+    if (vt != W22_DTYPE_F32 && vt != W22_DTYPE_BF16 && vt != W22_DTYPE_F16)
+        return w22_fail(W22_ERR_BAD_DTYPE, "video dtype %d, expected F32, BF16 or F16", vt);
+    sink k = {.video = video, .vt = vt};
+    return decode_host(d, z, zt, T, h, w, &k);
+}
+
+w22_status w22_decode_frames(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, w22_frames_fn fn,
+                             void *user) {
+    if (!fn) return w22_fail(W22_ERR_INVALID_ARG, "w22_decode_frames: the frames callback must not be NULL");
+    sink k = {.fn = fn, .user = user};
+    return decode_host(d, z, zt, T, h, w, &k);
+}
+
+w22_status w22_decode_device(w22_decoder *d, const void *z_dev, int T, int h, int w, void *video_dev,
+                             void *cuda_stream) {
+    if (!d || !z_dev) return w22_fail(W22_ERR_INVALID_ARG, "w22_decode_device: decoder and latents must not be NULL");
+    if (d->params.device != W22_DEVICE_CUDA)
+        return w22_fail(W22_ERR_UNSUPPORTED, "w22_decode_device needs a CUDA decoder (this one runs on the CPU)");
+    if (!video_dev && (d->rank == 0 || d->on_all_ranks))
+        return w22_fail(W22_ERR_INVALID_ARG, "w22_decode_device: video must not be NULL on rank %d", d->rank);
+    w22_status s = agree(d, check_shape(d, T, h, w));
+    if (s != W22_OK) return s;
+    w22_backend_cuda_set_stream(d->backend, cuda_stream);
+    sink k = {.video_dev = video_dev};
+    d->deliver = deliver_device;
+    d->deliver_user = &k;
+    s = run(d, z_dev, W22_DTYPE_BF16, T, h, w);
+    w22_backend_cuda_set_stream(d->backend, NULL);
+    return s;
+}

@@ -1,0 +1,171 @@
+/* Latents in and out: loading from .safetensors or .npy with their shape and dtype checked, saving (for `wan22vae
+ * synth latents` and the tests), and the NaN/Inf check that the decoder shares. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common.h"
+#include "io/io.h"
+#include "io/outfile.h"
+#include "weights/safetensors.h"
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
+
+static void shape_str(int ndim, const int64_t *shape, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && n < cap; i++) n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "",
+                                                                     (long long)shape[i]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+w22_status w22_check_finite(const void *x, w22_dtype t, int ndim, const int64_t *shape, const char *what) {
+    size_t n = 1, count = 0, first = 0;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    int first_kind = 0; /* 1 NaN, 2 +Inf, 3 -Inf */
+    for (size_t i = 0; i < n; i++) {
+        int kind = 0;
+        if (t == W22_DTYPE_F32) {
+            uint32_t u;
+            memcpy(&u, (const char *)x + 4 * i, 4);
+            if ((u & 0x7f800000u) == 0x7f800000u) kind = (u & 0x7fffffu) ? 1 : (u >> 31) ? 3 : 2;
+        } else {
+            uint16_t h = ((const uint16_t *)x)[i];
+            uint16_t em = t == W22_DTYPE_BF16 ? 0x7f80 : 0x7c00, mm = t == W22_DTYPE_BF16 ? 0x7f : 0x3ff;
+            if ((h & em) == em) kind = (h & mm) ? 1 : (h >> 15) ? 3 : 2;
+        }
+        if (kind) {
+            if (!count++) first = i, first_kind = kind;
+        }
+    }
+    if (!count) return W22_OK;
+    char idx[256], shp[256];
+    int64_t coord[W22_NPY_MAX_DIMS];
+    size_t rest = first;
+    for (int i = ndim - 1; i >= 0; i--) {
+        coord[i] = shape[i] ? (int64_t)(rest % (size_t)shape[i]) : 0;
+        rest = shape[i] ? rest / (size_t)shape[i] : 0;
+    }
+    shape_str(ndim, coord, idx, sizeof idx);
+    shape_str(ndim, shape, shp, sizeof shp);
+    return w22_fail(W22_ERR_NONFINITE, "%s: expected finite values, found %zu NaN/Inf of %zu; the first is %s at "
+                    "index %zu %s of shape %s", what, count, n,
+                    first_kind == 1 ? "NaN" : first_kind == 2 ? "+Inf" : "-Inf", first, idx, shp);
+}
+
+/* [1, C, T, h, w] or [C, T, h, w] -> C, T, h, w, with every size positive and in int range. */
+static w22_status latent_dims(const char *path, const char *src, int ndim, const int64_t *shape, int *zdim, int *T,
+                              int *h, int *w) {
+    char s[256];
+    shape_str(ndim, shape, s, sizeof s);
+    int off = ndim == 5 ? 1 : 0;
+    if ((ndim != 5 && ndim != 4) || (ndim == 5 && shape[0] != 1))
+        return w22_fail(W22_ERR_BAD_SHAPE, "%s: %s: expected latents of shape [1, C, T, h, w] or [C, T, h, w], "
+                        "found %s", path, src, s);
+    for (int i = off; i < ndim; i++)
+        if (shape[i] < 1 || shape[i] > (1 << 24))
+            return w22_fail(W22_ERR_BAD_SHAPE, "%s: %s: expected every size of [1, C, T, h, w] in 1..%d, found %s",
+                            path, src, 1 << 24, s);
+    *zdim = (int)shape[off];
+    *T = (int)shape[off + 1];
+    *h = (int)shape[off + 2];
+    *w = (int)shape[off + 3];
+    return W22_OK;
+}
+
+static w22_status load_safetensors(const char *path, float **z, int *T, int *h, int *w, int *zdim) {
+    w22_st_file f;
+    w22_status s = w22_st_open(path, &f);
+    if (s != W22_OK) return s;
+    const w22_st_tensor *t = w22_st_find(&f, "latents");
+    if (!t && f.ntensors == 1) t = &f.tensors[0];
+    if (!t) {
+        char names[256] = "";
+        size_t n = 0;
+        for (int i = 0; i < f.ntensors && i < 4 && n < sizeof names; i++)
+            n += (size_t)snprintf(names + n, sizeof names - n, "%s'%s'", i ? ", " : "", f.tensors[i].name);
+        s = w22_fail(W22_ERR_MISSING_TENSOR, "%s: expected a tensor named 'latents' or a single tensor, found %d "
+                     "tensors (%s%s)", path, f.ntensors, names, f.ntensors > 4 ? ", ..." : "");
+    }
+    char what[300];
+    if (s == W22_OK) {
+        snprintf(what, sizeof what, "tensor '%s'", t->name);
+        s = latent_dims(path, what, t->ndim, t->shape, zdim, T, h, w);
+    }
+    if (s == W22_OK) {
+        int64_t shape[5] = {1, *zdim, *T, *h, *w};
+        snprintf(what, sizeof what, "%s: latents", path);
+        s = w22_check_finite(t->data, t->dtype, 5, shape, what);
+    }
+    if (s == W22_OK && !(*z = w22_malloc((size_t)t->numel * 4, "latents"))) s = W22_ERR_OUT_OF_MEMORY;
+    if (s == W22_OK) w22_to_f32(t->data, t->dtype, (size_t)t->numel, *z);
+    w22_st_close(&f);
+    return s;
+}
+
+w22_status w22_io_load_latents(const char *path, float **z, int *T, int *h, int *w, int *zdim) {
+    *z = NULL;
+    if (!path) return w22_fail(W22_ERR_INVALID_ARG, "latents: expected a path, found NULL");
+    if (ends_with(path, ".safetensors")) return load_safetensors(path, z, T, h, w, zdim);
+    if (!ends_with(path, ".npy"))
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: expected latents in a .safetensors or .npy file, found another "
+                        "extension", path);
+    float *x;
+    int ndim;
+    int64_t shape[W22_NPY_MAX_DIMS];
+    W22_TRY(w22_npy_read(path, 0, &x, &ndim, shape));
+    w22_status s = latent_dims(path, "array", ndim, shape, zdim, T, h, w);
+    if (s == W22_OK) {
+        int64_t s5[5] = {1, *zdim, *T, *h, *w};
+        char what[300];
+        snprintf(what, sizeof what, "%s: latents", path);
+        s = w22_check_finite(x, W22_DTYPE_F32, 5, s5, what);
+    }
+    if (s != W22_OK) {
+        free(x);
+        return s;
+    }
+    *z = x;
+    return W22_OK;
+}
+
+size_t w22_st_header_f32(const char *name, int ndim, const int64_t *shape, char *buf, size_t cap) {
+    char json[1024], dims[400] = "";
+    size_t n = 0;
+    uint64_t bytes = 4;
+    if (ndim < 0 || ndim > 8) return 0;
+    for (int i = 0; i < ndim; i++) {
+        n += (size_t)snprintf(dims + n, sizeof dims - n, "%s%lld", i ? "," : "", (long long)shape[i]);
+        bytes *= (uint64_t)shape[i];
+    }
+    int j = snprintf(json, sizeof json, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[0,%llu]}}",
+                     name, dims, (unsigned long long)bytes);
+    if (j < 0 || (size_t)j >= sizeof json) return 0;
+    size_t jlen = ((size_t)j + 7) / 8 * 8; /* the data starts 8-aligned, as the safetensors writer does */
+    if (8 + jlen > cap) return 0;
+    for (int i = 0; i < 8; i++) buf[i] = (char)((jlen >> (8 * i)) & 0xff);
+    memcpy(buf + 8, json, (size_t)j);
+    memset(buf + 8 + j, ' ', jlen - (size_t)j);
+    return 8 + jlen;
+}
+
+w22_status w22_io_save_latents(const char *path, const float *z, int zdim, int T, int h, int w, int overwrite) {
+    int64_t shape[5] = {1, zdim, T, h, w};
+    if (!path || !z || zdim < 1 || T < 1 || h < 1 || w < 1)
+        return w22_fail(W22_ERR_INVALID_ARG, "saving latents: expected a path, data and positive sizes, found "
+                        "zdim %d, T %d, h %d, w %d", zdim, T, h, w);
+    if (ends_with(path, ".npy")) return w22_npy_write(path, z, 5, shape, overwrite);
+    if (!ends_with(path, ".safetensors"))
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: expected a .safetensors or .npy path for latents", path);
+    char header[1024];
+    size_t hlen = w22_st_header_f32("latents", 5, shape, header, sizeof header);
+    w22_outfile o;
+    W22_TRY(w22_outfile_create(&o, path, 0, overwrite));
+    w22_status s = w22_outfile_pwrite(&o, header, hlen, 0);
+    if (s == W22_OK) s = w22_outfile_pwrite(&o, z, (size_t)zdim * T * h * w * 4, hlen);
+    if (s == W22_OK) return w22_outfile_commit(&o);
+    w22_outfile_discard(&o);
+    return s;
+}

@@ -1,0 +1,221 @@
+/* Temporary outputs committed by a rename (outfile.h), and the up-front check of an output path. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "common.h"
+#include "io/io.h"
+#include "io/outfile.h"
+
+/* path without trailing slashes (a directory output may be given as "frames/"). */
+static w22_status strip_path(const char *path, char *out, size_t cap) {
+    if (!path || !*path) return w22_fail(W22_ERR_INVALID_ARG, "output path: expected a path, found an empty one");
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    if (n >= cap) return w22_fail(W22_ERR_INVALID_ARG, "output path: at most %zu characters, found %zu", cap - 1, n);
+    memcpy(out, path, n);
+    out[n] = 0;
+    if (strcmp(out, "/") == 0 || strcmp(out, ".") == 0 || strcmp(out, "..") == 0)
+        return w22_fail(W22_ERR_INVALID_ARG, "output path '%s': expected a new file or directory name", path);
+    return W22_OK;
+}
+
+static void parent_of(const char *path, char *dir, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, cap, ".");
+    else if (slash == path) snprintf(dir, cap, "/");
+    else snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+static w22_status check_parent(const char *path) {
+    char dir[PATH_MAX];
+    struct stat st;
+    parent_of(path, dir, sizeof dir);
+    if (stat(dir, &st) != 0)
+        return w22_fail(W22_ERR_IO, "%s: the output's directory '%s' does not exist (%s)", path, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return w22_fail(W22_ERR_IO, "%s: expected '%s' to be a directory, found a file", path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return w22_fail(W22_ERR_IO, "%s: the output's directory '%s' is not writable (%s)", path, dir, strerror(errno));
+    return W22_OK;
+}
+
+int w22_dir_only_frames(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int ok = 1;
+    struct dirent *e;
+    while (ok && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        unsigned idx;
+        char tail[8];
+        ok = sscanf(e->d_name, "frame_%u.%7s", &idx, tail) == 2 && !strcmp(tail, "png");
+    }
+    closedir(d);
+    return ok;
+}
+
+/* Existing destination, when it may not be replaced: W22_ERR_EXISTS, or a kind mismatch. */
+static w22_status check_existing(const char *path, int is_dir, int overwrite) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return W22_OK;
+    if (!overwrite)
+        return w22_fail(W22_ERR_EXISTS, "%s: expected a new output, found an existing %s; not replacing it without "
+                        "overwrite", path, S_ISDIR(st.st_mode) ? "directory" : "file");
+    if (is_dir) {
+        if (!S_ISDIR(st.st_mode))
+            return w22_fail(W22_ERR_EXISTS, "%s: expected a directory of frame PNGs to replace, found a file", path);
+        if (!w22_dir_only_frames(path))
+            return w22_fail(W22_ERR_EXISTS, "%s: the existing directory holds files other than frame_NNNNN.png; "
+                            "not replacing it", path);
+    } else if (S_ISDIR(st.st_mode)) {
+        return w22_fail(W22_ERR_EXISTS, "%s: expected a file to replace, found a directory", path);
+    }
+    return W22_OK;
+}
+
+w22_status w22_output_check(const char *path, int is_dir, int overwrite) {
+    char p[PATH_MAX];
+    W22_TRY(strip_path(path, p, sizeof p));
+    W22_TRY(check_parent(p));
+    return check_existing(p, is_dir, overwrite);
+}
+
+w22_status w22_outfile_create(w22_outfile *o, const char *path, int is_dir, int overwrite) {
+    memset(o, 0, sizeof *o);
+    o->fd = -1;
+    o->is_dir = is_dir;
+    o->overwrite = overwrite;
+    W22_TRY(strip_path(path, o->path, sizeof o->path));
+    W22_TRY(check_parent(o->path));
+    W22_TRY(check_existing(o->path, is_dir, overwrite));
+    if ((size_t)snprintf(o->tmp, sizeof o->tmp, "%s.tmp-XXXXXX", o->path) >= sizeof o->tmp)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: the path is too long for a temporary name", o->path);
+    if (is_dir) {
+        if (!mkdtemp(o->tmp))
+            return w22_fail(W22_ERR_IO, "%s: cannot create the temporary directory %s: %s", o->path, o->tmp,
+                            strerror(errno));
+        chmod(o->tmp, 0755); /* mkdtemp makes it 0700; the output should read like any new directory */
+    } else {
+        o->fd = mkostemp(o->tmp, O_CLOEXEC);
+        if (o->fd < 0)
+            return w22_fail(W22_ERR_IO, "%s: cannot create the temporary file %s: %s", o->path, o->tmp,
+                            strerror(errno));
+        fchmod(o->fd, 0644); /* mkostemp makes it 0600 */
+    }
+    o->live = 1;
+    return W22_OK;
+}
+
+w22_status w22_outfile_pwrite(w22_outfile *o, const void *buf, size_t n, uint64_t off) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t k = pwrite(o->fd, p, n, (off_t)off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return w22_fail(W22_ERR_IO, "%s: writing %zu bytes at offset %llu of %s failed: %s", o->path, n,
+                            (unsigned long long)off, o->tmp, k < 0 ? strerror(errno) : "no progress");
+        p += k;
+        n -= (size_t)k;
+        off += (uint64_t)k;
+    }
+    return W22_OK;
+}
+
+static void remove_dir_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        char f[PATH_MAX + 256];
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(f, sizeof f, "%s/%s", dir, e->d_name);
+            unlink(f);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+void w22_outfile_discard(w22_outfile *o) {
+    if (o->fd >= 0) close(o->fd);
+    o->fd = -1;
+    if (o->live) {
+        if (o->is_dir) remove_dir_files(o->tmp);
+        else unlink(o->tmp);
+    }
+    o->live = 0;
+}
+
+/* rename without replacing: renameat2(RENAME_NOREPLACE) where the file system has it, else link + unlink for a
+ * file (also atomic), else a check then rename (a window, but only on file systems with neither). */
+static int rename_noreplace(const char *from, const char *to, int is_dir) {
+#ifdef RENAME_NOREPLACE
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return -1;
+#endif
+    if (!is_dir) {
+        if (link(from, to) == 0) return unlink(from), 0;
+        if (errno == EEXIST) return -1;
+    }
+    struct stat st;
+    if (lstat(to, &st) == 0) return errno = EEXIST, -1;
+    return rename(from, to);
+}
+
+/* Replaces an existing directory of frame PNGs: the old one moves aside, the new one in, then the old one goes. */
+static w22_status replace_dir(w22_outfile *o) {
+    char old[PATH_MAX + 16];
+    snprintf(old, sizeof old, "%s.old-XXXXXX", o->path);
+    if (!mkdtemp(old)) return w22_fail(W22_ERR_IO, "%s: cannot make room to replace it: %s", o->path, strerror(errno));
+    if (rename(o->path, old) != 0) {
+        int e = errno;
+        rmdir(old);
+        return w22_fail(W22_ERR_IO, "%s: cannot move the existing directory aside: %s", o->path, strerror(e));
+    }
+    if (rename(o->tmp, o->path) != 0) {
+        int e = errno;
+        rename(old, o->path);
+        return w22_fail(W22_ERR_IO, "%s: cannot rename %s to it: %s", o->path, o->tmp, strerror(e));
+    }
+    remove_dir_files(old);
+    return W22_OK;
+}
+
+w22_status w22_outfile_commit(w22_outfile *o) {
+    w22_status s = W22_OK;
+    if (o->fd >= 0) {
+        if (fsync(o->fd) != 0 && errno != EINVAL)
+            s = w22_fail(W22_ERR_IO, "%s: flushing %s failed: %s", o->path, o->tmp, strerror(errno));
+        if (close(o->fd) != 0 && s == W22_OK)
+            s = w22_fail(W22_ERR_IO, "%s: closing %s failed: %s", o->path, o->tmp, strerror(errno));
+        o->fd = -1;
+    }
+    if (s == W22_OK) {
+        struct stat st;
+        int exists = lstat(o->path, &st) == 0;
+        if (o->overwrite && o->is_dir && exists) {
+            s = check_existing(o->path, 1, 1);
+            if (s == W22_OK) s = replace_dir(o);
+        } else if (o->overwrite && exists) {
+            if (S_ISDIR(st.st_mode))
+                s = w22_fail(W22_ERR_EXISTS, "%s: expected a file to replace, found a directory", o->path);
+            else if (rename(o->tmp, o->path) != 0)
+                s = w22_fail(W22_ERR_IO, "%s: renaming %s to it failed: %s", o->path, o->tmp, strerror(errno));
+        } else if (rename_noreplace(o->tmp, o->path, o->is_dir) != 0) {
+            if (errno == EEXIST || errno == ENOTEMPTY)
+                s = w22_fail(W22_ERR_EXISTS, "%s: expected a new output, found one that appeared while writing; "
+                             "not replacing it", o->path);
+            else
+                s = w22_fail(W22_ERR_IO, "%s: renaming %s to it failed: %s", o->path, o->tmp, strerror(errno));
+        }
+    }
+    if (s == W22_OK) o->live = 0;
+    else w22_outfile_discard(o);
+    return s;
+}

@@ -1,0 +1,36 @@
+/* A temporary output next to its destination, committed by a rename: the one way every writer in src/io/ makes a
+ * file or a directory, so that a failed or stopped write leaves nothing behind and an existing output is never
+ * replaced unless asked for. */
+#ifndef W22_IO_OUTFILE_H
+#define W22_IO_OUTFILE_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "wan22vae.h"
+
+typedef struct {
+    char path[PATH_MAX]; /* the destination */
+    char tmp[PATH_MAX];  /* path + ".tmp-XXXXXX", in the same directory so that the rename is atomic */
+    int fd;              /* the temporary file, -1 for a directory or once closed */
+    int is_dir;
+    int overwrite;
+    int live;            /* the temporary exists and is ours to remove */
+} w22_outfile;
+
+/* Creates the temporary file (is_dir == 0, opened for writing) or directory. Fails at once when path exists and
+ * !overwrite (W22_ERR_EXISTS) or its directory does not exist (W22_ERR_IO). */
+w22_status w22_outfile_create(w22_outfile *o, const char *path, int is_dir, int overwrite);
+/* Writes all of buf at offset off of the temporary file (pwrite, retried until done). */
+w22_status w22_outfile_pwrite(w22_outfile *o, const void *buf, size_t n, uint64_t off);
+/* Closes the temporary file (fsync first) and renames it, or the directory, to the destination. On failure the
+ * temporary is removed. */
+w22_status w22_outfile_commit(w22_outfile *o);
+/* Removes the temporary file or directory (with the files in it) if still there. Safe to call twice. */
+void w22_outfile_discard(w22_outfile *o);
+
+/* Whether a directory holds nothing but frame PNGs ("frame_NNNNN.png"): the only kind of directory an overwrite
+ * may replace. */
+int w22_dir_only_frames(const char *dir);
+
+#endif

@@ -1,0 +1,20 @@
+/* Stand-ins for the CUDA backend in a build without CUDA (no nvcc): they say so instead of failing to link. */
+#ifndef W22_HAVE_CUDA
+#include "backend.h"
+#include "common.h"
+
+int w22_cuda_available(void) { return 0; }
+
+w22_status w22_backend_cuda_create(int device, w22_backend **out) {
+    (void)device;
+    *out = NULL;
+    return w22_fail(W22_ERR_UNSUPPORTED, "this build of wan22vae has no CUDA backend (built without nvcc)");
+}
+
+void w22_backend_cuda_set_stream(w22_backend *b, void *stream) { (void)b; (void)stream; }
+size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak) {
+    (void)b;
+    if (peak) *peak = 0;
+    return 0;
+}
+#endif

@@ -1,0 +1,313 @@
+/* Runs the plan: latents in, the four stages chunk by chunk, video frames out. Every op goes through the backend's
+ * op table and every exchange through src/dist, so the same code runs on the CPU, on a GPU, and on each rank. */
+#include <string.h>
+#include "common.h"
+#include "dist/exchange.h"
+#include "plan/plan.h"
+
+size_t w22_frames_bytes(int f, int h, int w, int c, int border, size_t es);
+void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total);
+
+/* A view of f frames (h x w x c) at ptr; with border, each frame has a one-pixel border and the view starts at
+ * its interior. */
+static w22_view mkview(void *ptr, int f, int h, int w, int c, int border, int es) {
+    const long sw = c, sh = (long)(w + 2 * border) * c, sf = (long)(h + 2 * border) * sh;
+    w22_view v = {(char *)ptr + (border * sh + border * sw) * es, f, h, w, c, sf, sh, sw, es};
+    return v;
+}
+
+/* Zeroes the border of every frame of a bordered view (scratch regions are shared, so borders are made anew). */
+static w22_status zero_border(w22_backend *b, w22_view v) {
+    w22_view top = w22_view_rows(v, -1, 1), bottom = w22_view_rows(v, v.h, 1);
+    top.ptr = w22_view_at(top, 0, 0, -1, 0);
+    top.w += 2;
+    bottom.ptr = w22_view_at(bottom, 0, 0, -1, 0);
+    bottom.w += 2;
+    w22_view left = v, right = v;
+    left.ptr = w22_view_at(v, 0, 0, -1, 0);
+    left.w = 1;
+    right.ptr = w22_view_at(v, 0, 0, v.w, 0);
+    right.w = 1;
+    W22_TRY(b->ops->zero(b, top));
+    W22_TRY(b->ops->zero(b, bottom));
+    W22_TRY(b->ops->zero(b, left));
+    return b->ops->zero(b, right);
+}
+
+typedef struct {
+    w22_decoder *d;
+    int s, H, W, m, first, es;
+    size_t off[8];
+    char *scratch;
+    w22_view x;        /* the stage's input frames of this chunk */
+    w22_view cur;      /* the activation now */
+    w22_view blockin;  /* the up block's input (DupUp source) */
+    int nout;          /* frames handed to the next stage */
+} chunk_ctx;
+
+/* The history buffer of a conv with kt = 3 over this chunk: 2 + m frames, bordered when ks = 3. */
+static w22_view hist_view(chunk_ctx *k, int slot, int n, int c, int border) {
+    return mkview(k->scratch + k->off[slot], 2 + n, k->H, k->W, c, border, k->es);
+}
+
+static w22_status cache_restore(chunk_ctx *k, w22_region *cache, w22_view hist, int border) {
+    w22_backend *b = k->d->backend;
+    size_t fb = w22_frames_bytes(1, hist.h, hist.w, hist.c, border, hist.es);
+    char *base = (char *)hist.ptr - (border * hist.sh + border * hist.sw) * hist.es;
+    return b->ops->copy_bytes(b, base, cache->ptr, 2 * fb);
+}
+
+/* The last two frames of the window become the cache (also for windows of one new frame). */
+static w22_status cache_save(chunk_ctx *k, w22_region *cache, w22_view hist, int border) {
+    w22_backend *b = k->d->backend;
+    size_t fb = w22_frames_bytes(1, hist.h, hist.w, hist.c, border, hist.es);
+    char *base = (char *)hist.ptr - (border * hist.sh + border * hist.sw) * hist.es;
+    return b->ops->copy_bytes(b, cache->ptr, base + (size_t)(hist.f - 2) * fb, 2 * fb);
+}
+
+/* norm (+ SiLU) of src into a fresh history window, then its causal 3x3x3 conv into out. */
+static w22_status norm_conv(chunk_ctx *k, w22_view src, const w22_bweight *gamma, int silu, w22_region *cache,
+                            const w22_bweight *wt, const w22_bweight *bias, w22_view out, const w22_view *residual,
+                            const w22_view *sc_in, const w22_bweight *scw, const w22_bweight *scb) {
+    w22_decoder *d = k->d;
+    w22_backend *b = d->backend;
+    w22_view hist = hist_view(k, 3, k->m, src.c, 1);
+    w22_view fresh = w22_view_frames(hist, 2, k->m);
+    W22_TRY(zero_border(b, fresh));
+    if (gamma) W22_TRY(b->ops->rmsnorm(b, src, fresh, gamma, silu));
+    else W22_TRY(b->ops->copy(b, fresh, src));
+    W22_TRY(w22_halo(d->comm, b, fresh));
+    W22_TRY(cache_restore(k, cache, hist, 1));
+    w22_conv_args a = {.in = hist, .out = out, .weight = wt, .bias = bias, .kt = 3, .ks = 3, .residual = residual,
+                       .sc_in = sc_in, .sc_weight = scw, .sc_bias = scb};
+    W22_TRY(b->ops->conv(b, &a));
+    return cache_save(k, cache, hist, 1);
+}
+
+/* Picks the buffer a layer writes: in place when allowed, never over the stage input or the block input. */
+static w22_view out_buffer(chunk_ctx *k, int c, int in_place_ok) {
+    if (in_place_ok && k->cur.ptr != k->x.ptr && k->cur.ptr != k->blockin.ptr && k->cur.c == c) return k->cur;
+    for (int slot = 0; slot < 2; slot++) {
+        w22_view v = mkview(k->scratch + k->off[slot], k->m, k->H, k->W, c, 0, k->es);
+        if (v.ptr != k->cur.ptr && v.ptr != k->blockin.ptr) return v;
+    }
+    return mkview(k->scratch + k->off[2], k->m, k->H, k->W, c, 0, k->es); /* not reached */
+}
+
+static w22_status run_resblock(chunk_ctx *k, int li) {
+    w22_decoder *d = k->d;
+    const w22_layer *L = &d->model.layers[li];
+    w22_bweight **w = d->wt;
+    w22_view t1 = mkview(k->scratch + k->off[2], k->m, k->H, k->W, L->cout, 0, k->es);
+    W22_TRY(norm_conv(k, k->cur, w[L->w[W22_WS_NORM1]], 1, &d->cache[li][0], w[L->w[W22_WS_CONV1_W]],
+                      w[L->w[W22_WS_CONV1_B]], t1, NULL, NULL, NULL, NULL));
+    w22_view out = out_buffer(k, L->cout, L->cin == L->cout);
+    w22_view cur = k->cur;
+    if (L->cin == L->cout)
+        W22_TRY(norm_conv(k, t1, w[L->w[W22_WS_NORM2]], 1, &d->cache[li][1], w[L->w[W22_WS_CONV2_W]],
+                          w[L->w[W22_WS_CONV2_B]], out, &cur, NULL, NULL, NULL));
+    else
+        W22_TRY(norm_conv(k, t1, w[L->w[W22_WS_NORM2]], 1, &d->cache[li][1], w[L->w[W22_WS_CONV2_W]],
+                          w[L->w[W22_WS_CONV2_B]], out, NULL, &cur, w[L->w[W22_WS_SC_W]], w[L->w[W22_WS_SC_B]]));
+    k->cur = out;
+    return W22_OK;
+}
+
+static w22_status run_attention(chunk_ctx *k, int li) {
+    w22_decoder *d = k->d;
+    w22_backend *b = d->backend;
+    const w22_layer *L = &d->model.layers[li];
+    const int C = L->cin;
+    w22_view t1 = mkview(k->scratch + k->off[2], k->m, k->H, k->W, C, 0, k->es);
+    w22_view qkv = mkview(k->scratch + k->off[6], k->m, k->H, k->W, 3 * C, 0, k->es);
+    W22_TRY(b->ops->rmsnorm(b, k->cur, t1, d->wt[L->w[W22_WS_NORM1]], 0));
+    w22_conv_args a = {.in = t1, .out = qkv, .weight = d->wt[L->w[W22_WS_CONV1_W]],
+                       .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 1, .ks = 1};
+    W22_TRY(b->ops->conv(b, &a));
+    w22_view full = qkv;
+    if (d->world > 1) {
+        int row0[65];
+        for (int r = 0; r <= d->world; r++) {
+            int a0, n;
+            w22_split_rows(d->h, r < d->world ? r : d->world - 1, d->world, &a0, &n);
+            row0[r] = r < d->world ? a0 : d->h;
+        }
+        full = mkview(d->gathered.ptr, k->m, d->h, k->W, 3 * C, 0, k->es);
+        W22_TRY(w22_allgather_rows(d->comm, b, qkv, full, row0));
+    }
+    W22_TRY(b->ops->attention(b, w22_view_channels(qkv, 0, C), w22_view_channels(full, C, C),
+                              w22_view_channels(full, 2 * C, C), t1));
+    w22_view out = out_buffer(k, C, 1), cur = k->cur;
+    w22_conv_args p = {.in = t1, .out = out, .weight = d->wt[L->w[W22_WS_CONV2_W]],
+                       .bias = d->wt[L->w[W22_WS_CONV2_B]], .kt = 1, .ks = 1, .residual = &cur};
+    W22_TRY(b->ops->conv(b, &p));
+    k->cur = out;
+    return W22_OK;
+}
+
+/* [time_conv, two frames per input frame but the decode's first] then nearest 2x + 3x3 conv into the next
+ * stage's queue. */
+static w22_status run_upsample(chunk_ctx *k, int li) {
+    w22_decoder *d = k->d;
+    w22_backend *b = d->backend;
+    const w22_layer *L = &d->model.layers[li];
+    const int C = L->cin, m = k->m;
+    int nu = 0, t0 = 0;
+    w22_view u = mkview(k->scratch + k->off[5], 2 * m, k->H, k->W, C, 1, k->es);
+    if (L->temporal) {
+        if (k->first) { /* frame 0 of the decode skips time_conv and stays one frame */
+            W22_TRY(b->ops->copy(b, w22_view_frames(u, 0, 1), w22_view_frames(k->cur, 0, 1)));
+            nu = t0 = 1;
+        }
+        int ntc = m - t0;
+        if (ntc > 0) {
+            w22_view th = hist_view(k, 4, ntc, C, 0);
+            W22_TRY(b->ops->copy(b, w22_view_frames(th, 2, ntc), w22_view_frames(k->cur, t0, ntc)));
+            W22_TRY(cache_restore(k, &d->cache[li][1], th, 0));
+            w22_conv_args a = {.in = th, .out = w22_view_frames(u, nu, 2 * ntc),
+                               .weight = d->wt[L->w[W22_WS_CONV2_W]], .bias = d->wt[L->w[W22_WS_CONV2_B]],
+                               .kt = 3, .ks = 1, .time_split = 1};
+            W22_TRY(b->ops->conv(b, &a));
+            W22_TRY(cache_save(k, &d->cache[li][1], th, 0));
+            nu += 2 * ntc;
+        }
+    } else {
+        W22_TRY(b->ops->copy(b, w22_view_frames(u, 0, m), k->cur));
+        nu = m;
+    }
+    u.f = nu;
+    W22_TRY(zero_border(b, u));
+    W22_TRY(w22_halo(d->comm, b, u));
+    w22_view out = mkview(d->queue[k->s + 1].ptr, nu, 2 * k->H, 2 * k->W, L->cout, 0, k->es);
+    w22_conv_args a = {.in = u, .out = out, .weight = d->wt[L->w[W22_WS_CONV1_W]],
+                       .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 1, .ks = 3, .upsample = 1};
+    W22_TRY(b->ops->conv(b, &a));
+    k->cur = out;
+    k->nout = nu;
+    return W22_OK;
+}
+
+/* norm_out, SiLU, conv_out, then unpatchify into the staging and out to the caller. */
+static w22_status run_head(chunk_ctx *k, int li) {
+    w22_decoder *d = k->d;
+    w22_backend *b = d->backend;
+    const w22_layer *L = &d->model.layers[li];
+    const int p = d->model.cfg.patch_size, m = k->m;
+    w22_view o = mkview(k->scratch + k->off[2], m, k->H, k->W, L->cout, 0, k->es);
+    W22_TRY(norm_conv(k, k->cur, d->wt[L->w[W22_WS_NORM1]], 1, &d->cache[li][0], d->wt[L->w[W22_WS_CONV1_W]],
+                      d->wt[L->w[W22_WS_CONV1_B]], o, NULL, NULL, NULL, NULL));
+    /* Staging [rows][frames][3][cols] of the whole video height: this rank's rows at its own offset. */
+    const long vw = (long)k->W * p, sy = (long)m * 3 * vw;
+    const long my_row0 = (long)d->row0 * (k->H / d->rows) * p;
+    w22_video_dst dst = {(char *)d->queue[W22_STAGES].ptr + my_row0 * sy * k->es,
+                         k->es == 4 ? W22_DTYPE_F32 : W22_DTYPE_BF16, vw, 3 * vw, sy, 1};
+    W22_TRY(b->ops->unpatchify(b, o, p, dst));
+    if (d->world > 1) {
+        size_t off[65], bytes[65];
+        const int scale = (k->H / d->rows) * p;
+        for (int r = 0; r < d->world; r++) {
+            int r0, n;
+            w22_split_rows(d->h, r, d->world, &r0, &n);
+            off[r] = (size_t)r0 * scale * sy * k->es;
+            bytes[r] = (size_t)n * scale * sy * k->es;
+        }
+        W22_TRY(w22_gather_blocks(d->comm, b, d->queue[W22_STAGES].ptr, off, bytes, d->on_all_ranks));
+    }
+    if (d->rank == 0 || d->on_all_ranks) {
+        if (d->deliver(d, d->queue[W22_STAGES].ptr, m))
+            return w22_fail(W22_ERR_INVALID_ARG, "the decode was stopped by the caller");
+    }
+    d->first_out_frame += m;
+    return W22_OK;
+}
+
+static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
+    w22_stage *st = &d->stages[s];
+    chunk_ctx k = {0};
+    k.d = d;
+    k.s = s;
+    k.H = d->rows << st->level;
+    k.W = d->w << st->level;
+    k.m = m;
+    k.first = st->done == 0;
+    k.es = (int)d->backend->ops->elem_size;
+    k.scratch = d->scratch.ptr;
+    size_t total;
+    w22_stage_scratch(d, s, k.off, &total);
+    k.x = w22_view_frames(mkview(d->queue[s].ptr, st->in_cap, k.H, k.W, st->cin, 0, k.es), c0, m);
+    k.cur = k.x;
+    k.blockin.ptr = NULL;
+    w22_backend *b = d->backend;
+    for (int li = st->layer0; li < st->layer1; li++) {
+        const w22_layer *L = &d->model.layers[li];
+        switch (L->kind) {
+        case W22_L_POST_QUANT: {
+            /* into the history window of conv_in (bordered), where conv_in reads it */
+            w22_view hist = hist_view(&k, 3, m, L->cout, 1);
+            w22_view fresh = w22_view_frames(hist, 2, m);
+            W22_TRY(zero_border(b, fresh));
+            w22_conv_args a = {.in = k.cur, .out = fresh, .weight = d->wt[L->w[W22_WS_CONV1_W]],
+                               .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 1, .ks = 1};
+            W22_TRY(b->ops->conv(b, &a));
+            k.cur = fresh;
+            break;
+        }
+        case W22_L_CONV_IN: {
+            /* k.cur is already in the history window: norm_conv's copy would be a no-op, so do it here */
+            w22_view hist = hist_view(&k, 3, m, L->cin, 1);
+            W22_TRY(w22_halo(d->comm, b, w22_view_frames(hist, 2, m)));
+            W22_TRY(cache_restore(&k, &d->cache[li][0], hist, 1));
+            w22_view out = mkview(k.scratch + k.off[0], m, k.H, k.W, L->cout, 0, k.es);
+            w22_conv_args a = {.in = hist, .out = out, .weight = d->wt[L->w[W22_WS_CONV1_W]],
+                               .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 3, .ks = 3};
+            W22_TRY(b->ops->conv(b, &a));
+            W22_TRY(cache_save(&k, &d->cache[li][0], hist, 1));
+            k.cur = out;
+            break;
+        }
+        case W22_L_RESBLOCK: W22_TRY(run_resblock(&k, li)); break;
+        case W22_L_ATTN: W22_TRY(run_attention(&k, li)); break;
+        case W22_L_BLOCK_BEGIN: k.blockin = k.cur; break;
+        case W22_L_UPSAMPLE: W22_TRY(run_upsample(&k, li)); break;
+        case W22_L_DUPUP:
+            W22_TRY(b->ops->dupup_add(b, k.cur, k.blockin, L->temporal ? 2 : 1, k.first && L->temporal));
+            break;
+        case W22_L_HEAD: W22_TRY(run_head(&k, li)); break;
+        }
+    }
+    st->done += m;
+    if (s < W22_STAGES - 1) {
+        /* the next stage takes this chunk's output frames now, in its own chunks */
+        w22_stage *nx = &d->stages[s + 1];
+        for (int c = 0; c < k.nout; c += nx->chunk) {
+            int n = k.nout - c < nx->chunk ? k.nout - c : nx->chunk;
+            W22_TRY(run_chunk(d, s + 1, c, n));
+        }
+    }
+    return W22_OK;
+}
+
+w22_status w22_plan_run(w22_decoder *d) {
+    w22_backend *b = d->backend;
+    const w22_model *m = &d->model;
+    for (int s = 0; s < W22_STAGES; s++) d->stages[s].done = 0;
+    d->first_out_frame = 0;
+    /* A decode starts with empty history: every cache is zero (the causal convs' zero padding). */
+    for (int l = 0; l < W22_MAX_LAYERS; l++)
+        for (int c = 0; c < 3; c++)
+            if (d->cache[l][c].ptr) {
+                w22_view v = mkview(d->cache[l][c].ptr, 1, 1, (int)(d->cache[l][c].bytes / b->ops->elem_size), 1,
+                                    0, (int)b->ops->elem_size);
+                W22_TRY(b->ops->zero(b, v));
+            }
+    const int es = (int)b->ops->elem_size;
+    for (int t0 = 0; t0 < d->T; t0 += d->frames_per_pass) {
+        int n = d->T - t0 < d->frames_per_pass ? d->T - t0 : d->frames_per_pass;
+        w22_view zin = mkview(d->queue[0].ptr, n, d->rows, d->w, m->cfg.z_dim, 0, es);
+        W22_TRY(b->ops->latents_in(b, d->z, d->zt, m->cfg.z_dim, d->T, d->h, d->w, t0, d->row0, zin));
+        W22_TRY(run_chunk(d, 0, 0, n));
+        if (d->params.progress && d->params.progress(d->params.progress_user, t0 + n, d->T))
+            return w22_fail(W22_ERR_INVALID_ARG, "the decode was stopped by the caller");
+    }
+    return b->ops->sync(b);
+}

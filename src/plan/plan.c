@@ -1,0 +1,171 @@
+/* The plan's layout: the four stages cut from the model's layer list, their chunk sizes, and the workspace they
+ * need for latents of h x w on this rank: input queues, one scratch region the stages share (one stage works at a
+ * time), the causal caches and the video staging. Sizes depend on the chunk sizes, never on T. */
+#include <string.h>
+#include "common.h"
+#include "plan/plan.h"
+
+void w22_split_rows(int n, int rank, int world, int *r0, int *rows) {
+    int a = (int)((long)n * rank / world), b = (int)((long)n * (rank + 1) / world);
+    *r0 = a;
+    *rows = b - a;
+}
+
+static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* Bytes of f frames of h x w x c, with a one-pixel border when border. */
+size_t w22_frames_bytes(int f, int h, int w, int c, int border, size_t es) {
+    return (size_t)f * (h + 2 * border) * (w + 2 * border) * c * es;
+}
+
+/* The scratch offsets of a stage's private buffers (exec.c uses the same function). */
+void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total) {
+    const w22_stage *st = &d->stages[s];
+    const w22_model *m = &d->model;
+    const size_t es = d->backend->ops->elem_size;
+    const int H = d->rows << st->level, W = d->w << st->level, q = st->chunk;
+    int cmax = st->cin;
+    for (int l = st->layer0; l < st->layer1; l++) {
+        if (m->layers[l].cin > cmax) cmax = m->layers[l].cin;
+        if (m->layers[l].cout > cmax) cmax = m->layers[l].cout;
+    }
+    const int cout = m->dims[s < 3 ? s + 1 : 4];
+    size_t sizes[8] = {
+        w22_frames_bytes(q, H, W, cmax, 0, es),      /* 0: XA */
+        w22_frames_bytes(q, H, W, cmax, 0, es),      /* 1: XB */
+        w22_frames_bytes(q, H, W, cmax, 0, es),      /* 2: T1 (conv1 out, attention in/out, head out) */
+        w22_frames_bytes(2 + q, H, W, cmax, 1, es),  /* 3: NH (conv inputs with history and border) */
+        st->temporal ? w22_frames_bytes(2 + q, H, W, cout, 0, es) : 0, /* 4: TH (time_conv input) */
+        s < 3 ? w22_frames_bytes(2 * q, H, W, cout, 1, es) : 0,        /* 5: U (upsample conv input) */
+        s == 0 ? w22_frames_bytes(q, H, W, 3 * m->dims[0], 0, es) : 0, /* 6: QKV */
+        0,
+    };
+    size_t o = 0;
+    for (int i = 0; i < 8; i++) {
+        off[i] = o;
+        o += align_up(sizes[i]);
+    }
+    *total = o;
+}
+
+void w22_plan_release(w22_decoder *d) {
+    w22_backend *b = d->backend;
+    w22_region *all[] = {&d->scratch, &d->gathered, &d->zdev};
+    for (int i = 0; i < 3; i++) {
+        if (all[i]->ptr) b->ops->free(b, all[i]->ptr);
+        all[i]->ptr = NULL;
+        all[i]->bytes = 0;
+    }
+    for (int i = 0; i <= W22_STAGES; i++) {
+        if (d->queue[i].ptr) b->ops->free(b, d->queue[i].ptr);
+        d->queue[i].ptr = NULL;
+        d->queue[i].bytes = 0;
+    }
+    for (int l = 0; l < W22_MAX_LAYERS; l++)
+        for (int k = 0; k < 3; k++) {
+            if (d->cache[l][k].ptr) b->ops->free(b, d->cache[l][k].ptr);
+            d->cache[l][k].ptr = NULL;
+            d->cache[l][k].bytes = 0;
+        }
+    d->h = d->w = 0;
+    d->workspace_bytes = 0;
+}
+
+static w22_status region_alloc(w22_decoder *d, w22_region *r, size_t bytes, const char *what) {
+    if (bytes == 0) return W22_OK;
+    w22_status s = d->backend->ops->alloc(d->backend, bytes, &r->ptr);
+    if (s != W22_OK) return w22_fail_context(s, "workspace (%s): ", what);
+    r->bytes = bytes;
+    d->workspace_bytes += bytes;
+    return W22_OK;
+}
+
+static int default_chunk(const w22_decoder *d, int s) {
+    if (d->chunk_override[s] > 0) return d->chunk_override[s];
+    /* Two frames per chunk past stage 0 keeps the high-resolution stages' memory small; one 704x1248 decode
+     * stage frame is already hundreds of thousands of GEMM rows. */
+    return 2;
+}
+
+w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
+    if (d->h == h && d->w == w && d->scratch.ptr) return W22_OK;
+    w22_plan_release(d);
+    const w22_model *m = &d->model;
+    const size_t es = d->backend->ops->elem_size;
+    w22_split_rows(h, d->rank, d->world, &d->row0, &d->rows);
+    if (d->rows < 1)
+        return w22_fail(W22_ERR_INVALID_ARG, "latent height %d is too small for %d ranks (each needs a row)", h,
+                        d->world);
+    d->h = h;
+    d->w = w;
+
+    /* Stages: cut the layer list after each DupUp. */
+    int s = 0, start = 0;
+    for (int l = 0; l < m->nlayers && s < W22_STAGES; l++) {
+        if (m->layers[l].kind == W22_L_DUPUP || l == m->nlayers - 1) {
+            w22_stage *st = &d->stages[s];
+            memset(st, 0, sizeof *st);
+            st->layer0 = start;
+            st->layer1 = l + 1;
+            st->level = s;
+            st->cin = s == 0 ? m->cfg.z_dim : m->dims[s];
+            st->temporal = m->layers[l].kind == W22_L_DUPUP && m->layers[l].temporal;
+            start = l + 1;
+            s++;
+        }
+    }
+    if (s != W22_STAGES || start != m->nlayers)
+        return w22_fail(W22_ERR_INTERNAL, "plan: %d stages from %d layers, expected 4", s, m->nlayers);
+    d->stages[0].chunk = d->stages[0].in_cap = d->frames_per_pass;
+    for (s = 1; s < W22_STAGES; s++) {
+        w22_stage *p = &d->stages[s - 1], *st = &d->stages[s];
+        st->in_cap = p->chunk * (p->temporal ? 2 : 1);
+        int c = default_chunk(d, s);
+        st->chunk = c < st->in_cap ? c : st->in_cap;
+    }
+
+    /* Queues: stage inputs (no border), and the video staging [rows][frames][3][cols] (full rows: rank 0 gathers). */
+    for (s = 0; s < W22_STAGES; s++) {
+        const w22_stage *st = &d->stages[s];
+        W22_TRY(region_alloc(d, &d->queue[s],
+                             w22_frames_bytes(st->in_cap, d->rows << s, w << s, st->cin, 0, es), "stage input"));
+    }
+    int vf, vh, vw;
+    w22_video_shape(&m->cfg, 1, h, w, &vf, &vh, &vw);
+    W22_TRY(region_alloc(d, &d->queue[W22_STAGES], (size_t)vh * d->stages[3].chunk * 3 * vw * es, "video staging"));
+    size_t scratch = 0;
+    for (s = 0; s < W22_STAGES; s++) {
+        size_t off[8], total;
+        w22_stage_scratch(d, s, off, &total);
+        if (total > scratch) scratch = total;
+    }
+    W22_TRY(region_alloc(d, &d->scratch, scratch, "stage scratch"));
+    if (d->world > 1)
+        W22_TRY(region_alloc(d, &d->gathered, w22_frames_bytes(d->stages[0].chunk, h, w, 3 * m->dims[0], 0, es),
+                             "attention gather"));
+    /* Causal caches: two frames of each kt=3 conv's input, kept between chunks. */
+    for (s = 0; s < W22_STAGES; s++) {
+        const w22_stage *st = &d->stages[s];
+        const int H = d->rows << st->level, W = w << st->level;
+        for (int l = st->layer0; l < st->layer1; l++) {
+            const w22_layer *L = &m->layers[l];
+            switch (L->kind) {
+            case W22_L_CONV_IN:
+            case W22_L_HEAD:
+                W22_TRY(region_alloc(d, &d->cache[l][0], w22_frames_bytes(2, H, W, L->cin, 1, es), "conv cache"));
+                break;
+            case W22_L_RESBLOCK:
+                W22_TRY(region_alloc(d, &d->cache[l][0], w22_frames_bytes(2, H, W, L->cin, 1, es), "conv cache"));
+                W22_TRY(region_alloc(d, &d->cache[l][1], w22_frames_bytes(2, H, W, L->cout, 1, es), "conv cache"));
+                break;
+            case W22_L_UPSAMPLE:
+                if (L->temporal)
+                    W22_TRY(region_alloc(d, &d->cache[l][1], w22_frames_bytes(2, H, W, L->cin, 0, es),
+                                         "time_conv cache"));
+                break;
+            default: break;
+            }
+        }
+    }
+    return W22_OK;
+}

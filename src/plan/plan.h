@@ -1,0 +1,72 @@
+/* The decode plan and its executor. A decode runs four stages, one per spatial level (stage 0 also holds
+ * post_quant_conv, conv_in and the mid block; stage 3 the head and the unpatchify). Each stage takes its input
+ * frames in chunks; a chunk runs every layer of the stage and hands its output frames to the next stage at
+ * once, so work memory is bounded by the chunk sizes, never by T. Causal convs keep their last two input frames
+ * between chunks, so the chunk sizes do not change the output (docs/design.md). */
+#ifndef W22_PLAN_H
+#define W22_PLAN_H
+
+#include "backend.h"
+#include "dist/comm.h"
+#include "model/model.h"
+
+#define W22_STAGES 4
+
+/* A byte region of backend memory, viewed with any shape that fits. */
+typedef struct {
+    void *ptr;
+    size_t bytes;
+} w22_region;
+
+typedef struct {
+    int layer0, layer1;  /* the stage's layers: [layer0, layer1) of the model's list */
+    int level;           /* spatial level of the stage's input */
+    int cin;             /* channels of the stage's input */
+    int chunk;           /* input frames per chunk */
+    int in_cap;          /* frames its input queue holds */
+    int temporal;        /* the stage's upsampler doubles time */
+    int done;            /* input frames of this decode consumed so far */
+} w22_stage;
+
+struct w22_decoder {
+    w22_model model;
+    w22_backend *backend;
+    w22_comm *comm;      /* NULL for one rank */
+    int rank, world;
+    int on_all_ranks;
+    w22_decoder_params params;
+    w22_bweight *wt[W22_MAX_WEIGHTS]; /* the weights in the backend's layout */
+    size_t weight_bytes;
+    /* The workspace, for latents of h x w (re-made when the size changes). */
+    int h, w;
+    int row0, rows;      /* this rank's latent rows */
+    int frames_per_pass;
+    int chunk_override[W22_STAGES]; /* tests: chunk sizes of stages 1..3 (0 = default) */
+    w22_stage stages[W22_STAGES];
+    w22_region queue[W22_STAGES + 1]; /* queue[s]: stage s's input; queue[4]: video staging */
+    w22_region scratch;  /* the stages' private buffers (one stage at a time) */
+    w22_region gathered; /* attention: the frame's q|k|v from every rank */
+    w22_region cache[W22_MAX_LAYERS][3]; /* per layer: causal history of conv1, conv2 (or time_conv), head */
+    w22_region zdev;     /* latents copied to the backend (host decodes) */
+    size_t workspace_bytes;
+    /* The current decode. */
+    const void *z;
+    w22_dtype zt;
+    int T;
+    int first_out_frame; /* video frames delivered so far */
+    int video_frames, video_h, video_w;
+    /* where finished frames go */
+    int (*deliver)(w22_decoder *d, const void *staging, int nframes);
+    void *deliver_user;
+};
+
+/* Plans and allocates the workspace for latents of h x w (no-op when it is already made for them). */
+w22_status w22_plan_prepare(w22_decoder *d, int h, int w);
+void w22_plan_release(w22_decoder *d);
+/* Runs a decode of d->z (in backend memory) through the stages; frames go to d->deliver. */
+w22_status w22_plan_run(w22_decoder *d);
+
+/* This rank's share of n rows: [*r0, *r0 + *rows). */
+void w22_split_rows(int n, int rank, int world, int *r0, int *rows);
+
+#endif

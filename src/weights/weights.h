@@ -1,0 +1,21 @@
+/* The weights object: one pointer and dtype per tensor of the model's weight table, from a mapped safetensors
+ * file, from synthetic data the object owns, or from caller memory. */
+#ifndef W22_WEIGHTS_H
+#define W22_WEIGHTS_H
+
+#include "model/model.h"
+
+struct w22_weights {
+    w22_model model;
+    const void *data[W22_MAX_WEIGHTS]; /* tensor i of model.weights, dense, in dtype[i] */
+    w22_dtype dtype[W22_MAX_WEIGHTS];
+    void *owned;        /* memory this object frees (synthetic weights) */
+    void *map;          /* a mapped file (munmap on free) */
+    size_t map_size;
+    char source[512];   /* the file, or "synthetic seed N", or "memory" */
+};
+
+/* Tensor i as float32 into dst (model.weights[i].numel elements). */
+void w22_weights_get_f32(const w22_weights *w, int i, float *dst);
+
+#endif

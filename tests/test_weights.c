@@ -1,0 +1,336 @@
+/* Loading, validating and saving weights on a narrow model (z_dim 4, base_dim 8): exact round trips, bf16/f16
+ * rounding, the accepted file layouts (plain, prefixed, whole VAE, mixed dtypes), the rejected ones (a missing
+ * tensor, a wrong shape, a tensor of another model variant), and the config inferred from a file. */
+#include <stdlib.h>
+#include <string.h>
+#include "common.h"
+#include "testutil.h"
+#include "weights/safetensors.h"
+#include "weights/weights.h"
+
+static w22_config cfg;
+static int nw;
+static float *ref[W22_MAX_WEIGHTS]; /* the random weights, float32 */
+static int64_t numel[W22_MAX_WEIGHTS];
+
+static void make_reference(void) {
+    w22_config_default(&cfg);
+    cfg.z_dim = 4;
+    cfg.base_dim = 8;
+    nw = w22_weight_count(&cfg);
+    CHECK(nw == 110, "weight count %d, expected 110", nw);
+    for (int i = 0; i < nw; i++) {
+        int64_t s[5];
+        int nd = w22_weight_shape(&cfg, i, s);
+        numel[i] = 1;
+        for (int d = 0; d < nd; d++) numel[i] *= s[d];
+        ref[i] = malloc((size_t)numel[i] * sizeof(float));
+        t_fill_uniform(ref[i], (size_t)numel[i], 1000 + (uint64_t)i, -2.0f, 2.0f);
+    }
+}
+
+static const char *tmp_path(const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *p = buf[k++ % 8];
+    snprintf(p, 512, "%s/%s", t_tmpdir(), name);
+    return p;
+}
+
+/* Every tensor of w equals expect(ref) exactly. */
+static void check_values(const w22_weights *w, w22_dtype rounding, const char *what) {
+    int bad = 0;
+    for (int i = 0; i < nw && !bad; i++) {
+        float *got = malloc((size_t)numel[i] * sizeof(float));
+        w22_weights_get_f32(w, i, got);
+        for (int64_t k = 0; k < numel[i]; k++) {
+            float want = ref[i][k];
+            if (rounding == W22_DTYPE_BF16) want = w22_bf16_to_f32(w22_f32_to_bf16(want));
+            if (rounding == W22_DTYPE_F16) want = w22_f16_to_f32(w22_f32_to_f16(want));
+            if (memcmp(&got[k], &want, 4) != 0) {
+                CHECK(0, "%s: %s[%lld] = %.9g, expected %.9g", what, w->model.weights[i].name, (long long)k, got[k],
+                      want);
+                bad = 1;
+                break;
+            }
+        }
+        free(got);
+    }
+    CHECK(!bad, "%s: values", what);
+}
+
+/* A file of the reference weights under `prefix`, in dtype dt (bf16/f16: rounded), plus extra tensors first, and
+ * with one tensor left out (skip) or given another shape (reshape: its last dimension set to 1). */
+typedef struct {
+    const char *prefix;
+    w22_dtype dt;
+    int mixed;       /* odd tensors in BF16, even in F32 */
+    int skip, reshape;
+    const char *extra[4];
+    w22_dtype extra_dt;
+    const char *meta_config;
+} file_spec;
+
+static w22_status write_file(const char *path, const file_spec *fs) {
+    w22_st_write_tensor t[W22_MAX_WEIGHTS + 4];
+    char names[W22_MAX_WEIGHTS][160];
+    int64_t shapes[W22_MAX_WEIGHTS][5], one[1] = {1}, qshape[5] = {4, 4, 1, 1, 1};
+    static float extra_data[64];
+    void *conv[W22_MAX_WEIGHTS] = {0};
+    int n = 0;
+    for (int e = 0; e < 4 && fs->extra[e]; e++) {
+        int q = strstr(fs->extra[e], "quant_conv.weight") != NULL;
+        t[n++] = (w22_st_write_tensor){fs->extra[e], fs->extra_dt, q ? 5 : 1, q ? qshape : one, extra_data};
+    }
+    for (int i = 0; i < nw; i++) {
+        if (i == fs->skip) continue;
+        int nd = w22_weight_shape(&cfg, i, shapes[i]);
+        if (i == fs->reshape) shapes[i][nd - 1] = 1;
+        snprintf(names[i], sizeof names[i], "%s%s", fs->prefix, w22_weight_name(&cfg, i));
+        w22_dtype dt = fs->mixed ? (i % 2 ? W22_DTYPE_BF16 : W22_DTYPE_F32) : fs->dt;
+        int64_t ne = 1;
+        for (int d = 0; d < nd; d++) ne *= shapes[i][d];
+        conv[i] = malloc((size_t)numel[i] * 4);
+        w22_from_f32(ref[i], (size_t)(ne < numel[i] ? ne : numel[i]), dt, conv[i]);
+        t[n++] = (w22_st_write_tensor){names[i], dt, nd, shapes[i], conv[i]};
+    }
+    const char *meta[2] = {"wan22vae_config", fs->meta_config};
+    w22_status s = w22_st_write(path, t, n, meta, fs->meta_config ? 1 : 0, 1);
+    for (int i = 0; i < nw; i++) free(conv[i]);
+    return s;
+}
+
+static file_spec plain(void) {
+    file_spec fs = {.prefix = "", .dt = W22_DTYPE_F32, .skip = -1, .reshape = -1, .extra_dt = W22_DTYPE_F32};
+    return fs;
+}
+
+static void test_memory_and_save(void) {
+    const void *data[W22_MAX_WEIGHTS];
+    for (int i = 0; i < nw; i++) data[i] = ref[i];
+    w22_weights *w = NULL, *r = NULL;
+    CHECK_OK(w22_weights_from_memory(&cfg, data, W22_DTYPE_F32, &w));
+    if (!w) return;
+    CHECK(w22_config_equal(w22_weights_config(w), &cfg), "config of weights from memory");
+    check_values(w, W22_DTYPE_F32, "from memory");
+
+    static const w22_dtype dts[3] = {W22_DTYPE_F32, W22_DTYPE_BF16, W22_DTYPE_F16};
+    static const char *files[3] = {"f32.safetensors", "bf16.safetensors", "f16.safetensors"};
+    for (int k = 0; k < 3; k++) {
+        const char *p = tmp_path(files[k]);
+        CHECK_OK(w22_weights_save(w, p, dts[k]));
+        CHECK_OK(w22_weights_load(p, &cfg, &r));
+        if (!r) continue;
+        CHECK(r->dtype[0] == dts[k] && r->dtype[nw - 1] == dts[k], "%s: dtype %d", files[k], r->dtype[0]);
+        check_values(r, dts[k], files[k]);
+        CHECK(strcmp(r->source, p) == 0, "source '%s'", r->source);
+        w22_weights_free(r);
+        /* without a config: the one saved in the metadata */
+        CHECK_OK(w22_weights_load(p, NULL, &r));
+        if (r) CHECK(w22_config_equal(w22_weights_config(r), &cfg), "%s: config from the metadata", files[k]);
+        w22_weights_free(r);
+        r = NULL;
+    }
+    /* bf16 -> f32 -> bf16 keeps the values; f16 file saved as bf16 converts through f32 */
+    CHECK_OK(w22_weights_load(tmp_path("bf16.safetensors"), &cfg, &r));
+    if (r) {
+        CHECK_OK(w22_weights_save(r, tmp_path("bf16-f32.safetensors"), W22_DTYPE_F32));
+        w22_weights *r2 = NULL;
+        CHECK_OK(w22_weights_load(tmp_path("bf16-f32.safetensors"), &cfg, &r2));
+        if (r2) check_values(r2, W22_DTYPE_BF16, "bf16 saved as f32");
+        w22_weights_free(r2);
+    }
+    w22_status s = w22_weights_save(w, tmp_path("f32.safetensors"), W22_DTYPE_F32);
+    CHECK(s == W22_ERR_EXISTS, "saving over an existing file: %s", w22_status_string(s));
+    w22_weights_free(r);
+    w22_weights_free(w);
+
+    /* from memory refuses misaligned or missing data */
+    char *odd = malloc(4 * 1024 + 2);
+    const void *bad[W22_MAX_WEIGHTS];
+    for (int i = 0; i < nw; i++) bad[i] = ref[i];
+    bad[3] = odd + 2;
+    s = w22_weights_from_memory(&cfg, bad, W22_DTYPE_F32, &w);
+    CHECK(s == W22_ERR_INVALID_ARG && strstr(w22_last_error(), "misaligned") && w == NULL, "misaligned: %s",
+          w22_last_error());
+    bad[3] = NULL;
+    s = w22_weights_from_memory(&cfg, bad, W22_DTYPE_F32, &w);
+    CHECK(s == W22_ERR_INVALID_ARG && strstr(w22_last_error(), "NULL"), "NULL tensor: %s", w22_last_error());
+    free(odd);
+    s = w22_weights_from_memory(NULL, data, W22_DTYPE_F32, &w);
+    CHECK(s == W22_ERR_INVALID_ARG, "NULL config: %s", w22_status_string(s));
+}
+
+/* Loads path (cfg or NULL) and checks the result against the reference. */
+static void expect_load(const char *path, const w22_config *c, w22_dtype rounding, const char *what) {
+    w22_weights *w = NULL;
+    w22_status s = w22_weights_load(path, c, &w);
+    CHECK(s == W22_OK, "%s: %s: %s", what, w22_status_string(s), w22_last_error());
+    if (!w) return;
+    CHECK(w22_config_equal(w22_weights_config(w), &cfg), "%s: config z_dim %d base_dim %d", what,
+          w22_weights_config(w)->z_dim, w22_weights_config(w)->base_dim);
+    check_values(w, rounding, what);
+    w22_weights_free(w);
+}
+
+static void expect_fail(const char *path, w22_status want, const char *s1, const char *s2, const char *s3,
+                        const char *what) {
+    w22_weights *w = (w22_weights *)1;
+    w22_status s = w22_weights_load(path, &cfg, &w);
+    CHECK(s == want, "%s: %s, expected %s (%s)", what, w22_status_string(s), w22_status_string(want), w22_last_error());
+    CHECK(w == NULL, "%s: out not cleared", what);
+    const char *subs[3] = {s1, s2, s3};
+    for (int i = 0; i < 3; i++)
+        if (subs[i]) CHECK(strstr(w22_last_error(), subs[i]), "%s: message '%s' lacks '%s'", what, w22_last_error(),
+                           subs[i]);
+    if (s == W22_OK) w22_weights_free(w);
+}
+
+static void test_layouts(void) {
+    file_spec fs = plain();
+    const char *p = tmp_path("plain.safetensors");
+    CHECK_OK(write_file(p, &fs));
+    expect_load(p, &cfg, W22_DTYPE_F32, "plain");
+    expect_load(p, NULL, W22_DTYPE_F32, "plain, config inferred");
+
+    fs.prefix = "vae.";
+    p = tmp_path("prefixed.safetensors");
+    CHECK_OK(write_file(p, &fs));
+    expect_load(p, &cfg, W22_DTYPE_F32, "prefixed");
+    expect_load(p, NULL, W22_DTYPE_F32, "prefixed, config inferred");
+
+    fs = plain();
+    fs.extra[0] = "encoder.x";
+    fs.extra[1] = "quant_conv.weight";
+    fs.extra[2] = "text_encoder.y";
+    p = tmp_path("whole.safetensors");
+    CHECK_OK(write_file(p, &fs));
+    expect_load(p, &cfg, W22_DTYPE_F32, "whole VAE");
+
+    /* An odd-sized BF16 tensor first puts every F32 tensor after it off 4-byte alignment: they get copied. */
+    fs = plain();
+    fs.mixed = 1;
+    fs.extra[0] = "encoder.odd";
+    fs.extra_dt = W22_DTYPE_BF16;
+    p = tmp_path("mixed.safetensors");
+    CHECK_OK(write_file(p, &fs));
+    w22_weights *w = NULL;
+    CHECK_OK(w22_weights_load(p, &cfg, &w));
+    if (w) {
+        CHECK(w->owned != NULL, "misaligned F32 tensors were not copied");
+        for (int i = 0; i < nw; i++) {
+            CHECK(((uintptr_t)w->data[i] % w22_dtype_size(w->dtype[i])) == 0, "tensor %d misaligned", i);
+            CHECK(w->dtype[i] == (i % 2 ? W22_DTYPE_BF16 : W22_DTYPE_F32), "tensor %d dtype %d", i, w->dtype[i]);
+        }
+        for (int i = 0; i < nw; i++) {
+            float *got = malloc((size_t)numel[i] * 4);
+            w22_weights_get_f32(w, i, got);
+            int ok = 1;
+            for (int64_t k = 0; k < numel[i] && ok; k++) {
+                float want = i % 2 ? w22_bf16_to_f32(w22_f32_to_bf16(ref[i][k])) : ref[i][k];
+                ok = got[k] == want;
+            }
+            CHECK(ok, "mixed: tensor %d values", i);
+            free(got);
+        }
+        w22_weights_free(w);
+    }
+}
+
+static void test_rejections(void) {
+    char name[128];
+    file_spec fs = plain();
+    int miss = -1, conv_in = -1, z = 0;
+    for (int i = 0; i < nw; i++) {
+        if (strcmp(w22_weight_name(&cfg, i), "decoder.up_blocks.1.resnets.2.conv1.bias") == 0) miss = i;
+        if (strcmp(w22_weight_name(&cfg, i), "decoder.conv_in.weight") == 0) conv_in = i;
+    }
+    CHECK(miss >= 0 && conv_in >= 0, "weight names");
+    (void)z;
+
+    fs.skip = miss;
+    const char *p = tmp_path("missing.safetensors");
+    CHECK_OK(write_file(p, &fs));
+    expect_fail(p, W22_ERR_MISSING_TENSOR, "'decoder.up_blocks.1.resnets.2.conv1.bias' is missing", "[32]", p,
+                "missing tensor");
+    fs.prefix = "vae.";
+    CHECK_OK(write_file(p, &fs));
+    expect_fail(p, W22_ERR_MISSING_TENSOR, "'vae.decoder.up_blocks.1.resnets.2.conv1.bias'", NULL, NULL,
+                "missing prefixed tensor");
+
+    fs = plain();
+    fs.reshape = conv_in;
+    p = tmp_path("shape.safetensors");
+    CHECK_OK(write_file(p, &fs));
+    expect_fail(p, W22_ERR_BAD_SHAPE, "'decoder.conv_in.weight' has shape [32, 4, 3, 3, 1]", "expected [32, 4, 3, 3, 3]",
+                NULL, "wrong shape");
+
+    fs = plain();
+    fs.extra[0] = "decoder.up_blocks.0.resnets.3.conv1.bias";
+    p = tmp_path("variant.safetensors");
+    CHECK_OK(write_file(p, &fs));
+    expect_fail(p, W22_ERR_FORMAT, "'decoder.up_blocks.0.resnets.3.conv1.bias' is not part of this model",
+                "variant", NULL, "unknown decoder tensor");
+    fs.extra[0] = "post_quant_conv.extra";
+    CHECK_OK(write_file(p, &fs));
+    expect_fail(p, W22_ERR_FORMAT, "'post_quant_conv.extra'", NULL, NULL, "unknown post_quant_conv tensor");
+
+    /* a config that does not match the file: every shape differs */
+    w22_config other = cfg;
+    other.base_dim = 16;
+    fs = plain();
+    p = tmp_path("plain2.safetensors");
+    CHECK_OK(write_file(p, &fs));
+    w22_weights *w = NULL;
+    w22_status s = w22_weights_load(p, &other, &w);
+    CHECK(s == W22_ERR_BAD_SHAPE && strstr(w22_last_error(), "expected [64, 4, 3, 3, 3]"), "other config: %s",
+          w22_last_error());
+    other = cfg;
+    other.temporal_up[1] = 0; /* no time_conv in up block 1: the file's is a stranger */
+    s = w22_weights_load(p, &other, &w);
+    CHECK(s == W22_ERR_FORMAT && strstr(w22_last_error(), "decoder.up_blocks.1.upsampler.time_conv.weight"),
+          "temporal_up off: %s", w22_last_error());
+
+    /* two decoders in one file */
+    fs = plain();
+    fs.extra[0] = "other.post_quant_conv.weight";
+    p = tmp_path("two.safetensors");
+    CHECK_OK(write_file(p, &fs));
+    expect_fail(p, W22_ERR_FORMAT, "two decoders", NULL, NULL, "two decoders");
+
+    /* no decoder at all */
+    float x[4] = {0};
+    int64_t shape[1] = {4};
+    w22_st_write_tensor t = {"encoder.conv_in.weight", W22_DTYPE_F32, 1, shape, x};
+    p = tmp_path("encoder-only.safetensors");
+    CHECK_OK(w22_st_write(p, &t, 1, NULL, 0, 0));
+    expect_fail(p, W22_ERR_MISSING_TENSOR, "no post_quant_conv.weight", "encoder.conv_in.weight", "convert_pth", "no decoder");
+
+    /* bad metadata config, and a file that is not safetensors */
+    fs = plain();
+    fs.meta_config = "4,8,1,2";
+    p = tmp_path("badmeta.safetensors");
+    CHECK_OK(write_file(p, &fs));
+    s = w22_weights_load(p, NULL, &w);
+    CHECK(s == W22_ERR_FORMAT && strstr(w22_last_error(), "wan22vae_config is '4,8,1,2'"), "bad metadata: %s",
+          w22_last_error());
+    fs.meta_config = "4,8,1,2,4,4,2,1,1,0,13,2";
+    CHECK_OK(write_file(p, &fs));
+    s = w22_weights_load(p, NULL, &w);
+    CHECK(s == W22_ERR_INVALID_ARG && strstr(w22_last_error(), "out_channels 13"), "bad metadata config: %s",
+          w22_last_error());
+    snprintf(name, sizeof name, "%s", tmp_path("missing-file.safetensors"));
+    s = w22_weights_load(name, &cfg, &w);
+    CHECK(s == W22_ERR_IO && strstr(w22_last_error(), name), "missing file: %s", w22_last_error());
+    s = w22_weights_load(NULL, &cfg, &w);
+    CHECK(s == W22_ERR_INVALID_ARG, "NULL path");
+}
+
+int main(void) {
+    make_reference();
+    test_memory_and_save();
+    test_layouts();
+    test_rejections();
+    for (int i = 0; i < nw; i++) free(ref[i]);
+    return t_finish("test_weights");
+}

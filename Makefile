@@ -67,14 +67,15 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/testutil.o $(BUILD)/libwan22
 
 # The CPU suite everywhere; the GPU suite too where a GPU answers.
 test: all
-	@BUILD=$(BUILD) tests/run.sh cpu $(TESTS)
+	@BUILD=$(BUILD) tests/run.sh cpu $(TESTS) $(sort $(wildcard tests/test_*.sh))
 	@if [ -n "$(GTESTS)" ] && $(BUILD)/wan22vae gpu-check >/dev/null 2>&1; then \
 	    BUILD=$(BUILD) tests/run.sh gpu $(GTESTS); \
 	else echo "GPU suite: skipped (no usable GPU here)"; fi
 
 # The CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer (a separate build tree, no CUDA).
 test-asan:
-	$(MAKE) BUILD=build-asan SAN=address,undefined CUDA=0 OPT=-O1 test
+	$(MAKE) BUILD=build-asan SAN=address,undefined CUDA=0 OPT=-O1 all
+	@BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 tests/run.sh asan $(TESTS:$(BUILD)/%=build-asan/%)
 
 # Disassembly of the CUDA kernels: HGMMA/HMMA should be there.
 sass: $(LIB_CU:%.cu=$(BUILD)/%.o)

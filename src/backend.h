@@ -100,6 +100,8 @@ w22_status w22_backend_cpu_create(int threads, w22_backend **out);
 w22_status w22_backend_cuda_create(int device, w22_backend **out);
 /* CUDA: the stream the backend queues work on (a cudaStream_t; NULL: back to its own). */
 void w22_backend_cuda_set_stream(w22_backend *b, void *stream);
+/* CUDA: the stream the backend queues work on now (a cudaStream_t). */
+void *w22_backend_cuda_stream(w22_backend *b);
 /* CUDA: device memory in use by the backend (allocations it made), and its peak since creation. */
 size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak);
 

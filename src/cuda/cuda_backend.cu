@@ -314,3 +314,5 @@ extern "C" size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak) {
 extern "C" const char *w22_backend_cuda_last_path(const w22_backend *b) {
     return ((const w22_cuda *)b->impl)->last_path;
 }
+
+extern "C" void *w22_backend_cuda_stream(w22_backend *b) { return (void *)cuda_of(b)->stream; }

@@ -1,0 +1,118 @@
+/* Single-head attention per frame, the simplest way that runs on the tensor cores: for each frame,
+ *   Vt = V^T (bf16 [C][Pp], zero columns past P)                      transpose kernel
+ *   S  = Q K^T (fp32 [nq][Pp])                                         the conv GEMM, fp32 output
+ *   Pm = softmax(S / sqrt(C)) per row (fp32 math, bf16 [nq][Pp], zeros past P)
+ *   O  = Pm Vt^T (bf16, into out)                                      the conv GEMM
+ * nq = this rank's query pixels, P = the frame's pixels (3432 in the real model: 47 MB of fp32 scores), Pp = P
+ * rounded up to 8 (the GEMM's K granularity). The scratch is kept and grown on demand. */
+#include "cuda_internal.h"
+#include "cuda_ops.h"
+
+/* Vt[c][p] = v(p / vw, p % vw, c) for p < P, 0 for P <= p < Pp. 32x32 tiles through shared memory so that both
+ * the read (channels) and the write (pixels) coalesce. */
+__global__ void transpose_v_kernel(const bf16 *v, long vsh, long vsw, int vw, int P, int C, bf16 *vt, int Pp) {
+    __shared__ bf16 tile[32][33];
+    const int p0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
+    for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+        const int p = p0 + k, c = c0 + threadIdx.x;
+        tile[k][threadIdx.x] =
+            (p < P && c < C) ? v[(long)(p / vw) * vsh + (long)(p % vw) * vsw + c] : __float2bfloat16_rn(0.f);
+    }
+    __syncthreads();
+    for (int k = threadIdx.y; k < 32; k += blockDim.y) {
+        const int c = c0 + k, p = p0 + threadIdx.x;
+        if (c < C && p < Pp) vt[(long)c * Pp + p] = tile[threadIdx.x][k];
+    }
+}
+
+/* One block per query row: max, sum of exp, then normalized bf16 probabilities. */
+__global__ void softmax_rows_kernel(const float *s, bf16 *pm, int P, int Pp, float scale_log2e) {
+    const float *row = s + (long)blockIdx.x * Pp;
+    bf16 *out = pm + (long)blockIdx.x * Pp;
+    __shared__ float red[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float mx = -INFINITY;
+    for (int p = threadIdx.x; p < P; p += blockDim.x) mx = fmaxf(mx, row[p]);
+    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    mx = red[0];
+    for (int w = 1; w < nw; w++) mx = fmaxf(mx, red[w]);
+    __syncthreads();
+    float sum = 0.f;
+    for (int p = threadIdx.x; p < P; p += blockDim.x) sum += exp2f((row[p] - mx) * scale_log2e);
+    for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) red[warp] = sum;
+    __syncthreads();
+    sum = 0.f;
+    for (int w = 0; w < nw; w++) sum += red[w];
+    const float inv = 1.f / sum;
+    for (int p = threadIdx.x; p < Pp; p += blockDim.x)
+        out[p] = __float2bfloat16_rn(p < P ? exp2f((row[p] - mx) * scale_log2e) * inv : 0.f);
+}
+
+static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out) {
+    w22_cuda *c = cuda_of(b);
+    const int C = q.c;
+    if (q.es != 2 || k.es != 2 || v.es != 2 || out.es != 2 || k.c != C || v.c != C || out.c != C || k.f != q.f ||
+        v.f != q.f || out.f != q.f || v.h != k.h || v.w != k.w || out.h != q.h || out.w != q.w)
+        return w22_fail(W22_ERR_BAD_SHAPE,
+                        "cuda attention: q (%d,%d,%d,%d) k (%d,%d,%d,%d) v (%d,%d,%d,%d) out (%d,%d,%d,%d): expected "
+                        "one C, one frame count, k and v of one size, out of q's size",
+                        q.f, q.h, q.w, q.c, k.f, k.h, k.w, k.c, v.f, v.h, v.w, v.c, out.f, out.h, out.w, out.c);
+    CU_ENTER(c);
+    W22_TRY(w22_cuda_check_view(c, &q, 0, "attention q"));
+    W22_TRY(w22_cuda_check_view(c, &k, 0, "attention k"));
+    W22_TRY(w22_cuda_check_view(c, &v, 0, "attention v"));
+    W22_TRY(w22_cuda_check_view(c, &out, 0, "attention out"));
+    const int nq = q.h * q.w, P = k.h * k.w, Pp = (P + 7) & ~7;
+    if (nq == 0 || q.f == 0 || C == 0) return W22_OK;
+    if (P == 0) return w22_fail(W22_ERR_BAD_SHAPE, "cuda attention: k and v have no pixels");
+    const size_t s_bytes = align256((size_t)nq * Pp * 4), p_bytes = align256((size_t)nq * Pp * 2),
+                 vt_bytes = align256((size_t)C * Pp * 2), need = s_bytes + p_bytes + vt_bytes;
+    if (need > c->attn_bytes) {
+        CU_TRY(cudaStreamSynchronize(c->stream)); /* the old scratch may still be in use by queued work */
+        w22_cuda_free_ptr(c, c->attn_scratch);
+        c->attn_scratch = NULL;
+        c->attn_bytes = 0;
+        W22_TRY(w22_cuda_malloc(c, need, &c->attn_scratch, "the attention scratch (scores, probabilities, V^T)"));
+        c->attn_bytes = need;
+    }
+    float *S = (float *)c->attn_scratch;
+    bf16 *Pm = (bf16 *)((char *)c->attn_scratch + s_bytes);
+    bf16 *Vt = (bf16 *)((char *)c->attn_scratch + s_bytes + p_bytes);
+    const float scale_log2e = 1.4426950408889634f / sqrtf((float)C);
+
+    for (int f = 0; f < q.f; f++) {
+        const bf16 *qf = (const bf16 *)q.ptr + f * q.sf, *kf = (const bf16 *)k.ptr + f * k.sf,
+                   *vf = (const bf16 *)v.ptr + f * v.sf;
+        bf16 *of = (bf16 *)out.ptr + f * out.sf;
+
+        dim3 tb(32, 8), tg((Pp + 31) / 32, (C + 31) / 32);
+        transpose_v_kernel<<<tg, tb, 0, c->stream>>>(vf, v.sh, v.sw, v.w, P, C, Vt, Pp);
+        CU_LAUNCHED(c, "attention transpose V");
+
+        w22_gemm g;
+        memset(&g, 0, sizeof g);
+        g.M = nq, g.N = P, g.F = 1, g.H = q.h, g.W = q.w;
+        g.a = qf, g.a_sf = 0, g.a_sh = q.sh, g.a_sw = q.sw;
+        g.cin = C, g.kt = 1, g.ks = 1;
+        g.b = kf, g.b_w = k.w, g.b_sh = k.sh, g.b_sw = k.sw;
+        g.out = S, g.out_f32 = 1, g.o_sf = 0, g.o_sh = (long)q.w * Pp, g.o_sw = Pp;
+        W22_TRY(w22_cuda_gemm(c, &g, "attention Q K^T"));
+
+        softmax_rows_kernel<<<nq, 256, 0, c->stream>>>(S, Pm, P, Pp, scale_log2e);
+        CU_LAUNCHED(c, "attention softmax");
+
+        memset(&g, 0, sizeof g);
+        g.M = nq, g.N = C, g.F = 1, g.H = q.h, g.W = q.w;
+        g.a = Pm, g.a_sf = 0, g.a_sh = (long)q.w * Pp, g.a_sw = Pp;
+        g.cin = Pp, g.kt = 1, g.ks = 1;
+        g.b = Vt, g.b_w = C, g.b_sh = 0, g.b_sw = Pp;
+        g.out = of, g.o_sf = 0, g.o_sh = out.sh, g.o_sw = out.sw;
+        W22_TRY(w22_cuda_gemm(c, &g, "attention P V"));
+    }
+    return W22_OK;
+}

@@ -1,0 +1,81 @@
+/* out += DupUp(in): the up blocks' avg_shortcut (diffusers DupUp3D). Output channel o, time copy t, sub-row i,
+ * sub-col j of input pixel (s, y, x) reads input channel (o*ft*4 + t*4 + i*2 + j) / r, r = cout*ft*4 / cin
+ * (repeat_interleave, then the view/permute of DupUp3D). With first_single, input frame 0 gives only its last
+ * copy (t = ft - 1). One thread per output pixel and 8 (or 1) output channels: 16-byte read-modify-write of out,
+ * input channels gathered (neighbouring threads read neighbouring channels, so the gathers coalesce). */
+#include "cuda_internal.h"
+#include "cuda_ops.h"
+
+template <int VEC>
+__global__ void dupup_kernel(bf16 *out, long osf, long osh, long osw, const bf16 *in, long isf, long ish, long isw,
+                             int F, int H, int W, int cout, int ft, int first_single, int r) {
+    const int cv = cout / VEC;
+    const long total = (long)F * H * W * cv;
+    for (long idx = (long)blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += (long)gridDim.x * blockDim.x) {
+        const int o0 = (int)(idx % cv) * VEC;
+        long p = idx / cv;
+        const int X = (int)(p % W);
+        p /= W;
+        const int Y = (int)(p % H), Fo = (int)(p / H);
+        int s, t;
+        if (first_single) {
+            s = Fo == 0 ? 0 : 1 + (Fo - 1) / ft;
+            t = Fo == 0 ? ft - 1 : (Fo - 1) % ft;
+        } else {
+            s = Fo / ft;
+            t = Fo % ft;
+        }
+        const int i = Y & 1, j = X & 1;
+        const bf16 *ip = in + s * isf + (Y >> 1) * ish + (X >> 1) * isw;
+        bf16 *op = out + Fo * osf + Y * osh + X * osw + o0;
+        const int sub = t * 4 + i * 2 + j;
+        if (VEC == 8) {
+            uint4 u = *(uint4 *)op;
+            __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int oa = o0 + 2 * k;
+                float2 v = __bfloat1622float2(h2[k]);
+                v.x += __bfloat162float(ip[(oa * ft * 4 + sub) / r]);
+                v.y += __bfloat162float(ip[((oa + 1) * ft * 4 + sub) / r]);
+                h2[k] = __floats2bfloat162_rn(v.x, v.y);
+            }
+            *(uint4 *)op = u;
+        } else {
+            *op = __float2bfloat16_rn(__bfloat162float(*op) + __bfloat162float(ip[(o0 * ft * 4 + sub) / r]));
+        }
+    }
+}
+
+w22_status w22_cuda_dupup_add(w22_backend *b, w22_view out, w22_view in, int ft, int first_single) {
+    w22_cuda *c = cuda_of(b);
+    if (ft != 1 && ft != 2) return w22_fail(W22_ERR_INVALID_ARG, "cuda dupup_add: ft %d, expected 1 or 2", ft);
+    const int want_f = first_single ? (in.f > 0 ? 1 + (in.f - 1) * ft : 0) : in.f * ft;
+    if (out.es != 2 || in.es != 2 || out.f != want_f || out.h != 2 * in.h || out.w != 2 * in.w || in.c <= 0 ||
+        (out.c * ft * 4) % in.c != 0)
+        return w22_fail(W22_ERR_BAD_SHAPE,
+                        "cuda dupup_add: out (%d,%d,%d,%d) from in (%d,%d,%d,%d), ft %d, first_single %d: expected "
+                        "out (%d,%d,%d,c) with c*ft*4 a multiple of %d",
+                        out.f, out.h, out.w, out.c, in.f, in.h, in.w, in.c, ft, first_single, want_f, 2 * in.h,
+                        2 * in.w, in.c);
+    CU_ENTER(c);
+    W22_TRY(w22_cuda_check_view(c, &out, 0, "dupup out"));
+    W22_TRY(w22_cuda_check_view(c, &in, 0, "dupup in"));
+    const int r = out.c * ft * 4 / in.c;
+    const long total = (long)out.f * out.h * out.w * out.c;
+    if (total <= 0) return W22_OK;
+    const int vec = out.c % 8 == 0 && (uintptr_t)out.ptr % 16 == 0 && out.sf % 8 == 0 && out.sh % 8 == 0 && out.sw % 8 == 0;
+    const long items = vec ? total / 8 : total;
+    long blocks = (items + 255) / 256;
+    if (blocks > 65536L * 16) blocks = 65536L * 16;
+    if (vec)
+        dupup_kernel<8><<<(unsigned)blocks, 256, 0, c->stream>>>((bf16 *)out.ptr, out.sf, out.sh, out.sw,
+                                                                 (const bf16 *)in.ptr, in.sf, in.sh, in.sw, out.f,
+                                                                 out.h, out.w, out.c, ft, first_single, r);
+    else
+        dupup_kernel<1><<<(unsigned)blocks, 256, 0, c->stream>>>((bf16 *)out.ptr, out.sf, out.sh, out.sw,
+                                                                 (const bf16 *)in.ptr, in.sf, in.sh, in.sw, out.f,
+                                                                 out.h, out.w, out.c, ft, first_single, r);
+    CU_LAUNCHED(c, "dupup_add");
+    return W22_OK;
+}

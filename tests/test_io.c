@@ -1,0 +1,621 @@
+/* src/io/: .npy reading and writing (round trips and hostile headers), latents loading, the NaN/Inf check, the
+ * 8-bit conversion at its rounding edges, and the video writers: exact .y4m bytes of a tiny known video, raw
+ * .npy / .safetensors video read back, PNG frames (the stored-deflate encoder checked byte by byte), .mp4 through
+ * ffmpeg when installed; an existing output is refused and left unchanged, and a failed or stopped write leaves
+ * nothing behind. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "common.h"
+#include "io/io.h"
+#include "io/png_encode.h"
+#include "weights/safetensors.h"
+#include "testutil.h"
+#ifdef W22_HAVE_PNG
+#include <png.h>
+#endif
+
+static char dir[512];
+
+static const char *tpath(const char *name) {
+    static char buf[4][700];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+/* Entries of the test directory whose name starts with prefix (temporary outputs are "<name>.tmp-XXXXXX"). */
+static int count_entries(const char *prefix) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (!strncmp(e->d_name, prefix, strlen(prefix))) n++;
+    if (d) closedir(d);
+    return n;
+}
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+static unsigned char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return *n = 0, NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    rewind(f);
+    unsigned char *b = malloc(*n + 1);
+    if (fread(b, 1, *n, f) != *n) *n = 0;
+    fclose(f);
+    return b;
+}
+
+static int has(const char *needle) { return strstr(w22_last_error(), needle) != NULL; }
+
+/* An .npy file from a header dict and version, with `data` bytes of data (zeros). */
+static size_t make_npy(unsigned char *buf, int major, const char *dict, size_t data) {
+    size_t prefix = major == 1 ? 10 : 12, d = strlen(dict);
+    memcpy(buf, "\x93NUMPY", 6);
+    buf[6] = (unsigned char)major;
+    buf[7] = 0;
+    size_t hlen = d + 1;
+    buf[8] = (unsigned char)hlen, buf[9] = (unsigned char)(hlen >> 8);
+    if (major != 1) buf[10] = buf[11] = 0;
+    memcpy(buf + prefix, dict, d);
+    buf[prefix + d] = '\n';
+    memset(buf + prefix + hlen, 0, data);
+    return prefix + hlen + data;
+}
+
+static void test_npy_roundtrip(void) {
+    float x[24], *y = NULL;
+    t_fill_uniform(x, 24, 1, -3, 3);
+    int64_t shape[3] = {2, 3, 4}, got[W22_NPY_MAX_DIMS];
+    int nd = 0;
+    CHECK_OK(w22_npy_write(tpath("a.npy"), x, 3, shape, 0));
+    CHECK_OK(w22_npy_read(tpath("a.npy"), 0, &y, &nd, got));
+    CHECK(nd == 3 && got[0] == 2 && got[1] == 3 && got[2] == 4, "shape back: %d dims", nd);
+    CHECK(y && !memcmp(x, y, sizeof x), "data back differs");
+    free(y);
+    size_t n;
+    unsigned char *b = read_all(tpath("a.npy"), &n);
+    CHECK(n == 128 + 96, "header padded to 64: file of %zu bytes", n);
+    CHECK(b && strstr((char *)b + 10, "'shape': (2, 3, 4)"), "header text: %.60s", b ? (char *)b + 10 : "");
+    free(b);
+    /* 1-D: "(5,)"; 0-D: "()" */
+    char h[256];
+    int64_t five = 5;
+    size_t hl = w22_npy_header_f32(1, &five, h, sizeof h - 1);
+    h[hl] = 0;
+    CHECK(hl % 64 == 0 && strstr(h + 10, "'shape': (5,)"), "1-D header");
+    hl = w22_npy_header_f32(0, NULL, h, sizeof h - 1);
+    h[hl] = 0;
+    CHECK(hl % 64 == 0 && strstr(h + 10, "'shape': ()"), "0-D header");
+    w22_npy_info info;
+    unsigned char buf[256];
+    memcpy(buf, h, hl);
+    memset(buf + hl, 0, 4);
+    CHECK_OK(w22_npy_parse(buf, hl + 4, "scalar", &info));
+    CHECK(info.ndim == 0 && info.numel == 1, "scalar: %d dims, %lld elements", info.ndim, (long long)info.numel);
+    /* no overwrite by default; overwrite replaces */
+    CHECK(w22_npy_write(tpath("a.npy"), x, 3, shape, 0) == W22_ERR_EXISTS, "existing .npy refused");
+    CHECK_OK(w22_npy_write(tpath("a.npy"), x, 1, shape + 1, 1));
+    CHECK(count_entries("a.npy.tmp") == 0, "no temporary left");
+}
+
+typedef struct {
+    int major;
+    const char *dict;
+    long data; /* bytes of data; -1: the right amount for <f4 (2, 3) */
+    w22_status want;
+    const char *msg;
+} npy_case;
+
+static void test_npy_hostile(void) {
+    static const npy_case cases[] = {
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", -1, W22_OK, ""},
+        {2, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", -1, W22_OK, ""},
+        {3, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", -1, W22_OK, ""},
+        {1, "{\"descr\": \"<f4\", \"shape\": (2,3), \"fortran_order\": False}", -1, W22_OK, ""},
+        {1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", -1, W22_ERR_FORMAT, "fortran_order True"},
+        {1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", -1, W22_ERR_BAD_DTYPE, "big-endian"},
+        {1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }", 48, W22_ERR_BAD_DTYPE, "found '<f8'"},
+        {1, "{'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }", 6, W22_ERR_BAD_DTYPE, "found '|u1'"},
+        {1, "{'descr': '<f4', 'shape': (2, 3), }", -1, W22_ERR_FORMAT, "missing 'fortran_order'"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1}", -1, W22_ERR_FORMAT, "found 'x'"},
+        {1, "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)}", -1, W22_ERR_FORMAT,
+         "appears twice"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (6), }", -1, W22_ERR_FORMAT, "'(6,)'"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }", -1, W22_ERR_FORMAT, "non-negative"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1,1,1,1,1,1,1,1,6), }", -1, W22_ERR_FORMAT,
+         "at most 8"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999), }", 8, W22_ERR_FORMAT,
+         "overflow"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20, W22_ERR_FORMAT, "(truncated)"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 28, W22_ERR_FORMAT, "(trailing bytes)"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } junk", -1, W22_ERR_FORMAT, "only padding"},
+        {1, "{'descr': '<f4', 'fortran_order': Fals, 'shape': (2, 3), }", -1, W22_ERR_FORMAT, "True or False"},
+        {1, "{'descr': '<f4\\', 'fortran_order': False, 'shape': (2, 3), }", -1, W22_ERR_FORMAT, "plain string"},
+        {1, "['descr', '<f4']", -1, W22_ERR_FORMAT, "expected '{'"},
+        {1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3, }", -1, W22_ERR_FORMAT, "non-negative integer"},
+    };
+    unsigned char buf[512];
+    w22_npy_info info;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const npy_case *c = &cases[i];
+        size_t n = make_npy(buf, c->major, c->dict, c->data < 0 ? 24 : (size_t)c->data);
+        w22_status s = w22_npy_parse(buf, n, "case.npy", &info);
+        CHECK(s == c->want && has(c->msg), "case %zu (%s): %s: %s", i, c->dict, w22_status_string(s),
+              w22_last_error());
+        CHECK(s != W22_OK || (info.ndim == 2 && info.shape[0] == 2 && info.shape[1] == 3 && info.numel == 6),
+              "case %zu parsed shape", i);
+        CHECK(s == W22_OK || has("case.npy"), "case %zu: the message names the file: %s", i, w22_last_error());
+    }
+    /* byte-level damage: magic, version, header length, missing newline, NUL */
+    size_t n = make_npy(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 24);
+    unsigned char bad[512];
+    memcpy(bad, buf, n);
+    bad[1] = 'X';
+    CHECK(w22_npy_parse(bad, n, "m", &info) == W22_ERR_FORMAT && has("\\x93NUMPY"), "%s", w22_last_error());
+    memcpy(bad, buf, n);
+    bad[6] = 4;
+    CHECK(w22_npy_parse(bad, n, "m", &info) == W22_ERR_FORMAT && has("found 4.0"), "%s", w22_last_error());
+    memcpy(bad, buf, n);
+    bad[7] = 1;
+    CHECK(w22_npy_parse(bad, n, "m", &info) == W22_ERR_FORMAT && has("found 1.1"), "%s", w22_last_error());
+    memcpy(bad, buf, n);
+    bad[9] = 0x7f;
+    CHECK(w22_npy_parse(bad, n, "m", &info) == W22_ERR_FORMAT && has("header length"), "%s", w22_last_error());
+    memcpy(bad, buf, n);
+    bad[8]--; /* the header now ends on the space before '\n' */
+    CHECK(w22_npy_parse(bad, n, "m", &info) == W22_ERR_FORMAT, "header without newline: %s", w22_last_error());
+    memcpy(bad, buf, n);
+    bad[20] = 0;
+    CHECK(w22_npy_parse(bad, n, "m", &info) == W22_ERR_FORMAT && has("NUL"), "%s", w22_last_error());
+    for (size_t k = 0; k < 12; k++)
+        CHECK(w22_npy_parse(buf, k, "m", &info) == W22_ERR_FORMAT, "file cut to %zu bytes", k);
+
+    /* '<u2' is raw bf16 only on request; '<f2' is float16 */
+    n = make_npy(buf, 1, "{'descr': '<u2', 'fortran_order': False, 'shape': (2,), }", 4);
+    buf[n - 4] = 0x80, buf[n - 3] = 0x3f; /* bf16 1.0 */
+    buf[n - 2] = 0x00, buf[n - 1] = 0xc0; /* bf16 -2.0 */
+    write_bytes(tpath("u2.npy"), buf, n);
+    float *y = NULL;
+    int nd;
+    int64_t shp[W22_NPY_MAX_DIMS];
+    CHECK(w22_npy_read(tpath("u2.npy"), 0, &y, &nd, shp) == W22_ERR_BAD_DTYPE && has("'<u2'"), "%s",
+          w22_last_error());
+    CHECK_OK(w22_npy_read(tpath("u2.npy"), 1, &y, &nd, shp));
+    CHECK(y && y[0] == 1.0f && y[1] == -2.0f, "bf16 values");
+    free(y);
+    n = make_npy(buf, 1, "{'descr': '<f2', 'fortran_order': False, 'shape': (1,), }", 2);
+    buf[n - 2] = 0x00, buf[n - 1] = 0x3c; /* f16 1.0 */
+    write_bytes(tpath("f2.npy"), buf, n);
+    y = NULL;
+    CHECK_OK(w22_npy_read(tpath("f2.npy"), 0, &y, &nd, shp));
+    CHECK(y && y[0] == 1.0f, "f16 value");
+    free(y);
+    CHECK(w22_npy_read(tpath("absent.npy"), 0, &y, &nd, shp) == W22_ERR_IO && has("absent.npy"), "%s",
+          w22_last_error());
+}
+
+static void test_latents(void) {
+    enum { C = 4, T = 2, H = 3, W = 5 };
+    float z[C * T * H * W], *y = NULL;
+    t_fill_uniform(z, C * T * H * W, 7, -2, 2);
+    int t, h, w, c;
+    CHECK_OK(w22_io_save_latents(tpath("z.npy"), z, C, T, H, W, 0));
+    CHECK_OK(w22_io_load_latents(tpath("z.npy"), &y, &t, &h, &w, &c));
+    CHECK(c == C && t == T && h == H && w == W && y && !memcmp(y, z, sizeof z), "npy latents back");
+    free(y);
+    CHECK_OK(w22_io_save_latents(tpath("z.safetensors"), z, C, T, H, W, 0));
+    CHECK_OK(w22_io_load_latents(tpath("z.safetensors"), &y, &t, &h, &w, &c));
+    CHECK(c == C && t == T && h == H && w == W && y && !memcmp(y, z, sizeof z), "safetensors latents back");
+    free(y);
+    CHECK(w22_io_save_latents(tpath("z.npy"), z, C, T, H, W, 0) == W22_ERR_EXISTS, "existing latents refused");
+
+    /* [C, T, h, w] without the batch; bf16 under another name as the only tensor */
+    int64_t s4[4] = {C, T, H, W};
+    CHECK_OK(w22_npy_write(tpath("z4.npy"), z, 4, s4, 0));
+    CHECK_OK(w22_io_load_latents(tpath("z4.npy"), &y, &t, &h, &w, &c));
+    CHECK(c == C && t == T && h == H && w == W, "4-D latents");
+    free(y);
+    uint16_t zb[C * T * H * W];
+    for (int i = 0; i < C * T * H * W; i++) zb[i] = w22_f32_to_bf16(z[i]);
+    int64_t s5[5] = {1, C, T, H, W};
+    w22_st_write_tensor wt = {"z", W22_DTYPE_BF16, 5, s5, zb};
+    CHECK_OK(w22_st_write(tpath("zb.safetensors"), &wt, 1, NULL, 0, 0));
+    CHECK_OK(w22_io_load_latents(tpath("zb.safetensors"), &y, &t, &h, &w, &c));
+    CHECK(c == C && y && y[5] == w22_bf16_to_f32(zb[5]), "bf16 latents");
+    free(y);
+
+    /* wrong rank, a batch of 2, two tensors none named latents, an unknown extension */
+    int64_t s3[3] = {C, T, H * W};
+    CHECK_OK(w22_npy_write(tpath("z3.npy"), z, 3, s3, 0));
+    CHECK(w22_io_load_latents(tpath("z3.npy"), &y, &t, &h, &w, &c) == W22_ERR_BAD_SHAPE &&
+              has("expected latents of shape [1, C, T, h, w] or [C, T, h, w], found [4, 2, 15]") && has("z3.npy"),
+          "%s", w22_last_error());
+    CHECK(y == NULL, "no latents on failure");
+    int64_t sb[5] = {2, C / 2, T, H, W};
+    CHECK_OK(w22_npy_write(tpath("zb2.npy"), z, 5, sb, 0));
+    CHECK(w22_io_load_latents(tpath("zb2.npy"), &y, &t, &h, &w, &c) == W22_ERR_BAD_SHAPE && has("found [2, 2"),
+          "%s", w22_last_error());
+    w22_st_write_tensor two[2] = {{"a", W22_DTYPE_F32, 5, s5, z}, {"b", W22_DTYPE_F32, 5, s5, z}};
+    CHECK_OK(w22_st_write(tpath("two.safetensors"), two, 2, NULL, 0, 0));
+    CHECK(w22_io_load_latents(tpath("two.safetensors"), &y, &t, &h, &w, &c) == W22_ERR_MISSING_TENSOR &&
+              has("'latents'") && has("'a'"), "%s", w22_last_error());
+    CHECK(w22_io_load_latents(tpath("z.bin"), &y, &t, &h, &w, &c) == W22_ERR_INVALID_ARG, "%s", w22_last_error());
+
+    /* NaN and Inf: counted, the first located */
+    z[1 * T * H * W + 1 * H * W + 2 * W + 3] = NAN; /* [0, 1, 1, 2, 3] */
+    z[3 * T * H * W] = -INFINITY;
+    CHECK_OK(w22_io_save_latents(tpath("znan.npy"), z, C, T, H, W, 0));
+    CHECK(w22_io_load_latents(tpath("znan.npy"), &y, &t, &h, &w, &c) == W22_ERR_NONFINITE &&
+              has("found 2 NaN/Inf of 120") && has("NaN at index 58 [0, 1, 1, 2, 3]") && has("znan.npy"),
+          "%s", w22_last_error());
+    CHECK(y == NULL, "no latents on failure");
+    CHECK_OK(w22_io_save_latents(tpath("znan.safetensors"), z, C, T, H, W, 0));
+    CHECK(w22_io_load_latents(tpath("znan.safetensors"), &y, &t, &h, &w, &c) == W22_ERR_NONFINITE, "%s",
+          w22_last_error());
+}
+
+static void test_check_finite(void) {
+    int64_t shape[2] = {2, 3};
+    float f[6] = {0, 1, 2, 3, 4, 5};
+    CHECK_OK(w22_check_finite(f, W22_DTYPE_F32, 2, shape, "x"));
+    f[4] = INFINITY;
+    CHECK(w22_check_finite(f, W22_DTYPE_F32, 2, shape, "x") == W22_ERR_NONFINITE && has("+Inf at index 4 [1, 1]"),
+          "%s", w22_last_error());
+    uint16_t b[6] = {0x3f80, 0x3f80, 0x7fc0, 0x3f80, 0xff80, 0};
+    CHECK(w22_check_finite(b, W22_DTYPE_BF16, 2, shape, "x") == W22_ERR_NONFINITE &&
+              has("found 2 NaN/Inf of 6; the first is NaN at index 2 [0, 2]"), "%s", w22_last_error());
+    uint16_t h[6] = {0x3c00, 0x7bff, 0, 0, 0, 0xfc00};
+    CHECK(w22_check_finite(h, W22_DTYPE_F16, 2, shape, "x") == W22_ERR_NONFINITE && has("-Inf at index 5"), "%s",
+          w22_last_error());
+    h[5] = 0;
+    CHECK_OK(w22_check_finite(h, W22_DTYPE_F16, 2, shape, "x"));
+}
+
+static void test_pixels(void) {
+    /* round(clamp(x * 0.5 + 0.5, 0, 1) * 255) in float32, half to even (numpy's round) */
+    static const struct { float x; int want; } cases[] = {
+        {-1.0f, 0}, {1.0f, 255}, {0.0f, 128}, {-0.0f, 128}, {-2.0f, 0}, {2.0f, 255}, {0.99f, 254}, {-0.99f, 1},
+        {-0x1.f9f9f6p-2f, 64},  /* 64.5 exactly: even, down */
+        {-0x1.f1f1eep-2f, 66},  /* 65.5 exactly: even, up */
+        {0x1.f5f5f4p-1f, 252},  /* 252.5 exactly */
+        {0x1.fdfdfcp-1f, 254},  /* 254.5 exactly: not 255 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        CHECK(w22_pixel_u8(cases[i].x) == cases[i].want, "x = %a: %d, expected %d", cases[i].x,
+              w22_pixel_u8(cases[i].x), cases[i].want);
+    CHECK(w22_pixel_u8(NAN) == 0, "NaN -> 0");
+    /* every 8-bit level survives the trip from its own normalized value */
+    int ok = 1;
+    for (int v = 0; v < 256; v++) ok &= w22_pixel_u8((float)v / 127.5f - 1.0f) == v;
+    CHECK(ok, "levels v / 127.5 - 1 map back to v");
+}
+
+/* The tiny known video: 2 frames of 2x2, pixels black, white, red, green in frame 0 and mid-gray x4 in frame 1. */
+static void tiny_video(float chunk[3][2][2][2]) {
+    static const float rgb[2][4][3] = {
+        {{-1, -1, -1}, {1, 1, 1}, {1, -1, -1}, {-1, 1, -1}},
+        {{0, 0, 0}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}},
+    };
+    for (int c = 0; c < 3; c++)
+        for (int f = 0; f < 2; f++)
+            for (int p = 0; p < 4; p++) chunk[c][f][p / 2][p % 2] = rgb[f][p][c];
+}
+
+static void test_y4m(void) {
+    float v[3][2][2][2];
+    tiny_video(v);
+    w22_video_writer *vw;
+    CHECK_OK(w22_video_open(tpath("t.y4m"), W22_VIDEO_Y4M, 2, 2, 2, 24, 0, &vw));
+    CHECK(!t_file_exists(tpath("t.y4m")), "nothing at the path before finish");
+    CHECK_OK(w22_video_write(vw, &v[0][0][0][0], 0, 2));
+    CHECK_OK(w22_video_finish(vw));
+    static const char header[] = "YUV4MPEG2 W2 H2 F24:1 Ip A1:1 C444 XCOLORRANGE=LIMITED\n";
+    /* BT.601 limited: black 16/128/128, white 235/128/128, red 82/90/240, green 144/54/34; gray 128 -> 126 */
+    static const unsigned char frame0[] = {16, 235, 82, 144, 128, 128, 90, 54, 128, 128, 240, 34};
+    static const unsigned char frame1[] = {126, 126, 126, 126, 128, 128, 128, 128, 128, 128, 128, 128};
+    unsigned char want[256];
+    size_t k = 0;
+    memcpy(want + k, header, sizeof header - 1), k += sizeof header - 1;
+    memcpy(want + k, "FRAME\n", 6), k += 6;
+    memcpy(want + k, frame0, 12), k += 12;
+    memcpy(want + k, "FRAME\n", 6), k += 6;
+    memcpy(want + k, frame1, 12), k += 12;
+    size_t n;
+    unsigned char *got = read_all(tpath("t.y4m"), &n);
+    CHECK(n == k && got && !memcmp(got, want, k), "y4m bytes (%zu of %zu)", n, k);
+    for (size_t i = 0; got && i < k && i < n; i++)
+        if (got[i] != want[i]) {
+            CHECK(0, "first difference at byte %zu: %d, expected %d", i, got[i], want[i]);
+            break;
+        }
+    free(got);
+
+    /* frames in two chunks, the second first: the same bytes (frames sit at fixed offsets) */
+    float f0[3][1][2][2], f1[3][1][2][2];
+    for (int c = 0; c < 3; c++) memcpy(f0[c], v[c][0], sizeof f0[c]), memcpy(f1[c], v[c][1], sizeof f1[c]);
+    CHECK_OK(w22_video_open(tpath("t2.y4m"), W22_VIDEO_Y4M, 2, 2, 2, 23.976, 0, &vw));
+    CHECK_OK(w22_video_write(vw, &f1[0][0][0][0], 1, 1));
+    CHECK_OK(w22_video_write(vw, &f0[0][0][0][0], 0, 1));
+    CHECK(w22_video_write(vw, &f0[0][0][0][0], 0, 1) == W22_ERR_INVALID_ARG && has("written already"), "%s",
+          w22_last_error());
+    CHECK(w22_video_write(vw, &f0[0][0][0][0], 2, 1) == W22_ERR_INVALID_ARG && has("within [0, 2)"), "%s",
+          w22_last_error());
+    CHECK_OK(w22_video_finish(vw));
+    got = read_all(tpath("t2.y4m"), &n);
+    static const char header2[] = "YUV4MPEG2 W2 H2 F23976:1000 Ip A1:1 C444 XCOLORRANGE=LIMITED\n";
+    size_t h2 = sizeof header2 - 1, h1 = sizeof header - 1;
+    CHECK(got && n == k - h1 + h2 && !memcmp(got, header2, h2) && !memcmp(got + h2, want + h1, k - h1),
+          "out-of-order y4m at 23.976 fps");
+    free(got);
+}
+
+static void test_existing_and_failures(void) {
+    float v[3][2][2][2];
+    tiny_video(v);
+    w22_video_writer *vw = NULL;
+    /* an existing output: refused at open, left unchanged, no temporary */
+    write_bytes(tpath("keep.y4m"), "keep", 4);
+    CHECK(w22_video_open(tpath("keep.y4m"), W22_VIDEO_Y4M, 2, 2, 2, 24, 0, &vw) == W22_ERR_EXISTS &&
+              has("keep.y4m") && has("existing file"), "%s", w22_last_error());
+    CHECK(vw == NULL, "no writer");
+    size_t n;
+    unsigned char *b = read_all(tpath("keep.y4m"), &n);
+    CHECK(n == 4 && !memcmp(b, "keep", 4), "existing output unchanged");
+    free(b);
+    CHECK(w22_output_check(tpath("keep.y4m"), 0, 0) == W22_ERR_EXISTS, "output_check refuses it");
+    CHECK_OK(w22_output_check(tpath("keep.y4m"), 0, 1));
+    CHECK(count_entries("keep.y4m.") == 0, "no temporary left");
+    /* ... and with overwrite, replaced only at finish */
+    CHECK_OK(w22_video_open(tpath("keep.y4m"), W22_VIDEO_Y4M, 2, 2, 2, 24, 1, &vw));
+    CHECK_OK(w22_video_write(vw, &v[0][0][0][0], 0, 2));
+    b = read_all(tpath("keep.y4m"), &n);
+    CHECK(n == 4, "still the old file before finish");
+    free(b);
+    CHECK_OK(w22_video_finish(vw));
+    b = read_all(tpath("keep.y4m"), &n);
+    CHECK(n > 4 && !memcmp(b, "YUV4MPEG2", 9), "replaced at finish");
+    free(b);
+
+    /* an incomplete video: finish fails and leaves nothing; abort leaves nothing */
+    for (int fmt = W22_VIDEO_Y4M; fmt <= W22_VIDEO_SAFETENSORS; fmt++) {
+        if (fmt == W22_VIDEO_MP4) continue; /* covered in test_mp4, needs ffmpeg */
+        static const char *names[] = {"inc.y4m", "", "inc", "inc.npy", "inc.safetensors"};
+        const char *p = tpath(names[fmt]);
+        CHECK_OK(w22_video_open(p, (w22_video_format)fmt, 3, 2, 2, 24, 0, &vw));
+        CHECK_OK(w22_video_write(vw, &v[0][0][0][0], 0, 2));
+        CHECK(w22_video_finish(vw) == W22_ERR_INVALID_ARG && has("expected 3 frames, 2 were written"), "%s: %s",
+              names[fmt], w22_last_error());
+        CHECK(!t_file_exists(p) && count_entries("inc") == 0, "%s: nothing left after a failed finish", names[fmt]);
+        CHECK_OK(w22_video_open(p, (w22_video_format)fmt, 3, 2, 2, 24, 0, &vw));
+        CHECK_OK(w22_video_write(vw, &v[0][0][0][0], 0, 2));
+        w22_video_abort(vw);
+        CHECK(!t_file_exists(p) && count_entries("inc") == 0, "%s: nothing left after abort", names[fmt]);
+    }
+    /* an output directory that does not exist */
+    CHECK(w22_video_open(tpath("nodir/x.y4m"), W22_VIDEO_Y4M, 1, 2, 2, 24, 0, &vw) == W22_ERR_IO &&
+              has("does not exist"), "%s", w22_last_error());
+    CHECK(w22_output_check(tpath("nodir/frames/"), 1, 0) == W22_ERR_IO && has("nodir"), "%s", w22_last_error());
+    CHECK(!t_file_exists(tpath("nodir")), "nothing created");
+    /* a file where the output's directory should be */
+    CHECK(w22_output_check(tpath("keep.y4m/x.npy"), 0, 0) == W22_ERR_IO, "%s", w22_last_error());
+    w22_video_abort(NULL);
+}
+
+static void test_formats(void) {
+    static const struct { const char *p; int fmt; } ok[] = {
+        {"a.y4m", W22_VIDEO_Y4M}, {"d/a.MP4", W22_VIDEO_MP4}, {"a.npy", W22_VIDEO_NPY},
+        {"a.safetensors", W22_VIDEO_SAFETENSORS}, {"frames/", W22_VIDEO_PNG_DIR}, {"x.d/frames", W22_VIDEO_PNG_DIR},
+        {"out.y4m/", W22_VIDEO_PNG_DIR}, {".hidden", W22_VIDEO_PNG_DIR},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        w22_video_format f = (w22_video_format)-1;
+        CHECK(w22_video_format_from_path(ok[i].p, &f) == W22_OK && (int)f == ok[i].fmt, "%s", ok[i].p);
+    }
+    w22_video_format f;
+    CHECK(w22_video_format_from_path("a.avi", &f) == W22_ERR_INVALID_ARG && has("found '.avi'"), "%s",
+          w22_last_error());
+}
+
+static void test_tensor_video(void) {
+    enum { F = 3, H = 2, W = 3 };
+    float v[3 * F * H * W];
+    t_fill_uniform(v, 3 * F * H * W, 3, -1, 1);
+    /* chunks: frames [2, 3) then [0, 2), each [3][n][H][W] */
+    float c2[3][1][H][W], c01[3][2][H][W];
+    for (int c = 0; c < 3; c++) {
+        memcpy(c2[c], v + (c * F + 2) * H * W, sizeof c2[c]);
+        memcpy(c01[c], v + (c * F + 0) * H * W, sizeof c01[c]);
+    }
+    for (int st = 0; st < 2; st++) {
+        const char *p = tpath(st ? "v.safetensors" : "v.npy");
+        w22_video_writer *vw;
+        CHECK_OK(w22_video_open(p, st ? W22_VIDEO_SAFETENSORS : W22_VIDEO_NPY, F, H, W, 24, 0, &vw));
+        CHECK_OK(w22_video_write(vw, &c2[0][0][0][0], 2, 1));
+        CHECK_OK(w22_video_write(vw, &c01[0][0][0][0], 0, 2));
+        CHECK_OK(w22_video_finish(vw));
+        if (!st) {
+            float *y = NULL;
+            int nd;
+            int64_t s[W22_NPY_MAX_DIMS];
+            CHECK_OK(w22_npy_read(p, 0, &y, &nd, s));
+            CHECK(nd == 5 && s[0] == 1 && s[1] == 3 && s[2] == F && s[3] == H && s[4] == W, "npy video shape");
+            CHECK(y && !memcmp(y, v, sizeof v), "npy video data in NCDHW order");
+            free(y);
+        } else {
+            w22_st_file sf;
+            CHECK_OK(w22_st_open(p, &sf));
+            const w22_st_tensor *t = w22_st_find(&sf, "video");
+            CHECK(t && t->dtype == W22_DTYPE_F32 && t->ndim == 5 && t->shape[2] == F && t->shape[4] == W,
+                  "safetensors video tensor");
+            CHECK(t && t->nbytes == sizeof v && !memcmp(t->data, v, sizeof v), "safetensors video data");
+            w22_st_close(&sf);
+        }
+    }
+}
+
+static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | p[1] << 16 | p[2] << 8 | p[3]; }
+
+static void test_png(void) {
+    /* the stored-deflate encoder: chunks, CRCs, stored blocks, adler32, against the raw rows */
+    enum { W = 200, H = 120 }; /* 72120 bytes of rows: two stored blocks */
+    uint8_t *rgb = malloc(W * H * 3);
+    for (int i = 0; i < W * H * 3; i++) rgb[i] = (uint8_t)(i * 7 + i / 600);
+    uint8_t *png = NULL;
+    size_t len = 0;
+    CHECK_OK(w22_png_encode_stored(rgb, W, H, &png, &len));
+    CHECK(png && !memcmp(png, "\x89PNG\r\n\x1a\n", 8), "PNG signature");
+    size_t pos = 8, raw_len = (size_t)(W * 3 + 1) * H, got = 0;
+    uint8_t *raw = malloc(raw_len);
+    int chunks = 0, ok_crc = 1, ok_blocks = 1;
+    while (png && pos + 12 <= len) {
+        uint32_t n = be32(png + pos);
+        const uint8_t *type = png + pos + 4, *data = png + pos + 8;
+        ok_crc &= be32(data + n) == w22_crc32(type, n + 4, 0);
+        if (!memcmp(type, "IHDR", 4))
+            CHECK(be32(data) == W && be32(data + 4) == H && data[8] == 8 && data[9] == 2, "IHDR");
+        if (!memcmp(type, "IDAT", 4)) {
+            CHECK(data[0] == 0x78 && (data[0] * 256 + data[1]) % 31 == 0, "zlib header");
+            size_t q = 2;
+            for (int last = 0; !last && q + 5 <= n;) {
+                last = data[q] & 1;
+                ok_blocks &= (data[q] & 6) == 0;
+                size_t bl = data[q + 1] | data[q + 2] << 8, nl = data[q + 3] | data[q + 4] << 8;
+                ok_blocks &= (bl ^ nl) == 0xffff && got + bl <= raw_len;
+                if (!ok_blocks) break;
+                memcpy(raw + got, data + q + 5, bl);
+                got += bl;
+                q += 5 + bl;
+            }
+            uint32_t a = 1, b2 = 0;
+            for (size_t i = 0; i < got; i++) a = (a + raw[i]) % 65521, b2 = (b2 + a) % 65521;
+            CHECK(q + 4 == n && be32(data + q) == (b2 << 16 | a), "adler32 after the last block");
+        }
+        chunks++;
+        pos += 12 + n;
+    }
+    CHECK(pos == len && chunks == 3 && ok_crc && ok_blocks, "3 chunks with good CRCs: %d, crc %d", chunks, ok_crc);
+    CHECK(got == raw_len, "stored bytes %zu, expected %zu", got, raw_len);
+    int rows_ok = 1;
+    for (int y = 0; y < H && got == raw_len; y++)
+        rows_ok &= raw[y * (W * 3 + 1)] == 0 && !memcmp(raw + y * (W * 3 + 1) + 1, rgb + y * W * 3, W * 3);
+    CHECK(rows_ok, "rows: filter 0 then the pixels");
+#ifdef W22_HAVE_PNG
+    /* libpng reads the stored encoder's file, and the libpng writer's */
+    write_bytes(tpath("stored.png"), png, len);
+    CHECK_OK(w22_png_write(tpath("lib.png"), rgb, W, H));
+    const char *files[2] = {tpath("stored.png"), tpath("lib.png")};
+    for (int i = 0; i < 2; i++) {
+        png_image im;
+        memset(&im, 0, sizeof im);
+        im.version = PNG_IMAGE_VERSION;
+        uint8_t *back = malloc(W * H * 3);
+        int ok = png_image_begin_read_from_file(&im, files[i]);
+        im.format = PNG_FORMAT_RGB;
+        ok = ok && im.width == W && im.height == H && png_image_finish_read(&im, NULL, back, 0, NULL);
+        CHECK(ok && !memcmp(back, rgb, W * H * 3), "libpng reads %s back: %s", files[i], im.message);
+        png_image_free(&im);
+        free(back);
+    }
+#endif
+    free(raw);
+    free(png);
+    free(rgb);
+
+    /* the directory writer: frame_00000.png ..., renamed into place at finish */
+    float v[3][2][2][2];
+    tiny_video(v);
+    w22_video_writer *vw;
+    CHECK_OK(w22_video_open(tpath("frames/"), W22_VIDEO_PNG_DIR, 2, 2, 2, 24, 0, &vw));
+    CHECK(!t_file_exists(tpath("frames")), "no directory before finish");
+    CHECK_OK(w22_video_write(vw, &v[0][0][0][0], 0, 2));
+    CHECK_OK(w22_video_finish(vw));
+    CHECK(t_file_exists(tpath("frames/frame_00000.png")) && t_file_exists(tpath("frames/frame_00001.png")) &&
+              !t_file_exists(tpath("frames/frame_00002.png")), "two frame files");
+    CHECK(count_entries("frames") == 1, "no temporary directory left");
+    /* an existing directory of frames: refused, or replaced with overwrite; one with other files is never replaced */
+    CHECK(w22_video_open(tpath("frames"), W22_VIDEO_PNG_DIR, 1, 2, 2, 24, 0, &vw) == W22_ERR_EXISTS, "%s",
+          w22_last_error());
+    CHECK_OK(w22_video_open(tpath("frames"), W22_VIDEO_PNG_DIR, 1, 2, 2, 24, 1, &vw));
+    CHECK_OK(w22_video_write(vw, &v[0][0][0][0], 0, 1)); /* frame 0 of a 2-frame chunk is not what we pass... */
+    CHECK_OK(w22_video_finish(vw));
+    CHECK(t_file_exists(tpath("frames/frame_00000.png")) && !t_file_exists(tpath("frames/frame_00001.png")),
+          "replaced: one frame now");
+    CHECK(count_entries("frames") == 1, "no old or temporary directory left");
+    write_bytes(tpath("frames/notes.txt"), "mine", 4);
+    CHECK(w22_video_open(tpath("frames"), W22_VIDEO_PNG_DIR, 1, 2, 2, 24, 1, &vw) == W22_ERR_EXISTS &&
+              has("other than frame"), "%s", w22_last_error());
+    CHECK(t_file_exists(tpath("frames/notes.txt")), "the user's file is still there");
+}
+
+static int have_tool(const char *name) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", name);
+    return system(cmd) == 0;
+}
+
+static void test_mp4(void) {
+    enum { F = 3, H = 16, W = 32 };
+    float *v = malloc(sizeof(float) * 3 * F * H * W);
+    t_fill_uniform(v, 3 * F * H * W, 5, -1, 1);
+    w22_video_writer *vw;
+    /* no ffmpeg: a clear error, nothing left */
+    setenv("W22_FFMPEG", "/nonexistent/ffmpeg", 1);
+    CHECK(w22_video_open(tpath("n.mp4"), W22_VIDEO_MP4, F, H, W, 24, 0, &vw) == W22_ERR_UNSUPPORTED &&
+              has("needs ffmpeg"), "%s", w22_last_error());
+    CHECK(count_entries("n.mp4") == 0, "nothing left without ffmpeg");
+    unsetenv("W22_FFMPEG");
+    if (!have_tool("ffmpeg")) {
+        printf("mp4: ffmpeg not installed, skipping the encode\n");
+        free(v);
+        return;
+    }
+    CHECK_OK(w22_video_open(tpath("m.mp4"), W22_VIDEO_MP4, F, H, W, 24, 0, &vw));
+    CHECK(w22_video_write(vw, v, 1, 1) == W22_ERR_INVALID_ARG && has("in order"), "%s", w22_last_error());
+    CHECK_OK(w22_video_write(vw, v, 0, F));
+    CHECK_OK(w22_video_finish(vw));
+    CHECK(t_file_exists(tpath("m.mp4")) && count_entries("m.mp4") == 1, "mp4 written, no temporary");
+    if (have_tool("ffprobe")) {
+        char cmd[1024], out[256] = "";
+        snprintf(cmd, sizeof cmd, "ffprobe -v error -count_frames -select_streams v:0 -show_entries "
+                 "stream=width,height,nb_read_frames -of csv=p=0 '%s'", tpath("m.mp4"));
+        FILE *p = popen(cmd, "r");
+        if (p && fgets(out, sizeof out, p)) out[strcspn(out, "\n")] = 0;
+        if (p) pclose(p);
+        CHECK(!strcmp(out, "32,16,3"), "ffprobe: '%s', expected '32,16,3'", out);
+    }
+    /* stopped half way: ffmpeg is killed and nothing is left */
+    CHECK_OK(w22_video_open(tpath("s.mp4"), W22_VIDEO_MP4, F, H, W, 24, 0, &vw));
+    CHECK_OK(w22_video_write(vw, v, 0, 1));
+    w22_video_abort(vw);
+    CHECK(count_entries("s.mp4") == 0, "nothing left after abort");
+    free(v);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "%s", t_tmpdir());
+    test_npy_roundtrip();
+    test_npy_hostile();
+    test_latents();
+    test_check_finite();
+    test_pixels();
+    test_y4m();
+    test_existing_and_failures();
+    test_formats();
+    test_tensor_video();
+    test_png();
+    test_mp4();
+    return t_finish("test_io");
+}

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Converts the original Wan2.2 VAE checkpoint (Wan2.2_VAE.pth, the Wan2.2 repo's naming) to a safetensors file
+with diffusers' AutoencoderKLWan names, which `w22_weights_load` and `wan22vae` read.
+
+    python3 tools/convert_pth.py Wan2.2_VAE.pth wan22_vae.safetensors [--dtype bf16] [--decoder-only]
+
+The name mapping is `convert_names`, a pure function (no torch needed) that follows diffusers'
+scripts/convert_wan_to_diffusers.py, function convert_vae_22(), rule for rule:
+  conv1 / conv2                        -> quant_conv / post_quant_conv
+  decoder.conv1                        -> decoder.conv_in
+  decoder.middle.0 / .2 (residual.N)   -> decoder.mid_block.resnets.0 / .1 (norm1, conv1, norm2, conv2)
+  decoder.middle.1                     -> decoder.mid_block.attentions.0
+  decoder.head.0 / head.2              -> decoder.norm_out / decoder.conv_out
+  decoder.upsamples.B.upsamples.R      -> decoder.up_blocks.B.resnets.R (residual.0/2/3/6 -> norm1/conv1/norm2/conv2,
+                                          shortcut -> conv_shortcut)
+  decoder.upsamples.B.upsamples.R.resample / .time_conv -> decoder.up_blocks.B.upsampler.resample / .time_conv
+and the same for the encoder (encoder.downsamples.B.downsamples.R -> encoder.down_blocks.B.resnets.R /
+.downsampler). Keys no rule matches are kept as they are, as in diffusers.
+
+Needs torch and safetensors only to convert a file (not for the name mapping or its test).
+"""
+import argparse
+import os
+import sys
+
+# diffusers convert_vae_22: middle_key_mapping, attention_mapping, head_mapping, quant_mapping
+_RESIDUAL = {
+    ".residual.0.gamma": ".norm1.gamma",
+    ".residual.2.weight": ".conv1.weight",
+    ".residual.2.bias": ".conv1.bias",
+    ".residual.3.gamma": ".norm2.gamma",
+    ".residual.6.weight": ".conv2.weight",
+    ".residual.6.bias": ".conv2.bias",
+    ".shortcut.weight": ".conv_shortcut.weight",
+    ".shortcut.bias": ".conv_shortcut.bias",
+}
+
+
+def _fixed_mapping():
+    m = {}
+    for part in ("encoder", "decoder"):
+        for orig, res in (("0", "0"), ("2", "1")):
+            for suffix in (".residual.0.gamma", ".residual.2.bias", ".residual.2.weight", ".residual.3.gamma",
+                           ".residual.6.bias", ".residual.6.weight"):
+                m[f"{part}.middle.{orig}{suffix}"] = f"{part}.mid_block.resnets.{res}{_RESIDUAL[suffix]}"
+        for leaf in ("norm.gamma", "to_qkv.weight", "to_qkv.bias", "proj.weight", "proj.bias"):
+            m[f"{part}.middle.1.{leaf}"] = f"{part}.mid_block.attentions.0.{leaf}"
+        m[f"{part}.head.0.gamma"] = f"{part}.norm_out.gamma"
+        m[f"{part}.head.2.bias"] = f"{part}.conv_out.bias"
+        m[f"{part}.head.2.weight"] = f"{part}.conv_out.weight"
+        m[f"{part}.conv1.weight"] = f"{part}.conv_in.weight"
+        m[f"{part}.conv1.bias"] = f"{part}.conv_in.bias"
+    m["conv1.weight"] = "quant_conv.weight"
+    m["conv1.bias"] = "quant_conv.bias"
+    m["conv2.weight"] = "post_quant_conv.weight"
+    m["conv2.bias"] = "post_quant_conv.bias"
+    return m
+
+
+_FIXED = _fixed_mapping()
+
+
+def _convert_blocks(key, part, old, new, sampler):
+    """encoder.downsamples / decoder.upsamples, as convert_vae_22 does it."""
+    new_key = key.replace(f"{part}.{old}.", f"{part}.{new}.")
+    if "residual" in new_key or "shortcut" in new_key:
+        new_key = new_key.replace(f".{old}.", ".resnets.")
+        for src, dst in _RESIDUAL.items():  # the script tests these in an if/elif chain: first match only
+            if src in new_key:
+                new_key = new_key.replace(src, dst)
+                break
+    elif "resample" in new_key or "time_conv" in new_key:
+        parts = new_key.split(".")
+        if len(parts) >= 4 and parts[3] == old:
+            new_key = ".".join(parts[:3] + [sampler] + parts[5:])
+    return new_key
+
+
+def convert_key(key):
+    """The diffusers name of one original Wan2.2 VAE key."""
+    if key in _FIXED:
+        return _FIXED[key]
+    if key.startswith("encoder.downsamples."):
+        return _convert_blocks(key, "encoder", "downsamples", "down_blocks", "downsampler")
+    if key.startswith("decoder.upsamples."):
+        return _convert_blocks(key, "decoder", "upsamples", "up_blocks", "upsampler")
+    return key
+
+
+def convert_names(state_dict_keys):
+    """{original key: diffusers key} for every key; raises ValueError if two keys map to one name."""
+    out, seen = {}, {}
+    for k in state_dict_keys:
+        n = convert_key(k)
+        if n in seen:
+            raise ValueError(f"keys {seen[n]!r} and {k!r} both map to {n!r}; expected a one-to-one mapping")
+        seen[n] = k
+        out[k] = n
+    return out
+
+
+def is_decoder_name(name):
+    return name.startswith("decoder.") or name.startswith("post_quant_conv.")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("input", help="Wan2.2_VAE.pth (original naming)")
+    ap.add_argument("output", help="the .safetensors file to write (diffusers naming)")
+    ap.add_argument("--dtype", choices=["keep", "fp32", "bf16", "fp16"], default="keep")
+    ap.add_argument("--decoder-only", action="store_true", help="write only post_quant_conv.* and decoder.*")
+    ap.add_argument("--overwrite", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        import torch
+        from safetensors.torch import save_file
+    except ImportError as e:
+        sys.exit(f"convert_pth.py: {e}; expected torch and safetensors (pip install torch safetensors)")
+    if os.path.exists(args.output) and not args.overwrite:
+        sys.exit(f"convert_pth.py: {args.output} exists; expected a new file (or pass --overwrite)")
+    sd = torch.load(args.input, map_location="cpu", weights_only=True)
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        sys.exit(f"convert_pth.py: {args.input}: expected a state dict of tensors, found {type(sd).__name__}")
+    names = convert_names(sd.keys())
+    dtype = {"keep": None, "fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    out = {}
+    for k, v in sd.items():
+        n = names[k]
+        if args.decoder_only and not is_decoder_name(n):
+            continue
+        out[n] = (v.to(dtype) if dtype is not None else v).contiguous()
+    missing = [n for n in ("post_quant_conv.weight", "decoder.conv_in.weight", "decoder.norm_out.gamma") if n not in out]
+    if missing:
+        sys.exit(f"convert_pth.py: {args.input}: no {', '.join(missing)} after conversion; expected a Wan2.2 VAE "
+                 f"checkpoint (found {len(sd)} keys, e.g. {next(iter(sd), None)!r})")
+    tmp = args.output + ".tmp"
+    save_file(out, tmp, metadata={"format": "pt"})
+    os.replace(tmp, args.output)
+    print(f"wrote {args.output}: {len(out)} tensors ({sum(1 for n in out if is_decoder_name(n))} of the decoder)")
+
+
+if __name__ == "__main__":
+    main()

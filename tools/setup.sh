@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs what building and testing wan22vae needs on a Debian/Ubuntu machine (run as root or with sudo):
+# a C compiler and make, OpenBLAS (the CPU backend's GEMM), libpng + zlib (PNG frames), ffmpeg (mp4 output and
+# the CLI tests' ffprobe checks), clang with libFuzzer (the parser fuzz run), and numpy + pytest for the Python
+# package's tests. The CUDA toolkit (nvcc) is optional: with it, `make` also builds the CUDA backend.
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends build-essential libopenblas-dev libpng-dev zlib1g-dev \
+    ffmpeg clang libclang-rt-14-dev python3-pip >/dev/null
+python3 -m pip install -q numpy pytest 2>/dev/null || python3 -m pip install -q --break-system-packages numpy pytest
+echo "setup: done"

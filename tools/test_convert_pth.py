@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Tests tools/convert_pth.py: the original Wan2.2 VAE key list (derived from Wan2.2's wan/modules/vae2_2.py
+module tree, as diffusers' convert_vae_22 expects it) must map to exactly the decoder's 110 diffusers names, and
+the encoder's keys to encoder names. Runs with plain python3; the file conversion test needs torch and
+safetensors and is skipped with a message without them.
+
+    python3 tools/test_convert_pth.py
+"""
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import convert_pth  # noqa: E402
+
+RESIDUAL = ["residual.0.gamma", "residual.2.weight", "residual.2.bias", "residual.3.gamma", "residual.6.weight",
+            "residual.6.bias"]
+ATTN = ["norm.gamma", "to_qkv.weight", "to_qkv.bias", "proj.weight", "proj.bias"]
+
+
+def original_decoder_keys():
+    """Wan2.2 Decoder3d (dim_mult [1,2,4,4], num_res_blocks 2, temperal_upsample [True, True, False]): middle =
+    [ResidualBlock, AttentionBlock, ResidualBlock]; upsamples = 4 Up_ResidualBlocks, each with .upsamples =
+    3 ResidualBlocks (+ a Resample in blocks 0-2; time_conv in 0, 1); a shortcut where in_dim != out_dim
+    (the first resnet of blocks 2 and 3); head = [RMS_norm, SiLU, CausalConv3d]; the model's conv2 is
+    post_quant_conv."""
+    keys = ["conv2.weight", "conv2.bias", "decoder.conv1.weight", "decoder.conv1.bias"]
+    keys += [f"decoder.middle.0.{r}" for r in RESIDUAL]
+    keys += [f"decoder.middle.1.{a}" for a in ATTN]
+    keys += [f"decoder.middle.2.{r}" for r in RESIDUAL]
+    for b in range(4):
+        for r in range(3):
+            keys += [f"decoder.upsamples.{b}.upsamples.{r}.{x}" for x in RESIDUAL]
+            if r == 0 and b in (2, 3):
+                keys += [f"decoder.upsamples.{b}.upsamples.0.shortcut.{x}" for x in ("weight", "bias")]
+        if b < 3:
+            keys += [f"decoder.upsamples.{b}.upsamples.3.resample.1.{x}" for x in ("weight", "bias")]
+        if b < 2:
+            keys += [f"decoder.upsamples.{b}.upsamples.3.time_conv.{x}" for x in ("weight", "bias")]
+    keys += ["decoder.head.0.gamma", "decoder.head.2.weight", "decoder.head.2.bias"]
+    return keys
+
+
+def original_encoder_keys():
+    keys = ["conv1.weight", "conv1.bias", "encoder.conv1.weight", "encoder.conv1.bias"]
+    keys += [f"encoder.middle.0.{r}" for r in RESIDUAL] + [f"encoder.middle.1.{a}" for a in ATTN]
+    keys += [f"encoder.downsamples.0.downsamples.{r}.{x}" for r in range(2) for x in RESIDUAL]
+    keys += ["encoder.downsamples.1.downsamples.0.shortcut.weight",
+             "encoder.downsamples.0.downsamples.2.resample.1.weight",
+             "encoder.downsamples.1.downsamples.2.time_conv.bias"]
+    keys += ["encoder.head.0.gamma", "encoder.head.2.weight", "encoder.head.2.bias"]
+    return keys
+
+
+def expected_decoder_names():
+    """The decoder's 110 diffusers names (docs: /shared wan22-decoder.md; src/model/model.c)."""
+    res = ["norm1.gamma", "conv1.weight", "conv1.bias", "norm2.gamma", "conv2.weight", "conv2.bias"]
+    n = ["post_quant_conv.weight", "post_quant_conv.bias", "decoder.conv_in.weight", "decoder.conv_in.bias"]
+    n += [f"decoder.mid_block.attentions.0.{a}" for a in ATTN]
+    n += [f"decoder.mid_block.resnets.{i}.{r}" for i in range(2) for r in res]
+    for b in range(4):
+        for r in range(3):
+            n += [f"decoder.up_blocks.{b}.resnets.{r}.{x}" for x in res]
+            if r == 0 and b in (2, 3):
+                n += [f"decoder.up_blocks.{b}.resnets.0.conv_shortcut.{x}" for x in ("weight", "bias")]
+        if b < 3:
+            n += [f"decoder.up_blocks.{b}.upsampler.resample.1.{x}" for x in ("weight", "bias")]
+        if b < 2:
+            n += [f"decoder.up_blocks.{b}.upsampler.time_conv.{x}" for x in ("weight", "bias")]
+    n += ["decoder.norm_out.gamma", "decoder.conv_out.weight", "decoder.conv_out.bias"]
+    return n
+
+
+class NameMapping(unittest.TestCase):
+    def test_decoder_names(self):
+        keys = original_decoder_keys()
+        self.assertEqual(len(keys), 110)
+        names = convert_pth.convert_names(keys)
+        got = sorted(names.values())
+        want = sorted(expected_decoder_names())
+        self.assertEqual(len(want), 110)
+        self.assertEqual(len(set(got)), 110)
+        self.assertEqual(got, want, f"extra: {set(got) - set(want)}, missing: {set(want) - set(got)}")
+
+    def test_examples(self):
+        ck = convert_pth.convert_key
+        self.assertEqual(ck("decoder.upsamples.2.upsamples.0.shortcut.weight"),
+                         "decoder.up_blocks.2.resnets.0.conv_shortcut.weight")
+        self.assertEqual(ck("decoder.upsamples.1.upsamples.3.time_conv.bias"),
+                         "decoder.up_blocks.1.upsampler.time_conv.bias")
+        self.assertEqual(ck("decoder.upsamples.0.upsamples.2.residual.6.weight"),
+                         "decoder.up_blocks.0.resnets.2.conv2.weight")
+        self.assertEqual(ck("decoder.middle.2.residual.3.gamma"), "decoder.mid_block.resnets.1.norm2.gamma")
+        self.assertEqual(ck("decoder.head.0.gamma"), "decoder.norm_out.gamma")
+        self.assertEqual(ck("conv2.bias"), "post_quant_conv.bias")
+        self.assertEqual(ck("something.else"), "something.else")  # unmatched keys stay, as in diffusers
+
+    def test_whole_vae(self):
+        keys = original_decoder_keys() + original_encoder_keys()
+        names = convert_pth.convert_names(keys)
+        dec = sorted(n for n in names.values() if convert_pth.is_decoder_name(n))
+        self.assertEqual(dec, sorted(expected_decoder_names()))
+        enc = {names[k] for k in original_encoder_keys()}
+        self.assertIn("quant_conv.weight", enc)
+        self.assertIn("encoder.down_blocks.1.resnets.0.conv_shortcut.weight", enc)
+        self.assertIn("encoder.down_blocks.0.downsampler.resample.1.weight", enc)
+        self.assertIn("encoder.down_blocks.1.downsampler.time_conv.bias", enc)
+        self.assertIn("encoder.mid_block.attentions.0.to_qkv.weight", enc)
+        self.assertTrue(all(n.startswith(("encoder.", "quant_conv.")) for n in enc), enc)
+
+    def test_collision(self):
+        with self.assertRaises(ValueError):
+            convert_pth.convert_names(["conv2.weight", "post_quant_conv.weight"])
+
+
+class FileConversion(unittest.TestCase):
+    def test_pth_to_safetensors(self):
+        try:
+            import torch
+            from safetensors.torch import load_file
+        except ImportError as e:
+            self.skipTest(f"torch or safetensors not installed ({e}); the name mapping is tested without them")
+        sd = {k: torch.randn(2, 3) for k in original_decoder_keys() + original_encoder_keys()}
+        with tempfile.TemporaryDirectory() as d:
+            src, dst = os.path.join(d, "vae.pth"), os.path.join(d, "vae.safetensors")
+            torch.save(sd, src)
+            convert_pth.main([src, dst, "--decoder-only", "--dtype", "bf16"])
+            out = load_file(dst)
+            self.assertEqual(sorted(out), sorted(expected_decoder_names()))
+            self.assertTrue(torch.equal(out["post_quant_conv.weight"], sd["conv2.weight"].bfloat16()))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

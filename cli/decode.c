@@ -124,11 +124,16 @@ int cli_decode(int argc, char **argv) {
     else if (!strcmp(device, "cuda")) dev = W22_DEVICE_CUDA;
     else return cli_usage_error("decode", "--device: expected cpu or cuda, found '%s'", device);
     w22_video_format fmt;
-    if (w22_video_format_from_path(out, &fmt) != W22_OK) return cli_fail("output");
+    if (w22_video_format_from_path(out, &fmt) != W22_OK)
+        return cli_usage_error("decode", "--out %s", w22_last_error());
 
     /* The output first: a typo in --out should not cost a weight load. */
     w22_status os = w22_output_check(out, fmt == W22_VIDEO_PNG_DIR, force);
-    if (os != W22_OK) return cli_fail(os == W22_ERR_EXISTS && !force ? "output (--force replaces it)" : "output");
+    if (os != W22_OK) {
+        cli_fail("output");
+        if (os == W22_ERR_EXISTS && !force) fprintf(stderr, "(--force replaces it)\n");
+        return 1;
+    }
 
     int rc = 1;
     w22_weights *weights = NULL;

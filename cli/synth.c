@@ -72,7 +72,11 @@ int cli_synth(int argc, char **argv) {
         else return cli_usage_error(cmd, "--dtype: expected bf16, f32 or f16, found '%s'", dtype_s);
         if (T > 0 || h > 0 || w > 0) return cli_usage_error(cmd, "--frames/--height/--width are for latents");
         w22_status os = w22_output_check(out, 0, force);
-        if (os != W22_OK) return cli_fail(os == W22_ERR_EXISTS && !force ? "output (--force replaces it)" : "output");
+        if (os != W22_OK) {
+        cli_fail("output");
+        if (os == W22_ERR_EXISTS && !force) fprintf(stderr, "(--force replaces it)\n");
+        return 1;
+    }
         w22_weights *wt;
         if (w22_weights_synthetic(&cfg, (uint64_t)seed, &wt) != W22_OK) return cli_fail("making synthetic weights");
         w22_status s = w22_weights_save(wt, out, dt);
@@ -92,8 +96,8 @@ int cli_synth(int argc, char **argv) {
     w22_status s = w22_latents_synthetic(&cfg, (uint64_t)seed, (int)T, (int)h, (int)w, z);
     if (s == W22_OK) {
         s = w22_io_save_latents(out, z, cfg.z_dim, (int)T, (int)h, (int)w, force);
-        if (s != W22_OK) cli_fail(s == W22_ERR_EXISTS && !force ? "writing %s (--force replaces it)" : "writing %s",
-                                  out);
+        if (s != W22_OK) cli_fail("writing %s", out);
+        if (s == W22_ERR_EXISTS && !force) fprintf(stderr, "(--force replaces it)\n");
     } else {
         cli_fail("making synthetic latents");
     }

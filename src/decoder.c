@@ -1,10 +1,10 @@
 /* The public decoder: opens a backend, uploads the weights in its layout, checks the inputs, runs the plan, and
  * hands the video over (into a host buffer, frame by frame to a callback, or into device memory). */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
 #include "plan/plan.h"
+#include "io/io.h"
 #include "weights/weights.h"
 
 void w22_decoder_params_init(w22_decoder_params *p) {
@@ -95,21 +95,6 @@ static w22_status check_shape(w22_decoder *d, int T, int h, int w) {
     return W22_OK;
 }
 
-static w22_status check_finite(const void *z, w22_dtype t, size_t n) {
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < n; i++) {
-        float v;
-        if (t == W22_DTYPE_F32) v = ((const float *)z)[i];
-        else if (t == W22_DTYPE_BF16) v = w22_bf16_to_f32(((const uint16_t *)z)[i]);
-        else v = w22_f16_to_f32(((const uint16_t *)z)[i]);
-        if (!isfinite(v) && bad++ == 0) first = i;
-    }
-    if (bad)
-        return w22_fail(W22_ERR_NONFINITE, "the latents hold %zu NaN or Inf values (the first at flat index %zu)",
-                        bad, first);
-    return W22_OK;
-}
-
 /* Every rank learns whether every rank is ready; a rank that is not says why on its own. */
 static w22_status agree(w22_decoder *d, w22_status mine) {
     if (!d->comm || d->world == 1) return mine;
@@ -189,7 +174,10 @@ static w22_status decode_host(w22_decoder *d, const void *z, w22_dtype zt, int T
         return w22_fail(W22_ERR_BAD_DTYPE, "latents dtype %d, expected F32, BF16 or F16", zt);
     w22_status s = check_shape(d, T, h, w);
     const size_t n = (size_t)d->model.cfg.z_dim * T * h * w;
-    if (s == W22_OK) s = check_finite(z, zt, n);
+    if (s == W22_OK) {
+        const int64_t shape[5] = {1, d->model.cfg.z_dim, T, h, w};
+        s = w22_check_finite(z, zt, 5, shape, "latents");
+    }
     s = agree(d, s);
     if (s != W22_OK) return s;
     w22_backend *b = d->backend;

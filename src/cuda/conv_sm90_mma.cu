@@ -43,7 +43,7 @@ static __device__ __forceinline__ uint32_t swz(int row, int chunk) {
 
 template <int BM, int BN, int WM, int WN, int STAGES, int MINB>
 __global__ void __launch_bounds__(WM *WN * 32, MINB)
-    conv_mma_kernel(const w22_gemm g, int cpt, int main_iters, int iters, int tiles_n) {
+    conv_mma_kernel(const w22_gemm g, int main_iters, int iters, int tiles_n) {
     constexpr int THREADS = WM * WN * 32;
     constexpr int TM = BM / WM, TN = BN / WN, MT = TM / 16, NT = TN / 8;
     constexpr int RSTEP = THREADS / 8; /* rows between a thread's successive loads (8 chunks per row) */
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     const int cc = tid & 7, r0 = tid >> 3;
     const int HW = g.H * g.W;
     const int asf = (int)g.a_sf, ash = (int)g.a_sh, asw = (int)g.a_sw;
-    const int pad = g.ks >> 1, kk2 = g.ks * g.ks;
+    const int pad = g.ks >> 1;
 
     /* Loader state: per A row its pixel offset (y, x halved in upsample mode) and parity/valid bits; per B row
      * its row offset. Host guarantees every offset fits in int. */
@@ -87,18 +87,21 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
         b_off[j] = n < g.N ? (int)(n / g.b_w) * (int)g.b_sh + (int)(n % g.b_w) * (int)g.b_sw : -1;
     }
 
-    auto load_stage = [&](int stage, int it) {
+    /* The load cursor: stages are loaded strictly in K order, so the tap (dt, dy, dx) and channel offset c0 of
+     * the next load advance by counting, without divisions. */
+    int ld_it = 0, ld_c0 = 0, ld_dt = 0, ld_dy = 0, ld_dx = 0;
+
+    auto load_stage = [&](int stage) {
         const uint32_t sa = smem0 + stage * STAGE_BYTES, sb = sa + BM * ROW_BYTES;
-        if (it < main_iters) {
-            const int tap = it / cpt, c0 = (it - tap * cpt) * BK;
-            const int dt = tap / kk2, r = tap - dt * kk2, dy = r / g.ks, dx = r - dy * g.ks;
-            const int ch = c0 + cc * 8;
+        const int ch = ld_c0 + cc * 8;
+        if (ld_it < main_iters) {
             const bool chok = ch < g.cin;
-            const int base = dt * asf + ch;
+            const int base = ld_dt * asf + ch;
+            const int tap_k = ((ld_dt * g.ks + ld_dy) * g.ks + ld_dx) * g.cin;
 #pragma unroll
             for (int j = 0; j < A_CH; j++) {
                 const int bits = a_bits[j];
-                int oy = dy - pad, ox = dx - pad;
+                int oy = ld_dy - pad, ox = ld_dx - pad;
                 if (g.upsample) {
                     oy = ((bits & 1) + oy) >> 1; /* arithmetic shift: floor, reaches row -1 */
                     ox = (((bits >> 1) & 1) + ox) >> 1;
@@ -107,15 +110,22 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                 const bf16 *src = ok ? g.a + (a_off[j] + base + oy * ash + ox * asw) : g.a;
                 cp_async16(sa + swz(r0 + j * RSTEP, cc), src, ok);
             }
-            const int kof = tap * g.cin + ch;
+            const int kof = tap_k + ch;
 #pragma unroll
             for (int j = 0; j < B_CH; j++) {
                 const bool ok = chok && b_off[j] >= 0;
                 const bf16 *src = ok ? g.b + (b_off[j] + kof) : g.b;
                 cp_async16(sb + swz(r0 + j * RSTEP, cc), src, ok);
             }
+            ld_c0 += BK;
+            if (ld_c0 >= g.cin) { /* next tap; after the last one ld_c0 restarts for the shortcut's channels */
+                ld_c0 = 0;
+                if (++ld_dx == g.ks) {
+                    ld_dx = 0;
+                    if (++ld_dy == g.ks) ld_dy = 0, ld_dt++;
+                }
+            }
         } else {
-            const int ch = (it - main_iters) * BK + cc * 8;
             const bool chok = ch < g.sc_cin;
 #pragma unroll
             for (int j = 0; j < A_CH; j++) {
@@ -130,7 +140,9 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                 const bf16 *src = ok ? g.scb + (n * g.sc_cin + ch) : g.scb;
                 cp_async16(sb + swz(r0 + j * RSTEP, cc), src, ok);
             }
+            ld_c0 += BK;
         }
+        ld_it++;
     };
 
     float acc[MT][NT][4];
@@ -143,7 +155,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        if (s < iters) load_stage(s, s);
+        if (s < iters) load_stage(s);
         cp_async_commit();
     }
 
@@ -159,7 +171,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
         __syncthreads(); /* stage it is in smem for all threads; stage it-1 is free for the next load */
         {
             const int nx = it + STAGES - 1;
-            if (nx < iters) load_stage(nx % STAGES, nx);
+            if (nx < iters) load_stage(nx % STAGES);
             cp_async_commit();
         }
         const uint32_t sa = smem0 + (it % STAGES) * STAGE_BYTES, sb = sa + BM * ROW_BYTES;
@@ -231,12 +243,12 @@ template <int BM, int BN, int WM, int WN, int STAGES, int MINB> struct tile_cfg 
     static constexpr int threads = WM * WN * 32;
     static constexpr int smem = STAGES * (BM + BN) * ROW_BYTES;
     static void *kernel() { return (void *)conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB>; }
-    static w22_status launch(w22_cuda *c, const w22_gemm *g, int cpt, int main_iters, int iters, const char *what) {
+    static w22_status launch(w22_cuda *c, const w22_gemm *g, int main_iters, int iters, const char *what) {
         const int tiles_n = (g->N + BN - 1) / BN;
         const long tiles = (long)((g->M + BM - 1) / BM) * tiles_n;
         if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
         conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB>
-            <<<(unsigned)tiles, threads, smem, c->stream>>>(*g, cpt, main_iters, iters, tiles_n);
+            <<<(unsigned)tiles, threads, smem, c->stream>>>(*g, main_iters, iters, tiles_n);
         return W22_OK;
     }
 };
@@ -275,7 +287,9 @@ static const char *mma_blocker(const w22_gemm *g) {
         return "scalar: output not aligned for pair stores";
     if (g->res && (!aligned(g->res, 4) || g->r_sf % 2 || g->r_sh % 2 || g->r_sw % 2))
         return "scalar: residual not aligned for pair loads";
-    if (g->a_sf < 0 || g->a_sh < 0 || g->a_sw < 0 || g->o_sf < 0 || g->o_sh < 0 || g->o_sw < 0)
+    if (g->a_sf < 0 || g->a_sh < 0 || g->a_sw < 0 || g->o_sf < 0 || g->o_sh < 0 || g->o_sw < 0 || g->b_sh < 0 ||
+        g->b_sw < 0 || g->b_w < 1 || g->sc_sf < 0 || g->sc_sh < 0 || g->sc_sw < 0 || g->r_sf < 0 || g->r_sh < 0 ||
+        g->r_sw < 0)
         return "scalar: negative strides";
     /* every int offset the kernel forms must fit (border included) */
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
@@ -303,13 +317,13 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what) {
     w22_status s;
     if (g->N <= 32) {
         c->last_path = "mma 128x32";
-        s = cfg_small::launch(c, g, cpt, main_iters, iters, what);
+        s = cfg_small::launch(c, g, main_iters, iters, what);
     } else if (g->N < 256) {
         c->last_path = "mma 128x128";
-        s = cfg_mid::launch(c, g, cpt, main_iters, iters, what);
+        s = cfg_mid::launch(c, g, main_iters, iters, what);
     } else {
         c->last_path = "mma 128x256";
-        s = cfg_big::launch(c, g, cpt, main_iters, iters, what);
+        s = cfg_big::launch(c, g, main_iters, iters, what);
     }
     if (s != W22_OK) return s;
     CU_LAUNCHED(c, what);

@@ -184,6 +184,7 @@ static w22_status op_from_host(w22_backend *b, void *dst, const void *src, size_
 }
 static w22_status op_copy_bytes(w22_backend *b, void *dst, const void *src, size_t bytes) {
     w22_cuda *c = cuda_of(b);
+    CU_ENTER(c);
     CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
     return W22_OK;
 }

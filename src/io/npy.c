@@ -12,7 +12,8 @@
 #include "io/io.h"
 #include "io/outfile.h"
 
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the .npy and .safetensors code assumes a little-endian host");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "the .npy and .safetensors code assumes a little-endian host");
 
 typedef struct {
     const char *p, *end;

@@ -1,0 +1,556 @@
+"""Configs, weights and the Decoder: the Python face of w22_weights_* and w22_decoder_*.
+
+    dec = wan22vae.Decoder.from_pretrained("Wan2.2-TI2V-5B-Diffusers/vae")   # CUDA, bf16
+    video = dec(z)                      # z: torch CUDA [1, 48, T, h, w] -> bf16 [1, 3, 4T-3, 16h, 16w]
+
+On the CPU (device="cpu") the decoder takes numpy arrays or CPU torch tensors and returns float32 video. torch
+is imported only where a torch tensor is involved, so the package works with numpy alone.
+"""
+import ctypes
+import glob
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+from . import _lib
+from . import _safetensors
+from ._lib import Error, check, fail, lib
+
+CONFIG_KEYS = ("z_dim", "base_dim", "dim_mult", "num_res_blocks", "temporal_up", "out_channels", "patch_size")
+
+
+def _torch():
+    """torch if it is importable, else None (never imports it when nothing asked for a tensor)."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"]
+    try:
+        import torch
+        return torch
+    except ImportError:
+        return None
+
+
+def _is_tensor(x):
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+# ---- configs ----
+def default_config():
+    """Wan2.2 TI2V-5B's decoder config as a dict (z_dim 48, base_dim 256, ...)."""
+    c = _lib.Config()
+    lib().w22_config_default(ctypes.byref(c))
+    return config_to_dict(c)
+
+
+def config_to_dict(c):
+    return {"z_dim": c.z_dim, "base_dim": c.base_dim, "dim_mult": list(c.dim_mult),
+            "num_res_blocks": c.num_res_blocks, "temporal_up": list(c.temporal_up),
+            "out_channels": c.out_channels, "patch_size": c.patch_size}
+
+
+def make_config(config=None, **overrides):
+    """A checked w22_config from a dict of CONFIG_KEYS (missing keys: the default's), a diffusers
+    AutoencoderKLWan config (it has 'temperal_downsample'), or None (the default); overrides win."""
+    c = _lib.Config()
+    lib().w22_config_default(ctypes.byref(c))
+    d = dict(config or {})
+    if "temperal_downsample" in d or "decoder_base_dim" in d:
+        d = config_from_diffusers(d)
+    d.update(overrides)
+    unknown = sorted(set(d) - set(CONFIG_KEYS))
+    if unknown:
+        raise fail("W22_ERR_INVALID_ARG", f"config: unknown keys {unknown}; expected some of {list(CONFIG_KEYS)}")
+    for k, v in d.items():
+        if k in ("dim_mult", "temporal_up"):
+            n = 4 if k == "dim_mult" else 3
+            if len(v) != n:
+                raise fail("W22_ERR_INVALID_ARG", f"config: {k} has {len(v)} entries, expected {n}")
+            setattr(c, k, (ctypes.c_int * n)(*[int(x) for x in v]))
+        else:
+            setattr(c, k, int(v))
+    check(lib().w22_config_check(ctypes.byref(c)))
+    return c
+
+
+def config_from_diffusers(cfg):
+    """Our config dict from a diffusers AutoencoderKLWan config (dict or FrozenDict); raises wan22vae.Error for
+    structure this library does not implement (is_residual False, attention scales, a missing field)."""
+    cfg = dict(cfg)
+    problems = []
+    if not cfg.get("is_residual", False):
+        problems.append("is_residual is False (the Wan2.1 VAE); expected True (Wan2.2)")
+    if cfg.get("attn_scales"):
+        problems.append(f"attn_scales {cfg.get('attn_scales')}, expected []")
+    if cfg.get("patch_size") is None:
+        problems.append("patch_size is None, expected 2")
+    if problems:
+        raise fail("W22_ERR_INVALID_ARG", "diffusers config: " + "; ".join(problems))
+    down = list(cfg.get("temperal_downsample", [False, True, True]))
+    return {"z_dim": int(cfg.get("z_dim", 16)),
+            "base_dim": int(cfg.get("decoder_base_dim") or cfg.get("base_dim", 96)),
+            "dim_mult": list(cfg.get("dim_mult", [1, 2, 4, 4])),
+            "num_res_blocks": int(cfg.get("num_res_blocks", 2)),
+            "temporal_up": [int(bool(x)) for x in down[::-1]],
+            "out_channels": int(cfg.get("out_channels", 3)),
+            "patch_size": int(cfg["patch_size"])}
+
+
+def weight_table(config=None):
+    """[(name, shape)] of the model's 110 weights, in diffusers' named_parameters() order."""
+    c = config if isinstance(config, _lib.Config) else make_config(config)
+    L = lib()
+    out = []
+    shape = (ctypes.c_int64 * 5)()
+    for i in range(L.w22_weight_count(ctypes.byref(c))):
+        nd = L.w22_weight_shape(ctypes.byref(c), i, shape)
+        out.append((L.w22_weight_name(ctypes.byref(c), i).decode(), tuple(shape[:nd])))
+    return out
+
+
+def video_shape(config, T, h, w):
+    """(frames, height, width) of the video for latents [*, z_dim, T, h, w]."""
+    c = config if isinstance(config, _lib.Config) else make_config(config)
+    f, H, W = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    lib().w22_video_shape(ctypes.byref(c), T, h, w, ctypes.byref(f), ctypes.byref(H), ctypes.byref(W))
+    return f.value, H.value, W.value
+
+
+# ---- weights ----
+class Weights:
+    """A w22_weights handle and whatever memory it borrows."""
+
+    def __init__(self, handle, keepalive=None):
+        self._h = ctypes.c_void_p(handle)
+        self._keep = keepalive
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise fail("W22_ERR_INVALID_ARG", "these weights were freed")
+        return self._h
+
+    @property
+    def config(self):
+        return config_to_dict(lib().w22_weights_config(self.handle).contents)
+
+    def save(self, path, dtype="bf16"):
+        """Writes a safetensors file with diffusers' names (post_quant_conv.*, decoder.*)."""
+        check(lib().w22_weights_save(self.handle, os.fsencode(path), _dtype_code(dtype)))
+
+    def state_dict(self, dtype="bf16"):
+        """{diffusers name: torch CPU tensor} in diffusers' order (through a temporary safetensors file)."""
+        torch = _torch()
+        if torch is None:
+            raise fail("W22_ERR_UNSUPPORTED", "Weights.state_dict needs torch; use numpy_dict() without it")
+        raw = self._raw(dtype)
+        out = {}
+        for name, (arr, shape, st_dtype) in raw.items():
+            if st_dtype == "BF16":
+                out[name] = torch.from_numpy(np.array(arr).view(np.int16)).view(torch.bfloat16).reshape(shape)
+            else:
+                out[name] = torch.from_numpy(np.array(arr)).reshape(shape)
+        return out
+
+    def numpy_dict(self):
+        """{diffusers name: float32 numpy array} in diffusers' order."""
+        return {n: np.array(a) for n, (a, _, _) in self._raw("f32").items()}
+
+    def _raw(self, dtype):
+        with tempfile.TemporaryDirectory(prefix="wan22vae-") as tmp:
+            path = os.path.join(tmp, "weights.safetensors")
+            self.save(path, dtype)
+            arrays = _safetensors.open_arrays(path)
+            order = [n for n, _ in weight_table(self.config)]
+            return {n: (np.array(arrays[n][0]), arrays[n][1], arrays[n][2]) for n in order}
+
+    def free(self):
+        if self._h:
+            lib().w22_weights_free(self._h)
+            self._h = ctypes.c_void_p()
+        self._keep = None
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
+_DTYPE_CODES = {"f32": _lib.DTYPE_F32, "float32": _lib.DTYPE_F32, "bf16": _lib.DTYPE_BF16,
+                "bfloat16": _lib.DTYPE_BF16, "f16": _lib.DTYPE_F16, "float16": _lib.DTYPE_F16}
+
+
+def _dtype_code(dtype):
+    key = str(dtype).replace("torch.", "").lower()
+    if key not in _DTYPE_CODES:
+        raise fail("W22_ERR_BAD_DTYPE", f"dtype {dtype}; expected float32, bfloat16 or float16")
+    return _DTYPE_CODES[key]
+
+
+def synthetic_weights(config=None, seed=0):
+    """The library's deterministic synthetic weights (docs/synthetic.md) for a config (dict; None: TI2V-5B)."""
+    c = make_config(config)
+    h = ctypes.c_void_p()
+    check(lib().w22_weights_synthetic(ctypes.byref(c), seed, ctypes.byref(h)))
+    return Weights(h.value)
+
+
+def synthetic_latents(config=None, seed=0, T=1, h=1, w=1):
+    """The library's synthetic latents [1, z_dim, T, h, w] as a float32 numpy array."""
+    c = make_config(config)
+    out = np.empty((1, c.z_dim, T, h, w), np.float32)
+    check(lib().w22_latents_synthetic(ctypes.byref(c), seed, T, h, w, out.ctypes.data_as(ctypes.c_void_p)))
+    return out
+
+
+def _find_weight_files(path, variant=None):
+    """The safetensors file(s) of a diffusers VAE: path is a file, a VAE folder, or a pipeline folder with vae/."""
+    if os.path.isfile(path):
+        return [path]
+    if not os.path.isdir(path):
+        raise fail("W22_ERR_IO", f"{path}: no such file or folder")
+    folder = os.path.join(path, "vae") if os.path.isdir(os.path.join(path, "vae")) else path
+    stem = "diffusion_pytorch_model" + (f".{variant}" if variant else "")
+    index = os.path.join(folder, stem + ".safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        return [os.path.join(folder, s) for s in shards]
+    single = os.path.join(folder, stem + ".safetensors")
+    if os.path.isfile(single):
+        return [single]
+    found = sorted(glob.glob(os.path.join(folder, "diffusion_pytorch_model*.safetensors")))
+    if variant is None and found:
+        variants = sorted({os.path.basename(f).split(".")[1] for f in found
+                           if len(os.path.basename(f).split(".")) == 3})
+        if len(variants) == 1:
+            return _find_weight_files(folder, variants[0])
+        raise fail("W22_ERR_IO", f"{folder}: several variants of the weights ({', '.join(variants)}); pass "
+                   "variant= to choose one")
+    raise fail("W22_ERR_IO", f"{folder}: no {stem}.safetensors (nor a sharded index) there")
+
+
+def load_weights(path, config=None, variant=None):
+    """Weights from a safetensors file or a diffusers VAE folder (sharded or not; fp32, bf16 or fp16). The config
+    comes from config (a dict), else the folder's config.json, else the C loader infers it from the tensors."""
+    files = _find_weight_files(os.fspath(path), variant)
+    if config is None:
+        folder = os.path.dirname(files[0])
+        cj = os.path.join(folder, "config.json")
+        if os.path.isfile(cj):
+            with open(cj) as f:
+                config = json.load(f)
+    c = make_config(config) if config is not None else None
+    if len(files) == 1:
+        h = ctypes.c_void_p()
+        check(lib().w22_weights_load(os.fsencode(files[0]), ctypes.byref(c) if c is not None else None,
+                                     ctypes.byref(h)))
+        return Weights(h.value)
+    # Sharded: the C loader reads one file; gather the tensors by name over the shards and hand them over in memory.
+    arrays = {}
+    for f in files:
+        try:
+            arrays.update(_safetensors.open_arrays(f))
+        except (ValueError, KeyError) as e:
+            raise fail("W22_ERR_FORMAT", str(e)) from None
+    if c is None:
+        pq, no = arrays.get("post_quant_conv.weight"), arrays.get("decoder.norm_out.gamma")
+        if pq is None or no is None:
+            missing = "post_quant_conv.weight" if pq is None else "decoder.norm_out.gamma"
+            raise fail("W22_ERR_MISSING_TENSOR", f"{os.path.dirname(files[0])}: tensor '{missing}' is missing from "
+                       "the shards; expected it to infer the config (or pass a config)")
+        c = make_config(z_dim=pq[1][0], base_dim=no[1][0])
+    return _weights_from_named(config_to_dict(c), {n: (a, dt) for n, (a, _, dt) in arrays.items()},
+                               source=os.path.dirname(files[0]))
+
+
+def _weights_from_named(config, named, source):
+    """Weights from {name: (numpy array, safetensors dtype)}, checking every name and shape (the C side cannot
+    check memory it is handed)."""
+    table = weight_table(config)
+    chosen = []
+    for name, shape in table:
+        if name not in named:
+            raise fail("W22_ERR_MISSING_TENSOR", f"{source}: tensor '{name}' is missing; expected shape {list(shape)} "
+                       f"(config z_dim {config['z_dim']}, base_dim {config['base_dim']})")
+        arr, dt = named[name]
+        if tuple(arr.shape) != tuple(shape):
+            raise fail("W22_ERR_BAD_SHAPE", f"{source}: tensor '{name}' has shape {list(arr.shape)}, expected "
+                       f"{list(shape)}")
+        chosen.append((arr, dt))
+    dtypes = {dt for _, dt in chosen}
+    if len(dtypes) == 1:
+        dt = dtypes.pop()
+        arrays = [np.ascontiguousarray(a) for a, _ in chosen]
+    else:  # mixed dtypes: everything in float32
+        dt = "F32"
+        arrays = [np.ascontiguousarray(_safetensors.bf16_to_f32(a) if d == "BF16" else a.astype(np.float32))
+                  for a, d in chosen]
+    return weights_from_host_arrays(config, arrays, {"F32": "f32", "BF16": "bf16", "F16": "f16"}[dt])
+
+
+def weights_from_host_arrays(config, arrays, dtype):
+    """Weights borrowing host memory: arrays are the 110 tensors in the model's order (numpy arrays, or CPU
+    torch tensors), contiguous, all of one dtype; they are kept alive by the returned object."""
+    c = make_config(config)
+    n = lib().w22_weight_count(ctypes.byref(c))
+    if len(arrays) != n:
+        raise fail("W22_ERR_INVALID_ARG", f"{len(arrays)} weight tensors, expected {n} (in diffusers' order)")
+    ptrs = (ctypes.c_void_p * n)()
+    for i, a in enumerate(arrays):
+        ptrs[i] = a.data_ptr() if _is_tensor(a) else a.ctypes.data
+    h = ctypes.c_void_p()
+    check(lib().w22_weights_from_memory(ctypes.byref(c), ptrs, _dtype_code(dtype), ctypes.byref(h)))
+    return Weights(h.value, keepalive=(list(arrays), c))
+
+
+def weights_from_tensors(tensors, config=None):
+    """Weights from torch tensors (any device; copied to the host) or numpy arrays: a list in diffusers' order, or
+    a dict by diffusers name (post_quant_conv.*, decoder.*; a 'vae.' prefix is allowed)."""
+    c = make_config(config)
+    table = weight_table(c)
+    if isinstance(tensors, dict):
+        named = {k[4:] if k.startswith("vae.") else k: v for k, v in tensors.items()}
+        missing = [n for n, _ in table if n not in named]
+        if missing:
+            shape = dict(table)[missing[0]]
+            raise fail("W22_ERR_MISSING_TENSOR", f"tensor '{missing[0]}' is missing ({len(missing)} in all); "
+                       f"expected shape {list(shape)}")
+        tensors = [named[n] for n, _ in table]
+    tensors = list(tensors)
+    if len(tensors) != len(table):
+        raise fail("W22_ERR_INVALID_ARG", f"{len(tensors)} weight tensors, expected {len(table)} (in diffusers' "
+                   "order)")
+    for (name, shape), t in zip(table, tensors):
+        if tuple(t.shape) != tuple(shape):
+            raise fail("W22_ERR_BAD_SHAPE", f"tensor {name} has shape {list(t.shape)}, expected {list(shape)}")
+    if all(_is_tensor(t) for t in tensors):
+        torch = sys.modules["torch"]
+        dts = {t.dtype for t in tensors}
+        dt = dts.pop() if len(dts) == 1 else torch.float32
+        if dt not in (torch.float32, torch.bfloat16, torch.float16):
+            dt = torch.float32
+        host = [t.detach().to("cpu", dt).contiguous() for t in tensors]
+        return weights_from_host_arrays(config_to_dict(c), host, str(dt))
+    arrays = [np.asarray(t) for t in tensors]
+    dts = {a.dtype for a in arrays}
+    dt = dts.pop() if len(dts) == 1 and dts <= {np.dtype(np.float32), np.dtype(np.float16)} else np.dtype(np.float32)
+    host = [np.ascontiguousarray(a, dtype=dt) for a in arrays]
+    return weights_from_host_arrays(config_to_dict(c), host, "f32" if dt == np.float32 else "f16")
+
+
+# ---- availability ----
+def cuda_available():
+    """Whether this build of libwan22vae has the CUDA backend and a usable GPU (sm_90) is present. False (not an
+    exception) when the library itself cannot be loaded; cuda_unavailable_reason() says why."""
+    try:
+        return bool(lib().w22_cuda_available())
+    except Error:
+        return False
+
+
+def cuda_unavailable_reason():
+    """Why the CUDA path cannot be used here (None when it can): the library's own message (no GPU, a GPU that is
+    not sm_90, a build without CUDA)."""
+    try:
+        if lib().w22_cuda_available():
+            return None
+        # The backend says why when asked to open: a tiny decoder fails before any weight is uploaded.
+        w = synthetic_weights({"z_dim": 4, "base_dim": 8}, 0)
+        try:
+            Decoder(w, device="cuda").close()
+        finally:
+            w.free()
+        return "w22_cuda_available() found no usable GPU (sm_90)"
+    except Error as e:
+        return str(e)
+
+
+def _parse_device(device, cuda_device):
+    """(W22 device, ordinal) from "cpu", "cuda", "cuda:N" or a torch.device."""
+    text = str(device)
+    if text == "cpu":
+        return _lib.DEVICE_CPU, 0
+    if text.startswith("cuda"):
+        idx = int(text.split(":")[1]) if ":" in text else None
+        if idx is None:
+            idx = cuda_device
+        if idx is None:
+            torch = sys.modules.get("torch")
+            idx = torch.cuda.current_device() if torch is not None and torch.cuda.is_available() else 0
+        return _lib.DEVICE_CUDA, int(idx)
+    raise fail("W22_ERR_INVALID_ARG", f"device {device!r}; expected 'cpu', 'cuda' or 'cuda:N'")
+
+
+# ---- the decoder ----
+class Decoder:
+    """A decoder on the CPU (float32) or one GPU (bf16). Call it on latents [1, z_dim, T, h, w]:
+
+    - a torch CUDA tensor (on the decoder's GPU): decoded on the current torch stream into a bf16 CUDA tensor
+      [1, 3, 4T-3, 16h, 16w] (or into out=, bf16, contiguous, on the same GPU);
+    - a numpy array or CPU torch tensor: decoded through host memory into float32 (numpy for numpy, a torch
+      tensor for a torch tensor), or into out= (float32, bfloat16 or float16; numpy: float32 or float16).
+
+    Latents of 4 dims [z_dim, T, h, w] give a video of 4 dims. Validation errors are wan22vae.Error with the C
+    library's message."""
+
+    def __init__(self, weights, device="cuda", cuda_device=None, frames_per_pass=0, threads=0, comm=None,
+                 video_on_all_ranks=False):
+        if not isinstance(weights, Weights):
+            weights = weights_from_tensors(weights)
+        self.config = weights.config
+        self._cfg = make_config(self.config)
+        self.device_kind, self.cuda_device = _parse_device(device, cuda_device)
+        p = _lib.DecoderParams()
+        lib().w22_decoder_params_init(ctypes.byref(p))
+        p.device, p.cuda_device = self.device_kind, self.cuda_device
+        p.frames_per_pass, p.threads = int(frames_per_pass), int(threads)
+        p.comm = comm
+        p.video_on_all_ranks = int(bool(video_on_all_ranks))
+        self._comm = comm
+        self.rank = 0
+        self._h = ctypes.c_void_p()
+        check(lib().w22_decoder_open(weights.handle, ctypes.byref(p), ctypes.byref(self._h)))
+
+    @classmethod
+    def from_pretrained(cls, path, device="cuda", variant=None, config=None, **kwargs):
+        """A decoder from a safetensors file or a diffusers VAE folder (or a pipeline folder with vae/)."""
+        w = load_weights(path, config=config, variant=variant)
+        try:
+            return cls(w, device=device, **kwargs)
+        finally:
+            w.free()
+
+    @classmethod
+    def synthetic(cls, config=None, seed=0, device="cuda", **kwargs):
+        w = synthetic_weights(config, seed)
+        try:
+            return cls(w, device=device, **kwargs)
+        finally:
+            w.free()
+
+    @property
+    def handle(self):
+        if not self._h:
+            raise fail("W22_ERR_INVALID_ARG", "this decoder was closed")
+        return self._h
+
+    @property
+    def is_cuda(self):
+        return self.device_kind == _lib.DEVICE_CUDA
+
+    def video_shape(self, T, h, w):
+        return video_shape(self._cfg, T, h, w)
+
+    def device_bytes(self):
+        return int(lib().w22_decoder_device_bytes(self.handle))
+
+    def _latent_dims(self, shape):
+        if len(shape) == 4:
+            shape = (1,) + tuple(shape)
+        if len(shape) != 5 or shape[0] != 1 or shape[1] != self._cfg.z_dim:
+            raise fail("W22_ERR_BAD_SHAPE", f"latents {list(shape)}, expected [1, {self._cfg.z_dim}, T, h, w] (or "
+                       f"[{self._cfg.z_dim}, T, h, w])")
+        return int(shape[2]), int(shape[3]), int(shape[4])
+
+    def __call__(self, z, out=None):
+        if _is_tensor(z) and z.is_cuda:
+            return self._decode_cuda(z, out)
+        return self._decode_host(z, out)
+
+    decode = __call__
+
+    def _decode_cuda(self, z, out):
+        torch = sys.modules["torch"]
+        T, h, w = self._latent_dims(tuple(z.shape))
+        if not self.is_cuda:
+            raise fail("W22_ERR_UNSUPPORTED", "latents on a GPU, but this decoder runs on the CPU; pass host latents "
+                       "(numpy or a CPU tensor) or open the decoder with device='cuda'")
+        if z.device.index != self.cuda_device:
+            raise fail("W22_ERR_INVALID_ARG", f"latents on {z.device}, the decoder on cuda:{self.cuda_device}")
+        if z.dtype != torch.bfloat16 or not z.is_contiguous():
+            z = z.to(torch.bfloat16).contiguous()
+        F, H, W = self.video_shape(T, h, w)
+        shape = (1, 3, F, H, W) if z.dim() == 5 else (3, F, H, W)
+        if out is None:
+            out = torch.empty(shape, dtype=torch.bfloat16, device=z.device)
+        else:
+            check_device_out(out, shape, z.device)
+        stream = torch.cuda.current_stream(z.device).cuda_stream
+        check(lib().w22_decode_device(self.handle, ctypes.c_void_p(z.data_ptr()), T, h, w,
+                                      ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(stream)))
+        return out
+
+    def _decode_host(self, z, out):
+        if _is_tensor(z):
+            torch = sys.modules["torch"]
+            if z.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+                z = z.float()
+            z = z.detach().contiguous()
+            zt, zptr = _dtype_code(z.dtype), z.data_ptr()
+        else:
+            z = np.asarray(z)
+            if z.dtype not in (np.float32, np.float16):
+                z = z.astype(np.float32)
+            z = np.ascontiguousarray(z)
+            zt, zptr = (_lib.DTYPE_F32 if z.dtype == np.float32 else _lib.DTYPE_F16), z.ctypes.data
+        T, h, w = self._latent_dims(tuple(z.shape))
+        F, H, W = self.video_shape(T, h, w)
+        shape = (1, 3, F, H, W) if len(z.shape) == 5 else (3, F, H, W)
+        if out is None:
+            if _is_tensor(z):
+                out = sys.modules["torch"].empty(shape, dtype=sys.modules["torch"].float32)
+            else:
+                out = np.empty(shape, np.float32)
+        if _is_tensor(out):
+            if out.is_cuda or not out.is_contiguous() or tuple(out.shape) != shape:
+                raise fail("W22_ERR_BAD_SHAPE", f"out is a {'CUDA' if out.is_cuda else 'CPU'} tensor "
+                           f"{list(out.shape)}{'' if out.is_contiguous() else ' (not contiguous)'}; expected a "
+                           f"contiguous CPU tensor {list(shape)} for host latents")
+            vt, vptr = _dtype_code(out.dtype), out.data_ptr()
+        else:
+            if not isinstance(out, np.ndarray) or tuple(out.shape) != shape or not out.flags.c_contiguous \
+                    or not out.flags.writeable or out.dtype not in (np.float32, np.float16):
+                raise fail("W22_ERR_BAD_SHAPE", f"out is {type(out).__name__} {list(getattr(out, 'shape', []))}; "
+                           f"expected a writable contiguous float32/float16 array {list(shape)}")
+            vt, vptr = (_lib.DTYPE_F32 if out.dtype == np.float32 else _lib.DTYPE_F16), out.ctypes.data
+        check(lib().w22_decode(self.handle, ctypes.c_void_p(zptr), zt, T, h, w, ctypes.c_void_p(vptr), vt))
+        return out
+
+    def close(self):
+        if getattr(self, "_h", None):
+            lib().w22_decoder_free(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def check_device_out(out, shape, device):
+    """out must be a contiguous bf16 CUDA tensor of this shape on this device (no copy is made of it)."""
+    torch = sys.modules["torch"]
+    problems = []
+    if not _is_tensor(out) or not out.is_cuda or out.device != device:
+        problems.append(f"on {getattr(out, 'device', type(out).__name__)}, expected {device}")
+    elif out.dtype != torch.bfloat16:
+        problems.append(f"dtype {out.dtype}, expected torch.bfloat16")
+    elif tuple(out.shape) != tuple(shape):
+        problems.append(f"shape {list(out.shape)}, expected {list(shape)}")
+    elif not out.is_contiguous():
+        problems.append("not contiguous")
+    if problems:
+        raise fail("W22_ERR_BAD_SHAPE" if "shape" in problems[0] or "contig" in problems[0] else "W22_ERR_BAD_DTYPE"
+                   if "dtype" in problems[0] else "W22_ERR_INVALID_ARG", "out: " + problems[0])

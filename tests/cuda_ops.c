@@ -1,0 +1,828 @@
+/* GPU op conformance (ggml test-backend-ops style): every op of the CUDA backend against the float32 CPU backend
+ * on real decoder shapes at reduced spatial size and on edge shapes, plus a conv micro-benchmark.
+ *
+ *   cuda_ops                 all cases; one line each, then "N passed, N failed"; exit 0 iff all pass
+ *   cuda_ops -o conv         only cases whose name contains "conv"
+ *   cuda_ops --perf          conv (and attention, norm) timings at the real heavy shapes, TFLOP/s
+ *   cuda_ops --device N      GPU ordinal (default 0)
+ *   cuda_ops --selftest-cpu  the harness itself, CPU backend against CPU backend (no GPU needed)
+ *
+ * Method: inputs are fresh random values per case, rounded to bf16 on the host, so that both backends see the same
+ * numbers; outputs start as NaN on both sides (an element the op does not write fails), and every buffer has a
+ * margin around the op's view whose contents must not change (a write outside the view fails). Nonfinite outputs
+ * are reported apart from numeric errors.
+ *
+ * Tolerances: with identical bf16 inputs the CUDA result differs from the CPU's fp32 result only by (a) its one
+ * final rounding to bf16, at most 2^-8 relative (half an ulp of an 8-bit significand), and (b) fp32 summation
+ * order, ~K * 2^-24 relative to the sum of |terms|, far below (a). So max abs err <= 2^-7 * max|ref| (2x margin)
+ * + 1e-5, and relative rms err <= 1e-2 (bf16 rounding alone gives ~1e-3). Attention adds the rounding of the
+ * probabilities to bf16 before P V: an error <= 2^-8 * sum_j p_j |v_j| <= 2^-8 max|v|, so its bound is
+ * 2^-7 * max(|v|, |ref|). Pure data movement (zero, copy, latents_in, unpatchify) must be exact. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+#include "backend.h"
+#include "common.h"
+#include "testutil.h"
+
+/* Not in backend.h: which kernel the CUDA backend's last GEMM ran on (src/cuda/cuda_backend.cu). */
+const char *w22_backend_cuda_last_path(const w22_backend *b);
+
+static w22_backend *cpu, *gpu;
+static int selftest; /* --selftest-cpu: "gpu" is a second CPU backend, to check this harness without a GPU */
+
+static const char *gpu_path(void) { return selftest ? "cpu" : w22_backend_cuda_last_path(gpu); }
+static const char *filter;
+static uint64_t seed = 1;
+#define TOL_BF16 (1.0 / 128.0) /* 2^-7 */
+#define RMS_TOL 1e-2
+
+static int selected(const char *name) { return !filter || strstr(name, filter); }
+
+/* ---- buffers on both backends ---- */
+
+/* A tensor of f x h x w x c inside a buffer with a margin of `border` rows and cols on each side (the conv's
+ * readable border), on the CPU (float) and the GPU (bf16), with its host copy. */
+typedef struct {
+    int f, h, w, c, border;
+    size_t n;     /* elements of the whole buffer */
+    float *host;  /* what was uploaded (bf16-rounded values, NaN for poison) */
+    void *cbuf, *gbuf;
+    w22_view cv, gv;
+} tens;
+
+enum { FILL_RANDOM, FILL_POISON, FILL_ALL_RANDOM }; /* random interior & zero margin / NaN everywhere / random all */
+
+static float bf16r(float x) { return w22_bf16_to_f32(w22_f32_to_bf16(x)); }
+
+static int upload(w22_backend *b, void *dst, const float *src, size_t n) {
+    w22_status s;
+    if (b->ops->elem_size == 4) {
+        s = b->ops->from_host(b, dst, src, n * 4);
+    } else {
+        uint16_t *t = malloc(n * 2 + 2);
+        for (size_t i = 0; i < n; i++) t[i] = w22_f32_to_bf16(src[i]);
+        s = b->ops->from_host(b, dst, t, n * 2);
+        free(t);
+    }
+    if (s != W22_OK) fprintf(stderr, "  upload to %s: %s\n", b->ops->name, w22_last_error());
+    return s == W22_OK;
+}
+
+static int download(w22_backend *b, float *dst, const void *src, size_t n) {
+    w22_status s;
+    if (b->ops->elem_size == 4) {
+        s = b->ops->to_host(b, dst, src, n * 4);
+    } else {
+        uint16_t *t = malloc(n * 2 + 2);
+        s = b->ops->to_host(b, t, src, n * 2);
+        for (size_t i = 0; i < n; i++) dst[i] = w22_bf16_to_f32(t[i]);
+        free(t);
+    }
+    if (s != W22_OK) fprintf(stderr, "  download from %s: %s\n", b->ops->name, w22_last_error());
+    return s == W22_OK;
+}
+
+static w22_view make_view(void *base, int es, int f, int h, int w, int c, int border) {
+    const long W2 = w + 2L * border, H2 = h + 2L * border;
+    w22_view v = {(char *)base + (size_t)((border * W2 + border) * c) * es, f, h, w, c, H2 * W2 * c, W2 * c, c, es};
+    return v;
+}
+
+static int tens_new(tens *t, int f, int h, int w, int c, int border, int fill, float lo, float hi) {
+    memset(t, 0, sizeof *t);
+    t->f = f, t->h = h, t->w = w, t->c = c, t->border = border;
+    t->n = (size_t)f * (h + 2 * border) * (w + 2 * border) * c;
+    t->host = malloc(t->n * 4 + 4);
+    if (!t->host) return 0;
+    if (fill == FILL_POISON) {
+        t_fill_nan(t->host, t->n);
+    } else {
+        t_fill_uniform(t->host, t->n, seed++, lo, hi);
+        for (size_t i = 0; i < t->n; i++) t->host[i] = bf16r(t->host[i]);
+        if (fill == FILL_RANDOM && border) {
+            w22_view hv = make_view(t->host, 4, f, h, w, c, border);
+            for (int ff = 0; ff < f; ff++)
+                for (int y = -border; y < h + border; y++)
+                    for (int x = -border; x < w + border; x++)
+                        if (y < 0 || y >= h || x < 0 || x >= w) memset(w22_view_at(hv, ff, y, x, 0), 0, 4 * c);
+        }
+    }
+    if (cpu->ops->alloc(cpu, t->n * 4, &t->cbuf) != W22_OK || gpu->ops->alloc(gpu, t->n * gpu->ops->elem_size, &t->gbuf) != W22_OK) {
+        fprintf(stderr, "  alloc of %zu elements: %s\n", t->n, w22_last_error());
+        return 0;
+    }
+    t->cv = make_view(t->cbuf, 4, f, h, w, c, border);
+    t->gv = make_view(t->gbuf, (int)gpu->ops->elem_size, f, h, w, c, border);
+    return upload(cpu, t->cbuf, t->host, t->n) && upload(gpu, t->gbuf, t->host, t->n);
+}
+
+static void tens_free(tens *t) {
+    if (t->cbuf) cpu->ops->free(cpu, t->cbuf);
+    if (t->gbuf) gpu->ops->free(gpu, t->gbuf);
+    free(t->host);
+    memset(t, 0, sizeof *t);
+}
+
+static float max_abs_interior(const tens *t) {
+    w22_view hv = make_view(t->host, 4, t->f, t->h, t->w, t->c, t->border);
+    float m = 0;
+    for (int f = 0; f < t->f; f++)
+        for (int y = 0; y < t->h; y++)
+            for (int x = 0; x < t->w; x++)
+                for (int c = 0; c < t->c; c++) m = fmaxf(m, fabsf(*(float *)w22_view_at(hv, f, y, x, c)));
+    return m;
+}
+
+/* ---- comparison ---- */
+
+static int same_or_both_nan(float a, float b) { return (isnan(a) && isnan(b)) || a == b; }
+
+/* Compares the GPU's and the CPU's contents of t: channels [c0, c0 + nc) of the interior against each other
+ * within the tolerance tol_rel * max(max|ref|, scale_ref) + tol_abs (tol_rel 0: exact), and everything else of
+ * the buffer against what was uploaded (no writes outside the op's view, on either backend). Prints the case line. */
+static void compare(const char *op, const char *shape, const tens *t, int c0, int nc, double tol_rel,
+                    double tol_abs, double scale_ref, const char *path) {
+    float *g = malloc(t->n * 4 + 4), *c = malloc(t->n * 4 + 4);
+    int ok = download(gpu, g, t->gbuf, t->n) && download(cpu, c, t->cbuf, t->n);
+    w22_view gv = make_view(g, 4, t->f, t->h, t->w, t->c, t->border);
+    w22_view cv = make_view(c, 4, t->f, t->h, t->w, t->c, t->border);
+    w22_view hv = make_view(t->host, 4, t->f, t->h, t->w, t->c, t->border);
+    size_t inside = (size_t)t->f * t->h * t->w * nc, k = 0, g_out = 0, c_out = 0, c_nonfinite = 0;
+    float *a = malloc(inside * 4 + 4), *r = malloc(inside * 4 + 4);
+    long worst_at[4] = {0};
+    for (int f = 0; f < t->f; f++)
+        for (int y = -t->border; y < t->h + t->border; y++)
+            for (int x = -t->border; x < t->w + t->border; x++)
+                for (int ch = 0; ch < t->c; ch++) {
+                    float gvv = *(float *)w22_view_at(gv, f, y, x, ch), cvv = *(float *)w22_view_at(cv, f, y, x, ch);
+                    float h0 = *(float *)w22_view_at(hv, f, y, x, ch);
+                    if (y >= 0 && y < t->h && x >= 0 && x < t->w && ch >= c0 && ch < c0 + nc) {
+                        a[k] = gvv;
+                        r[k] = cvv;
+                        if (!isfinite(cvv)) c_nonfinite++;
+                        k++;
+                    } else {
+                        g_out += !same_or_both_nan(gvv, h0);
+                        c_out += !same_or_both_nan(cvv, h0);
+                    }
+                }
+    t_diff d = t_compare(a, r, inside);
+    double maxref = 0;
+    for (size_t i = 0; i < inside; i++)
+        if (isfinite(r[i])) maxref = fmax(maxref, fabs(r[i]));
+    {
+        size_t w = d.worst;
+        worst_at[3] = (long)(w % nc);
+        w /= nc;
+        worst_at[2] = (long)(w % t->w);
+        w /= t->w;
+        worst_at[1] = (long)(w % t->h);
+        worst_at[0] = (long)(w / t->h);
+    }
+    const double tol = tol_rel * fmax(maxref, scale_ref) + tol_abs;
+    const double rel_rms = d.ref_rms > 0 ? d.rms / d.ref_rms : d.rms;
+    const int pass = ok && d.nonfinite == 0 && c_nonfinite == 0 && g_out == 0 && c_out == 0 && d.max_abs <= tol &&
+                     (tol_rel == 0 ? d.max_abs == 0 : rel_rms <= RMS_TOL);
+    printf("%-10s %-46s max_abs %.3e (tol %.3e, max|ref| %.3g) rel_rms %.2e", op, shape, d.max_abs, tol, maxref,
+           rel_rms);
+    if (path && path[0]) printf(" [%s]", path);
+    printf(" %s\n", pass ? "ok" : "FAIL");
+    if (!pass) {
+        if (!ok) printf("    a download failed\n");
+        if (d.nonfinite) printf("    %zu GPU outputs are NaN/Inf (unwritten, or overflow) of %zu\n", d.nonfinite, inside);
+        if (c_nonfinite) printf("    %zu CPU outputs are NaN/Inf: the reference itself is broken\n", c_nonfinite);
+        if (g_out) printf("    %zu elements outside the view changed on the GPU (writes out of bounds)\n", g_out);
+        if (c_out) printf("    %zu elements outside the view changed on the CPU backend\n", c_out);
+        if (inside)
+            printf("    worst at (f %ld, y %ld, x %ld, c %ld): gpu %.6g cpu %.6g\n", worst_at[0], worst_at[1],
+                   worst_at[2], worst_at[3] + c0, a[d.worst], r[d.worst]);
+    }
+    CHECK(pass, "%s %s", op, shape);
+    free(a);
+    free(r);
+    free(g);
+    free(c);
+}
+
+/* Both backends ran the op; a failure of either is a failed case with the message. */
+static int both_ok(const char *op, const char *shape, w22_status sc, const char *cpu_err, w22_status sg) {
+    if (sc == W22_OK && sg == W22_OK) return 1;
+    printf("%-10s %-46s FAIL: cpu %s %s / gpu %s %s\n", op, shape, w22_status_string(sc), sc ? cpu_err : "",
+           w22_status_string(sg), sg ? w22_last_error() : "");
+    CHECK(0, "%s %s ran", op, shape);
+    return 0;
+}
+
+/* ---- weights ---- */
+
+typedef struct {
+    w22_bweight *c, *g;
+} wpair;
+
+static int wpair_new(wpair *w, w22_weight_kind kind, const int64_t *shape, int ndim, float lo, float hi) {
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    float *d = malloc(n * 4 + 4);
+    t_fill_uniform(d, n, seed++, lo, hi);
+    if (kind == W22_WK_CONV)
+        for (size_t i = 0; i < n; i++) d[i] = bf16r(d[i]); /* the GPU stores conv weights in bf16 */
+    w->c = w->g = NULL;
+    w22_status s1 = cpu->ops->weight_upload(cpu, kind, d, shape, ndim, &w->c);
+    w22_status s2 = gpu->ops->weight_upload(gpu, kind, d, shape, ndim, &w->g);
+    free(d);
+    if (s1 != W22_OK || s2 != W22_OK) {
+        printf("weight upload failed: %s\n", w22_last_error());
+        CHECK(0, "weight upload");
+        return 0;
+    }
+    return 1;
+}
+
+static void wpair_free(wpair *w) {
+    if (w->c) cpu->ops->weight_free(cpu, w->c);
+    if (w->g) gpu->ops->weight_free(gpu, w->g);
+}
+
+/* ---- cases ---- */
+
+enum { RES_NONE, RES_SEPARATE, RES_INPLACE };
+
+/* A conv of F output (conv) frames at h x w (input size) cin -> cout. */
+static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, int kt, int ks, int upsample,
+                      int time_split, int res, int sc_cin) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "%s %dx%dx%dx%d->%d k%dx%d%s%s%s%s", tag, F + kt - 1, h, w, cin, cout, kt, ks,
+             upsample ? " up" : "", time_split ? " split" : "", res == RES_INPLACE ? " res=out" : res ? " res" : "",
+             sc_cin ? " sc" : "");
+    if (!selected("conv")) return;
+    const int oh = upsample ? 2 * h : h, ow = upsample ? 2 * w : w;
+    const int of = time_split ? 2 * F : F, oc = time_split ? cout / 2 : cout;
+    tens in, out, rs, sc;
+    memset(&rs, 0, sizeof rs);
+    memset(&sc, 0, sizeof sc);
+    /* weights ~ U(-a, a) with a = sqrt(3 / fan_in): outputs of unit size */
+    const float a = sqrtf(3.0f / (cin * kt * ks * ks)), asc = sc_cin ? sqrtf(3.0f / sc_cin) : 0;
+    wpair wt, bias, scw = {0}, scb = {0};
+    int64_t wshape[5] = {cout, cin, kt, ks, ks}, b1[1] = {cout};
+    int ndim = 5;
+    if (kt == 1 && ks == 3) { /* 2D conv weights come as [cout, cin, kh, kw] */
+        wshape[2] = ks;
+        ndim = 4;
+    }
+    if (!tens_new(&in, F + kt - 1, h, w, cin, 1, FILL_RANDOM, -1, 1) ||
+        !tens_new(&out, of, oh, ow, oc, 1, res == RES_INPLACE ? FILL_RANDOM : FILL_POISON, -1, 1) ||
+        !wpair_new(&wt, W22_WK_CONV, wshape, ndim, -a, a) || !wpair_new(&bias, W22_WK_VECTOR, b1, 1, -0.5f, 0.5f)) {
+        CHECK(0, "conv setup %s", shape);
+        return;
+    }
+    if (res == RES_SEPARATE && !tens_new(&rs, of, oh, ow, oc, 0, FILL_RANDOM, -1, 1)) return;
+    if (sc_cin) {
+        int64_t s5[5] = {cout, sc_cin, 1, 1, 1};
+        if (!tens_new(&sc, F, oh, ow, sc_cin, 0, FILL_RANDOM, -1, 1) ||
+            !wpair_new(&scw, W22_WK_CONV, s5, 5, -asc, asc) || !wpair_new(&scb, W22_WK_VECTOR, b1, 1, -0.5f, 0.5f))
+            return;
+    }
+    w22_view rc = res == RES_INPLACE ? out.cv : rs.cv, rg = res == RES_INPLACE ? out.gv : rs.gv;
+    w22_conv_args ac = {.in = in.cv, .out = out.cv, .weight = wt.c, .bias = bias.c, .kt = kt, .ks = ks,
+                        .upsample = upsample, .time_split = time_split, .residual = res ? &rc : NULL,
+                        .sc_in = sc_cin ? &sc.cv : NULL, .sc_weight = scw.c, .sc_bias = scb.c};
+    w22_conv_args ag = {.in = in.gv, .out = out.gv, .weight = wt.g, .bias = bias.g, .kt = kt, .ks = ks,
+                        .upsample = upsample, .time_split = time_split, .residual = res ? &rg : NULL,
+                        .sc_in = sc_cin ? &sc.gv : NULL, .sc_weight = scw.g, .sc_bias = scb.g};
+    w22_status s1 = cpu->ops->conv(cpu, &ac);
+    char cerr[512];
+    snprintf(cerr, sizeof cerr, "%s", w22_last_error());
+    w22_status s2 = gpu->ops->conv(gpu, &ag);
+    if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
+    if (both_ok("conv", shape, s1, cerr, s2))
+        compare("conv", shape, &out, 0, oc, TOL_BF16, 1e-5, 0, gpu_path());
+    tens_free(&in);
+    tens_free(&out);
+    tens_free(&rs);
+    tens_free(&sc);
+    wpair_free(&wt);
+    wpair_free(&bias);
+    wpair_free(&scw);
+    wpair_free(&scb);
+}
+
+/* Attention over frames of kh x kw pixels, queries = rows [qy0, qy0 + qrows); q, k, v channel slices of one
+ * [3C] buffer (as the plan lays out to_qkv's output) or three separate buffers. */
+static void attention_case(int C, int F, int kh, int kw, int qy0, int qrows, int packed) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "C%d %dx%dx%d q rows [%d,%d)%s", C, F, kh, kw, qy0, qy0 + qrows,
+             packed ? " qkv packed" : "");
+    if (!selected("attention")) return;
+    tens qkv, q, k, v, out;
+    memset(&qkv, 0, sizeof qkv), memset(&q, 0, sizeof q), memset(&k, 0, sizeof k), memset(&v, 0, sizeof v);
+    /* q in [-4, 4) so that the softmax is not flat: q.k / sqrt(C) has a std of ~1.3 */
+    w22_view qc, kc, vc, qg, kg, vg;
+    if (packed) {
+        if (!tens_new(&qkv, F, kh, kw, 3 * C, 0, FILL_RANDOM, -1, 1)) return;
+        for (size_t i = 0; i < qkv.n; i++)
+            if ((i % (3 * C)) < (size_t)C) qkv.host[i] = bf16r(4 * qkv.host[i]);
+        if (!upload(cpu, qkv.cbuf, qkv.host, qkv.n) || !upload(gpu, qkv.gbuf, qkv.host, qkv.n)) return;
+        qc = w22_view_rows(w22_view_channels(qkv.cv, 0, C), qy0, qrows);
+        qg = w22_view_rows(w22_view_channels(qkv.gv, 0, C), qy0, qrows);
+        kc = w22_view_channels(qkv.cv, C, C), kg = w22_view_channels(qkv.gv, C, C);
+        vc = w22_view_channels(qkv.cv, 2 * C, C), vg = w22_view_channels(qkv.gv, 2 * C, C);
+    } else {
+        if (!tens_new(&q, F, qrows, kw, C, 1, FILL_RANDOM, -4, 4) || !tens_new(&k, F, kh, kw, C, 0, FILL_RANDOM, -1, 1) ||
+            !tens_new(&v, F, kh, kw, C, 1, FILL_RANDOM, -1, 1))
+            return;
+        qc = q.cv, qg = q.gv, kc = k.cv, kg = k.gv, vc = v.cv, vg = v.gv;
+    }
+    if (!tens_new(&out, F, qrows, kw, C, 1, FILL_POISON, 0, 0)) return;
+    w22_status s1 = cpu->ops->attention(cpu, qc, kc, vc, out.cv);
+    char cerr[512];
+    snprintf(cerr, sizeof cerr, "%s", w22_last_error());
+    w22_status s2 = gpu->ops->attention(gpu, qg, kg, vg, out.gv);
+    if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
+    if (both_ok("attention", shape, s1, cerr, s2)) {
+        float vmax = packed ? 1.0f : max_abs_interior(&v);
+        compare("attention", shape, &out, 0, C, TOL_BF16, 1e-5, vmax, gpu_path());
+    }
+    tens_free(&qkv), tens_free(&q), tens_free(&k), tens_free(&v), tens_free(&out);
+}
+
+static void rmsnorm_case(int C, int F, int h, int w, int silu, int inplace) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "%dx%dx%dx%d%s%s", F, h, w, C, silu ? " silu" : "", inplace ? " in place" : "");
+    if (!selected("rmsnorm")) return;
+    tens in, out;
+    wpair gm;
+    int64_t g1[3] = {C, 1, 1};
+    if (!tens_new(&in, F, h, w, C, 1, FILL_RANDOM, -2, 2) || !wpair_new(&gm, W22_WK_VECTOR, g1, 3, 0.5f, 1.5f)) return;
+    if (!inplace && !tens_new(&out, F, h, w, C, 1, FILL_POISON, 0, 0)) return;
+    tens *o = inplace ? &in : &out;
+    w22_status s1 = cpu->ops->rmsnorm(cpu, in.cv, o->cv, gm.c, silu);
+    char cerr[512];
+    snprintf(cerr, sizeof cerr, "%s", w22_last_error());
+    w22_status s2 = gpu->ops->rmsnorm(gpu, in.gv, o->gv, gm.g, silu);
+    if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
+    if (both_ok("rmsnorm", shape, s1, cerr, s2)) compare("rmsnorm", shape, o, 0, C, TOL_BF16, 1e-5, 0, NULL);
+    tens_free(&in);
+    if (!inplace) tens_free(&out);
+    wpair_free(&gm);
+}
+
+static void dupup_case(int cin, int cout, int ft, int first_single, int f, int h, int w) {
+    char shape[160];
+    const int F = first_single ? 1 + (f - 1) * ft : f * ft;
+    snprintf(shape, sizeof shape, "%dx%dx%dx%d -> %dx%dx%dx%d ft%d%s", f, h, w, cin, F, 2 * h, 2 * w, cout, ft,
+             first_single ? " first_single" : "");
+    if (!selected("dupup")) return;
+    tens in, out;
+    if (!tens_new(&in, f, h, w, cin, 0, FILL_RANDOM, -1, 1) || !tens_new(&out, F, 2 * h, 2 * w, cout, 1, FILL_RANDOM, -1, 1))
+        return;
+    w22_status s1 = cpu->ops->dupup_add(cpu, out.cv, in.cv, ft, first_single);
+    char cerr[512];
+    snprintf(cerr, sizeof cerr, "%s", w22_last_error());
+    w22_status s2 = gpu->ops->dupup_add(gpu, out.gv, in.gv, ft, first_single);
+    if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
+    if (both_ok("dupup_add", shape, s1, cerr, s2)) compare("dupup_add", shape, &out, 0, cout, TOL_BF16, 1e-5, 0, NULL);
+    tens_free(&in);
+    tens_free(&out);
+}
+
+/* A raw byte buffer on both backends (latents, video). */
+typedef struct {
+    void *c, *g;
+} rawpair;
+
+static int raw_new(rawpair *r, size_t bytes, const void *init) {
+    r->c = r->g = NULL;
+    if (cpu->ops->alloc(cpu, bytes, &r->c) != W22_OK || gpu->ops->alloc(gpu, bytes, &r->g) != W22_OK) return 0;
+    return cpu->ops->from_host(cpu, r->c, init, bytes) == W22_OK && gpu->ops->from_host(gpu, r->g, init, bytes) == W22_OK;
+}
+static void raw_free(rawpair *r) {
+    if (r->c) cpu->ops->free(cpu, r->c);
+    if (r->g) gpu->ops->free(gpu, r->g);
+}
+
+/* Unpatchify into a video buffer larger than the frames written ([3][VF][VH][VW], or frames-major when
+ * frames_major), at an offset: every element must match exactly, those outside stay NaN. */
+static void unpatchify_case(w22_dtype dt, int f, int h, int w, int frames_major) {
+    char shape[160];
+    const int p = 2, VF = f + 2, VH = 2 * h + 4, VW = 2 * w + 6;
+    snprintf(shape, sizeof shape, "%dx%dx%dx12 -> %s video%s", f, h, w, w22_dtype_name(dt),
+             frames_major ? " [F][3][H][W]" : " [3][F][H][W]");
+    if (!selected("unpatchify")) return;
+    tens in;
+    if (!tens_new(&in, f, h, w, 12, 1, FILL_RANDOM, -1.5f, 1.5f)) return; /* beyond [-1, 1]: the clamp is tested */
+    const size_t n = (size_t)3 * VF * VH * VW, es = w22_dtype_size(dt);
+    void *init = malloc(n * es);
+    for (size_t i = 0; i < n; i++) {
+        if (dt == W22_DTYPE_F32) ((float *)init)[i] = NAN;
+        else ((uint16_t *)init)[i] = 0x7fc0;
+    }
+    rawpair v;
+    if (!raw_new(&v, n * es, init)) {
+        CHECK(0, "unpatchify setup");
+        return;
+    }
+    w22_video_dst d = {NULL, dt, (long)VF * VH * VW, (long)VH * VW, VW, 1};
+    if (frames_major) d.sf = 3L * VH * VW, d.sc = (long)VH * VW;
+    const long off = 1 * d.sf + 2 * d.sy + 3 * d.sx;
+    w22_video_dst dc = d, dg = d;
+    dc.ptr = (char *)v.c + off * es;
+    dg.ptr = (char *)v.g + off * es;
+    w22_status s1 = cpu->ops->unpatchify(cpu, in.cv, p, dc);
+    char cerr[512];
+    snprintf(cerr, sizeof cerr, "%s", w22_last_error());
+    w22_status s2 = gpu->ops->unpatchify(gpu, in.gv, p, dg);
+    if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
+    if (both_ok("unpatchify", shape, s1, cerr, s2)) {
+        void *hc = malloc(n * es), *hg = malloc(n * es);
+        size_t bad = 0, nan_inside = 0, first = (size_t)-1;
+        int ok = cpu->ops->to_host(cpu, hc, v.c, n * es) == W22_OK && gpu->ops->to_host(gpu, hg, v.g, n * es) == W22_OK;
+        for (size_t i = 0; ok && i < n; i++) {
+            float a = dt == W22_DTYPE_F32 ? ((float *)hg)[i] : w22_bf16_to_f32(((uint16_t *)hg)[i]);
+            float r = dt == W22_DTYPE_F32 ? ((float *)hc)[i] : w22_bf16_to_f32(((uint16_t *)hc)[i]);
+            if (!same_or_both_nan(a, r)) {
+                bad++;
+                if (first == (size_t)-1) first = i;
+            }
+            if (!isnan(r) && fabsf(r) > 1) bad++; /* the clamp */
+            if (isnan(r)) nan_inside++;
+        }
+        const size_t expect_nan = n - (size_t)3 * f * 2 * h * 2 * w;
+        const int pass = ok && bad == 0 && nan_inside == expect_nan;
+        printf("%-10s %-46s mismatches %zu, untouched %zu of %zu expected %s\n", "unpatchify", shape, bad, nan_inside,
+               expect_nan, pass ? "ok" : "FAIL");
+        if (bad && first != (size_t)-1) printf("    first mismatch at element %zu of the video buffer\n", first);
+        CHECK(pass, "unpatchify %s", shape);
+        free(hc);
+        free(hg);
+    }
+    free(init);
+    raw_free(&v);
+    tens_free(&in);
+}
+
+static void latents_case(w22_dtype zt, int C, int T, int H, int W, int t0, int y0, int nf, int nh) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "%s z[%d][%d][%d][%d] frames %d+%d rows %d+%d", w22_dtype_name(zt), C, T, H, W,
+             t0, nf, y0, nh);
+    if (!selected("latents")) return;
+    const size_t n = (size_t)C * T * H * W;
+    float *z = malloc(n * 4);
+    t_fill_uniform(z, n, seed++, -3, 3);
+    for (size_t i = 0; i < n; i++) z[i] = bf16r(z[i]); /* the GPU keeps bf16: give the CPU the same values */
+    void *zb = z;
+    uint16_t *z16 = NULL;
+    if (zt == W22_DTYPE_BF16) {
+        z16 = malloc(n * 2);
+        for (size_t i = 0; i < n; i++) z16[i] = w22_f32_to_bf16(z[i]);
+        zb = z16;
+    }
+    rawpair zp;
+    tens out;
+    if (!raw_new(&zp, n * w22_dtype_size(zt), zb) || !tens_new(&out, nf, nh, W, C, 1, FILL_POISON, 0, 0)) {
+        CHECK(0, "latents setup");
+        return;
+    }
+    w22_status s1 = cpu->ops->latents_in(cpu, zp.c, zt, C, T, H, W, t0, y0, out.cv);
+    char cerr[512];
+    snprintf(cerr, sizeof cerr, "%s", w22_last_error());
+    w22_status s2 = gpu->ops->latents_in(gpu, zp.g, zt, C, T, H, W, t0, y0, out.gv);
+    if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
+    if (both_ok("latents_in", shape, s1, cerr, s2)) compare("latents_in", shape, &out, 0, C, 0, 0, 0, NULL);
+    raw_free(&zp);
+    tens_free(&out);
+    free(z);
+    free(z16);
+}
+
+/* zero of a view (c0, nc channel slice) inside a buffer that is random everywhere: only the view may change. */
+static void zero_case(int f, int h, int w, int c, int c0, int nc) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "%dx%dx%dx%d channels [%d,%d)", f, h, w, c, c0, c0 + nc);
+    if (!selected("zero")) return;
+    tens t;
+    if (!tens_new(&t, f, h, w, c, 1, FILL_ALL_RANDOM, -1, 1)) return;
+    w22_status s1 = cpu->ops->zero(cpu, w22_view_channels(t.cv, c0, nc));
+    char cerr[512];
+    snprintf(cerr, sizeof cerr, "%s", w22_last_error());
+    w22_status s2 = gpu->ops->zero(gpu, w22_view_channels(t.gv, c0, nc));
+    if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
+    if (both_ok("zero", shape, s1, cerr, s2)) {
+        /* the channels outside the slice are inside the interior: compare them exactly too (all channels) */
+        compare("zero", shape, &t, 0, c, 0, 0, 0, NULL);
+    }
+    tens_free(&t);
+}
+
+/* copy of src (border 1) into a channel slice of a differently bordered dst, random everywhere. */
+static void copy_case(int f, int h, int w, int c, int dc, int c0) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "%dx%dx%dx%d -> channels [%d,%d) of %d", f, h, w, c, c0, c0 + c, dc);
+    if (!selected("copy")) return;
+    tens s, d;
+    if (!tens_new(&s, f, h, w, c, 1, FILL_RANDOM, -1, 1) || !tens_new(&d, f, h, w, dc, 2, FILL_ALL_RANDOM, -1, 1)) return;
+    w22_status s1 = cpu->ops->copy(cpu, w22_view_channels(d.cv, c0, c), s.cv);
+    char cerr[512];
+    snprintf(cerr, sizeof cerr, "%s", w22_last_error());
+    w22_status s2 = gpu->ops->copy(gpu, w22_view_channels(d.gv, c0, c), s.gv);
+    if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
+    if (both_ok("copy", shape, s1, cerr, s2)) compare("copy", shape, &d, 0, dc, 0, 0, 0, NULL);
+    tens_free(&s);
+    tens_free(&d);
+}
+
+static void bytes_case(void) {
+    if (!selected("bytes")) return;
+    const size_t n = 1 << 20;
+    unsigned char *h = malloc(n), *back = malloc(n);
+    for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(i * 2654435761u >> 13);
+    void *a = NULL, *b = NULL;
+    int ok = gpu->ops->alloc(gpu, n, &a) == W22_OK && gpu->ops->alloc(gpu, n, &b) == W22_OK &&
+             gpu->ops->from_host(gpu, a, h, n) == W22_OK && gpu->ops->copy_bytes(gpu, b, a, n) == W22_OK &&
+             gpu->ops->to_host(gpu, back, b, n) == W22_OK && memcmp(h, back, n) == 0;
+    size_t peak = 0, now = selftest ? 0 : w22_backend_cuda_bytes(gpu, &peak);
+    ok = ok && (selftest || (now >= 2 * n && peak >= now));
+    printf("%-10s %-46s %s (backend holds %zu bytes, peak %zu)\n", "bytes", "from_host/copy_bytes/to_host 1 MiB",
+           ok ? "ok" : "FAIL", now, peak);
+    CHECK(ok, "byte copies: %s", w22_last_error());
+    gpu->ops->free(gpu, a);
+    gpu->ops->free(gpu, b);
+    /* an impossible allocation fails cleanly and leaves the backend usable */
+    void *huge = NULL;
+    w22_status s = gpu->ops->alloc(gpu, (size_t)1 << 50, &huge);
+    void *small = NULL;
+    w22_status s2 = gpu->ops->alloc(gpu, 4096, &small);
+    ok = s == W22_ERR_OUT_OF_MEMORY && huge == NULL && s2 == W22_OK;
+    if (selftest) ok = s2 == W22_OK; /* a host may overcommit */
+    if (huge) gpu->ops->free(gpu, huge);
+    printf("%-10s %-46s %s\n", "alloc", "1 PiB fails with OUT_OF_MEMORY, then 4 KiB works", ok ? "ok" : "FAIL");
+    CHECK(ok, "OOM handling: status %s", w22_status_string(s));
+    if (small) gpu->ops->free(gpu, small);
+}
+
+static void run_cases(void) {
+    bytes_case();
+    /* conv: real decoder shapes at reduced spatial size */
+    conv_case("mid", 1024, 1024, 2, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("up1", 512, 512, 2, 16, 24, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("up3", 256, 256, 1, 32, 48, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("conv_in", 48, 1024, 1, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("conv_out", 256, 12, 2, 16, 24, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("post_quant", 48, 48, 2, 8, 12, 1, 1, 0, 0, RES_NONE, 0);
+    conv_case("time_conv", 1024, 2048, 2, 8, 12, 3, 1, 0, 1, RES_NONE, 0);
+    conv_case("upsample3d", 1024, 1024, 3, 4, 6, 1, 3, 1, 0, RES_NONE, 0);
+    conv_case("upsample2d", 512, 512, 1, 8, 12, 1, 3, 1, 0, RES_NONE, 0);
+    conv_case("res", 256, 256, 2, 12, 20, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_case("res", 512, 512, 1, 6, 10, 3, 3, 0, 0, RES_SEPARATE, 0);
+    conv_case("shortcut", 256, 256, 2, 12, 20, 3, 3, 0, 0, RES_NONE, 512);
+    conv_case("shortcut", 512, 512, 1, 8, 12, 3, 3, 0, 0, RES_NONE, 1024);
+    conv_case("sc+res", 256, 256, 1, 6, 10, 3, 3, 0, 0, RES_SEPARATE, 512);
+    conv_case("proj", 1024, 1024, 1, 6, 13, 1, 1, 0, 0, RES_INPLACE, 0);
+    conv_case("to_qkv", 1024, 3072, 1, 6, 13, 1, 1, 0, 0, RES_NONE, 0);
+    /* edge shapes: 1 frame, odd sizes, tiny channel counts, M and N tails */
+    conv_case("edge", 4, 12, 1, 3, 5, 3, 3, 0, 0, RES_NONE, 0);      /* cin 4: scalar path */
+    conv_case("edge", 4, 4, 2, 3, 5, 1, 1, 0, 0, RES_NONE, 0);
+    conv_case("edge", 8, 8, 1, 3, 5, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("edge", 16, 12, 3, 7, 9, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_case("edge", 32, 16, 2, 3, 5, 1, 3, 1, 0, RES_NONE, 0);
+    conv_case("edge", 64, 64, 3, 5, 7, 3, 3, 0, 0, RES_NONE, 0);     /* M = 105: one partial tile */
+    conv_case("edge", 24, 40, 1, 9, 11, 3, 3, 0, 0, RES_NONE, 0);    /* cin not a multiple of 64, N tail */
+    conv_case("edge", 8, 3, 1, 3, 5, 3, 3, 0, 0, RES_NONE, 0);       /* odd cout: scalar path */
+    conv_case("edge", 32, 64, 2, 3, 5, 3, 1, 0, 1, RES_NONE, 0);     /* time split, small */
+    conv_case("edge", 16, 16, 1, 5, 7, 3, 3, 0, 0, RES_SEPARATE, 8); /* tiny shortcut */
+    conv_case("edge", 6, 10, 1, 3, 5, 1, 3, 1, 0, RES_NONE, 0);      /* scalar upsample */
+    conv_case("edge", 96, 264, 1, 5, 7, 3, 3, 0, 0, RES_NONE, 0);    /* big tile with an N tail */
+    conv_case("edge", 32, 300, 1, 9, 15, 1, 1, 0, 0, RES_NONE, 0);   /* many M tiles, N tail */
+    /* attention */
+    attention_case(1024, 1, 6, 13, 0, 6, 1);
+    attention_case(1024, 2, 6, 13, 2, 3, 1); /* a rank's rows */
+    attention_case(1024, 1, 6, 13, 0, 6, 0);
+    attention_case(64, 2, 5, 7, 1, 3, 1);    /* P = 35: odd, scalar scores path */
+    attention_case(20, 1, 4, 6, 0, 4, 0);    /* C % 8 != 0 */
+    attention_case(256, 1, 22, 39, 0, 22, 1); /* P = 858: several key tiles */
+    /* rmsnorm */
+    rmsnorm_case(48, 2, 5, 7, 0, 0);
+    rmsnorm_case(256, 2, 9, 11, 1, 0);
+    rmsnorm_case(1024, 1, 6, 13, 1, 0);
+    rmsnorm_case(1024, 2, 4, 5, 0, 1);
+    rmsnorm_case(20, 1, 3, 5, 1, 0); /* scalar path */
+    /* dupup */
+    dupup_case(32, 32, 2, 0, 2, 3, 5);
+    dupup_case(32, 32, 2, 1, 3, 3, 5);
+    dupup_case(64, 32, 1, 0, 2, 4, 6);
+    dupup_case(1024, 1024, 2, 1, 2, 4, 6);
+    dupup_case(1024, 512, 1, 0, 2, 4, 6);
+    dupup_case(12, 6, 1, 0, 1, 3, 5); /* scalar path */
+    /* unpatchify */
+    unpatchify_case(W22_DTYPE_BF16, 2, 5, 7, 0);
+    unpatchify_case(W22_DTYPE_F32, 3, 4, 6, 0);
+    unpatchify_case(W22_DTYPE_F32, 1, 3, 5, 1);
+    unpatchify_case(W22_DTYPE_BF16, 2, 6, 13, 1);
+    /* latents in */
+    latents_case(W22_DTYPE_F32, 48, 3, 6, 13, 0, 0, 3, 6);
+    latents_case(W22_DTYPE_BF16, 48, 4, 6, 13, 1, 2, 2, 3);
+    latents_case(W22_DTYPE_F32, 4, 2, 3, 5, 1, 1, 1, 2);
+    /* zero, copy */
+    zero_case(2, 5, 7, 48, 0, 48);
+    zero_case(2, 5, 7, 48, 8, 16);
+    zero_case(1, 3, 5, 12, 3, 5);
+    copy_case(2, 5, 7, 48, 48, 0);
+    copy_case(2, 5, 7, 16, 64, 32);
+    copy_case(1, 3, 5, 5, 12, 3);
+}
+
+/* ---- perf ---- */
+
+static void fill_bf16_random(void *dev, size_t n) {
+    uint16_t *h = malloc(n * 2);
+    uint64_t s = seed++ * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        h[i] = w22_f32_to_bf16(((float)(s >> 40) / 16777216.0f - 0.5f) * 2.0f);
+    }
+    gpu->ops->from_host(gpu, dev, h, n * 2);
+    free(h);
+}
+
+/* Times conv F x h x w (input size) cin -> cout: warm-up, then iterations alternating two input buffers (each
+ * larger than the L2), with cudaEvents on the backend's stream. */
+static void perf_conv(const char *name, int cin, int cout, int F, int h, int w, int kt, int ks, int upsample,
+                      int time_split, double cudnn) {
+    const int oh = upsample ? 2 * h : h, ow = upsample ? 2 * w : w;
+    const int of = time_split ? 2 * F : F, oc = time_split ? cout / 2 : cout;
+    const size_t nin = (size_t)(F + kt - 1) * (h + 2) * (w + 2) * cin, nout = (size_t)of * (oh + 2) * (ow + 2) * oc;
+    void *in[2] = {NULL, NULL}, *out = NULL;
+    w22_bweight *wt = NULL, *bias = NULL;
+    const size_t wn = (size_t)cout * cin * kt * ks * ks;
+    float *wh = malloc(wn * 4), *bh = malloc(cout * 4);
+    t_fill_uniform(wh, wn, seed++, -0.02f, 0.02f);
+    t_fill_uniform(bh, cout, seed++, -0.1f, 0.1f);
+    int64_t ws[5] = {cout, cin, kt, ks, ks}, b1[1] = {cout};
+    w22_status s = gpu->ops->weight_upload(gpu, W22_WK_CONV, wh, ws, 5, &wt);
+    if (s == W22_OK) s = gpu->ops->weight_upload(gpu, W22_WK_VECTOR, bh, b1, 1, &bias);
+    for (int i = 0; i < 2 && s == W22_OK; i++) s = gpu->ops->alloc(gpu, nin * 2, &in[i]);
+    if (s == W22_OK) s = gpu->ops->alloc(gpu, nout * 2, &out);
+    if (s != W22_OK) {
+        printf("perf %-28s setup failed: %s\n", name, w22_last_error());
+        CHECK(0, "perf setup %s", name);
+        return;
+    }
+    for (int i = 0; i < 2; i++) fill_bf16_random(in[i], nin); /* borders random too: only speed is measured */
+    w22_conv_args a = {.out = make_view(out, 2, of, oh, ow, oc, 1), .weight = wt, .bias = bias, .kt = kt, .ks = ks,
+                       .upsample = upsample, .time_split = time_split};
+    cudaStream_t st = (cudaStream_t)w22_backend_cuda_stream(gpu);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    const int warm = 2, iters = 10;
+    for (int i = 0; i < warm + iters && s == W22_OK; i++) {
+        if (i == warm) cudaEventRecord(e0, st);
+        a.in = make_view(in[i & 1], 2, F + kt - 1, h, w, cin, 1);
+        s = gpu->ops->conv(gpu, &a);
+    }
+    cudaEventRecord(e1, st);
+    cudaError_t ce = cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    const double M = (double)F * oh * ow, flops = 2.0 * M * cout * ((double)cin * kt * ks * ks);
+    const double tflops = flops / (ms / iters * 1e-3) / 1e12;
+    if (s != W22_OK || ce != cudaSuccess) {
+        printf("perf %-28s FAILED: %s %s\n", name, w22_last_error(), cudaGetErrorString(ce));
+        CHECK(0, "perf %s", name);
+    } else {
+        printf("perf %-28s %dx%dx%dx%d->%d k%dx%d%s: %.3f ms, %.1f TFLOP/s", name, F + kt - 1, h, w, cin, cout, kt,
+               ks, upsample ? " up" : "", ms / iters, tflops);
+        if (cudnn > 0) printf(" (cuDNN measured %.0f: %.0f%%)", cudnn, 100 * tflops / cudnn);
+        printf(" [%s]\n", gpu_path());
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    gpu->ops->free(gpu, in[0]);
+    gpu->ops->free(gpu, in[1]);
+    gpu->ops->free(gpu, out);
+    gpu->ops->weight_free(gpu, wt);
+    gpu->ops->weight_free(gpu, bias);
+    free(wh);
+    free(bh);
+}
+
+/* Times attention at the real frame (44 x 78, C = 1024), and rmsnorm's bandwidth at 256ch 352x624 x 4. */
+static void perf_other(void) {
+    const int C = 1024, H = 44, W = 78, P = H * W;
+    void *qkv = NULL, *out = NULL, *big = NULL;
+    w22_status s = gpu->ops->alloc(gpu, (size_t)P * 3 * C * 2, &qkv);
+    if (s == W22_OK) s = gpu->ops->alloc(gpu, (size_t)P * C * 2, &out);
+    if (s != W22_OK) {
+        printf("perf attention setup failed: %s\n", w22_last_error());
+        return;
+    }
+    fill_bf16_random(qkv, (size_t)P * 3 * C);
+    w22_view all = make_view(qkv, 2, 1, H, W, 3 * C, 0), o = make_view(out, 2, 1, H, W, C, 0);
+    cudaStream_t st = (cudaStream_t)w22_backend_cuda_stream(gpu);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float ms = 0;
+    for (int i = 0; i < 5 && s == W22_OK; i++) {
+        if (i == 2) cudaEventRecord(e0, st);
+        s = gpu->ops->attention(gpu, w22_view_channels(all, 0, C), w22_view_channels(all, C, C),
+                                w22_view_channels(all, 2 * C, C), o);
+    }
+    cudaEventRecord(e1, st);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&ms, e0, e1);
+    printf("perf %-28s 1 frame %dx%d C %d: %.3f ms, %.1f TFLOP/s (2 GEMMs) %s\n", "attention", H, W, C, ms / 3,
+           4.0 * P * P * C / (ms / 3 * 1e-3) / 1e12, s == W22_OK ? "" : w22_last_error());
+    gpu->ops->free(gpu, qkv);
+    gpu->ops->free(gpu, out);
+
+    const int F = 4, h = 352, w = 624, c = 256;
+    const size_t n = (size_t)F * h * w * c;
+    w22_bweight *gm = NULL;
+    float *gh = malloc(c * 4);
+    for (int i = 0; i < c; i++) gh[i] = 1.0f;
+    int64_t g1[1] = {c};
+    s = gpu->ops->alloc(gpu, n * 2 * 2, &big);
+    if (s == W22_OK) s = gpu->ops->weight_upload(gpu, W22_WK_VECTOR, gh, g1, 1, &gm);
+    if (s != W22_OK) {
+        printf("perf rmsnorm setup failed: %s\n", w22_last_error());
+        return;
+    }
+    fill_bf16_random(big, n);
+    w22_view vi = make_view(big, 2, F, h, w, c, 0), vo = make_view((char *)big + n * 2, 2, F, h, w, c, 0);
+    for (int i = 0; i < 5 && s == W22_OK; i++) {
+        if (i == 2) cudaEventRecord(e0, st);
+        s = gpu->ops->rmsnorm(gpu, vi, vo, gm, 1);
+    }
+    cudaEventRecord(e1, st);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&ms, e0, e1);
+    printf("perf %-28s %dx%dx%dx%d silu: %.3f ms, %.2f TB/s (read + write; copy measured 4.24) %s\n", "rmsnorm", F, h,
+           w, c, ms / 3, 2.0 * n * 2 / (ms / 3 * 1e-3) / 1e12, s == W22_OK ? "" : w22_last_error());
+    gpu->ops->free(gpu, big);
+    gpu->ops->weight_free(gpu, gm);
+    free(gh);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
+static void run_perf(void) {
+    /* the heavy 3x3x3 convs, 4 output frames (cuDNN channels-last figures from docs/wan22-decoder.md) */
+    perf_conv("up_blocks.3 conv 256ch", 256, 256, 4, 352, 624, 3, 3, 0, 0, 709);
+    perf_conv("up_blocks.2 conv 512ch", 512, 512, 4, 176, 312, 3, 3, 0, 0, 758);
+    perf_conv("up_blocks.1 conv 1024ch", 1024, 1024, 4, 88, 156, 3, 3, 0, 0, 765);
+    /* the upsample convs (direct 3x3 over the upsampled grid: FLOPs counted as 9 taps) */
+    perf_conv("up_blocks.2 upsample 512ch", 512, 512, 4, 176, 312, 1, 3, 1, 0, 0);
+    perf_conv("up_blocks.1 upsample 1024ch", 1024, 1024, 4, 88, 156, 1, 3, 1, 0, 0);
+    perf_conv("up_blocks.1 time_conv", 1024, 2048, 2, 88, 156, 3, 1, 0, 1, 0);
+    perf_conv("conv_out 256->12", 256, 12, 4, 352, 624, 3, 3, 0, 0, 0);
+    perf_other();
+}
+
+int main(int argc, char **argv) {
+    int perf = 0, device = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--perf")) perf = 1;
+        else if (!strcmp(argv[i], "-o") && i + 1 < argc) filter = argv[++i];
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--selftest-cpu")) selftest = 1;
+        else {
+            fprintf(stderr, "usage: %s [--perf] [-o OPNAME] [--device N]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (selftest) {
+        if (w22_backend_cpu_create(0, &cpu) != W22_OK || w22_backend_cpu_create(0, &gpu) != W22_OK) return 1;
+        run_cases();
+        return t_finish("cuda_ops --selftest-cpu");
+    }
+    if (!w22_cuda_available()) {
+        printf("cuda_ops: no usable sm_90 GPU here; this test runs only where one is\n");
+        return 1;
+    }
+    /* conformance: every op synchronizes and checks its views against the allocations (src/cuda debug mode) */
+    if (!perf) setenv("W22_CUDA_DEBUG", "1", 0);
+    w22_status s = w22_backend_cuda_create(device, &gpu);
+    if (s != W22_OK) {
+        printf("cuda_ops: w22_backend_cuda_create(%d): %s: %s\n", device, w22_status_string(s), w22_last_error());
+        return 1;
+    }
+    if (perf) {
+        run_perf();
+    } else {
+        s = w22_backend_cpu_create(0, &cpu);
+        if (s != W22_OK) {
+            printf("cuda_ops: w22_backend_cpu_create: %s\n", w22_last_error());
+            return 1;
+        }
+        run_cases();
+        cpu->ops->destroy(cpu);
+    }
+    size_t peak = 0;
+    size_t now = w22_backend_cuda_bytes(gpu, &peak);
+    printf("CUDA backend memory: %zu bytes held at the end (attention scratch included), peak %zu\n", now, peak);
+    gpu->ops->destroy(gpu);
+    return t_finish("cuda_ops");
+}

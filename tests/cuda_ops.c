@@ -549,6 +549,8 @@ static void bytes_case(void) {
     CHECK(ok, "byte copies: %s", w22_last_error());
     gpu->ops->free(gpu, a);
     gpu->ops->free(gpu, b);
+    free(h);
+    free(back);
     /* an impossible allocation fails cleanly and leaves the backend usable */
     void *huge = NULL;
     w22_status s = gpu->ops->alloc(gpu, (size_t)1 << 50, &huge);

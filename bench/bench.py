@@ -1,0 +1,1333 @@
+#!/usr/bin/env python3
+"""The benchmark of wan22vae: correctness, timing, memory and a kernel audit of our decode against diffusers'
+AutoencoderKLWan, following the seed's protocol (shared/seeds/harness-protocol-reference.txt); every performance
+figure of the project comes from this file.
+
+The protocol
+------------
+Interface: the package `wan22vae` (python/wan22vae) exports prepare(weights, rank, world, pg) -> list[Tensor] and
+run(z, weights, rank, world, pg, out): z bf16 [1, 48, T, 44, 78] on the GPU, weights the decoder's 110 bf16 CUDA
+tensors in diffusers' named_parameters() order (or what prepare returned), out a NaN-filled bf16 video
+[1, 3, 4T-3, 704, 1248]. Where the package cannot be imported, a ctypes binding of the C API stands in for it
+(Ours below), so the bench never waits for the package.
+
+Workloads: <clip>x<world>. A clip is the first T latent frames of one synthetic T=121 clip (weights and latents
+from the library's generator, docs/synthetic.md): f1, f5, f17 (T = 1, 2, 5) are checked only; f121, f241, f481
+(T = 31, 61, 121) are checked, audited and timed. World 1 only for now.
+
+Correctness: the first call of a workload (its warm-up) is checked against diffusers' fp32 decode (TF32 off) of
+the same bf16 latents and weights: every element finite and in [-1, 1], max|d| <= min(2, 3 x bf16_max_abs),
+rms(d) <= 3 x bf16_rms, where bf16_* is diffusers' own bf16 decode of that clip against the fp32 one (the
+calibration, made in the same run). Every later call (the audited one, the trials) must agree with the checked
+output within the same allowance. z must not be written, nor the weights; run must not start threads.
+
+Timing: after the warm-up, 3 trials (2 when the warm-up took 1.5 s or more); a trial is one call timed by the wall
+clock between device syncs. Latency of record: the mean of the trials. While the calls run, a thread reads the SM
+clock and the used device memory through NVML every 20 ms. nvidia-smi is asked before every trial which processes
+hold the GPU: a workload timed while another did is marked shared.
+
+Audit: one more call per timed clip under torch.profiler (CUPTI), its kernels grouped by library: ours, cuBLAS,
+cuDNN, ATen, NCCL, other. Library kernels (cuBLAS, cuDNN, ATen) inside our decode must be none.
+
+Bound: the decode's FLOPs (w22_decode_flops, or the count of docs/wan22-decoder.md) at 990 TFLOP/s (the H200's
+dense bf16 datasheet rate), or the weights and video at 4.8 TB/s, whichever is slower; gap = latency / bound.
+Also the bound at the bf16 GEMM rate measured in the run (torch, 8192^3).
+
+diffusers: its bf16 decode of the same clip is timed in the same run (1 warm-up, which is also the calibration's
+decode, then the trials), with its peak memory above the loaded model; speedup = diffusers ms / our ms.
+
+Running it (bench/README.md has the device command lines)
+----------
+    python3 bench/bench.py --workload f1 f5 f17 f121 --commit abc1234 --json $OUT/r.json
+    python3 bench/bench.py --workload f241 --merge bench/results/r.json --json $OUT/r.json
+    python3 bench/bench.py --workload f121 f241 f481 --no-check          timing only (skips the fp32 decodes)
+
+diffusers' fp32 decode takes about 2.3 s per latent frame on an H200 (280 s at T=121), so a full run is split
+into commands of under 10 minutes that merge into one JSON (--merge). References and calibration are cached under
+--cache for as long as the machine lives. The results JSON goes to --json (default
+bench/results/<date>-<gpu>.json); bench/report.py turns it into the tables of docs/PERF.md.
+"""
+import argparse
+import ctypes
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# The clips: name -> latent frames T. The long ones are timed.
+CLIPS = {"f1": 1, "f5": 2, "f17": 5, "f121": 31, "f241": 61, "f481": 121}
+TIMED_CLIPS = ("f121", "f241", "f481")
+FULL_T = 121                    # the one synthetic clip every clip is cut from
+LATENT_H, LATENT_W, Z_DIM = 44, 78, 48
+WORLDS = (1,)                   # more with the multi-GPU issue
+
+# Trials per timed workload, fewer when one call takes long (the seed's numbers).
+TRIALS, LONG_TRIALS, LONG_CALL_S = 3, 2, 1.5
+CLOCK_PERIOD_S = 0.02
+NVML_CLOCK_SM = 1
+# Elements of a video compared at once, in fp32 (1 GiB per operand).
+CHUNK_ELEMENTS = 1 << 28
+# The H200's datasheet rates: dense bf16 tensor cores, HBM3e.
+PEAK_TFLOPS = 990.0
+PEAK_BYTES_PER_S = 4.8e12
+GIB = float(1 << 30)
+
+# diffusers' AutoencoderKLWan config of Wan2.2 TI2V-5B (docs/wan22-decoder.md).
+DIFFUSERS_CONFIG = dict(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
+                        attn_scales=[], temperal_downsample=[False, True, True], is_residual=True, in_channels=12,
+                        out_channels=12, patch_size=2, scale_factor_temporal=4, scale_factor_spatial=16)
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pure functions: no torch, no GPU (tested by bench/test_bench.py).
+# ---------------------------------------------------------------------------------------------------------------
+def workload_name(clip, world):
+    return f"{clip}x{world}"
+
+
+def parse_workload(s):
+    """'f121' or 'f121x1' -> ('f121', 1)."""
+    m = re.fullmatch(r"(f\d+)(?:x(\d+))?", s)
+    if not m or m.group(1) not in CLIPS:
+        raise ValueError(f"unknown workload '{s}': expected one of {', '.join(CLIPS)} (optionally with x<world>)")
+    world = int(m.group(2) or 1)
+    if world not in WORLDS:
+        raise ValueError(f"workload '{s}': world {world} is not supported yet (worlds: {WORLDS})")
+    return m.group(1), world
+
+
+def video_shape(T, h=LATENT_H, w=LATENT_W):
+    return (1, 3, 4 * T - 3, 16 * h, 16 * w)
+
+
+def decode_flops(T, h=LATENT_H, w=LATENT_W, z=Z_DIM, base=256):
+    """FLOPs (2 per multiply-add) of the convolutions, the attention's matrix products and 1x1 convs of one decode of
+    TI2V-5B's decoder, as docs/wan22-decoder.md counts them: latent frame 0 makes one frame at every stage, each
+    later one 1, 2 and 4 frames after up_blocks 0, 1 (time_conv runs on those only). Norms and elementwise work are
+    not counted. 64.7 TFLOP per later latent frame at 44x78."""
+    c3, c2, c1 = 4 * base, 2 * base, base          # 1024, 512, 256 channels
+    p0, p1, p2, p3 = h * w, 4 * h * w, 16 * h * w, 64 * h * w
+    conv = lambda ci, co, k, px: 2.0 * ci * co * k * px  # noqa: E731
+
+    def resblocks(ci, co, n, px):
+        f = conv(ci, co, 27, px) + conv(co, co, 27, px) + (conv(ci, co, 1, px) if ci != co else 0.0)
+        return f + (n - 1) * 2 * conv(co, co, 27, px)
+
+    attention = conv(c3, 3 * c3, 1, p0) + conv(c3, c3, 1, p0) + 2 * 2.0 * p0 * p0 * c3
+
+    def latent_frame(first):
+        n1, n2 = (1, 1) if first else (2, 4)     # frames after up_blocks.0 / up_blocks.1
+        f = conv(z, z, 1, p0) + conv(z, c3, 27, p0) + 2 * resblocks(c3, c3, 1, p0) + attention
+        f += resblocks(c3, c3, 3, p0) + n1 * conv(c3, c3, 9, p1)                       # up_blocks.0
+        f += n1 * resblocks(c3, c3, 3, p1) + n2 * conv(c3, c3, 9, p2)                  # up_blocks.1
+        if not first:
+            f += conv(c3, 2 * c3, 3, p0) + n1 * conv(c3, 2 * c3, 3, p1)                 # the time_convs
+        f += n2 * (resblocks(c3, c2, 3, p2) + conv(c2, c2, 9, p3))                     # up_blocks.2
+        f += n2 * (resblocks(c2, c1, 3, p3) + conv(c1, 12, 27, p3))                    # up_blocks.3, conv_out
+        return f
+
+    return latent_frame(True) + (T - 1) * latent_frame(False)
+
+
+def min_bytes(T, h=LATENT_H, w=LATENT_W, weight_bytes=555_051_580 * 2):
+    """The fewest bytes one decode moves: the weights, the latents and the video once, in bf16."""
+    return weight_bytes + 2 * Z_DIM * T * h * w + 2 * math.prod(video_shape(T, h, w))
+
+
+def bound_ms(flops, nbytes, tflops=PEAK_TFLOPS, bytes_per_s=PEAK_BYTES_PER_S):
+    """The slower of the arithmetic at the tensor-core rate and the bytes at the memory bandwidth, in ms."""
+    return 1e3 * max(flops / (tflops * 1e12), nbytes / bytes_per_s)
+
+
+def allowance(calib):
+    """The check's allowance from the clip's calibration (diffusers bf16 vs fp32)."""
+    return {"max_abs": min(2.0, 3.0 * calib["bf16_max_abs"]), "rms": 3.0 * calib["bf16_rms"]}
+
+
+def verdict_of(nonfinite, outside, compared, numel, unmatched, max_abs, squares, allowed):
+    """A check's result from its accumulated counts (see judge): d = out - ref where both are finite."""
+    mse = squares / compared if compared else None
+    rms = math.sqrt(mse) if compared else None
+    passed = (nonfinite == 0 and outside == 0 and compared == numel and max_abs <= allowed["max_abs"]
+              and rms is not None and rms <= allowed["rms"])
+    c = {"passed": bool(passed), "nonfinite": nonfinite, "unmatched": unmatched, "outside": outside,
+         "max_abs": max_abs if compared else None, "rms": rms,
+         "psnr_db": (10 * math.log10(4 / mse) if mse else None),
+         "max_allowed": allowed["max_abs"], "rms_allowed": allowed["rms"]}
+    if compared and math.isfinite(allowed["max_abs"]) and allowed["max_abs"] > 0:
+        c["max_share"] = max_abs / allowed["max_abs"]
+    if compared and math.isfinite(allowed["rms"]) and allowed["rms"] > 0:
+        c["rms_share"] = rms / allowed["rms"]
+    return c
+
+
+def verdict_text(c):
+    """A check in a few words."""
+    parts = []
+    if c["nonfinite"]:
+        parts.append(f"{c['nonfinite']} elements not finite (NaN: never written, or overflowed)")
+    if c["outside"]:
+        parts.append(f"{c['outside']} elements outside [-1, 1]")
+    if c["max_abs"] is None:
+        parts.append("no element to compare")
+    else:
+        parts.append(f"max |d| {c['max_abs']:.4g} of {c['max_allowed']:.4g} (x{c.get('max_share', 0):.2f})")
+        parts.append(f"rms {c['rms']:.4g} of {c['rms_allowed']:.4g} (x{c.get('rms_share', 0):.2f})")
+        parts.append(f"PSNR {c['psnr_db']:.1f} dB" if c["psnr_db"] is not None else "identical")
+    return f"{'ok' if c['passed'] else 'FAIL'} ({', '.join(parts)})"
+
+
+def trials_for(warm_s):
+    return TRIALS if warm_s < LONG_CALL_S else LONG_TRIALS
+
+
+def geomean(xs):
+    xs = list(xs)
+    if not xs or any(x is None or x <= 0 for x in xs):
+        return None
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def gpu_slug(name):
+    """'NVIDIA H200' -> 'h200'."""
+    s = re.sub(r"^nvidia\s+", "", name.strip().lower())
+    return re.sub(r"[^a-z0-9]+", "-", s).strip("-") or "gpu"
+
+
+def mangled_kernel_names(blob):
+    """The last name component of every Itanium-mangled symbol in a binary's bytes (_Z18rmsnorm_kernelPK..,
+    _ZN3w2211conv_kernelILi1EEEvv -> rmsnorm_kernel, conv_kernel): the kernels a library registers with the CUDA
+    runtime are among them, which is how the audit knows our kernels by name."""
+    names = set()
+    for m in re.finditer(rb"_Z(N?)((?:\d+[A-Za-z_][A-Za-z0-9_]*)+)", blob):
+        nested, s, i, parts = m.group(1), m.group(2), 0, []
+        while i < len(s) and s[i:i + 1].isdigit():
+            j = i
+            while j < len(s) and s[j:j + 1].isdigit():
+                j += 1
+            n = int(s[i:j])
+            ident = s[j:j + n]
+            if n == 0 or len(ident) < n:
+                break
+            parts.append(ident)
+            i = j + n
+            if not nested:
+                break
+        if parts:
+            names.add(parts[-1].decode("ascii", "replace"))
+    return names
+
+
+def kernel_base_name(name):
+    """The function's own name from a demangled kernel name ('void ns::foo<1>(int)' -> 'foo')."""
+    s = name.strip()
+    if s.startswith("void "):
+        s = s[5:]
+    cut = [i for i in (s.find("("), s.find("<")) if i >= 0]
+    if cut:
+        s = s[:min(cut)]
+    return s.strip().split("::")[-1].strip()
+
+
+# Groups of the audit: substrings of kernel names, strongest markers first. Ours is decided between the two tiers,
+# so that our own kernel with "gemm" in a parameter type is still ours.
+STRONG_MARKERS = [("NCCL", ("nccl",)), ("cuDNN", ("cudnn",)), ("cuBLAS", ("cublas", "nvjet")),
+                  ("ATen", ("at::", "at_cuda_detail", "c10::"))]
+WEAK_MARKERS = [("cuDNN", ("fprop", "dgrad", "wgrad", "implicit_convolve", "convolve_", "winograd", "nchwToNhwc",
+                           "nhwcToNchw", "conv2d_c1_k1", "xmma_fprop")),
+                ("cuBLAS", ("gemm", "gemv", "splitKreduce", "Kernel2", "cutlass")),
+                ("ATen", ("elementwise_kernel", "reduce_kernel", "triton_", "CatArrayBatchedCopy", "cunn_",
+                          "upsample", "im2col", "vol2col"))]
+LIBRARY_GROUPS = ("cuBLAS", "cuDNN", "ATen")  # placeholders: none may run inside our decode
+
+
+def classify_kernel(name, ours):
+    """'ours', 'cuBLAS', 'cuDNN', 'ATen', 'NCCL' or 'other' for a kernel's (demangled) name; ours is the set of our
+    library's kernel names (mangled_kernel_names of its binaries)."""
+    low = name.lower()
+    for group, keys in STRONG_MARKERS:
+        if any(k.lower() in low for k in keys):
+            return group
+    base = kernel_base_name(name)
+    if base.startswith("w22_") or base in ours:
+        return "ours"
+    for group, keys in WEAK_MARKERS:
+        if any(k.lower() in low for k in keys):
+            return group
+    return "other"
+
+
+def summarize_kernels(kernels, ours):
+    """kernels: [(name, duration in us)] of one call -> the audit: per group launches and ms, the library launches
+    and their share of the GPU time, and the kernels by GPU time."""
+    groups, by_name = {}, {}
+    for name, dur in kernels:
+        g = classify_kernel(name, ours)
+        e = groups.setdefault(g, {"launches": 0, "ms": 0.0})
+        e["launches"] += 1
+        e["ms"] += dur / 1e3
+        k = by_name.setdefault((g, name), [0, 0.0])
+        k[0] += 1
+        k[1] += dur / 1e3
+    total = sum(e["ms"] for e in groups.values())
+    lib = sum(groups.get(g, {}).get("launches", 0) for g in LIBRARY_GROUPS)
+    lib_ms = sum(groups.get(g, {}).get("ms", 0.0) for g in LIBRARY_GROUPS)
+    top = sorted(([g, n, c, ms] for (g, n), (c, ms) in by_name.items()), key=lambda r: -r[3])
+    return {"launches": len(kernels), "groups": groups, "library_kernels": lib,
+            "library_share": (lib_ms / total if total else 0.0), "gpu_ms": total, "passed": lib == 0,
+            "kernels": top[:40]}
+
+
+def others_holding(questions, ours_pid):
+    """How many processes besides this one held the GPU at any of the questions ([pids] per question, None when
+    nvidia-smi could not say), or None when one could not be asked. Where nvidia-smi does not show our own pid
+    (another PID namespace), one holder is taken to be us."""
+    if not questions or any(q is None for q in questions):
+        return None
+    seen = set().union(*questions)
+    return len(seen - {ours_pid}) if ours_pid in seen else max(0, len(seen) - 1)
+
+
+def merge_reports(old, new):
+    """One report from two runs: new's setup (the older ones kept in 'runs'), and per workload new's fields over
+    old's, so that a run that made the diffusers side and another that timed ours make one record."""
+    out = dict(old)
+    runs = list(old.get("runs", []))
+    if old.get("setup"):
+        runs.append(old["setup"])
+    out.update({k: v for k, v in new.items() if k not in ("workloads", "runs")})
+    out["runs"] = runs
+    w = {k: dict(v) for k, v in old.get("workloads", {}).items()}
+    for k, v in new.get("workloads", {}).items():
+        if k in w and "error" in w[k] and "error" not in v:
+            del w[k]["error"]
+        w.setdefault(k, {}).update(v)
+    out["workloads"] = w
+    return finalize(out)
+
+
+def finalize(report):
+    """Derived fields from the measured ones: gap, speedup per workload; the geomeans over the timed workloads."""
+    timed = []
+    for name, r in report.get("workloads", {}).items():
+        if r.get("ms") and r.get("bound_ms"):
+            r["gap"] = r["ms"] / r["bound_ms"]
+        if r.get("ms") and r.get("bound_ms_measured"):
+            r["gap_measured"] = r["ms"] / r["bound_ms_measured"]
+        d = r.get("diffusers") or {}
+        if r.get("ms") and d.get("ms"):
+            r["speedup"] = d["ms"] / r["ms"]
+        if r.get("timed"):
+            timed.append(name)
+    ws = report.get("workloads", {})
+    s = {"timed": sorted(timed, key=lambda n: (CLIPS.get(parse_clip(n), 0), n))}
+    if timed and all(ws[n].get("ms") for n in timed):
+        s["geomean_ms"] = geomean(ws[n]["ms"] for n in timed)
+        s["geomean_gap"] = geomean(ws[n].get("gap") for n in timed)
+        s["geomean_speedup"] = geomean(ws[n].get("speedup") for n in timed)
+        clocks = [ws[n].get("clock_mhz") for n in timed]
+        s["mean_clock_mhz"] = statistics.mean(clocks) if all(clocks) else None
+    if timed and all((ws[n].get("diffusers") or {}).get("ms") for n in timed):
+        s["geomean_diffusers_ms"] = geomean(ws[n]["diffusers"]["ms"] for n in timed)
+    checked = [n for n, r in ws.items() if "check" in r]
+    s["checked"] = len(checked)
+    s["check_passed"] = sum(1 for n in checked if ws[n]["check"]["passed"] and not ws[n].get("agree_error"))
+    s["audit_library_kernels"] = sum((r.get("audit") or {}).get("library_kernels", 0) for r in ws.values())
+    s["errors"] = sorted(n for n, r in ws.items() if r.get("error"))
+    report["summary"] = s
+    return report
+
+
+def parse_clip(name):
+    return name.split("x")[0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The library through ctypes: FLOPs, synthetic data, and the fallback binding of the decoder.
+# ---------------------------------------------------------------------------------------------------------------
+class W22Config(ctypes.Structure):
+    _fields_ = [("z_dim", ctypes.c_int), ("base_dim", ctypes.c_int), ("dim_mult", ctypes.c_int * 4),
+                ("num_res_blocks", ctypes.c_int), ("temporal_up", ctypes.c_int * 3),
+                ("out_channels", ctypes.c_int), ("patch_size", ctypes.c_int)]
+
+
+class W22DecoderParams(ctypes.Structure):
+    _fields_ = [("device", ctypes.c_int), ("cuda_device", ctypes.c_int), ("frames_per_pass", ctypes.c_int),
+                ("threads", ctypes.c_int), ("comm", ctypes.c_void_p), ("video_on_all_ranks", ctypes.c_int),
+                ("progress", ctypes.c_void_p), ("progress_user", ctypes.c_void_p)]
+
+
+W22_DTYPE_F32, W22_DTYPE_BF16 = 0, 1
+W22_DEVICE_CUDA = 1
+
+
+class Lib:
+    """libwan22vae.so through ctypes (include/wan22vae.h)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.dll = d = ctypes.CDLL(path)
+        vp, i, st = ctypes.c_void_p, ctypes.c_int, ctypes.c_int
+        d.w22_status_string.restype = ctypes.c_char_p
+        d.w22_status_string.argtypes = [st]
+        d.w22_last_error.restype = ctypes.c_char_p
+        d.w22_config_default.argtypes = [ctypes.POINTER(W22Config)]
+        d.w22_decode_flops.restype = ctypes.c_double
+        d.w22_decode_flops.argtypes = [ctypes.POINTER(W22Config), i, i, i]
+        self.cfg = W22Config()
+        d.w22_config_default(ctypes.byref(self.cfg))
+        self.sigs = {
+            "w22_weights_synthetic": [ctypes.POINTER(W22Config), ctypes.c_uint64, ctypes.POINTER(vp)],
+            "w22_weights_save": [vp, ctypes.c_char_p, i],
+            "w22_weights_free": [vp],
+            "w22_weights_from_memory": [ctypes.POINTER(W22Config), ctypes.POINTER(vp), i, ctypes.POINTER(vp)],
+            "w22_latents_synthetic": [ctypes.POINTER(W22Config), ctypes.c_uint64, i, i, i, vp],
+            "w22_decoder_params_init": [ctypes.POINTER(W22DecoderParams)],
+            "w22_decoder_open": [vp, ctypes.POINTER(W22DecoderParams), ctypes.POINTER(vp)],
+            "w22_decoder_free": [vp],
+            "w22_decode_device": [vp, vp, i, i, i, vp, vp],
+            "w22_decoder_device_bytes": [vp],
+            "w22_cuda_available": [],
+        }
+        for name, args in self.sigs.items():
+            if hasattr(d, name):
+                getattr(d, name).argtypes = args
+                if name not in ("w22_weights_free", "w22_decoder_free", "w22_decoder_params_init"):
+                    getattr(d, name).restype = ctypes.c_size_t if name == "w22_decoder_device_bytes" else st
+
+    def has(self, name):
+        return hasattr(self.dll, name)
+
+    def check(self, status, what):
+        if status != 0:
+            msg = self.dll.w22_last_error() or b""
+            raise RuntimeError(f"{what}: {self.dll.w22_status_string(status).decode()}: {msg.decode()}")
+
+    def flops(self, T, h=LATENT_H, w=LATENT_W):
+        return self.dll.w22_decode_flops(ctypes.byref(self.cfg), T, h, w)
+
+    def save_synthetic_weights(self, seed, path):
+        w = ctypes.c_void_p()
+        self.check(self.dll.w22_weights_synthetic(ctypes.byref(self.cfg), seed, ctypes.byref(w)),
+                   "w22_weights_synthetic")
+        try:
+            self.check(self.dll.w22_weights_save(w, path.encode(), W22_DTYPE_BF16), f"w22_weights_save {path}")
+        finally:
+            self.dll.w22_weights_free(w)
+
+    def synthetic_latents(self, seed, T, h, w):
+        import numpy as np
+        out = np.empty((1, self.cfg.z_dim, T, h, w), dtype=np.float32)
+        self.check(self.dll.w22_latents_synthetic(ctypes.byref(self.cfg), seed, T, h, w,
+                                                  out.ctypes.data_as(ctypes.c_void_p)), "w22_latents_synthetic")
+        return out
+
+
+def find_lib(path):
+    for p in [path, os.path.join(ROOT, "build", "libwan22vae.so")]:
+        if p and os.path.exists(p):
+            return os.path.abspath(p)
+    return None
+
+
+class Ours:
+    """Our decode behind the seed's interface: the package wan22vae when it imports, else a ctypes binding of the C
+    API (w22_weights_from_memory on host copies of the weights, w22_decoder_open on this GPU, w22_decode_device on
+    torch's current stream)."""
+
+    def __init__(self, lib, prefer="auto"):
+        self.lib, self.decoder, self.kind, self.module, self.why = lib, None, None, None, None
+        if prefer in ("auto", "package"):
+            try:
+                sys.path.insert(0, os.path.join(ROOT, "python"))
+                import wan22vae
+                if not (hasattr(wan22vae, "run") and callable(wan22vae.run)):
+                    raise ImportError(f"{wan22vae.__file__} has no run()")
+                self.module, self.kind = wan22vae, "package"
+            except Exception as e:  # noqa: BLE001 - anything that stops the import sends us to ctypes
+                self.why = f"package wan22vae: {type(e).__name__}: {e}"
+                if prefer == "package":
+                    raise
+        if self.kind is None:
+            if lib is None:
+                raise RuntimeError(f"{self.why or 'no package'}; and no libwan22vae.so for the ctypes binding")
+            need = ("w22_weights_from_memory", "w22_decoder_open", "w22_decode_device")
+            missing = [n for n in need if not lib.has(n)]
+            if missing:
+                raise RuntimeError(f"{self.why}; and {lib.path} lacks {missing}")
+            self.kind = "ctypes"
+
+    def describe(self):
+        if self.kind == "package":
+            return f"package wan22vae ({getattr(self.module, '__file__', '?')})"
+        return f"ctypes over {self.lib.path}" + (f" ({self.why})" if self.why else "")
+
+    def prepare(self, weights, rank, world, pg):
+        if self.kind == "package":
+            if hasattr(self.module, "prepare"):
+                got = self.module.prepare(weights, rank, world, pg)
+                if not isinstance(got, (list, tuple)):
+                    raise TypeError(f"prepare returned {type(got).__name__}, not a list of tensors")
+                return list(got)
+            return weights
+        import torch
+        host = [t.detach().to("cpu").contiguous() for t in weights]
+        ptrs = (ctypes.c_void_p * len(host))(*[t.data_ptr() for t in host])
+        w, d = ctypes.c_void_p(), ctypes.c_void_p()
+        dll = self.lib.dll
+        self.lib.check(dll.w22_weights_from_memory(ctypes.byref(self.lib.cfg), ptrs, W22_DTYPE_BF16,
+                                                   ctypes.byref(w)), "w22_weights_from_memory")
+        try:
+            p = W22DecoderParams()
+            dll.w22_decoder_params_init(ctypes.byref(p))
+            p.device, p.cuda_device = W22_DEVICE_CUDA, torch.cuda.current_device()
+            self.lib.check(dll.w22_decoder_open(w, ctypes.byref(p), ctypes.byref(d)), "w22_decoder_open")
+        finally:
+            dll.w22_weights_free(w)
+        self.decoder = d
+        return weights
+
+    def run(self, z, weights, rank, world, pg, out):
+        if self.kind == "package":
+            return self.module.run(z, weights, rank, world, pg, out)
+        import torch
+        _, _, T, h, w = z.shape
+        stream = torch.cuda.current_stream().cuda_stream
+        self.lib.check(self.lib.dll.w22_decode_device(self.decoder, ctypes.c_void_p(z.data_ptr()), T, h, w,
+                                                      ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(stream)),
+                       "w22_decode_device")
+
+    def device_bytes(self):
+        if self.kind == "ctypes" and self.decoder and self.lib.has("w22_decoder_device_bytes"):
+            return int(self.lib.dll.w22_decoder_device_bytes(self.decoder))
+        for name in ("device_bytes", "decoder_device_bytes"):
+            f = getattr(self.module, name, None)
+            if callable(f):
+                try:
+                    return int(f())
+                except Exception:  # noqa: BLE001 - optional figure
+                    return None
+        return None
+
+    def close(self):
+        if self.kind == "ctypes" and self.decoder:
+            self.lib.dll.w22_decoder_free(self.decoder)
+            self.decoder = None
+
+
+def our_kernel_names(ours, lib):
+    """Our kernels' names, from our binaries: the library, and any shared object in the package's folder."""
+    paths = [lib.path] if lib else []
+    if ours and ours.module is not None:
+        folder = os.path.dirname(os.path.abspath(ours.module.__file__))
+        paths += [os.path.join(folder, f) for f in os.listdir(folder) if ".so" in f]
+    names = set()
+    for p in paths:
+        try:
+            with open(p, "rb") as f:
+                names |= mangled_kernel_names(f.read())
+        except OSError:
+            pass
+    return names, paths
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# NVML: the SM clock and the used memory, read on a thread.
+# ---------------------------------------------------------------------------------------------------------------
+class NvmlMemory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class Nvml:
+    def __init__(self, uuid):
+        self.ok = False
+        try:
+            self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+            if self.lib.nvmlInit_v2() != 0:
+                return
+            self.handle = ctypes.c_void_p()
+            if self.lib.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}".encode(), ctypes.byref(self.handle)) != 0:
+                return
+            self.ok = True
+        except (OSError, AttributeError):
+            pass
+
+    def clock(self):
+        mhz = ctypes.c_uint()
+        ok = self.ok and self.lib.nvmlDeviceGetClockInfo(self.handle, NVML_CLOCK_SM, ctypes.byref(mhz)) == 0
+        return mhz.value if ok and mhz.value else None
+
+    def max_clock(self):
+        mhz = ctypes.c_uint()
+        ok = self.ok and self.lib.nvmlDeviceGetMaxClockInfo(self.handle, NVML_CLOCK_SM, ctypes.byref(mhz)) == 0
+        return mhz.value if ok else None
+
+    def used(self):
+        m = NvmlMemory()
+        ok = self.ok and self.lib.nvmlDeviceGetMemoryInfo(self.handle, ctypes.byref(m)) == 0
+        return m.used if ok else None
+
+    def driver(self):
+        buf = ctypes.create_string_buffer(96)
+        ok = self.ok and self.lib.nvmlSystemGetDriverVersion(buf, 96) == 0
+        return buf.value.decode() if ok else None
+
+
+class Sampler:
+    """(time.monotonic(), SM MHz, used bytes) every CLOCK_PERIOD_S on a thread of this process (ctypes and torch
+    release the GIL while they wait on the device, so the thread runs during a call)."""
+
+    def __init__(self, nvml):
+        self.nvml, self.samples, self.done = nvml, [], threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True, name="bench-nvml") if nvml.ok else None
+        if self.thread:
+            self.thread.start()
+
+    def _run(self):
+        while not self.done.wait(CLOCK_PERIOD_S):
+            self.samples.append((time.monotonic(), self.nvml.clock(), self.nvml.used()))
+
+    def stop(self):
+        self.done.set()
+        if self.thread:
+            self.thread.join()
+
+    def within(self, windows):
+        return [s for s in list(self.samples) if any(a <= s[0] <= b for a, b in windows)]
+
+    def clock(self, windows):
+        got = [s[1] for s in self.within(windows) if s[1]]
+        return (statistics.mean(got) if got else None), (min(got) if got else None), (max(got) if got else None), \
+            len(got)
+
+    def peak_used(self, window):
+        got = [s[2] for s in self.within([window]) if s[2] is not None]
+        return max(got) if got else None
+
+
+def gpu_holders(uuid):
+    """The pids that hold this GPU now (nvidia-smi), or None when it cannot say."""
+    try:
+        got = subprocess.run(["nvidia-smi", "--query-compute-apps=gpu_uuid,pid", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if got.returncode != 0:
+        return None
+    pids = set()
+    for line in got.stdout.splitlines():
+        gpu, _, pid = line.partition(",")
+        if gpu.strip().lower().removeprefix("gpu-") == uuid and pid.strip().isdigit():
+            pids.add(int(pid))
+    return pids
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# torch helpers: buffers at fresh addresses, the check, the audit.
+# ---------------------------------------------------------------------------------------------------------------
+class Pool:
+    """A workload's buffers for one tensor: each call's at a fresh address, shifted by multiples of 256 bytes (the
+    seed's)."""
+    ALIGN, MAX_SHIFT = 256, 2048
+
+    def __init__(self, shape, dtype, device, calls, seed):
+        import random
+        import torch
+        rng = random.Random(seed)
+        self.offsets = [0]
+        for _ in range(calls - 1):
+            self.offsets.append(self.offsets[-1] + rng.randint(1, self.MAX_SHIFT // self.ALIGN))
+        self.shape, self.numel = tuple(shape), math.prod(shape)
+        self.block = max(1, self.ALIGN // torch.empty(0, dtype=dtype).element_size())
+        self.buffer = torch.empty(self.numel + self.offsets[-1] * self.block, dtype=dtype, device=device)
+        self.calls = 0
+
+    def next(self):
+        start = self.offsets[self.calls] * self.block
+        self.calls += 1
+        return self.buffer[start:start + self.numel].view(self.shape)
+
+
+def judge(out, ref_frames, allowed, device):
+    """out (bf16 on the GPU) against a reference given as ref_frames(f0, f1) -> fp32 or bf16 [1, 3, f1-f0, H, W]
+    (on the host or the GPU), in fp32 on the GPU, in chunks of frames, squares summed in fp64 (the seed's judge)."""
+    import torch
+    step = max(1, CHUNK_ELEMENTS // max(1, out[:, :, :1].numel()))
+    nonfinite = outside = compared = unmatched = 0
+    max_abs = squares = 0.0
+    for f in range(0, out.shape[2], step):
+        x = out[:, :, f:f + step].to(device, torch.float32)
+        y = ref_frames(f, min(out.shape[2], f + step)).to(device, torch.float32)
+        finite = torch.isfinite(x)
+        nonfinite += int((~finite).sum())
+        outside += int((x.abs() > 1).sum())
+        both = finite & torch.isfinite(y)
+        compared += int(both.sum())
+        unmatched += int((~finite & torch.isfinite(y)).sum())
+        d = torch.where(both, x - y, 0.0)
+        max_abs = max(max_abs, float(d.abs().max()))
+        squares += float(d.square().sum(dtype=torch.float64))
+        del x, y, finite, both, d
+    return verdict_of(nonfinite, outside, compared, out.numel(), unmatched, max_abs, squares, allowed)
+
+
+def fingerprint(tensors):
+    """Each tensor's bytes summed as integers: whether run() wrote the weights."""
+    out = []
+    for t in tensors:
+        raw = t.detach().contiguous().view(-1).view(__import__("torch").uint8)
+        try:
+            raw = raw.view(__import__("torch").int32)
+        except RuntimeError:
+            pass
+        out.append(int(raw.sum(dtype=__import__("torch").int64)))
+    return out
+
+
+def profile_call(fn, tmpdir):
+    """Runs fn() once under torch.profiler with CUDA activities; its kernels as [(name, duration us)], read from the
+    Chrome trace (stable across torch versions)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    path = os.path.join(tmpdir, f"trace-{os.getpid()}.json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        trace = json.load(f)
+    os.remove(path)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    return [(e.get("name", "?"), float(e.get("dur", 0.0))) for e in events
+            if e.get("ph") == "X" and e.get("cat") == "kernel"]
+
+
+def measure_gemm_tflops(device):
+    """torch's bf16 matrix product 8192^3 on random data: 3 warm-ups, the median of 10 timed with events."""
+    import torch
+    n = 8192
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(10):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        a @ b
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    del a, b
+    return 2.0 * n ** 3 / (statistics.median(times) * 1e-3) / 1e12
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Data: synthetic weights and latents (the library's generator, or tools/synth.py, bit for bit the same).
+# ---------------------------------------------------------------------------------------------------------------
+def weight_table():
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import synth
+    return [(n, tuple(s)) for n, s, _, _ in synth.weight_table(synth.TI2V_5B)]
+
+
+def make_weights(lib, seed, cache, device):
+    """The 110 bf16 decoder tensors in diffusers' order and shapes, on the device; made once per seed into the
+    cache as a bf16 safetensors file (the library's w22_weights_save, else tools/synth.py)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(cache, f"weights_s{seed}_bf16.safetensors")
+    source = "cache"
+    if not os.path.exists(path):
+        if lib is not None and lib.has("w22_weights_synthetic") and lib.has("w22_weights_save"):
+            lib.save_synthetic_weights(seed, path)
+            source = "w22_weights_synthetic"
+        else:
+            sys.path.insert(0, os.path.join(ROOT, "tools"))
+            import synth
+            ws = synth.synth_weights(synth.TI2V_5B, seed)
+            tmp = path + ".tmp"
+            save_file({k: torch.from_numpy(v).to(torch.bfloat16) for k, v in ws.items()}, tmp)
+            os.replace(tmp, path)
+            source = "tools/synth.py"
+    sd = load_file(path)
+    table = weight_table()
+    out = []
+    for name, shape in table:
+        t = sd.get(name)
+        if t is None:
+            t = sd.get("vae." + name)
+        if t is None:
+            raise RuntimeError(f"{path}: no tensor {name}")
+        if tuple(t.shape) != shape:
+            if t.numel() != math.prod(shape):
+                raise RuntimeError(f"{path}: {name} has shape {tuple(t.shape)}, expected {shape}")
+            t = t.reshape(shape)
+        out.append(t.to(device, torch.bfloat16).contiguous())
+    return [n for n, _ in table], out, source
+
+
+def make_latents(lib, seed, cache, device):
+    """The synthetic T=121 clip [1, 48, 121, 44, 78] as bf16 on the device; every clip is its first T frames."""
+    import numpy as np
+    import torch
+    path = os.path.join(cache, f"latents_s{seed}_T{FULL_T}.npy")
+    source = "cache"
+    if os.path.exists(path):
+        z = np.load(path)
+    else:
+        if lib is not None and lib.has("w22_latents_synthetic"):
+            z, source = lib.synthetic_latents(seed, FULL_T, LATENT_H, LATENT_W), "w22_latents_synthetic"
+        else:
+            sys.path.insert(0, os.path.join(ROOT, "tools"))
+            import synth
+            z, source = synth.synth_latents(synth.TI2V_5B, seed, FULL_T, LATENT_H, LATENT_W), "tools/synth.py"
+        np.save(path + ".tmp.npy", z)
+        os.replace(path + ".tmp.npy", path)
+    return torch.from_numpy(z).to(device, torch.bfloat16), source
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The diffusers side: references (fp32), calibration and the timed bf16 decode.
+# ---------------------------------------------------------------------------------------------------------------
+class Diffusers:
+    def __init__(self, names, weights, device):
+        import diffusers
+        import torch
+        from diffusers import AutoencoderKLWan
+        self.version, self.device = diffusers.__version__, device
+        torch.manual_seed(0)
+        with torch.device(device):
+            vae = AutoencoderKLWan(**DIFFUSERS_CONFIG)
+        vae.eval().requires_grad_(False)
+        params = [(n, tuple(p.shape)) for n, p in vae.named_parameters()
+                  if n.startswith(("post_quant_conv.", "decoder."))]
+        ours = [(n, tuple(t.shape)) for n, t in zip(names, weights)]
+        if params != ours:
+            diff = [(a, b) for a, b in zip(params, ours) if a != b][:3]
+            raise RuntimeError(f"diffusers' decoder parameters differ from the weight table: {diff} "
+                               f"({len(params)} vs {len(ours)})")
+        missing, unexpected = vae.load_state_dict({n: t.float() for n, t in zip(names, weights)}, strict=False)
+        missing = [k for k in missing if k.startswith(("post_quant_conv.", "decoder."))]
+        if missing or unexpected:
+            raise RuntimeError(f"load_state_dict: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        self.vae, self.dtype = vae, torch.float32
+
+    def to(self, dtype):
+        # Lossless both ways on the decoder: its weights are bf16 values.
+        if dtype != self.dtype:
+            self.vae.to(dtype)
+            self.dtype = dtype
+
+    def decode(self, z):
+        import torch
+        with torch.no_grad():
+            return self.vae.decode(z.to(self.dtype)).sample
+
+
+class RefStore:
+    """fp32 reference videos on the host's disk under the cache (raw float32, C order), read back by frames."""
+
+    def __init__(self, cache, key):
+        self.cache, self.key = cache, key
+
+    def path(self, clip):
+        return os.path.join(self.cache, f"ref_{clip}_{self.key}.f32")
+
+    def has(self, clip):
+        return os.path.exists(self.path(clip))
+
+    def save(self, clip, video):
+        tmp = self.path(clip) + ".tmp"
+        video.cpu().numpy().astype("float32", copy=False).tofile(tmp)
+        os.replace(tmp, self.path(clip))
+
+    def frames(self, clip):
+        import numpy as np
+        import torch
+        shape = video_shape(CLIPS[clip])
+        mm = np.memmap(self.path(clip), dtype=np.float32, mode="r", shape=shape)
+        return lambda f0, f1: torch.from_numpy(np.ascontiguousarray(mm[:, :, f0:f1]))
+
+
+def load_calibration(cache, key):
+    try:
+        with open(os.path.join(cache, f"calibration_{key}.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def save_calibration(cache, key, calib):
+    path = os.path.join(cache, f"calibration_{key}.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(calib, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def timed_call(fn):
+    import torch
+    torch.cuda.synchronize()
+    start = time.monotonic()
+    r = fn()
+    torch.cuda.synchronize()
+    return r, start, time.monotonic()
+
+
+def diffusers_phase(a, clips, names, weights, z_full, refs, calib, cache_key, sampler, report, save):
+    """Per clip: the fp32 reference (unless cached), diffusers' bf16 decode (its warm-up is the calibration's decode)
+    and, for timed clips, its trials and peak memory."""
+    import torch
+    dev = z_full.device
+    t0 = time.monotonic()
+    diff = Diffusers(names, weights, dev)
+    report["setup"]["diffusers"] = diff.version
+    log(f"diffusers {diff.version}: model built and loaded in {time.monotonic() - t0:.1f} s")
+    for clip in clips:
+        T = CLIPS[clip]
+        r = report["workloads"].setdefault(workload_name(clip, 1), {})
+        z = z_full[:, :, :T].contiguous()
+        try:
+            if a.check and not refs.has(clip):
+                diff.to(torch.float32)
+                video, s, e = timed_call(lambda: diff.decode(z))
+                refs.save(clip, video)
+                del video
+                torch.cuda.empty_cache()
+                r["reference_s"] = e - s
+                log(f"{clip}: fp32 reference decoded in {e - s:.1f} s")
+            want_calib = a.check and clip not in calib
+            want_time = a.diffusers and clip in TIMED_CLIPS and a.time
+            if not (want_calib or want_time):
+                continue
+            diff.to(torch.bfloat16)
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            video, s, e = timed_call(lambda: diff.decode(z))
+            warm = e - s
+            d = {"warmup_ms": 1e3 * warm, "peak_gib": (torch.cuda.max_memory_allocated() - base) / GIB}
+            if want_calib:
+                c = judge(video, refs.frames(clip), {"max_abs": math.inf, "rms": math.inf}, dev)
+                if c["nonfinite"] or c["outside"]:
+                    raise RuntimeError(f"diffusers' bf16 decode of {clip} is not a valid video: {c}")
+                calib[clip] = {"bf16_max_abs": c["max_abs"], "bf16_rms": c["rms"], "psnr_db": c["psnr_db"]}
+                save_calibration(a.cache, cache_key, calib)
+                log(f"{clip}: calibration (diffusers bf16 vs fp32): max |d| {c['max_abs']:.4g}, rms {c['rms']:.4g}, "
+                    f"PSNR {c['psnr_db']:.1f} dB")
+            del video
+            torch.cuda.empty_cache()
+            if want_time:
+                trials, windows = [], []
+                for _ in range(trials_for(warm)):
+                    video, s, e = timed_call(lambda: diff.decode(z))
+                    del video
+                    trials.append(1e3 * (e - s))
+                    windows.append((s, e))
+                mhz = sampler.clock(windows)[0] if sampler else None
+                d |= {"trials": trials, "ms": statistics.mean(trials), "min_ms": min(trials), "clock_mhz": mhz}
+                r["diffusers"] = d
+                log(f"{clip}: diffusers bf16 {d['ms']:.1f} ms (fastest {d['min_ms']:.1f}, warm-up "
+                    f"{d['warmup_ms']:.0f}), peak {d['peak_gib']:.1f} GiB above the model"
+                    + (f", SM clock {mhz:.0f} MHz" if mhz else ""))
+                torch.cuda.empty_cache()
+        except Exception as e:  # noqa: BLE001 - one clip's failure is reported and the run goes on
+            r["diffusers_error"] = f"{type(e).__name__}: {e}"
+            log(f"{clip}: diffusers side FAILED: {traceback.format_exc(limit=4)}")
+            torch.cuda.empty_cache()
+        save()
+    del diff
+    torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Our decode: one workload.
+# ---------------------------------------------------------------------------------------------------------------
+def run_workload(a, clip, world, ours, weights, marks, pg, z_full, refs, calib, sampler, mem0, flops_of,
+                 our_names, uuid):
+    import torch
+    T = CLIPS[clip]
+    dev = z_full.device
+    timed = clip in TIMED_CLIPS and a.time
+    audited = clip in TIMED_CLIPS and a.audit and world == 1
+    calls = 1 + audited + (TRIALS if timed else 0)
+    seed = list(CLIPS).index(clip)
+    z0 = z_full[:, :, :T].contiguous()
+    zs = Pool(z0.shape, z0.dtype, dev, calls, seed)
+    outs = Pool(video_shape(T), torch.bfloat16, dev, calls, seed + 1)
+    res = {"clip": clip, "T": T, "world": world, "timed": clip in TIMED_CLIPS}
+    problems, call_windows = [], []
+    threads = threading.active_count()
+
+    def arguments():
+        z = zs.next()
+        z.copy_(z0)
+        return z, outs.next().fill_(math.nan)
+
+    def unchanged(z):
+        if not torch.equal(z, z0) and "run() wrote its input z" not in problems:
+            problems.append("run() wrote its input z")
+
+    def call():
+        z, out = arguments()
+        torch.cuda.synchronize()
+        harness = torch.cuda.memory_reserved()
+        start = time.monotonic()
+        ours.run(z, weights, 0, world, pg, out)
+        torch.cuda.synchronize()
+        stop = time.monotonic()
+        call_windows.append((start, stop, harness))
+        unchanged(z)
+        return out, start, stop
+
+    # The warm-up: the call checked.
+    out, start, stop = call()
+    warm = stop - start
+    res["warmup_ms"] = 1e3 * warm
+    allowed = None
+    if a.check:
+        if clip in calib and refs.has(clip):
+            allowed = allowance(calib[clip])
+            res["calibration"] = calib[clip]
+            res["check"] = judge(out, refs.frames(clip), allowed, dev)
+        else:
+            res["check_skipped"] = "no reference or calibration (diffusers side failed or was not run)"
+    else:
+        res["check_skipped"] = "--no-check"
+    first, worst = (out.clone() if calls > 1 else None), 0.0
+    if allowed is None:
+        # Without a reference the later calls are still held to the bf16 tolerance of the doc's T=31 figure.
+        allowed = allowance({"bf16_max_abs": 0.0288, "bf16_rms": 0.00491})
+    torch.cuda.empty_cache()
+
+    def agree(out, what):
+        nonlocal worst
+        c = judge(out, lambda f0, f1: first[:, :, f0:f1], allowed, dev)
+        worst = max(worst, c["max_abs"] or 0.0)
+        close = c["max_abs"] is None or (c["max_abs"] <= allowed["max_abs"] and c["rms"] <= allowed["rms"])
+        if c["unmatched"] or not close:
+            problems.append(f"{what}'s output does not agree with the checked call's: {verdict_text(c)}")
+
+    if audited:
+        z, out = arguments()
+        holder = {}
+
+        def once():
+            holder["start"] = time.monotonic()
+            ours.run(z, weights, 0, world, pg, out)
+
+        kernels = profile_call(once, a.cache)
+        unchanged(z)
+        agree(out, "the audited call")
+        res["audit"] = summarize_kernels(kernels, our_names)
+
+    if timed:
+        questions, trials, windows = [], [], []
+        for k in range(trials_for(warm)):
+            questions.append(gpu_holders(uuid))
+            out, start, stop = call()
+            trials.append(1e3 * (stop - start))
+            windows.append((start, stop))
+            agree(out, f"trial {k + 1}")
+        questions.append(gpu_holders(uuid))
+        mhz, lo, hi, n = sampler.clock(windows) if sampler else (None, None, None, 0)
+        res |= {"trials": trials, "ms": statistics.mean(trials), "min_ms": min(trials), "clock_mhz": mhz,
+                "clock_range_mhz": [lo, hi], "clock_samples": n}
+        held = others_holding(questions, os.getpid())
+        if held:
+            res["shared"] = held
+    if first is not None:
+        res["agree_max_abs"] = worst
+
+    # Memory: what NVML saw used during each call, less the harness's (torch's reserved memory at the call, above
+    # what it held after prepare), less what the device held before prepare: our weights and workspace at peak.
+    peaks = []
+    for start, stop, harness in call_windows:
+        used = sampler.peak_used((start, stop)) if sampler else None
+        if used is not None and mem0["nvml"] is not None:
+            peaks.append(used - mem0["nvml"] - (harness - mem0["reserved_after_prepare"]))
+    res["memory"] = {"peak_gib": (max(peaks) / GIB if peaks else None), "prepare_gib": mem0.get("prepare_gib"),
+                     "library_device_gib": (ours.device_bytes() / GIB if ours.device_bytes() else None)}
+
+    flops, source = flops_of(T)
+    res |= {"flops": flops, "flops_source": source}
+    if clip in TIMED_CLIPS:
+        res["bound_ms"] = bound_ms(flops, min_bytes(T))
+        if a.gemm_tflops:
+            res["bound_ms_measured"] = bound_ms(flops, min_bytes(T), tflops=a.gemm_tflops)
+    if fingerprint(weights) != marks:
+        problems.append("run() wrote its weights")
+    if threading.active_count() > threads:
+        problems.append(f"run() started threads ({threading.active_count() - threads} more)")
+    if problems:
+        res["agree_error"] = res["error"] = "; ".join(problems)
+    del zs, outs, first
+    return res
+
+
+def show(name, r):
+    line = f"{name:<7}"
+    if r.get("ms"):
+        at = f", SM clock {r['clock_mhz']:.0f} MHz" if r.get("clock_mhz") else ""
+        line += f" {r['ms']:9.1f} ms (fastest {r['min_ms']:.1f}{at})"
+        if r.get("bound_ms"):
+            line += f" bound {r['bound_ms']:.0f} ms, gap x{r['ms'] / r['bound_ms']:.2f}"
+        d = r.get("diffusers") or {}
+        if d.get("ms"):
+            line += f", diffusers bf16 {d['ms']:.0f} ms (x{d['ms'] / r['ms']:.2f})"
+    elif r.get("warmup_ms"):
+        line += f" warm-up {r['warmup_ms']:.1f} ms"
+    if r.get("check"):
+        line += " " + verdict_text(r["check"])
+    elif r.get("check_skipped"):
+        line += f" check skipped: {r['check_skipped']}"
+    if not r.get("timed"):
+        line += " (correctness only)"
+    if r.get("audit"):
+        au = r["audit"]
+        line += (f" library kernels {au['library_kernels']} of {au['launches']}"
+                 f" ({100 * au['library_share']:.0f}% of GPU time)")
+    mem = r.get("memory") or {}
+    if mem.get("peak_gib"):
+        line += f", peak {mem['peak_gib']:.1f} GiB"
+    if r.get("shared"):
+        line += f" SHARED: {r['shared']} other process(es) held the GPU while it was timed"
+    if r.get("error"):
+        line += " ERROR: " + r["error"]
+    log(line)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def git_commit(given):
+    if given:
+        return given
+    try:
+        got = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        return got.stdout.strip() or None if got.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", nargs="*", default=list(CLIPS), help="clips or workloads (f121 or f121x1)")
+    p.add_argument("--no-check", dest="check", action="store_false", help="no fp32 references, no check")
+    p.add_argument("--no-time", dest="time", action="store_false", help="correctness only: no trials")
+    p.add_argument("--no-audit", dest="audit", action="store_false", help="no call under torch.profiler")
+    p.add_argument("--no-diffusers", dest="diffusers", action="store_false", help="do not time diffusers' bf16")
+    p.add_argument("--no-ours", dest="ours", action="store_false",
+                   help="only the diffusers side (references, calibration, diffusers' times)")
+    p.add_argument("--no-gemm", dest="gemm", action="store_false", help="do not measure the bf16 GEMM rate")
+    p.add_argument("--impl", choices=("auto", "package", "ctypes"), default="auto",
+                   help="our decode through the package (auto: when it imports) or the ctypes binding")
+    p.add_argument("--pg", choices=("nccl", "none"), default="nccl",
+                   help="the process group passed to prepare/run (world 1: NCCL over 127.0.0.1, else None)")
+    p.add_argument("--lib", default=os.path.join(ROOT, "build", "libwan22vae.so"), help="libwan22vae.so")
+    p.add_argument("--weights-seed", type=int, default=1)
+    p.add_argument("--latents-seed", type=int, default=1)
+    p.add_argument("--cache", default="/tmp/w22bench", help="weights, latents, references, calibration")
+    p.add_argument("--commit", help="the git commit measured (the device copy has no .git)")
+    p.add_argument("--json", help="results file (default bench/results/<date>-<gpu>.json)")
+    p.add_argument("--merge", help="a results JSON of an earlier command of the same run to merge into this one")
+    p.add_argument("--kernels", action="store_true", help="list the audited calls' kernels")
+    a = p.parse_args(argv)
+
+    try:
+        order = sorted({parse_workload(w) for w in a.workload}, key=lambda cw: (cw[1], CLIPS[cw[0]]))
+    except ValueError as e:
+        p.error(str(e))
+
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_grad_enabled(False)
+    if not torch.cuda.is_available():
+        sys.exit("bench: no CUDA device")
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    os.makedirs(a.cache, exist_ok=True)
+    props = torch.cuda.get_device_properties(dev)
+    uuid = str(props.uuid).lower().removeprefix("gpu-")
+    nvml = Nvml(uuid)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    setup = {"date": now.strftime("%Y-%m-%d"), "time_utc": now.isoformat(timespec="seconds"), "gpu": props.name,
+             "gpu_uuid": uuid, "sms": props.multi_processor_count, "memory_gib": props.total_memory / GIB,
+             "driver": nvml.driver(), "max_sm_clock_mhz": nvml.max_clock(), "torch": torch.__version__,
+             "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
+             "commit": git_commit(a.commit), "argv": sys.argv[1:] if argv is None else argv,
+             "weights_seed": a.weights_seed, "latents_seed": a.latents_seed, "data": "synthetic (docs/synthetic.md)",
+             "peak_tflops": PEAK_TFLOPS, "peak_bytes_per_s": PEAK_BYTES_PER_S,
+             "skipped": [k for k, v in (("check", a.check), ("time", a.time), ("audit", a.audit),
+                                        ("diffusers", a.diffusers), ("ours", a.ours)) if not v]}
+    report = {"setup": setup, "workloads": {}}
+    json_path = a.json or os.path.join(HERE, "results", f"{setup['date']}-{gpu_slug(props.name)}.json")
+    old = None
+    if a.merge:
+        with open(a.merge) as f:
+            old = json.load(f)
+
+    def save():
+        out = merge_reports(old, report) if old else finalize(json.loads(json.dumps(report)))
+        os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
+        with open(json_path + ".tmp", "w") as f:
+            json.dump(out, f, indent=1)
+        os.replace(json_path + ".tmp", json_path)
+        return out
+
+    log(f"{props.name} ({uuid}), driver {setup['driver']}, max SM clock {setup['max_sm_clock_mhz']} MHz, torch "
+        f"{torch.__version__} (CUDA {torch.version.cuda}), commit {setup['commit']}")
+    sampler = Sampler(nvml)
+    lib_path = find_lib(a.lib)
+    lib, lib_error = None, None
+    if lib_path:
+        try:
+            lib = Lib(lib_path)
+        except OSError as e:
+            lib_error = str(e)
+    setup["lib"] = lib_path or f"not found ({a.lib})"
+
+    def flops_of(T):
+        if lib is not None:
+            return lib.flops(T, LATENT_H, LATENT_W), "w22_decode_flops"
+        return decode_flops(T), "bench.decode_flops"
+
+    if a.gemm and a.time:
+        a.gemm_tflops = measure_gemm_tflops(dev)
+        setup["gemm_tflops"] = a.gemm_tflops
+        log(f"bf16 GEMM 8192^3: {a.gemm_tflops:.0f} TFLOP/s (the bound uses {PEAK_TFLOPS:.0f})")
+    else:
+        a.gemm_tflops = None
+
+    t0 = time.monotonic()
+    names, weights, wsource = make_weights(lib, a.weights_seed, a.cache, dev)
+    z_full, zsource = make_latents(lib, a.latents_seed, a.cache, dev)
+    setup |= {"weights_source": wsource, "latents_source": zsource}
+    log(f"weights ({wsource}) and latents ({zsource}) ready in {time.monotonic() - t0:.1f} s")
+    clips = [c for c, _ in order]
+    cache_key = f"w{a.weights_seed}-z{a.latents_seed}"
+    refs, calib = RefStore(a.cache, cache_key), load_calibration(a.cache, cache_key)
+    for c, w in order:
+        report["workloads"][workload_name(c, w)] = {"clip": c, "T": CLIPS[c], "world": w, "timed": c in TIMED_CLIPS}
+    save()
+
+    need_diffusers = any((a.check and (not refs.has(c) or c not in calib)) or
+                         (a.diffusers and a.time and c in TIMED_CLIPS) for c in clips)
+    if need_diffusers:
+        try:
+            import diffusers  # noqa: F401
+            diffusers_phase(a, clips, names, weights, z_full, refs, calib, cache_key, sampler, report, save)
+        except Exception as e:  # noqa: BLE001
+            setup["diffusers_error"] = f"{type(e).__name__}: {e}"
+            log(f"diffusers side FAILED: {traceback.format_exc(limit=4)}")
+            torch.cuda.empty_cache()
+    if a.check:
+        for c in clips:
+            if c in calib:
+                report["workloads"][workload_name(c, 1)]["calibration"] = calib[c]
+
+    if a.ours:
+        pg = None
+        try:
+            ours = Ours(lib, a.impl)
+            setup["ours"] = ours.describe()
+            log(f"ours: {ours.describe()}")
+            if a.pg == "nccl":
+                try:
+                    import torch.distributed as dist
+                    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                                            world_size=1, device_id=dev)
+                    pg = dist.group.WORLD
+                except Exception as e:  # noqa: BLE001
+                    setup["pg"] = f"None (NCCL init failed: {e})"
+            setup.setdefault("pg", "NCCL world 1" if pg is not None else "None")
+            our_names, paths = our_kernel_names(ours, lib)
+            setup["audit_names"] = f"{len(our_names)} names from {', '.join(paths) or 'nothing'}"
+            torch.cuda.synchronize()
+            mem0 = {"nvml": nvml.used(), "reserved": torch.cuda.memory_reserved()}
+            start = time.monotonic()
+            weights_run = ours.prepare(weights, 0, 1, pg)
+            torch.cuda.synchronize()
+            setup["prepare_s"] = time.monotonic() - start
+            mem0["reserved_after_prepare"] = torch.cuda.memory_reserved()
+            used = nvml.used()
+            mem0["prepare_gib"] = (used - mem0["nvml"]) / GIB if used is not None and mem0["nvml"] else None
+            marks = fingerprint(weights_run)
+            log(f"prepare: {setup['prepare_s']:.1f} s")
+        except Exception as e:  # noqa: BLE001 - recorded for every workload; the diffusers side stays
+            text = f"{type(e).__name__}: {e}"
+            setup["load_error"] = text
+            log(f"ours: FAILED to load: {traceback.format_exc(limit=6)}")
+            for c, w in order:
+                report["workloads"][workload_name(c, w)]["error"] = text
+            ours = None
+        for c, w in (order if ours else []):
+            name = workload_name(c, w)
+            try:
+                r = run_workload(a, c, w, ours, weights_run, marks, pg, z_full, refs, calib, sampler, mem0,
+                                 flops_of, our_names, uuid)
+            except Exception as e:  # noqa: BLE001 - the workload fails, the next one runs
+                r = {"error": f"{type(e).__name__}: {e}"}
+                log(f"{name}: FAILED: {traceback.format_exc(limit=6)}")
+                try:
+                    torch.cuda.synchronize()
+                except Exception:  # noqa: BLE001 - a broken context fails the next workloads too, each on its own
+                    pass
+            report["workloads"][name].update(r)
+            torch.cuda.empty_cache()
+            final = save()
+            show(name, final["workloads"][name])
+            if a.kernels and r.get("audit"):
+                for g, n, k, ms in r["audit"]["kernels"][:25]:
+                    log(f"   [{g:<6}] {ms:9.2f} ms x{k:<6} {n[:110]}")
+        if ours:
+            ours.close()
+        if pg is not None:
+            import torch.distributed as dist
+            dist.destroy_process_group()
+    else:
+        for c, w in order:
+            name = workload_name(c, w)
+            flops, source = flops_of(CLIPS[c])
+            r = report["workloads"][name]
+            r |= {"flops": flops, "flops_source": source}
+            if c in TIMED_CLIPS:
+                r["bound_ms"] = bound_ms(flops, min_bytes(CLIPS[c]))
+
+    sampler.stop()
+    final = save()
+    s = final["summary"]
+    if s.get("geomean_ms"):
+        log(f"geomean {s['geomean_ms']:.1f} ms over {len(s['timed'])} timed workloads, gap x{s['geomean_gap']:.2f}"
+            + (f", speedup over diffusers bf16 x{s['geomean_speedup']:.2f}" if s.get("geomean_speedup") else "")
+            + (f", mean SM clock {s['mean_clock_mhz']:.0f} MHz" if s.get("mean_clock_mhz") else ""))
+    log(f"correctness: ok at {s['check_passed']} of {s['checked']} workloads checked; library kernels in audited "
+        f"calls: {s['audit_library_kernels']}" + (f"; errors at {', '.join(s['errors'])}" if s["errors"] else ""))
+    log(f"results: {json_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -535,9 +535,13 @@ def our_kernel_names(ours, lib):
     """Our kernels' names, from our binaries: the library, and any shared object in the package's folder."""
     paths = [lib.path] if lib else []
     if ours and ours.module is not None:
+        try:
+            paths.append(os.path.abspath(ours.module.library_path()))
+        except Exception:  # noqa: BLE001 - an older package without library_path()
+            pass
         folder = os.path.dirname(os.path.abspath(ours.module.__file__))
         paths += [os.path.join(folder, f) for f in os.listdir(folder) if ".so" in f]
-    names = set()
+    names, paths = set(), sorted(set(paths))
     for p in paths:
         try:
             with open(p, "rb") as f:

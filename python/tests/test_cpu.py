@@ -1,0 +1,293 @@
+"""CPU tests of the wan22vae package (CI: numpy + pytest, no torch, no GPU). A narrow config (z_dim 4,
+base_dim 8) keeps every decode at milliseconds; the library is $W22_LIB or the package's own lookup."""
+import ctypes
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import wan22vae
+from wan22vae import _lib
+
+NARROW = {"z_dim": 4, "base_dim": 8}
+PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def weights():
+    w = wan22vae.synthetic_weights(NARROW, seed=7)
+    yield w
+    w.free()
+
+
+@pytest.fixture(scope="module")
+def cpu_decoder(weights):
+    d = wan22vae.Decoder(weights, device="cpu", threads=2)
+    yield d
+    d.close()
+
+
+@pytest.fixture(scope="module")
+def latents():
+    return wan22vae.synthetic_latents(NARROW, seed=3, T=2, h=3, w=4)
+
+
+def write_safetensors(path, tensors):
+    """A minimal safetensors writer: {name: numpy array (float32/float16) or (uint16 raw bf16 array)}."""
+    header, blobs, offset = {}, [], 0
+    for name, arr in tensors.items():
+        dt = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.uint16): "BF16"}[arr.dtype]
+        raw = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+# ---- import and availability ----
+def test_import_needs_no_torch():
+    code = ("import sys; sys.modules['torch'] = None\n"  # any import of torch would now fail
+            "import wan22vae, wan22vae.diffusers, wan22vae.protocol, wan22vae.frames\n"
+            "assert wan22vae.Error.__mro__[1] is RuntimeError\n"
+            "print('ok')")
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert got.returncode == 0 and got.stdout.strip() == "ok", got.stderr
+
+
+def test_library_found():
+    assert os.path.isfile(wan22vae.library_path())
+    if os.environ.get("W22_LIB"):
+        assert os.path.samefile(wan22vae.library_path(), os.environ["W22_LIB"])
+
+
+@pytest.mark.skipif(wan22vae.cuda_available(), reason="a usable GPU is here")
+def test_cuda_unavailable_says_why(weights):
+    assert wan22vae.cuda_available() is False
+    reason = wan22vae.cuda_unavailable_reason()
+    assert reason and reason.startswith("W22_ERR_UNSUPPORTED"), reason
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.Decoder(weights, device="cuda")
+    assert e.value.status == "W22_ERR_UNSUPPORTED"
+    assert ("no CUDA" in e.value.message) or ("CUDA backend" in e.value.message) or ("sm_" in e.value.message)
+    assert isinstance(e.value, RuntimeError)
+
+
+# ---- configs and the weight table ----
+def test_default_config_and_table():
+    cfg = wan22vae.default_config()
+    assert cfg == {"z_dim": 48, "base_dim": 256, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
+                   "temporal_up": [1, 1, 0], "out_channels": 12, "patch_size": 2}
+    table = wan22vae.weight_table()
+    assert len(table) == 110
+    assert table[0] == ("post_quant_conv.weight", (48, 48, 1, 1, 1))
+    assert table[4] == ("decoder.mid_block.attentions.0.norm.gamma", (1024, 1, 1))
+    assert table[-3] == ("decoder.norm_out.gamma", (256, 1, 1, 1))
+    assert table[-1] == ("decoder.conv_out.bias", (12,))
+    assert wan22vae.video_shape(None, 31, 44, 78) == (121, 704, 1248)
+
+
+def test_config_from_diffusers():
+    ti2v = {"base_dim": 160, "decoder_base_dim": 256, "z_dim": 48, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
+            "attn_scales": [], "temperal_downsample": [False, True, True], "is_residual": True, "in_channels": 12,
+            "out_channels": 12, "patch_size": 2}
+    assert wan22vae.config_from_diffusers(ti2v) == wan22vae.default_config()
+    with pytest.raises(wan22vae.Error, match="is_residual"):
+        wan22vae.config_from_diffusers(dict(ti2v, is_residual=False))
+
+
+def test_bad_config_message_from_c():
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.synthetic_weights({"z_dim": 4, "base_dim": 8, "patch_size": 3})
+    assert e.value.status == "W22_ERR_INVALID_ARG" and "patch_size 3" in e.value.message
+
+
+# ---- decoding on the CPU ----
+def test_decode_matches_direct_c_call(cpu_decoder, latents):
+    """The package's decode against the C API called here through ctypes without the package."""
+    video = cpu_decoder(latents)
+    assert video.shape == (1, 3, 5, 48, 64) and video.dtype == np.float32
+    L = ctypes.CDLL(wan22vae.library_path())
+    cfg = _lib.Config()
+    L.w22_config_default(ctypes.byref(cfg))
+    cfg.z_dim, cfg.base_dim = 4, 8
+    w, d = ctypes.c_void_p(), ctypes.c_void_p()
+    assert L.w22_weights_synthetic(ctypes.byref(cfg), ctypes.c_uint64(7), ctypes.byref(w)) == 0
+    assert L.w22_decoder_open(w, None, ctypes.byref(d)) == 0
+    ref = np.full(video.shape, np.nan, np.float32)
+    z = np.ascontiguousarray(latents)
+    assert L.w22_decode(d, ctypes.c_void_p(z.ctypes.data), 0, 2, 3, 4, ctypes.c_void_p(ref.ctypes.data), 0) == 0
+    L.w22_decoder_free(d)
+    L.w22_weights_free(w)
+    assert np.isfinite(video).all() and np.abs(video).max() <= 1
+    np.testing.assert_allclose(video, ref, rtol=0, atol=1e-6)
+
+
+def test_decode_matches_cli(tmp_path, latents):
+    cli = os.path.join(os.path.dirname(wan22vae.library_path()), "wan22vae")
+    if not os.access(cli, os.X_OK):
+        pytest.skip(f"no CLI next to the library ({cli})")
+    wpath, zpath, vpath = tmp_path / "w.safetensors", tmp_path / "z.npy", tmp_path / "v.npy"
+    subprocess.run([cli, "synth", "weights", "--out", str(wpath), "--seed", "7", "--dtype", "f32", "--z-dim", "4",
+                    "--base-dim", "8"], check=True, capture_output=True)
+    np.save(zpath, latents)
+    subprocess.run([cli, "decode", "--weights", str(wpath), "--latents", str(zpath), "--out", str(vpath),
+                    "--threads", "2"], check=True, capture_output=True)
+    ref = np.load(vpath)
+    dec = wan22vae.Decoder.from_pretrained(wpath, device="cpu", threads=2)
+    np.testing.assert_allclose(dec(latents), ref.reshape(1, 3, 5, 48, 64), rtol=0, atol=1e-6)
+
+
+def test_decode_4d_and_float16_and_out(cpu_decoder, latents):
+    full = cpu_decoder(latents)
+    four = cpu_decoder(latents[0])
+    assert four.shape == full.shape[1:]
+    np.testing.assert_array_equal(four, full[0])
+    out = np.full(full.shape, np.nan, np.float16)
+    got = cpu_decoder(latents.astype(np.float16), out=out)
+    assert got is out and np.isfinite(out).all()
+    # float16 latents differ from float32 ones by their rounding only
+    assert np.abs(out.astype(np.float32) - full).max() < 0.05
+
+
+def test_nan_poisoned_out_is_fully_written(cpu_decoder, latents):
+    out = np.full((1, 3, 5, 48, 64), np.nan, np.float32)
+    cpu_decoder(latents, out=out)
+    assert np.isfinite(out).all()
+    np.testing.assert_array_equal(out, cpu_decoder(latents))
+
+
+def test_deterministic_across_calls(cpu_decoder, latents):
+    a = cpu_decoder(latents)
+    cpu_decoder(wan22vae.synthetic_latents(NARROW, seed=9, T=3, h=2, w=5))  # another shape between
+    np.testing.assert_array_equal(a, cpu_decoder(latents))
+
+
+# ---- errors surface with the C library's message ----
+def test_error_nan_latents(cpu_decoder, latents):
+    z = latents.copy()
+    z[0, 1, 1, 2, 3] = np.nan
+    with pytest.raises(wan22vae.Error) as e:
+        cpu_decoder(z)
+    assert e.value.status == "W22_ERR_NONFINITE"
+    assert "NaN" in e.value.message and "47" in e.value.message  # the element's flat index
+
+
+def test_error_bad_shape_from_c(cpu_decoder):
+    with pytest.raises(wan22vae.Error) as e:
+        cpu_decoder(np.zeros((1, 4, 1, 0, 3), np.float32))
+    assert e.value.status == "W22_ERR_BAD_SHAPE" and "must be positive" in e.value.message
+
+
+def test_error_bad_shape_z_dim(cpu_decoder):
+    with pytest.raises(wan22vae.Error) as e:
+        cpu_decoder(np.zeros((1, 5, 1, 2, 3), np.float32))
+    assert e.value.status == "W22_ERR_BAD_SHAPE" and "[1, 4, T, h, w]" in e.value.message
+
+
+def test_error_bad_out(cpu_decoder, latents):
+    with pytest.raises(wan22vae.Error, match="W22_ERR_BAD_SHAPE"):
+        cpu_decoder(latents, out=np.empty((1, 3, 4, 48, 64), np.float32))
+
+
+# ---- weights from files, folders, shards, memory ----
+def test_from_pretrained_file_and_folders(tmp_path, weights, latents):
+    ref = wan22vae.Decoder(weights, device="cpu", threads=2)(latents)
+    f32 = tmp_path / "w32.safetensors"
+    weights.save(f32, "f32")
+    np.testing.assert_array_equal(wan22vae.Decoder.from_pretrained(f32, device="cpu", threads=2)(latents), ref)
+    # a diffusers pipeline folder: <root>/vae/{config.json, diffusion_pytorch_model.safetensors}, bf16
+    vae = tmp_path / "pipe" / "vae"
+    vae.mkdir(parents=True)
+    weights.save(vae / "diffusion_pytorch_model.safetensors", "bf16")
+    (vae / "config.json").write_text(json.dumps({
+        "_class_name": "AutoencoderKLWan", "base_dim": 160, "decoder_base_dim": 8, "z_dim": 4,
+        "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2, "attn_scales": [], "temperal_downsample": [False, True, True],
+        "is_residual": True, "in_channels": 12, "out_channels": 12, "patch_size": 2}))
+    bf = wan22vae.Decoder.from_pretrained(tmp_path / "pipe", device="cpu", threads=2)(latents)
+    assert np.abs(bf - ref).max() < 0.1  # bf16 weights
+    np.testing.assert_array_equal(wan22vae.Decoder.from_pretrained(vae, device="cpu", threads=2)(latents), bf)
+    # the same bf16 weights in two shards with an index
+    from wan22vae import _safetensors
+    arrays = _safetensors.open_arrays(str(vae / "diffusion_pytorch_model.safetensors"))
+    names = [n for n, _ in wan22vae.weight_table(NARROW)]
+    shard = tmp_path / "sharded" / "vae"
+    shard.mkdir(parents=True)
+    halves = {"diffusion_pytorch_model-00001-of-00002.safetensors": names[:50],
+              "diffusion_pytorch_model-00002-of-00002.safetensors": names[50:]}
+    wmap = {}
+    for fname, part in halves.items():
+        write_safetensors(shard / fname, {n: np.array(arrays[n][0]) for n in part})
+        wmap.update({n: fname for n in part})
+    (shard / "diffusion_pytorch_model.safetensors.index.json").write_text(json.dumps({"weight_map": wmap}))
+    np.testing.assert_array_equal(wan22vae.Decoder.from_pretrained(shard, device="cpu", threads=2)(latents), bf)
+    # a shard missing: the tensor is named
+    os.remove(shard / "diffusion_pytorch_model-00002-of-00002.safetensors")
+    write_safetensors(shard / "diffusion_pytorch_model-00002-of-00002.safetensors",
+                      {n: np.array(arrays[n][0]) for n in names[51:]})
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.load_weights(shard)
+    assert e.value.status == "W22_ERR_MISSING_TENSOR" and names[50] in e.value.message
+
+
+def test_from_pretrained_errors_from_c(tmp_path, weights):
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.load_weights(tmp_path / "nothing-here")
+    assert e.value.status == "W22_ERR_IO"
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}")
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.load_weights(bad)
+    assert e.value.status == "W22_ERR_FORMAT" and str(bad) in e.value.message
+    # a file of the wrong config: the C loader names the tensor and the shapes
+    w = tmp_path / "w.safetensors"
+    weights.save(w, "f32")
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.load_weights(w, config={"z_dim": 4, "base_dim": 16})
+    assert e.value.status in ("W22_ERR_BAD_SHAPE", "W22_ERR_MISSING_TENSOR") and "expected" in e.value.message
+
+
+def test_weights_from_numpy_dict(weights, latents):
+    ref = wan22vae.Decoder(weights, device="cpu", threads=2)(latents)
+    sd = weights.numpy_dict()
+    assert list(sd) == [n for n, _ in wan22vae.weight_table(NARROW)]
+    got = wan22vae.Decoder(wan22vae.weights_from_tensors(sd, NARROW), device="cpu", threads=2)(latents)
+    np.testing.assert_array_equal(got, ref)
+    sd.pop("decoder.conv_out.bias")
+    with pytest.raises(wan22vae.Error, match="decoder.conv_out.bias"):
+        wan22vae.weights_from_tensors(sd, NARROW)
+
+
+# ---- frames ----
+def test_to_uint8_frames_numpy(cpu_decoder, latents):
+    video = cpu_decoder(latents)
+    frames = wan22vae.to_uint8_frames(video)
+    assert frames.shape == (5, 48, 64, 3) and frames.dtype == np.uint8 and frames.flags.c_contiguous
+    # diffusers' postprocess for float32: denormalize, *255, round (numpy_to_pil)
+    ref = (np.clip(video[0] * 0.5 + 0.5, 0, 1) * 255).round().astype(np.uint8).transpose(1, 2, 3, 0)
+    np.testing.assert_array_equal(frames, ref)
+    floor = wan22vae.to_uint8_frames(video, rounding="floor")
+    np.testing.assert_array_equal(
+        floor, (np.clip(video[0] * 0.5 + 0.5, 0, 1) * 255).astype(np.uint8).transpose(1, 2, 3, 0))
+    edge = wan22vae.to_uint8_frames(np.array([-1.0, 1.0, 0.0, 2.0], np.float32).reshape(1, 1, 1, 4).repeat(3, 0))
+    assert edge[0, 0, :, 0].tolist() == [0, 255, 128, 255]
+
+
+# ---- the diffusers hook's pure-Python parts ----
+def test_diffusers_config_reason():
+    import wan22vae.diffusers as wd
+    ti2v = {"base_dim": 160, "decoder_base_dim": 256, "z_dim": 48, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
+            "attn_scales": [], "temperal_downsample": [False, True, True], "is_residual": True, "in_channels": 12,
+            "out_channels": 12, "patch_size": 2}
+    assert wd._config_reason(ti2v) is None
+    r = wd._config_reason(dict(ti2v, z_dim=16, is_residual=False))
+    assert "z_dim 16" in r and "is_residual False" in r
+    assert wd.status(object())["enabled"] is False

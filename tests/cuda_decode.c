@@ -1,0 +1,190 @@
+/* The whole decode on the GPU against the float32 CPU decode, on synthetic weights: narrow configs and the real
+ * TI2V-5B config at small latent sizes (T = 1, 2, 5; odd and non-square sizes), latents and video in device memory.
+ * Checks: every element written (video poisoned with NaN first) and finite, within [-1, 1]; the error against the
+ * CPU's float32 decode within a bf16 budget; latents unchanged; two calls bitwise equal; frames per pass 1 and 4
+ * and simulated ranks (threads, each its own CUDA backend on this GPU, the in-memory exchange) give the same video.
+ * Then times the standard clip f121 (T = 31 at 44 x 78) and reports the peak device memory.
+ *
+ * Tolerance: bf16 storage between layers rounds each activation by up to 2^-9 relative; through ~40 layers with
+ * norms in between the output's relative rms error stays near 1e-2 (diffusers' own bf16 decode shows 0.0049 rms on
+ * the standard clip). We require rms(d) <= 0.03 x rms(ref) + 1e-3 and max|d| <= 0.25; the diffusers-calibrated
+ * check (3x diffusers' bf16 error) is bench/'s and python/tests/test_gpu.py's. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+#include "common.h"
+#include "plan/plan.h"
+#include "testutil.h"
+
+static w22_status decode_gpu(w22_weights *w, w22_comm *comm, int fpp, const uint16_t *z, int T, int h, int wd,
+                             uint16_t *video_host, size_t nv, double *ms, size_t *peak) {
+    w22_decoder_params p;
+    w22_decoder_params_init(&p);
+    p.device = W22_DEVICE_CUDA;
+    p.frames_per_pass = fpp;
+    p.comm = comm;
+    w22_decoder *d = NULL;
+    w22_status s = w22_decoder_open(w, &p, &d);
+    if (s != W22_OK) return s;
+    const w22_config *cfg = &d->model.cfg;
+    size_t nz = (size_t)cfg->z_dim * T * h * wd;
+    void *zd = NULL, *vd = NULL;
+    cudaMalloc(&zd, nz * 2);
+    if (cudaMalloc(&vd, nv * 2) != cudaSuccess) vd = NULL;
+    cudaMemcpy(zd, z, nz * 2, cudaMemcpyHostToDevice);
+    if (vd && video_host) cudaMemset(vd, 0xff, nv * 2); /* bf16 0xffff is NaN: unwritten elements show */
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventRecord(a, 0);
+    s = w22_decode_device(d, zd, T, h, wd, (comm && comm->rank) ? NULL : vd, NULL);
+    cudaEventRecord(b, 0);
+    cudaEventSynchronize(b);
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    if (ms) *ms = t;
+    if (peak) w22_backend_cuda_bytes(d->backend, peak);
+    if (s == W22_OK && video_host) cudaMemcpy(video_host, vd, nv * 2, cudaMemcpyDeviceToHost);
+    /* the latents must come back unchanged */
+    uint16_t *zb = malloc(nz * 2);
+    cudaMemcpy(zb, zd, nz * 2, cudaMemcpyDeviceToHost);
+    if (s == W22_OK && memcmp(zb, z, nz * 2) != 0) s = w22_fail(W22_ERR_INTERNAL, "the decode wrote its latents");
+    free(zb);
+    cudaFree(zd);
+    cudaFree(vd);
+    w22_decoder_free(d);
+    return s;
+}
+
+typedef struct {
+    w22_weights *w;
+    w22_comm *comm;
+    const uint16_t *z;
+    int T, h, wd;
+    uint16_t *video;
+    size_t nv;
+    w22_status s;
+    char err[512];
+} job;
+
+static void *rank_main(void *p) {
+    job *j = p;
+    j->s = decode_gpu(j->w, j->comm, 2, j->z, j->T, j->h, j->wd, j->video, j->nv, NULL, NULL);
+    if (j->s != W22_OK) snprintf(j->err, sizeof j->err, "%s", w22_last_error());
+    return NULL;
+}
+
+static void to_f32(const uint16_t *x, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = w22_bf16_to_f32(x[i]);
+}
+
+static void one_case(const char *name, w22_config cfg, int T, int h, int wd, int ranks) {
+    w22_weights *w = NULL;
+    CHECK_OK(w22_weights_synthetic(&cfg, 1, &w));
+    if (!w) return;
+    int F, H, W;
+    w22_video_shape(&cfg, T, h, wd, &F, &H, &W);
+    size_t nz = (size_t)cfg.z_dim * T * h * wd, nv = (size_t)3 * F * H * W;
+    float *zf = malloc(nz * 4), *ref = malloc(nv * 4), *got = malloc(nv * 4);
+    uint16_t *z = malloc(nz * 2), *v1 = malloc(nv * 2), *v2 = malloc(nv * 2);
+    CHECK_OK(w22_latents_synthetic(&cfg, 5, T, h, wd, zf));
+    for (size_t i = 0; i < nz; i++) z[i] = w22_f32_to_bf16(zf[i]), zf[i] = w22_bf16_to_f32(z[i]);
+    /* the CPU's float32 decode of the same (bf16) latents */
+    w22_decoder_params p;
+    w22_decoder_params_init(&p);
+    w22_decoder *cpu = NULL;
+    CHECK_OK(w22_decoder_open(w, &p, &cpu));
+    t_fill_nan(ref, nv);
+    CHECK_OK(w22_decode(cpu, zf, W22_DTYPE_F32, T, h, wd, ref, W22_DTYPE_F32));
+    w22_decoder_free(cpu);
+
+    double ms = 0;
+    w22_status s = decode_gpu(w, NULL, 4, z, T, h, wd, v1, nv, &ms, NULL);
+    CHECK(s == W22_OK, "%s: %s", name, w22_last_error());
+    to_f32(v1, got, nv);
+    t_diff df = t_compare(got, ref, nv);
+    size_t outside = 0;
+    for (size_t i = 0; i < nv; i++) outside += got[i] < -1.0f || got[i] > 1.0f;
+    printf("%-28s GPU vs CPU fp32: max|d| %.4f rms %.5f (ref rms %.4f)  %.1f ms\n", name, df.max_abs, df.rms,
+           df.ref_rms, ms);
+    CHECK(df.nonfinite == 0, "%s: %zu elements unwritten or not finite", name, df.nonfinite);
+    CHECK(outside == 0, "%s: %zu elements outside [-1, 1]", name, outside);
+    CHECK(df.rms <= 0.03 * df.ref_rms + 1e-3, "%s: rms %.5f over budget", name, df.rms);
+    CHECK(df.max_abs <= 0.25, "%s: max|d| %.4f over budget", name, df.max_abs);
+    /* again: bitwise the same; and with one latent frame per pass */
+    s = decode_gpu(w, NULL, 4, z, T, h, wd, v2, nv, NULL, NULL);
+    CHECK(s == W22_OK && memcmp(v1, v2, nv * 2) == 0, "%s: a second call differs", name);
+    s = decode_gpu(w, NULL, 1, z, T, h, wd, v2, nv, NULL, NULL);
+    to_f32(v2, ref, nv);
+    df = t_compare(ref, got, nv);
+    CHECK(s == W22_OK && df.nonfinite == 0 && df.max_abs <= 1e-2, "%s: frames per pass 1 vs 4: max|d| %.4g", name,
+          df.max_abs);
+    /* simulated ranks on this GPU */
+    for (int world = 2; world <= ranks; world++) {
+        w22_comm *comms[4];
+        CHECK_OK(w22_comm_local_group(world, comms));
+        job jobs[4];
+        pthread_t th[4];
+        memset(v2, 0xff, nv * 2);
+        for (int r = 0; r < world; r++) {
+            jobs[r] = (job){w, comms[r], z, T, h, wd, r == 0 ? v2 : NULL, nv, W22_OK, ""};
+            pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+        }
+        for (int r = 0; r < world; r++) pthread_join(th[r], NULL);
+        for (int r = 0; r < world; r++) {
+            CHECK(jobs[r].s == W22_OK, "%s world %d rank %d: %s", name, world, r, jobs[r].err);
+            w22_comm_free(comms[r]);
+        }
+        to_f32(v2, ref, nv);
+        df = t_compare(ref, got, nv);
+        printf("%-28s world %d vs 1: max|d| %.3g\n", name, world, df.max_abs);
+        CHECK(df.nonfinite == 0 && df.max_abs <= 1e-2, "%s: world %d differs: max|d| %.4g, %zu unwritten", name,
+              world, df.max_abs, df.nonfinite);
+    }
+    free(zf); free(ref); free(got); free(z); free(v1); free(v2);
+    w22_weights_free(w);
+}
+
+int main(int argc, char **argv) {
+    if (!w22_cuda_available()) {
+        printf("cuda_decode: no usable GPU\n0 passed, 1 failed\n");
+        return 1;
+    }
+    w22_config narrow, real;
+    w22_config_default(&real);
+    narrow = real;
+    narrow.z_dim = 16;
+    narrow.base_dim = 32;
+    one_case("narrow T=1 4x4", narrow, 1, 4, 4, 1);
+    one_case("narrow T=2 3x5", narrow, 2, 3, 5, 3);
+    one_case("narrow T=5 5x3", narrow, 5, 5, 3, 2);
+    one_case("ti2v5b T=2 2x3", real, 2, 2, 3, 2);
+    one_case("ti2v5b T=3 4x6", real, 3, 4, 6, 1);
+    if (argc > 1 && strcmp(argv[1], "--time") == 0) {
+        /* the standard clip f121: T = 31 at 44 x 78, device to device */
+        w22_weights *w = NULL;
+        CHECK_OK(w22_weights_synthetic(&real, 1, &w));
+        const int T = argc > 2 ? atoi(argv[2]) : 31, h = 44, wd = 78;
+        size_t nz = (size_t)48 * T * h * wd;
+        float *zf = malloc(nz * 4);
+        uint16_t *z = malloc(nz * 2);
+        CHECK_OK(w22_latents_synthetic(&real, 5, T, h, wd, zf));
+        for (size_t i = 0; i < nz; i++) z[i] = w22_f32_to_bf16(zf[i]);
+        int F, H, W;
+        w22_video_shape(&real, T, h, wd, &F, &H, &W);
+        size_t nv = (size_t)3 * F * H * W;
+        for (int fpp = 2; fpp <= 4; fpp += 2) {
+            double ms[2];
+            size_t peak = 0;
+            for (int i = 0; i < 2; i++) CHECK_OK(decode_gpu(w, NULL, fpp, z, T, h, wd, NULL, nv, &ms[i], &peak));
+            double tf = w22_decode_flops(&real, T, h, wd) / 1e12;
+            printf("f%d (T=%d) frames/pass %d: %.1f ms, %.1f ms; %.0f TFLOP/s; peak workspace+weights %.2f GiB\n",
+                   F, T, fpp, ms[0], ms[1], tf / (ms[1] / 1e3), peak / 1073741824.0);
+        }
+        free(zf); free(z);
+        w22_weights_free(w);
+    }
+    return t_finish("cuda_decode");
+}

@@ -816,6 +816,7 @@ class Diffusers:
         import diffusers
         import torch
         from diffusers import AutoencoderKLWan
+        diffusers.utils.logging.set_verbosity_error()  # its note on casting with to() at every dtype switch
         self.version, self.device = diffusers.__version__, device
         torch.manual_seed(0)
         with torch.device(device):
@@ -868,7 +869,7 @@ class RefStore:
         import torch
         shape = video_shape(CLIPS[clip])
         mm = np.memmap(self.path(clip), dtype=np.float32, mode="r", shape=shape)
-        return lambda f0, f1: torch.from_numpy(np.ascontiguousarray(mm[:, :, f0:f1]))
+        return lambda f0, f1: torch.from_numpy(np.array(mm[:, :, f0:f1]))  # a copy: writable, contiguous
 
 
 def load_calibration(cache, key):

@@ -150,9 +150,9 @@ class Weights:
         out = {}
         for name, (arr, shape, st_dtype) in raw.items():
             if st_dtype == "BF16":
-                out[name] = torch.from_numpy(np.array(arr).view(np.int16)).view(torch.bfloat16).reshape(shape)
+                out[name] = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16).reshape(shape)
             else:
-                out[name] = torch.from_numpy(np.array(arr)).reshape(shape)
+                out[name] = torch.from_numpy(arr).reshape(shape)
         return out
 
     def numpy_dict(self):

@@ -1,5 +1,6 @@
 /* The conv op: checks a w22_conv_args against backend.h's contract and lowers it to the implicit GEMM
  * (w22_gemm: conv_sm90_mma.cu, or conv_scalar.cu for shapes the tensor cores do not take). */
+#include <stdlib.h>
 #include "cuda_internal.h"
 #include "cuda_ops.h"
 
@@ -80,6 +81,7 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     g.a = (const bf16 *)a->in.ptr;
     g.a_sf = a->in.sf, g.a_sh = a->in.sh, g.a_sw = a->in.sw;
     g.cin = w->cin, g.kt = a->kt, g.ks = a->ks, g.upsample = a->upsample ? 1 : 0;
+    g.pad_y = g.pad_x = a->ks / 2;
     g.b = (const bf16 *)w->dev;
     g.b_w = w->cout, g.b_sh = 0, g.b_sw = (long)a->kt * a->ks * a->ks * w->cin;
     if (a->sc_in) {
@@ -96,6 +98,30 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     if (a->residual) {
         g.res = (const bf16 *)a->residual->ptr;
         g.r_sf = a->residual->sf, g.r_sh = a->residual->sh, g.r_sw = a->residual->sw;
+    }
+    if (a->upsample && w->dev_phase && !getenv("W22_NO_PHASES")) {
+        /* nearest-2x + 3x3 as four 2x2 phase convs on the low-resolution grid (cuda_internal.h) */
+        const int kv = 4 * w->cin;
+        for (int py = 0; py < 2; py++)
+            for (int px = 0; px < 2; px++) {
+                w22_gemm q = g;
+                q.H = a->in.h, q.W = a->in.w, q.M = nf * a->in.h * a->in.w;
+                q.ks = 2, q.upsample = 0, q.pad_y = 1 - py, q.pad_x = 1 - px;
+                q.b = (const bf16 *)w->dev_phase + (size_t)(py * 2 + px) * w->cout * kv;
+                q.b_sw = kv;
+                q.out = (char *)a->out.ptr + (py * a->out.sh + px * a->out.sw) * 2;
+                q.o_sh = 2 * a->out.sh, q.o_sw = 2 * a->out.sw;
+                if (a->residual) {
+                    q.res = (const bf16 *)a->residual->ptr + py * a->residual->sh + px * a->residual->sw;
+                    q.r_sh = 2 * a->residual->sh, q.r_sw = 2 * a->residual->sw;
+                }
+                if (a->sc_in) {
+                    q.sc = (const bf16 *)a->sc_in->ptr + py * a->sc_in->sh + px * a->sc_in->sw;
+                    q.sc_sh = 2 * a->sc_in->sh, q.sc_sw = 2 * a->sc_in->sw;
+                }
+                W22_TRY(w22_cuda_gemm(c, &q, "conv (upsample phase)"));
+            }
+        return W22_OK;
     }
     return w22_cuda_gemm(c, &g, "conv");
 }

@@ -8,13 +8,12 @@ __global__ void conv_scalar_kernel(const w22_gemm g) {
     if (idx >= (long)g.M * g.N) return;
     const int n = (int)(idx % g.N), m = (int)(idx / g.N);
     const int HW = g.H * g.W, t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
-    const int pad = g.ks / 2;
     const bf16 *brow = g.b + (n / g.b_w) * g.b_sh + (n % g.b_w) * g.b_sw;
     float acc = 0.f;
     for (int dt = 0; dt < g.kt; dt++)
         for (int dy = 0; dy < g.ks; dy++)
             for (int dx = 0; dx < g.ks; dx++) {
-                int iy = y + dy - pad, ix = x + dx - pad;
+                int iy = y + dy - g.pad_y, ix = x + dx - g.pad_x;
                 if (g.upsample) iy >>= 1, ix >>= 1; /* floor: -1 stays -1 (the border) */
                 const bf16 *ap = g.a + (t + dt) * g.a_sf + iy * g.a_sh + ix * g.a_sw;
                 const bf16 *bp = brow + ((dt * g.ks + dy) * g.ks + dx) * (long)g.cin;

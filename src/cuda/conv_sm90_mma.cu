@@ -62,7 +62,6 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     const int cc = tid & 7, r0 = tid >> 3;
     const int HW = g.H * g.W;
     const int asf = (int)g.a_sf, ash = (int)g.a_sh, asw = (int)g.a_sw;
-    const int pad = g.ks >> 1;
 
     /* Loader state: per A row its pixel offset (y, x halved in upsample mode) and parity/valid bits; per B row
      * its row offset. Host guarantees every offset fits in int. */
@@ -101,7 +100,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
 #pragma unroll
             for (int j = 0; j < A_CH; j++) {
                 const int bits = a_bits[j];
-                int oy = ld_dy - pad, ox = ld_dx - pad;
+                int oy = ld_dy - g.pad_y, ox = ld_dx - g.pad_x;
                 if (g.upsample) {
                     oy = ((bits & 1) + oy) >> 1; /* arithmetic shift: floor, reaches row -1 */
                     ox = (((bits >> 1) & 1) + ox) >> 1;

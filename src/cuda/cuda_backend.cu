@@ -89,6 +89,41 @@ static void op_free(w22_backend *b, void *ptr) { w22_cuda_free_ptr(cuda_of(b), p
 
 /* ---- weights ---- */
 
+/* Phase weights of a 2D 3x3 conv (cuda_internal.h): output row 2i + py reads low-res rows i - 1 + py + d'
+ * (d' = 0, 1) with the taps dy summed into d': py = 0: {0} {1, 2}; py = 1: {0, 1} {2}; columns likewise. */
+static w22_status upload_phases(w22_cuda *c, w22_cuda_weight *w, const float *data) {
+    static const int lo[2][2] = {{0, 1}, {0, 2}}, hi[2][2] = {{0, 2}, {1, 2}}; /* taps [first, last] per (p, d') */
+    const int cout = w->cout, cin = w->cin;
+    const size_t n = (size_t)4 * cout * 4 * cin;
+    uint16_t *h = (uint16_t *)malloc(n * 2);
+    if (!h) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for phase weights");
+    for (int py = 0; py < 2; py++)
+        for (int px = 0; px < 2; px++)
+            for (int o = 0; o < cout; o++)
+                for (int d = 0; d < 4; d++) {
+                    const int dy = d >> 1, dx = d & 1;
+                    for (int ci = 0; ci < cin; ci++) {
+                        float sum = 0;
+                        for (int ky = lo[py][dy]; ky <= hi[py][dy]; ky++)
+                            for (int kx = lo[px][dx]; kx <= hi[px][dx]; kx++)
+                                sum += data[(((size_t)o * cin + ci) * 3 + ky) * 3 + kx];
+                        h[((((size_t)(py * 2 + px) * cout + o) * 4) + d) * cin + ci] = w22_f32_to_bf16(sum);
+                    }
+                }
+    w22_status s = w22_cuda_malloc(c, n * 2, &w->dev_phase, "phase weights");
+    if (s == W22_OK) {
+        cudaError_t e = cudaMemcpy(w->dev_phase, h, n * 2, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            s = w22_fail(W22_ERR_CUDA, "cudaMemcpy of phase weights: %s", cudaGetErrorString(e));
+        } else {
+            w->bytes += n * 2;
+        }
+    }
+    free(h);
+    return s;
+}
+
 static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, const float *data, const int64_t *shape,
                                    int ndim, w22_bweight **out) {
     w22_cuda *c = cuda_of(b);
@@ -143,6 +178,7 @@ static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, const f
                 s = w22_fail(W22_ERR_CUDA, "cudaMemcpy of a conv weight (%zu bytes): %s", w->bytes, cudaGetErrorString(e));
             }
         }
+        if (s == W22_OK && ndim == 4 && w->kh == 3 && w->kw == 3) s = upload_phases(c, w, data);
         free(host);
     } else {
         s = w22_fail(W22_ERR_INVALID_ARG, "cuda weight_upload: unknown kind %d", (int)kind);
@@ -160,6 +196,7 @@ static void op_weight_free(w22_backend *b, w22_bweight *bw) {
     w22_cuda_weight *w = (w22_cuda_weight *)bw;
     if (!w) return;
     w22_cuda_free_ptr(cuda_of(b), w->dev);
+    if (w->dev_phase) w22_cuda_free_ptr(cuda_of(b), w->dev_phase);
     free(w);
 }
 

@@ -1,0 +1,383 @@
+"""GPU tests of the wan22vae package (skipped without torch, a CUDA GPU or the library's CUDA backend):
+
+- the seed protocol (prepare / run) under the harness's own checks, on the library's synthetic TI2V-5B weights:
+  out NaN-filled at a fresh 256-byte-aligned address every call, z and the weights unchanged (fingerprints), no
+  thread started, every call's video equal to the first's, the first within the allowance of diffusers' fp32
+  decode; run() launches no kernel but the library's (torch.profiler) and calls no ATen op;
+- diffusers' AutoencoderKLWan (TI2V-5B config, the same weights) decoding the same latents with and without
+  wan22vae.diffusers.enable, within the allowance: max|d| <= min(2, 3 x bf16 max|d|), rms <= 3 x bf16 rms, the bf16
+  figures being diffusers' own bf16 decode against its fp32 decode (TF32 off);
+- every fallback of enable() taken when it should be, with its reason said once;
+- to_uint8_frames against diffusers' postprocess (PIL), in one device-to-host copy.
+The diffusers tests need diffusers (0.42.1) and skip without it."""
+import glob
+import math
+import os
+import random
+import re
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import wan22vae
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible to torch"),
+    pytest.mark.skipif(not wan22vae.cuda_available(),
+                       reason=f"libwan22vae cannot use a GPU here: {wan22vae.cuda_unavailable_reason()}"),
+]
+
+T, H, W = 2, 4, 6          # the latents of these tests: video [1, 3, 5, 64, 96]
+SEED_W, SEED_Z = 0, 1
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TI2V = dict(base_dim=160, decoder_base_dim=256, z_dim=48, dim_mult=[1, 2, 4, 4], num_res_blocks=2,
+            temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12,
+            patch_size=2, scale_factor_temporal=4, scale_factor_spatial=16)
+
+
+# ---- fixtures ----
+@pytest.fixture(scope="module")
+def device():
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.fixture(scope="module")
+def state_f32():
+    """The library's synthetic TI2V-5B weights as float32 torch CPU tensors, in diffusers' order."""
+    w = wan22vae.synthetic_weights(None, SEED_W)
+    try:
+        return w.state_dict("f32")
+    finally:
+        w.free()
+
+
+@pytest.fixture(scope="module")
+def weights_bf16(state_f32, device):
+    """The protocol's weights: the 110 tensors in bf16 on the GPU, in diffusers' order."""
+    return [t.to(device, torch.bfloat16) for t in state_f32.values()]
+
+
+@pytest.fixture(scope="module")
+def z_bf16(device):
+    return torch.from_numpy(wan22vae.synthetic_latents(None, SEED_Z, T, H, W)).to(device, torch.bfloat16)
+
+
+def _vae(state, dtype, device):
+    diffusers = pytest.importorskip("diffusers")
+    with torch.device(device):
+        vae = diffusers.AutoencoderKLWan(**TI2V)
+    missing, unexpected = vae.load_state_dict(state, strict=False)
+    assert not unexpected and all(k.startswith(("encoder.", "quant_conv.")) for k in missing)
+    return vae.to(device, dtype).eval()
+
+
+@pytest.fixture(scope="module")
+def vae32(state_f32, device):
+    return _vae(state_f32, torch.float32, device)
+
+
+@pytest.fixture(scope="module")
+def ref(vae32, z_bf16):
+    """diffusers' fp32 decode (TF32 off) of the bf16 latents, and diffusers' own bf16 decode's error against it:
+    (ref, allowed max |d|, allowed rms)."""
+    tf = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            r = vae32.decode(z_bf16.float()).sample
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf
+    vae16 = _vae(vae32.state_dict(), torch.bfloat16, r.device)
+    with torch.no_grad():
+        b = vae16.decode(z_bf16).sample
+    del vae16
+    d = b.float() - r
+    bf_max, bf_rms = float(d.abs().max()), float(d.square().mean().sqrt())
+    assert bf_rms > 0
+    return r, min(2.0, 3 * bf_max), 3 * bf_rms
+
+
+@pytest.fixture()
+def vae16(vae32, device):
+    """A bf16 AutoencoderKLWan with the synthetic weights (fresh for each test: enable() changes it)."""
+    vae = _vae(vae32.state_dict(), torch.bfloat16, device)
+    yield vae
+    wan22vae.diffusers.disable(vae)
+
+
+def within(out, ref_allow):
+    r, max_ok, rms_ok = ref_allow
+    assert out.shape == r.shape, (out.shape, r.shape)
+    x = out.float()
+    assert torch.isfinite(x).all() and x.abs().max() <= 1
+    d = x - r
+    mx, rms = float(d.abs().max()), float(d.square().mean().sqrt())
+    assert mx <= max_ok and rms <= rms_ok, f"max|d| {mx:.4g} (allowed {max_ok:.4g}), rms {rms:.4g} " \
+                                           f"(allowed {rms_ok:.4g})"
+    return mx, rms
+
+
+# ---- the harness's helpers, as it has them ----
+class Pool:
+    """Each call's buffer at a fresh address, shifted by multiples of 256 bytes (the harness's Pool)."""
+    ALIGN, MAX_SHIFT = 256, 2048
+
+    def __init__(self, shape, dtype, device, calls, seed):
+        rng = random.Random(seed)
+        self.offsets = [0]
+        for _ in range(calls - 1):
+            self.offsets.append(self.offsets[-1] + rng.randint(1, self.MAX_SHIFT // self.ALIGN))
+        self.shape, self.numel = tuple(shape), math.prod(shape)
+        self.block = max(1, self.ALIGN // torch.empty(0, dtype=dtype).element_size())
+        self.buffer = torch.empty(self.numel + self.offsets[-1] * self.block, dtype=dtype, device=device)
+        self.calls = 0
+
+    def next(self):
+        start = self.offsets[self.calls] * self.block
+        self.calls += 1
+        return self.buffer[start:start + self.numel].view(self.shape)
+
+
+def fingerprint(tensors):
+    out = []
+    for t in tensors:
+        raw = t.detach().contiguous().view(-1).view(torch.uint8)
+        try:
+            raw = raw.view(torch.int32)
+        except RuntimeError:
+            pass
+        out.append(int(raw.sum(dtype=torch.int64)))
+    return out
+
+
+# ---- the protocol ----
+def test_protocol_under_harness_checks(weights_bf16, z_bf16, ref):
+    calls = 4
+    got = wan22vae.prepare(weights_bf16, 0, 1, None)
+    assert got is weights_bf16
+    marks = fingerprint(got)
+    zpool = Pool(z_bf16.shape, torch.bfloat16, z_bf16.device, calls, 1)
+    opool = Pool(ref[0].shape, torch.bfloat16, z_bf16.device, calls, 2)
+    threads = threading.active_count()
+    first = None
+    for i in range(calls):
+        z = zpool.next()
+        z.copy_(z_bf16)
+        zmark = fingerprint([z])
+        out = opool.next()
+        out.fill_(float("nan"))
+        assert out.data_ptr() % 256 == 0 and z.data_ptr() % 256 == 0
+        torch.cuda.synchronize()
+        wan22vae.run(z, got, 0, 1, None, out)
+        torch.cuda.synchronize()
+        assert fingerprint([z]) == zmark, "run() wrote z"
+        assert torch.isfinite(out.float()).all(), f"call {i} left {int((~torch.isfinite(out.float())).sum())} NaN"
+        if first is None:
+            mx, rms = within(out, ref)
+            print(f"protocol: max|d| {mx:.4g}, rms {rms:.4g} (allowed {ref[1]:.4g}, {ref[2]:.4g})")
+            first = out.clone()
+        else:
+            assert torch.equal(out, first), f"call {i} differs from the first: " \
+                                            f"max {float((out.float() - first.float()).abs().max())}"
+    assert fingerprint(got) == marks, "run() wrote its weights"
+    assert threading.active_count() == threads, "run() started threads"
+
+
+def test_run_without_prepare_and_bad_arguments(weights_bf16, z_bf16, ref):
+    fresh = [t.clone() for t in weights_bf16]          # other addresses: no prepared decoder for them
+    out = torch.full(ref[0].shape, float("nan"), dtype=torch.bfloat16, device=z_bf16.device)
+    wan22vae.run(z_bf16, fresh, 0, 1, None, out)       # opens the decoder itself
+    within(out, ref)
+    with pytest.raises(wan22vae.Error, match="out"):
+        wan22vae.run(z_bf16, fresh, 0, 1, None, out.float())
+    with pytest.raises(wan22vae.Error, match="z"):
+        wan22vae.run(z_bf16.float(), fresh, 0, 1, None, out)
+    with pytest.raises(wan22vae.Error, match="contiguous"):
+        wan22vae.run(z_bf16.transpose(3, 4).contiguous().transpose(3, 4), fresh, 0, 1, None, out)
+    del fresh
+    wan22vae.protocol.release()
+
+
+def _our_kernel_names():
+    """The __global__ functions of the library's CUDA sources (when the repo is here), and the w22_ prefix."""
+    names = set()
+    for path in glob.glob(os.path.join(REPO, "src", "cuda", "*.cu")):
+        with open(path) as f:
+            text = f.read()
+        names |= set(re.findall(r"__global__\s+(?:void\s+)?(?:__launch_bounds__\([^)]*\)\s*)?(?:void\s+)?(\w+)\s*\(",
+                                text))
+    return names
+
+
+def _is_ours(name, ours):
+    return name.startswith("w22_") or re.search(r"\bw22_\w+", name) is not None or \
+        any(re.search(rf"\b{re.escape(k)}\b", name) for k in ours)
+
+
+def test_run_launches_no_aten_kernel(weights_bf16, z_bf16, ref):
+    from torch.profiler import ProfilerActivity, profile
+    wan22vae.prepare(weights_bf16, 0, 1, None)
+    out = torch.empty(ref[0].shape, dtype=torch.bfloat16, device=z_bf16.device)
+    wan22vae.run(z_bf16, weights_bf16, 0, 1, None, out)  # warm
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        wan22vae.run(z_bf16, weights_bf16, 0, 1, None, out)
+        torch.cuda.synchronize()
+    events = prof.events()
+    aten = sorted({e.name for e in events if e.name.startswith("aten::")})
+    assert not aten, f"run() called ATen ops: {aten}"
+    kernels = [e.name for e in events if e.device_type.name == "CUDA"]
+    copies = [k for k in kernels if k.startswith(("Memcpy", "Memset"))]
+    ours = _our_kernel_names()
+    foreign = sorted({k for k in kernels if k not in copies and not _is_ours(k, ours)})
+    print(f"run(): {len(kernels) - len(copies)} kernels, {len(copies)} copies/sets; not ours: {foreign}")
+    assert kernels, "the profiler saw no kernel at all (CUPTI missing?)"
+    assert not foreign, f"run() launched kernels that are not the library's: {foreign[:10]}"
+
+
+# ---- the Decoder class on the GPU ----
+def test_decoder_from_pretrained_and_out(tmp_path, weights_bf16, z_bf16, ref):
+    w = wan22vae.synthetic_weights(None, SEED_W)
+    w.save(tmp_path / "w.safetensors", "bf16")
+    w.free()
+    dec = wan22vae.Decoder.from_pretrained(tmp_path / "w.safetensors", device=z_bf16.device)
+    video = dec(z_bf16)
+    assert video.dtype == torch.bfloat16 and video.device == z_bf16.device
+    within(video, ref)
+    out = torch.full_like(video, float("nan"))
+    assert dec(z_bf16, out=out) is out and torch.equal(out, video)
+    host = dec(z_bf16.float().cpu().numpy())  # host latents: the host path
+    assert isinstance(host, np.ndarray) and host.dtype == np.float32
+    assert torch.equal(torch.from_numpy(host).to(torch.bfloat16), video.cpu())
+    with pytest.raises(wan22vae.Error) as e:
+        dec(z_bf16[:, :47])
+    assert e.value.status == "W22_ERR_BAD_SHAPE"
+    dec.close()
+
+
+# ---- diffusers ----
+def test_diffusers_enable_matches(vae16, z_bf16, ref):
+    diffusers = pytest.importorskip("diffusers")
+    with torch.no_grad():
+        theirs = vae16.decode(z_bf16).sample
+        assert wan22vae.diffusers.enable(vae16) is True
+        got = vae16.decode(z_bf16)
+        assert wan22vae.diffusers.status(vae16)["path"] == "kernel"
+        assert isinstance(got, diffusers.models.autoencoders.vae.DecoderOutput)
+        ours = got.sample
+        assert ours.dtype == theirs.dtype == torch.bfloat16 and ours.shape == theirs.shape
+        mx, rms = within(ours, ref)
+        print(f"enable(): max|d| {mx:.4g}, rms {rms:.4g}; diffusers bf16: "
+              f"{float((theirs.float() - ref[0]).abs().max()):.4g}")
+        tup = vae16.decode(z_bf16, return_dict=False)
+        assert isinstance(tup, tuple) and len(tup) == 1 and torch.equal(tup[0], ours)
+        # a batch of two, one latent at a time; a non-contiguous batch
+        z2 = torch.cat([z_bf16, z_bf16.flip(2)])
+        batch = vae16.decode(z2).sample
+        assert batch.shape[0] == 2 and torch.equal(batch[0], ours[0])
+        assert torch.equal(batch[1], vae16.decode(z_bf16.flip(2).contiguous()).sample[0])
+        nc = z2.transpose(3, 4).contiguous().transpose(3, 4)
+        assert not nc.is_contiguous() and torch.equal(vae16.decode(nc).sample, batch)
+        assert wan22vae.diffusers.status(vae16)["path"] == "kernel"
+    wan22vae.diffusers.disable(vae16)
+    assert "decode" not in vae16.__dict__
+
+
+def _fallback(vae, z, expect, enable_ok):
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert wan22vae.diffusers.enable(vae) is enable_ok
+        with torch.no_grad():
+            a = vae.decode(z).sample
+            b = vae.decode(z).sample
+    st = wan22vae.diffusers.status(vae)
+    assert st["path"] == "diffusers" and expect in st["reason"], st
+    said = [w for w in seen if "wan22vae" in str(w.message)]
+    assert len(said) == 1 and expect in str(said[0].message), [str(w.message) for w in said]
+    assert torch.equal(a, b)
+    return a
+
+
+def test_fallback_fp32_vae(vae32, z_bf16):
+    with torch.no_grad():
+        theirs = vae32.decode(z_bf16.float()).sample
+    got = _fallback(vae32, z_bf16.float(), "torch.float32", False)
+    assert torch.equal(got, theirs)
+    wan22vae.diffusers.disable(vae32)
+
+
+def test_fallback_tiling(vae16, z_bf16):
+    vae16.enable_tiling()
+    with torch.no_grad():
+        theirs = vae16.decode(z_bf16).sample
+    got = _fallback(vae16, z_bf16, "tiling", True)
+    assert torch.equal(got, theirs)
+    vae16.disable_tiling()
+    with torch.no_grad():
+        vae16.decode(z_bf16)
+    assert wan22vae.diffusers.status(vae16)["path"] == "kernel"
+
+
+def test_fallback_weights_moved(vae16, z_bf16):
+    with torch.no_grad():
+        theirs = vae16.decode(z_bf16).sample
+    wan22vae.diffusers.enable(vae16)
+    keep = vae16.post_quant_conv.weight  # replaced after enable: the library's copy may no longer be the VAE's
+    vae16.post_quant_conv.weight = torch.nn.Parameter(keep.detach().clone())
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            got = vae16.decode(z_bf16).sample
+    st = wan22vae.diffusers.status(vae16)
+    assert st["path"] == "diffusers" and "enable() again" in st["reason"], st
+    assert torch.equal(got, theirs)
+
+
+def test_fallback_latents_dtype(vae16, z_bf16):
+    with torch.no_grad():
+        with pytest.raises(RuntimeError) as theirs:
+            vae16.decode(z_bf16.float())
+        wan22vae.diffusers.enable(vae16)
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            with pytest.raises(RuntimeError) as ours:
+                vae16.decode(z_bf16.float())
+    assert type(ours.value) is type(theirs.value) and not isinstance(ours.value, wan22vae.Error)
+    st = wan22vae.diffusers.status(vae16)
+    assert st["path"] == "diffusers" and "torch.float32" in st["reason"], st
+
+
+def test_fallback_wrong_config(device):
+    diffusers = pytest.importorskip("diffusers")
+    small = dict(TI2V, base_dim=16, decoder_base_dim=16, z_dim=4)
+    with torch.device(device):
+        vae = diffusers.AutoencoderKLWan(**small).to(torch.bfloat16).eval()
+    z = torch.randn(1, 4, 2, 4, 6, device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        theirs = vae.decode(z).sample
+    got = _fallback(vae, z, "config", False)
+    st = wan22vae.diffusers.status(vae)
+    assert "decoder_base_dim 16" in st["reason"] and "z_dim 4" in st["reason"]
+    assert torch.equal(got, theirs)
+    wan22vae.diffusers.disable(vae)
+
+
+# ---- frames ----
+def test_to_uint8_frames_matches_diffusers(weights_bf16, z_bf16, ref):
+    video_processor = pytest.importorskip("diffusers.video_processor")
+    wan22vae.prepare(weights_bf16, 0, 1, None)
+    video = torch.empty(ref[0].shape, dtype=torch.bfloat16, device=z_bf16.device)
+    wan22vae.run(z_bf16, weights_bf16, 0, 1, None, video)
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        frames = wan22vae.to_uint8_frames(video)
+    d2h = [e for e in prof.events() if e.device_type.name == "CUDA" and "DtoH" in e.name]
+    assert len(d2h) == 1, [e.name for e in d2h]
+    assert frames.shape == (5, 64, 96, 3) and frames.dtype == np.uint8
+    pil = video_processor.VideoProcessor(vae_scale_factor=16).postprocess_video(video, output_type="pil")[0]
+    theirs = np.stack([np.asarray(im) for im in pil])
+    assert np.array_equal(frames, theirs), f"{int((frames != theirs).sum())} of {frames.size} values differ"

@@ -10,7 +10,7 @@
 
 /* Vt[c][p] = v(p / vw, p % vw, c) for p < P, 0 for P <= p < Pp. 32x32 tiles through shared memory so that both
  * the read (channels) and the write (pixels) coalesce. */
-__global__ void transpose_v_kernel(const bf16 *v, long vsh, long vsw, int vw, int P, int C, bf16 *vt, int Pp) {
+__global__ void w22_transpose_v_kernel(const bf16 *v, long vsh, long vsw, int vw, int P, int C, bf16 *vt, int Pp) {
     __shared__ bf16 tile[32][33];
     const int p0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
     for (int k = threadIdx.y; k < 32; k += blockDim.y) {
@@ -26,7 +26,7 @@ __global__ void transpose_v_kernel(const bf16 *v, long vsh, long vsw, int vw, in
 }
 
 /* One block per query row: max, sum of exp, then normalized bf16 probabilities. */
-__global__ void softmax_rows_kernel(const float *s, bf16 *pm, int P, int Pp, float scale_log2e) {
+__global__ void w22_softmax_rows_kernel(const float *s, bf16 *pm, int P, int Pp, float scale_log2e) {
     const float *row = s + (long)blockIdx.x * Pp;
     bf16 *out = pm + (long)blockIdx.x * Pp;
     __shared__ float red[32];
@@ -91,7 +91,7 @@ w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v
         bf16 *of = (bf16 *)out.ptr + f * out.sf;
 
         dim3 tb(32, 8), tg((Pp + 31) / 32, (C + 31) / 32);
-        transpose_v_kernel<<<tg, tb, 0, c->stream>>>(vf, v.sh, v.sw, v.w, P, C, Vt, Pp);
+        w22_transpose_v_kernel<<<tg, tb, 0, c->stream>>>(vf, v.sh, v.sw, v.w, P, C, Vt, Pp);
         CU_LAUNCHED(c, "attention transpose V");
 
         w22_gemm g;
@@ -103,7 +103,7 @@ w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v
         g.out = S, g.out_f32 = 1, g.o_sf = 0, g.o_sh = (long)q.w * Pp, g.o_sw = Pp;
         W22_TRY(w22_cuda_gemm(c, &g, "attention Q K^T"));
 
-        softmax_rows_kernel<<<nq, 256, 0, c->stream>>>(S, Pm, P, Pp, scale_log2e);
+        w22_softmax_rows_kernel<<<nq, 256, 0, c->stream>>>(S, Pm, P, Pp, scale_log2e);
         CU_LAUNCHED(c, "attention softmax");
 
         memset(&g, 0, sizeof g);

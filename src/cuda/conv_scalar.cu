@@ -3,7 +3,7 @@
  * int). Slow but simple; same w22_gemm semantics, 64-bit offsets everywhere. */
 #include "cuda_internal.h"
 
-__global__ void conv_scalar_kernel(const w22_gemm g) {
+__global__ void w22_conv_scalar_kernel(const w22_gemm g) {
     const long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long)g.M * g.N) return;
     const int n = (int)(idx % g.N), m = (int)(idx / g.N);
@@ -40,7 +40,7 @@ w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_gemm *g, const char *what
     const long total = (long)g->M * g->N;
     const long blocks = (total + 255) / 256;
     if (blocks > 0x7fffffffL) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld outputs is too many", what, total);
-    conv_scalar_kernel<<<(unsigned)blocks, 256, 0, c->stream>>>(*g);
+    w22_conv_scalar_kernel<<<(unsigned)blocks, 256, 0, c->stream>>>(*g);
     CU_LAUNCHED(c, what);
     return W22_OK;
 }

@@ -43,7 +43,7 @@ static __device__ __forceinline__ uint32_t swz(int row, int chunk) {
 
 template <int BM, int BN, int WM, int WN, int STAGES, int MINB>
 __global__ void __launch_bounds__(WM *WN * 32, MINB)
-    conv_mma_kernel(const w22_gemm g, int main_iters, int iters, int tiles_n) {
+    w22_conv_mma_kernel(const w22_gemm g, int main_iters, int iters, int tiles_n) {
     constexpr int THREADS = WM * WN * 32;
     constexpr int TM = BM / WM, TN = BN / WN, MT = TM / 16, NT = TN / 8;
     constexpr int RSTEP = THREADS / 8; /* rows between a thread's successive loads (8 chunks per row) */
@@ -241,12 +241,12 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
 template <int BM, int BN, int WM, int WN, int STAGES, int MINB> struct tile_cfg {
     static constexpr int threads = WM * WN * 32;
     static constexpr int smem = STAGES * (BM + BN) * ROW_BYTES;
-    static void *kernel() { return (void *)conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB>; }
+    static void *kernel() { return (void *)w22_conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB>; }
     static w22_status launch(w22_cuda *c, const w22_gemm *g, int main_iters, int iters, const char *what) {
         const int tiles_n = (g->N + BN - 1) / BN;
         const long tiles = (long)((g->M + BM - 1) / BM) * tiles_n;
         if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
-        conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB>
+        w22_conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB>
             <<<(unsigned)tiles, threads, smem, c->stream>>>(*g, main_iters, iters, tiles_n);
         return W22_OK;
     }

@@ -7,7 +7,7 @@
 #include "cuda_ops.h"
 
 template <int VEC>
-__global__ void dupup_kernel(bf16 *out, long osf, long osh, long osw, const bf16 *in, long isf, long ish, long isw,
+__global__ void w22_dupup_kernel(bf16 *out, long osf, long osh, long osw, const bf16 *in, long isf, long ish, long isw,
                              int F, int H, int W, int cout, int ft, int first_single, int r) {
     const int cv = cout / VEC;
     const long total = (long)F * H * W * cv;
@@ -69,11 +69,11 @@ w22_status w22_cuda_dupup_add(w22_backend *b, w22_view out, w22_view in, int ft,
     long blocks = (items + 255) / 256;
     if (blocks > 65536L * 16) blocks = 65536L * 16;
     if (vec)
-        dupup_kernel<8><<<(unsigned)blocks, 256, 0, c->stream>>>((bf16 *)out.ptr, out.sf, out.sh, out.sw,
+        w22_dupup_kernel<8><<<(unsigned)blocks, 256, 0, c->stream>>>((bf16 *)out.ptr, out.sf, out.sh, out.sw,
                                                                  (const bf16 *)in.ptr, in.sf, in.sh, in.sw, out.f,
                                                                  out.h, out.w, out.c, ft, first_single, r);
     else
-        dupup_kernel<1><<<(unsigned)blocks, 256, 0, c->stream>>>((bf16 *)out.ptr, out.sf, out.sh, out.sw,
+        w22_dupup_kernel<1><<<(unsigned)blocks, 256, 0, c->stream>>>((bf16 *)out.ptr, out.sf, out.sh, out.sw,
                                                                  (const bf16 *)in.ptr, in.sf, in.sh, in.sw, out.f,
                                                                  out.h, out.w, out.c, ft, first_single, r);
     CU_LAUNCHED(c, "dupup_add");

@@ -5,7 +5,7 @@
 
 /* dst = src (or 0 when src is NULL), VEC channels per thread. */
 template <int VEC>
-__global__ void copy_kernel(bf16 *dst, long dsf, long dsh, long dsw, const bf16 *src, long ssf, long ssh, long ssw,
+__global__ void w22_copy_kernel(bf16 *dst, long dsf, long dsh, long dsw, const bf16 *src, long ssf, long ssh, long ssw,
                             int F, int H, int W, int C) {
     const int cv = C / VEC;
     const long total = (long)F * H * W * cv;
@@ -50,10 +50,10 @@ static w22_status copy_or_zero(w22_cuda *c, w22_view dst, const w22_view *src) {
     const bf16 *sp = src ? (const bf16 *)src->ptr : NULL;
     const long ssf = src ? src->sf : 0, ssh = src ? src->sh : 0, ssw = src ? src->sw : 0;
     if (vec)
-        copy_kernel<8><<<grid_for(elems / 8, 256), 256, 0, c->stream>>>((bf16 *)dst.ptr, dst.sf, dst.sh, dst.sw, sp,
+        w22_copy_kernel<8><<<grid_for(elems / 8, 256), 256, 0, c->stream>>>((bf16 *)dst.ptr, dst.sf, dst.sh, dst.sw, sp,
                                                                         ssf, ssh, ssw, dst.f, dst.h, dst.w, dst.c);
     else
-        copy_kernel<1><<<grid_for(elems, 256), 256, 0, c->stream>>>((bf16 *)dst.ptr, dst.sf, dst.sh, dst.sw, sp, ssf,
+        w22_copy_kernel<1><<<grid_for(elems, 256), 256, 0, c->stream>>>((bf16 *)dst.ptr, dst.sf, dst.sh, dst.sw, sp, ssf,
                                                                     ssh, ssw, dst.f, dst.h, dst.w, dst.c);
     CU_LAUNCHED(c, src ? "copy" : "zero");
     return W22_OK;
@@ -65,7 +65,7 @@ w22_status w22_cuda_copy(w22_backend *b, w22_view dst, w22_view src) { return co
 /* out(f, y, x, c) = z[c][t0 + f][y0 + y][x]; one thread per output element, channels fastest (writes coalesce;
  * the latents are small). */
 template <typename T>
-__global__ void latents_kernel(const T *z, int C, int Tz, int Hz, int Wz, int t0, int y0, bf16 *out, long osf,
+__global__ void w22_latents_kernel(const T *z, int C, int Tz, int Hz, int Wz, int t0, int y0, bf16 *out, long osf,
                                long osh, long osw, int F, int H, int W) {
     const long total = (long)F * H * W * C;
     for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
@@ -93,10 +93,10 @@ w22_status w22_cuda_latents_in(w22_backend *b, const void *z, w22_dtype zt, int 
     const long total = (long)out.f * out.h * out.w * C;
     if (total <= 0) return W22_OK;
     if (zt == W22_DTYPE_F32)
-        latents_kernel<float><<<grid_for(total, 256), 256, 0, c->stream>>>(
+        w22_latents_kernel<float><<<grid_for(total, 256), 256, 0, c->stream>>>(
             (const float *)z, C, T, H, W, t0, y0, (bf16 *)out.ptr, out.sf, out.sh, out.sw, out.f, out.h, out.w);
     else
-        latents_kernel<bf16><<<grid_for(total, 256), 256, 0, c->stream>>>(
+        w22_latents_kernel<bf16><<<grid_for(total, 256), 256, 0, c->stream>>>(
             (const bf16 *)z, C, T, H, W, t0, y0, (bf16 *)out.ptr, out.sf, out.sh, out.sw, out.f, out.h, out.w);
     CU_LAUNCHED(c, "latents_in");
     return W22_OK;
@@ -105,7 +105,7 @@ w22_status w22_cuda_latents_in(w22_backend *b, const void *z, w22_dtype zt, int 
 /* dst(c, f, p*y + p2, p*x + p1) = clamp(in(f, y, x, c*p*p + p1*p + p2)); one thread per video element, columns
  * fastest (video writes coalesce). The clamp keeps NaN (as torch.clamp does). */
 template <typename T>
-__global__ void unpatchify_kernel(const bf16 *in, long isf, long ish, long isw, int F, int h, int w, int nc, int p,
+__global__ void w22_unpatchify_kernel(const bf16 *in, long isf, long ish, long isw, int F, int h, int w, int nc, int p,
                                   T *dst, long dsc, long dsf, long dsy, long dsx) {
     const int Hv = p * h, Wv = p * w;
     const long total = (long)nc * F * Hv * Wv;
@@ -138,11 +138,11 @@ w22_status w22_cuda_unpatchify(w22_backend *b, w22_view in, int p, w22_video_dst
     const long total = (long)nc * in.f * p * in.h * p * in.w;
     if (total <= 0) return W22_OK;
     if (dst.dtype == W22_DTYPE_F32)
-        unpatchify_kernel<float><<<grid_for(total, 256), 256, 0, c->stream>>>(
+        w22_unpatchify_kernel<float><<<grid_for(total, 256), 256, 0, c->stream>>>(
             (const bf16 *)in.ptr, in.sf, in.sh, in.sw, in.f, in.h, in.w, nc, p, (float *)dst.ptr, dst.sc, dst.sf,
             dst.sy, dst.sx);
     else
-        unpatchify_kernel<bf16><<<grid_for(total, 256), 256, 0, c->stream>>>(
+        w22_unpatchify_kernel<bf16><<<grid_for(total, 256), 256, 0, c->stream>>>(
             (const bf16 *)in.ptr, in.sf, in.sh, in.sw, in.f, in.h, in.w, nc, p, (bf16 *)dst.ptr, dst.sc, dst.sf,
             dst.sy, dst.sx);
     CU_LAUNCHED(c, "unpatchify");

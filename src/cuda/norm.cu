@@ -6,7 +6,7 @@
 #include "cuda_ops.h"
 
 template <int VEC>
-__global__ void rmsnorm_kernel(const bf16 *in, long isf, long ish, long isw, bf16 *out, long osf, long osh, long osw,
+__global__ void w22_rmsnorm_kernel(const bf16 *in, long isf, long ish, long isw, bf16 *out, long osf, long osh, long osw,
                                const float *gamma, int F, int H, int W, int C, int silu) {
     const long pix = (long)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
@@ -71,11 +71,11 @@ w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
     const int vec = in.c % 8 == 0 && (uintptr_t)in.ptr % 16 == 0 && (uintptr_t)out.ptr % 16 == 0 && in.sf % 8 == 0 &&
                     in.sh % 8 == 0 && in.sw % 8 == 0 && out.sf % 8 == 0 && out.sh % 8 == 0 && out.sw % 8 == 0;
     if (vec)
-        rmsnorm_kernel<8><<<(unsigned)blocks, warps * 32, 0, c->stream>>>(
+        w22_rmsnorm_kernel<8><<<(unsigned)blocks, warps * 32, 0, c->stream>>>(
             (const bf16 *)in.ptr, in.sf, in.sh, in.sw, (bf16 *)out.ptr, out.sf, out.sh, out.sw,
             (const float *)g->dev, in.f, in.h, in.w, in.c, silu);
     else
-        rmsnorm_kernel<1><<<(unsigned)blocks, warps * 32, 0, c->stream>>>(
+        w22_rmsnorm_kernel<1><<<(unsigned)blocks, warps * 32, 0, c->stream>>>(
             (const bf16 *)in.ptr, in.sf, in.sh, in.sw, (bf16 *)out.ptr, out.sf, out.sh, out.sw,
             (const float *)g->dev, in.f, in.h, in.w, in.c, silu);
     CU_LAUNCHED(c, "rmsnorm");

@@ -13,6 +13,7 @@ Plain Python (no torch, no numpy).
 import argparse
 import json
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -116,17 +117,18 @@ def history_row(report):
 
 
 def write(path, report):
-    """Replaces the latest-run block of a markdown file and adds the history row (once per date and commit)."""
+    """Replaces the latest-run block of a markdown file (its markers each on a line of their own) and adds the
+    history row (once per date and commit)."""
     with open(path) as f:
         text = f.read()
-    if LATEST[0] not in text or LATEST[1] not in text:
-        raise SystemExit(f"{path}: no {LATEST[0]} ... {LATEST[1]} block to replace")
-    head, rest = text.split(LATEST[0], 1)
-    _, tail = rest.split(LATEST[1], 1)
-    text = f"{head}{LATEST[0]}\n{table(report)}\n{LATEST[1]}{tail}"
+    block = re.compile(f"^{re.escape(LATEST[0])}$.*?^{re.escape(LATEST[1])}$", re.M | re.S)
+    if not block.search(text):
+        raise SystemExit(f"{path}: no {LATEST[0]} ... {LATEST[1]} block (markers on lines of their own)")
+    text = block.sub(lambda _: f"{LATEST[0]}\n{table(report)}\n{LATEST[1]}", text, count=1)
     row = history_row(report)
-    if HISTORY_END in text and row not in text:
-        text = text.replace(HISTORY_END, f"{row}\n{HISTORY_END}")
+    end = re.compile(f"^{re.escape(HISTORY_END)}$", re.M)
+    if end.search(text) and row not in text:
+        text = end.sub(lambda _: f"{row}\n{HISTORY_END}", text, count=1)
     with open(path + ".tmp", "w") as f:
         f.write(text)
     os.replace(path + ".tmp", path)

@@ -236,7 +236,8 @@ class Report(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "PERF.md")
             with open(path, "w") as f:
-                f.write(f"# Perf\n{report.LATEST[0]}\nold\n{report.LATEST[1]}\n\n{report.HISTORY_HEADER}\n"
+                f.write(f"# Perf\nprose naming `{report.LATEST[0]}` inline\n{report.LATEST[0]}\nold\n"
+                        f"{report.LATEST[1]}\n\n{report.HISTORY_HEADER}\n"
                         f"{report.HISTORY_END}\n")
             r = sample_run()
             report.write(path, r)
@@ -244,6 +245,7 @@ class Report(unittest.TestCase):
             with open(path) as f:
                 text = f.read()
             self.assertNotIn("old", text)
+            self.assertIn("prose naming", text)
             self.assertEqual(text.count(report.history_row(r)), 1)
             self.assertIn("| f121x1 |", text)
 

@@ -24,17 +24,23 @@ void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total
     const w22_model *m = &d->model;
     const size_t es = d->backend->ops->elem_size;
     const int H = d->rows << st->level, W = d->w << st->level, q = st->chunk;
-    int cmax = st->cin;
+    /* Channels each buffer must hold: activations and conv outputs (cact), conv inputs (cin_max). */
+    int cact = 0, cin_max = st->cin;
     for (int l = st->layer0; l < st->layer1; l++) {
-        if (m->layers[l].cin > cmax) cmax = m->layers[l].cin;
-        if (m->layers[l].cout > cmax) cmax = m->layers[l].cout;
+        const w22_layer *L = &m->layers[l];
+        if (L->kind == W22_L_RESBLOCK || L->kind == W22_L_ATTN || L->kind == W22_L_CONV_IN) {
+            if (L->cout > cact) cact = L->cout;
+        }
+        if (L->cin > cin_max) cin_max = L->cin;
+        if (L->cout > cin_max && L->kind != W22_L_UPSAMPLE && L->kind != W22_L_DUPUP) cin_max = L->cout;
     }
+    if (cact == 0) cact = st->cin;
     const int cout = m->dims[s < 3 ? s + 1 : 4];
     size_t sizes[8] = {
-        w22_frames_bytes(q, H, W, cmax, 0, es),      /* 0: XA */
-        w22_frames_bytes(q, H, W, cmax, 0, es),      /* 1: XB */
-        w22_frames_bytes(q, H, W, cmax, 0, es),      /* 2: T1 (conv1 out, attention in/out, head out) */
-        w22_frames_bytes(2 + q, H, W, cmax, 1, es),  /* 3: NH (conv inputs with history and border) */
+        w22_frames_bytes(q, H, W, cact, 0, es),         /* 0: XA */
+        w22_frames_bytes(q, H, W, cact, 0, es),         /* 1: XB */
+        w22_frames_bytes(q, H, W, cact, 0, es),         /* 2: T1 (conv1 out, attention in/out, head out) */
+        w22_frames_bytes(2 + q, H, W, cin_max, 1, es),  /* 3: NH (conv inputs with history and border) */
         st->temporal ? w22_frames_bytes(2 + q, H, W, cout, 0, es) : 0, /* 4: TH (time_conv input) */
         s < 3 ? w22_frames_bytes(2 * q, H, W, cout, 1, es) : 0,        /* 5: U (upsample conv input) */
         s == 0 ? w22_frames_bytes(q, H, W, 3 * m->dims[0], 0, es) : 0, /* 6: QKV */

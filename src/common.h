@@ -42,6 +42,9 @@ uint16_t w22_f32_to_f16(float f);
 void w22_to_f32(const void *src, w22_dtype t, size_t n, float *dst);
 void w22_from_f32(const float *src, size_t n, w22_dtype t, void *dst);
 
+/* "[1, 48, 3, 44, 78]" into buf, for messages. */
+void w22_shape_text(char *buf, size_t cap, int ndim, const int64_t *shape);
+
 int w22_num_cores(void);
 double w22_now(void); /* seconds, monotonic */
 

@@ -136,6 +136,13 @@ void w22_from_f32(const float *src, size_t n, w22_dtype t, void *dst) {
     }
 }
 
+void w22_shape_text(char *buf, size_t cap, int ndim, const int64_t *s) {
+    size_t k = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)s[i]);
+    if (k < cap) snprintf(buf + k, cap - k, "]");
+}
+
 int w22_num_cores(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;

@@ -403,13 +403,6 @@ static int parse_dtype(const char *s, w22_dtype *t) {
     return 1;
 }
 
-static void shape_text(char *buf, size_t cap, int ndim, const int64_t *s) {
-    size_t k = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < ndim && k < cap; i++)
-        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)s[i]);
-    if (k < cap) snprintf(buf + k, cap - k, "]");
-}
-
 /* One tensor entry: {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, checked against the data
  * section [data, data + data_size). */
 static w22_status read_tensor(const jparser *p, const jnode *e, const unsigned char *data, size_t data_size,
@@ -458,7 +451,7 @@ static w22_status read_tensor(const jparser *p, const jnode *e, const unsigned c
         t->shape[t->ndim++] = d->ival;
     }
     char st[256];
-    shape_text(st, sizeof st, t->ndim, t->shape);
+    w22_shape_text(st, sizeof st, t->ndim, t->shape);
     int64_t numel = 1, nbytes;
     for (int i = 0; i < t->ndim; i++)
         if (__builtin_mul_overflow(numel, t->shape[i], &numel))

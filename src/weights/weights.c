@@ -41,13 +41,6 @@ static int config_parse(const char *s, w22_config *c) {
     return 1;
 }
 
-static void shape_text(char *buf, size_t cap, int ndim, const int64_t *s) {
-    size_t k = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < ndim && k < cap; i++)
-        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)s[i]);
-    if (k < cap) snprintf(buf + k, cap - k, "]");
-}
-
 static int ends_with(const char *s, const char *suffix, size_t *prefix_len) {
     size_t n = strlen(s), m = strlen(suffix);
     if (n < m || strcmp(s + n - m, suffix) != 0) return 0;
@@ -147,7 +140,7 @@ static w22_status bind_tensors(w22_weights *w, const w22_st_file *f, const char 
     char got[256], want[256];
     for (int i = 0; i < m->nweights; i++) {
         const w22_weight_desc *d = &m->weights[i];
-        shape_text(want, sizeof want, d->ndim, d->shape);
+        w22_shape_text(want, sizeof want, d->ndim, d->shape);
         const w22_st_tensor *t = find_named(f, prefix, d->name);
         if (!t)
             return w22_fail(W22_ERR_MISSING_TENSOR, "%s: tensor '%s%s' is missing; expected shape %s (config "
@@ -155,7 +148,7 @@ static w22_status bind_tensors(w22_weights *w, const w22_st_file *f, const char 
         int same = t->ndim == d->ndim;
         for (int k = 0; same && k < d->ndim; k++) same = t->shape[k] == d->shape[k];
         if (!same) {
-            shape_text(got, sizeof got, t->ndim, t->shape);
+            w22_shape_text(got, sizeof got, t->ndim, t->shape);
             return w22_fail(W22_ERR_BAD_SHAPE, "%s: tensor '%s' has shape %s, expected %s (config z_dim %d, "
                             "base_dim %d)", path, t->name, got, want, m->cfg.z_dim, m->cfg.base_dim);
         }

@@ -12,6 +12,8 @@
 #include "cuda_internal.h"
 #include "conv_tiles.h"
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define BK W22_CONV_BK
 #define ROW_BYTES (BK * 2) /* one smem row: 64 bf16 */
@@ -303,6 +305,17 @@ static const char *mma_blocker(const w22_gemm *g) {
     return NULL;
 }
 
+/* W22_CONV_TILE=mid runs the wide GEMMs on the 128x128 tile too (2 blocks per SM): a measurement switch for
+ * choosing the tile table's rows on the GPU, read once. */
+static int tile_override_mid(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_CONV_TILE");
+        v = e && strcmp(e, "mid") == 0;
+    }
+    return v;
+}
+
 w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what) {
     if (g->M <= 0 || g->N <= 0) return W22_OK;
     const char *why = mma_blocker(g);
@@ -317,7 +330,7 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what) {
     if (g->N <= 32) {
         c->last_path = "mma 128x32";
         s = cfg_small::launch(c, g, main_iters, iters, what);
-    } else if (g->N < 256) {
+    } else if (g->N < 256 || tile_override_mid()) {
         c->last_path = "mma 128x128";
         s = cfg_mid::launch(c, g, main_iters, iters, what);
     } else {

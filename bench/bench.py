@@ -11,9 +11,22 @@ tensors in diffusers' named_parameters() order (or what prepare returned), out a
 [1, 3, 4T-3, 704, 1248]. Where the package cannot be imported, a ctypes binding of the C API stands in for it
 (Ours below), so the bench never waits for the package.
 
-Workloads: <clip>x<world>. A clip is the first T latent frames of one synthetic T=121 clip (weights and latents
-from the library's generator, docs/synthetic.md): f1, f5, f17 (T = 1, 2, 5) are checked only; f121, f241, f481
-(T = 31, 61, 121) are checked, audited and timed. World 1 only for now.
+Workloads: <clip>x<world>, the seed's fifteen. A clip is the first T latent frames of one synthetic T=121 clip
+(weights and latents from the library's generator, docs/synthetic.md): f1, f5, f17 (T = 1, 2, 5) at worlds 1 and 4
+are checked only; f121, f241, f481 (T = 31, 61, 121) at worlds 1, 2 and 4 are checked and timed (the nine timed
+workloads), and audited at world 1. A bare clip name means world 1. A world larger than the GPU count is skipped
+(setup.skipped_workloads says why).
+
+Worlds: world 1 runs in this process (NCCL group of one over 127.0.0.1). For a world W > 1, torch.multiprocessing
+(spawn) starts one process per rank, rank r on GPU r; each initializes NCCL over 127.0.0.1 with its device (the pg
+passed to prepare/run) and a gloo group for the bench's own barriers, loads the same synthetic weights onto its GPU,
+calls prepare(weights, rank, W, pg) and runs that world's workloads in order: z (the full latents) on every rank at
+a fresh address, out NaN-filled at a fresh 256-byte-aligned address on rank 0 and an empty tensor elsewhere. The
+warm-up is checked on rank 0 against the same fp32 reference and calibration as world 1 (made in this process
+before the ranks start). A rank that raises, dies or hangs (--start-timeout, --workload-timeout) fails the workload
+it was at, with its traceback; every rank process is then stopped and the workloads after it run in new ones. The
+ranks run with NVLink multicast off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1,
+NVSHMEM_DISABLE_NVLS=1), as the device machines require.
 
 Correctness: the first call of a workload (its warm-up) is checked against diffusers' fp32 decode (TF32 off) of
 the same bf16 latents and weights: every element finite and in [-1, 1], max|d| <= min(2, 3 x bf16_max_abs),
@@ -22,16 +35,20 @@ calibration, made in the same run). Every later call (the audited one, the trial
 output within the same allowance. z must not be written, nor the weights; run must not start threads.
 
 Timing: after the warm-up, 3 trials (2 when the warm-up took 1.5 s or more); a trial is one call timed by the wall
-clock between device syncs. Latency of record: the mean of the trials. While the calls run, a thread reads the SM
-clock and the used device memory through NVML every 20 ms. nvidia-smi is asked before every trial which processes
-hold the GPU: a workload timed while another did is marked shared.
+clock between device syncs (at W > 1: synchronize, barrier, start, run, synchronize, barrier, stop; rank 0's time).
+Latency of record: the mean of the trials. While the calls run, a thread of this process reads the SM clock and the
+used device memory of every rank's GPU through NVML every 20 ms (clock_mhz is rank 0's GPU; world_clock_mhz the range
+of the GPUs' means, shown when they differ by 2% or more). nvidia-smi is asked before every trial which processes
+hold the world's GPUs: a workload timed while another did is marked shared.
 
 Audit: one more call per timed clip under torch.profiler (CUPTI), its kernels grouped by library: ours, cuBLAS,
 cuDNN, ATen, NCCL, other. Library kernels (cuBLAS, cuDNN, ATen) inside our decode must be none.
 
-Bound: the decode's FLOPs (w22_decode_flops, or the count of docs/wan22-decoder.md) at 990 TFLOP/s (the H200's
-dense bf16 datasheet rate), or the weights and video at 4.8 TB/s, whichever is slower; gap = latency / bound.
-Also the bound at the bf16 GEMM rate measured in the run (torch, 8192^3).
+Bound: the decode's FLOPs (w22_decode_flops, or the count of docs/wan22-decoder.md) spread over the world's W GPUs
+at 990 TFLOP/s each (the H200's dense bf16 datasheet rate), or the weights and video at 4.8 TB/s, whichever is
+slower; gap = latency / bound. Also the bound at the bf16 GEMM rate measured in the run (torch, 8192^3). The summary
+gives the geomean over the nine timed workloads (and over whichever timed ones ran) with its gap, and the scaling
+ratios x1 / xW of each clip timed at both (the issue's targets: f481x2 >= 1.85, f481x4 >= 3.5).
 
 diffusers: its bf16 decode of the same clip is timed in the same run (1 warm-up, which is also the calibration's
 decode, then the trials), with its peak memory above the loaded model; speedup = diffusers ms / our ms.
@@ -41,6 +58,7 @@ Running it (bench/README.md has the device command lines)
     python3 bench/bench.py --workload f1 f5 f17 f121 --commit abc1234 --json $OUT/r.json
     python3 bench/bench.py --workload f241 --merge bench/results/r.json --json $OUT/r.json
     python3 bench/bench.py --workload f121 f241 f481 --no-check          timing only (skips the fp32 decodes)
+    python3 bench/bench.py --workload f481x1 f481x2 f481x4               worlds 1, 2, 4 (needs 4 GPUs)
 
 diffusers' fp32 decode takes about 2.3 s per latent frame on an H200 (280 s at T=121), so a full run is split
 into commands of under 10 minutes that merge into one JSON (--merge). References and calibration are cached under
@@ -71,7 +89,19 @@ CLIPS = {"f1": 1, "f5": 2, "f17": 5, "f121": 31, "f241": 61, "f481": 121}
 TIMED_CLIPS = ("f121", "f241", "f481")
 FULL_T = 121                    # the one synthetic clip every clip is cut from
 LATENT_H, LATENT_W, Z_DIM = 44, 78, 48
-WORLDS = (1,)                   # more with the multi-GPU issue
+WORLDS = (1, 2, 4)
+# The seed's workloads in its order: name -> (clip, world). Short clips at worlds 1 and 4 (checked only), the long
+# ones at 1, 2 and 4 (the nine timed workloads).
+WORKLOADS = {f"{c}x{w}": (c, w) for w, cs in ((1, tuple(CLIPS)), (4, ("f1", "f5", "f17")), (2, TIMED_CLIPS),
+                                               (4, TIMED_CLIPS)) for c in cs}
+TIMED_WORKLOADS = tuple(n for n, (c, _) in WORKLOADS.items() if c in TIMED_CLIPS)
+# The multi-GPU issue's targets: x1 latency / xW latency of f481.
+SCALING_TARGETS = {"f481x2": 1.85, "f481x4": 3.5}
+# NVLink multicast stays off in every process the bench starts (the device machines require it).
+NO_MULTICAST_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+# Limits on the rank processes of a world > 1 (defaults of --start-timeout / --workload-timeout): their start (NCCL,
+# weights, prepare) and one workload; then every rank is stopped, SIGTERM and after STOP_GRACE_SEC SIGKILL.
+SESSION_START_SEC, WORKLOAD_SEC, STOP_GRACE_SEC = 300, 360, 15
 
 # Trials per timed workload, fewer when one call takes long (the seed's numbers).
 TRIALS, LONG_TRIALS, LONG_CALL_S = 3, 2, 1.5
@@ -102,14 +132,38 @@ def workload_name(clip, world):
 
 
 def parse_workload(s):
-    """'f121' or 'f121x1' -> ('f121', 1)."""
-    m = re.fullmatch(r"(f\d+)(?:x(\d+))?", s)
+    """'f121' or 'f121x1' -> ('f121', 1); 'f481x4' -> ('f481', 4); only the seed's workloads (WORKLOADS)."""
+    m = re.fullmatch(r"(f\d+)(?:x(\d+))?", s.strip())
     if not m or m.group(1) not in CLIPS:
         raise ValueError(f"unknown workload '{s}': expected one of {', '.join(CLIPS)} (optionally with x<world>)")
-    world = int(m.group(2) or 1)
-    if world not in WORLDS:
-        raise ValueError(f"workload '{s}': world {world} is not supported yet (worlds: {WORLDS})")
-    return m.group(1), world
+    name = workload_name(m.group(1), int(m.group(2) or 1))
+    if name not in WORKLOADS:
+        worlds = [w for c, w in WORKLOADS.values() if c == m.group(1)]
+        raise ValueError(f"workload '{s}' is not one of the seed's: {m.group(1)} runs at worlds "
+                         f"{', '.join(map(str, worlds))} ({', '.join(WORKLOADS)})")
+    return WORKLOADS[name]
+
+
+def workload_order(names):
+    """Workload names (or bare clips) -> [(clip, world)] without repeats, in the seed's order (world 1 first, then
+    each larger world, clips by length); raises ValueError on an unknown name."""
+    got = {parse_workload(n) for n in names}
+    rank = {cw: i for i, cw in enumerate(WORKLOADS.values())}
+    return sorted(got, key=lambda cw: (cw[1], rank[cw]))
+
+
+def plan_worlds(order, gpus, why_not=None):
+    """Splits [(clip, world)] into those this machine runs and {name: reason} for those it skips: worlds larger than
+    its GPU count, and worlds > 1 where why_not (e.g. the ctypes binding) says they cannot run."""
+    run, skipped = [], {}
+    for c, w in order:
+        if w > gpus:
+            skipped[workload_name(c, w)] = f"needs {w} GPUs; this machine has {gpus}"
+        elif w > 1 and why_not:
+            skipped[workload_name(c, w)] = why_not
+        else:
+            run.append((c, w))
+    return run, skipped
 
 
 def video_shape(T, h=LATENT_H, w=LATENT_W):
@@ -150,9 +204,53 @@ def min_bytes(T, h=LATENT_H, w=LATENT_W, weight_bytes=555_051_580 * 2):
     return weight_bytes + 2 * Z_DIM * T * h * w + 2 * math.prod(video_shape(T, h, w))
 
 
-def bound_ms(flops, nbytes, tflops=PEAK_TFLOPS, bytes_per_s=PEAK_BYTES_PER_S):
-    """The slower of the arithmetic at the tensor-core rate and the bytes at the memory bandwidth, in ms."""
-    return 1e3 * max(flops / (tflops * 1e12), nbytes / bytes_per_s)
+def bound_ms(flops, nbytes, tflops=PEAK_TFLOPS, bytes_per_s=PEAK_BYTES_PER_S, world=1):
+    """The slower of the arithmetic spread over the world's GPUs at the tensor-core rate each and the bytes at one
+    GPU's memory bandwidth (every rank reads all the weights), in ms."""
+    return 1e3 * max(flops / (world * tflops * 1e12), nbytes / bytes_per_s)
+
+
+def scaling_ratios(workloads):
+    """{'<clip>x<W>': ms of <clip>x1 / ms of <clip>x<W>} for each clip timed at world 1 and at a world W > 1."""
+    out = {}
+    for name, (clip, world) in WORKLOADS.items():
+        one = (workloads.get(workload_name(clip, 1)) or {}).get("ms")
+        ms = (workloads.get(name) or {}).get("ms")
+        if world > 1 and one and ms:
+            out[name] = one / ms
+    return out
+
+
+def world_clocks(means):
+    """Per-GPU mean SM clocks of a world's trials (rank order, None where unread) -> clock_mhz (rank 0's GPU),
+    clock_mhz_ranks and world_clock_mhz [lowest, highest] (where every GPU was read)."""
+    out = {"clock_mhz": means[0] if means else None, "clock_mhz_ranks": list(means)}
+    if means and all(means):
+        out["world_clock_mhz"] = [min(means), max(means)]
+    return out
+
+
+def clock_text(r):
+    """', SM clock 1980 MHz' (and ', the world's GPUs 1900-1980 MHz' where they differ by 2% or more) or ''."""
+    if not r.get("clock_mhz"):
+        return ""
+    text = f", SM clock {r['clock_mhz']:.0f} MHz"
+    lo, hi = r.get("world_clock_mhz") or (None, None)
+    if lo and hi and hi - lo >= 0.02 * r["clock_mhz"]:
+        text += f", the world's GPUs {lo:.0f}-{hi:.0f} MHz"
+    return text
+
+
+def peak_above(samples, calls, mem0):
+    """Our peak device memory on one GPU, in bytes: the highest NVML used-memory sample [(time, used)] inside each
+    call window (start, stop, harness reserved bytes), less the device's use before prepare and the harness's growth
+    since prepare; None without samples."""
+    peaks = []
+    for start, stop, harness in calls:
+        got = [u for t, u in samples if start <= t <= stop and u is not None]
+        if got and mem0.get("nvml") is not None:
+            peaks.append(max(got) - mem0["nvml"] - (harness - mem0["reserved_after_prepare"]))
+    return max(peaks) if peaks else None
 
 
 def allowance(calib):
@@ -304,6 +402,19 @@ def others_holding(questions, ours_pid):
     return len(seen - {ours_pid}) if ours_pid in seen else max(0, len(seen) - 1)
 
 
+def others_holding_world(questions, uuids, ours):
+    """others_holding for a world's GPUs: questions are {uuid: pids} (gpu_holders_all) or None; ours the pids of
+    the bench's processes (the ranks and this one). Where nvidia-smi shows none of ours on a GPU (another PID
+    namespace), one holder of it is taken to be its rank."""
+    if not questions or any(q is None for q in questions):
+        return None
+    total = 0
+    for uuid in uuids:
+        seen = set().union(*(q.get(uuid, set()) for q in questions))
+        total += len(seen - set(ours)) if seen & set(ours) else max(0, len(seen) - 1)
+    return total
+
+
 def merge_reports(old, new):
     """One report from two runs: new's setup (the older ones kept in 'runs'), and per workload new's fields over
     old's, so that a run that made the diffusers side and another that timed ours make one record."""
@@ -336,15 +447,35 @@ def finalize(report):
         if r.get("timed"):
             timed.append(name)
     ws = report.get("workloads", {})
-    s = {"timed": sorted(timed, key=lambda n: (CLIPS.get(parse_clip(n), 0), n))}
+    world_of = lambda n: ws[n].get("world", 1)  # noqa: E731
+    s = {"timed": sorted(timed, key=lambda n: (world_of(n), CLIPS.get(parse_clip(n), 0), n))}
+    # diffusers runs on one GPU: the speedup over it is world 1's (at world 1 alone, every timed workload).
+    one = [n for n in s["timed"] if world_of(n) == 1]
     if timed and all(ws[n].get("ms") for n in timed):
         s["geomean_ms"] = geomean(ws[n]["ms"] for n in timed)
         s["geomean_gap"] = geomean(ws[n].get("gap") for n in timed)
-        s["geomean_speedup"] = geomean(ws[n].get("speedup") for n in timed)
+        s["geomean_speedup"] = geomean(ws[n].get("speedup") for n in one)
         clocks = [ws[n].get("clock_mhz") for n in timed]
         s["mean_clock_mhz"] = statistics.mean(clocks) if all(clocks) else None
-    if timed and all((ws[n].get("diffusers") or {}).get("ms") for n in timed):
-        s["geomean_diffusers_ms"] = geomean(ws[n]["diffusers"]["ms"] for n in timed)
+    if one and all((ws[n].get("diffusers") or {}).get("ms") for n in one):
+        s["geomean_diffusers_ms"] = geomean(ws[n]["diffusers"]["ms"] for n in one)
+    worlds = sorted({world_of(n) for n in timed})
+    if worlds != [1] and timed:
+        # Per world, and over the nine of the issue when every one of them was timed.
+        s["worlds"] = {}
+        for w in worlds:
+            names = [n for n in s["timed"] if world_of(n) == w]
+            if all(ws[n].get("ms") for n in names):
+                s["worlds"][str(w)] = {"timed": names, "geomean_ms": geomean(ws[n]["ms"] for n in names),
+                                       "geomean_gap": geomean(ws[n].get("gap") for n in names)}
+    if all((ws.get(n) or {}).get("ms") for n in TIMED_WORKLOADS):
+        s["nine_geomean_ms"] = geomean(ws[n]["ms"] for n in TIMED_WORKLOADS)
+        s["nine_geomean_gap"] = geomean(ws[n].get("gap") for n in TIMED_WORKLOADS)
+    ratios = scaling_ratios(ws)
+    if ratios:
+        s["scaling"] = ratios
+        s["scaling_targets"] = {n: {"target": t, "met": ratios[n] >= t} for n, t in SCALING_TARGETS.items()
+                                if n in ratios}
     checked = [n for n, r in ws.items() if "check" in r]
     s["checked"] = len(checked)
     s["check_passed"] = sum(1 for n in checked if ws[n]["check"]["passed"] and not ws[n].get("agree_error"))
@@ -907,7 +1038,11 @@ def diffusers_phase(a, clips, names, weights, z_full, refs, calib, cache_key, sa
     log(f"diffusers {diff.version}: model built and loaded in {time.monotonic() - t0:.1f} s")
     for clip in clips:
         T = CLIPS[clip]
-        r = report["workloads"].setdefault(workload_name(clip, 1), {})
+        # Its world-1 workload's record; a clip run only at worlds > 1 keeps its reference time under "clips".
+        r = report["workloads"].get(workload_name(clip, 1))
+        at_one = r is not None
+        if r is None:
+            r = report.setdefault("clips", {}).setdefault(clip, {})
         z = z_full[:, :, :T].contiguous()
         try:
             if a.check and not refs.has(clip):
@@ -919,7 +1054,7 @@ def diffusers_phase(a, clips, names, weights, z_full, refs, calib, cache_key, sa
                 r["reference_s"] = e - s
                 log(f"{clip}: fp32 reference decoded in {e - s:.1f} s")
             want_calib = a.check and clip not in calib
-            want_time = a.diffusers and clip in TIMED_CLIPS and a.time
+            want_time = a.diffusers and clip in TIMED_CLIPS and a.time and at_one
             if not (want_calib or want_time):
                 continue
             diff.to(torch.bfloat16)
@@ -966,17 +1101,24 @@ def diffusers_phase(a, clips, names, weights, z_full, refs, calib, cache_key, sa
 # Our decode: one workload.
 # ---------------------------------------------------------------------------------------------------------------
 def run_workload(a, clip, world, ours, weights, marks, pg, z_full, refs, calib, sampler, mem0, flops_of,
-                 our_names, uuid):
+                 our_names, uuid, rank=0, harness=None, world_gpus=None):
+    """One workload on one rank. World 1 (harness None): the whole record, sampled by this process's sampler. A rank
+    of a world > 1 (harness: the gloo group of the bench's barriers; world_gpus: [(pid, uuid)] of the ranks, this
+    process's parent last): in step with the other ranks; rank 0's record, with the trial windows, every rank's call
+    windows and memory baseline for the parent to read its NVML samples by ('windows', 'rank_calls', 'rank_mem0')."""
     import torch
     T = CLIPS[clip]
     dev = z_full.device
+    multi = harness is not None
+    if multi:
+        import torch.distributed as dist
     timed = clip in TIMED_CLIPS and a.time
     audited = clip in TIMED_CLIPS and a.audit and world == 1
     calls = 1 + audited + (TRIALS if timed else 0)
     seed = list(CLIPS).index(clip)
     z0 = z_full[:, :, :T].contiguous()
     zs = Pool(z0.shape, z0.dtype, dev, calls, seed)
-    outs = Pool(video_shape(T), torch.bfloat16, dev, calls, seed + 1)
+    outs = Pool(video_shape(T), torch.bfloat16, dev, calls, seed + 1) if rank == 0 else None
     res = {"clip": clip, "T": T, "world": world, "timed": clip in TIMED_CLIPS}
     problems, call_windows = [], []
     threads = threading.active_count()
@@ -984,7 +1126,8 @@ def run_workload(a, clip, world, ours, weights, marks, pg, z_full, refs, calib, 
     def arguments():
         z = zs.next()
         z.copy_(z0)
-        return z, outs.next().fill_(math.nan)
+        out = outs.next().fill_(math.nan) if outs else torch.empty(0, dtype=torch.bfloat16, device=dev)
+        return z, out
 
     def unchanged(z):
         if not torch.equal(z, z0) and "run() wrote its input z" not in problems:
@@ -993,21 +1136,27 @@ def run_workload(a, clip, world, ours, weights, marks, pg, z_full, refs, calib, 
     def call():
         z, out = arguments()
         torch.cuda.synchronize()
-        harness = torch.cuda.memory_reserved()
+        if multi:
+            dist.barrier(group=harness)
+        held = torch.cuda.memory_reserved()
         start = time.monotonic()
-        ours.run(z, weights, 0, world, pg, out)
+        ours.run(z, weights, rank, world, pg, out)
         torch.cuda.synchronize()
+        if multi:
+            dist.barrier(group=harness)
         stop = time.monotonic()
-        call_windows.append((start, stop, harness))
+        call_windows.append((start, stop, held))
         unchanged(z)
         return out, start, stop
 
-    # The warm-up: the call checked.
+    # The warm-up: the call checked (on rank 0, which holds the video).
     out, start, stop = call()
     warm = stop - start
     res["warmup_ms"] = 1e3 * warm
     allowed = None
-    if a.check:
+    if rank != 0:
+        pass
+    elif a.check:
         if clip in calib and refs.has(clip):
             allowed = allowance(calib[clip])
             res["calibration"] = calib[clip]
@@ -1016,7 +1165,7 @@ def run_workload(a, clip, world, ours, weights, marks, pg, z_full, refs, calib, 
             res["check_skipped"] = "no reference or calibration (diffusers side failed or was not run)"
     else:
         res["check_skipped"] = "--no-check"
-    first, worst = (out.clone() if calls > 1 else None), 0.0
+    first, worst = (out.clone() if calls > 1 and rank == 0 else None), 0.0
     if allowed is None:
         # Without a reference the later calls are still held to the bf16 tolerance of the doc's T=31 figure.
         allowed = allowance({"bf16_max_abs": 0.0288, "bf16_rms": 0.00491})
@@ -1024,6 +1173,8 @@ def run_workload(a, clip, world, ours, weights, marks, pg, z_full, refs, calib, 
 
     def agree(out, what):
         nonlocal worst
+        if first is None:  # a rank other than 0: no video
+            return
         c = judge(out, lambda f0, f1: first[:, :, f0:f1], allowed, dev)
         worst = max(worst, c["max_abs"] or 0.0)
         close = c["max_abs"] is None or (c["max_abs"] <= allowed["max_abs"] and c["rms"] <= allowed["rms"])
@@ -1043,7 +1194,7 @@ def run_workload(a, clip, world, ours, weights, marks, pg, z_full, refs, calib, 
         agree(out, "the audited call")
         res["audit"] = summarize_kernels(kernels, our_names)
 
-    if timed:
+    if timed and not multi:
         questions, trials, windows = [], [], []
         for k in range(trials_for(warm)):
             questions.append(gpu_holders(uuid))
@@ -1058,29 +1209,57 @@ def run_workload(a, clip, world, ours, weights, marks, pg, z_full, refs, calib, 
         held = others_holding(questions, os.getpid())
         if held:
             res["shared"] = held
+    elif timed:
+        # Every rank makes as many trials as rank 0 says (the seed's): the warm-ups differ a little.
+        n = [trials_for(warm)]
+        dist.broadcast_object_list(n, src=0, group=harness)
+        questions, trials, windows = [], [], []
+        for k in range(n[0]):
+            if rank == 0:
+                questions.append(gpu_holders_all())
+            out, start, stop = call()
+            trials.append(1e3 * (stop - start))
+            windows.append((start, stop))
+            agree(out, f"trial {k + 1}")
+        if rank == 0:
+            questions.append(gpu_holders_all())
+            res |= {"trials": trials, "ms": statistics.mean(trials), "min_ms": min(trials), "windows": windows}
+            held = others_holding_world(questions, [u for _, u in world_gpus[:world]], {p for p, _ in world_gpus})
+            if held:
+                res["shared"] = held
     if first is not None:
         res["agree_max_abs"] = worst
 
     # Memory: what NVML saw used during each call, less the harness's (torch's reserved memory at the call, above
     # what it held after prepare), less what the device held before prepare: our weights and workspace at peak.
     peaks = []
-    for start, stop, harness in call_windows:
+    for start, stop, held in ([] if multi else call_windows):
         used = sampler.peak_used((start, stop)) if sampler else None
         if used is not None and mem0["nvml"] is not None:
-            peaks.append(used - mem0["nvml"] - (harness - mem0["reserved_after_prepare"]))
+            peaks.append(used - mem0["nvml"] - (held - mem0["reserved_after_prepare"]))
     res["memory"] = {"peak_gib": (max(peaks) / GIB if peaks else None), "prepare_gib": mem0.get("prepare_gib"),
                      "library_device_gib": (ours.device_bytes() / GIB if ours.device_bytes() else None)}
 
     flops, source = flops_of(T)
     res |= {"flops": flops, "flops_source": source}
     if clip in TIMED_CLIPS:
-        res["bound_ms"] = bound_ms(flops, min_bytes(T))
+        res["bound_ms"] = bound_ms(flops, min_bytes(T), world=world)
         if a.gemm_tflops:
-            res["bound_ms_measured"] = bound_ms(flops, min_bytes(T), tflops=a.gemm_tflops)
+            res["bound_ms_measured"] = bound_ms(flops, min_bytes(T), tflops=a.gemm_tflops, world=world)
     if fingerprint(weights) != marks:
         problems.append("run() wrote its weights")
     if threading.active_count() > threads:
         problems.append(f"run() started threads ({threading.active_count() - threads} more)")
+    if multi:
+        # What every rank found (z, weights, threads), its call windows and memory baseline: rank 0 reports them.
+        mine = {"problems": problems, "calls": call_windows, "mem0": mem0, "threads": threading.active_count(),
+                "prepare_gib": mem0.get("prepare_gib")}
+        found = [None] * world
+        dist.all_gather_object(found, mine, group=harness)
+        problems = [f"rank {r}: {p}" for r, f in enumerate(found) for p in f["problems"]]
+        res |= {"rank_calls": [f["calls"] for f in found], "rank_mem0": [f["mem0"] for f in found],
+                "rank_threads": [f["threads"] for f in found]}
+        res["memory"]["prepare_gib_ranks"] = [f["prepare_gib"] for f in found]
     if problems:
         res["agree_error"] = res["error"] = "; ".join(problems)
     del zs, outs, first
@@ -1090,8 +1269,7 @@ def run_workload(a, clip, world, ours, weights, marks, pg, z_full, refs, calib, 
 def show(name, r):
     line = f"{name:<7}"
     if r.get("ms"):
-        at = f", SM clock {r['clock_mhz']:.0f} MHz" if r.get("clock_mhz") else ""
-        line += f" {r['ms']:9.1f} ms (fastest {r['min_ms']:.1f}{at})"
+        line += f" {r['ms']:9.1f} ms (fastest {r['min_ms']:.1f}{clock_text(r)})"
         if r.get("bound_ms"):
             line += f" bound {r['bound_ms']:.0f} ms, gap x{r['ms'] / r['bound_ms']:.2f}"
         d = r.get("diffusers") or {}
@@ -1119,6 +1297,316 @@ def show(name, r):
     log(line)
 
 
+def gpu_holders_all():
+    """{GPU UUID (lower case, without "GPU-"): pids that hold it} now (nvidia-smi), or None when it cannot say."""
+    try:
+        got = subprocess.run(["nvidia-smi", "--query-compute-apps=gpu_uuid,pid", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if got.returncode != 0:
+        return None
+    out = {}
+    for line in got.stdout.splitlines():
+        gpu, _, pid = line.partition(",")
+        if pid.strip().isdigit():
+            out.setdefault(gpu.strip().lower().removeprefix("gpu-"), set()).add(int(pid))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Worlds > 1: one process per rank (torch.multiprocessing, spawn), this process watching them.
+# ---------------------------------------------------------------------------------------------------------------
+class WorldSampler:
+    """(time.monotonic(), [SM MHz per GPU], [used bytes per GPU]) of a world's GPUs (rank order) every
+    CLOCK_PERIOD_S, on a thread of this process: a rank inside run may hold its GIL for the whole call."""
+
+    def __init__(self, uuids):
+        self.nvmls = [Nvml(u) for u in uuids]
+        self.samples, self.done = [], threading.Event()
+        ok = any(n.ok for n in self.nvmls)
+        self.thread = threading.Thread(target=self._run, daemon=True, name="bench-nvml-world") if ok else None
+        if self.thread:
+            self.thread.start()
+
+    def _run(self):
+        while not self.done.wait(CLOCK_PERIOD_S):
+            self.samples.append((time.monotonic(), [n.clock() for n in self.nvmls], [n.used() for n in self.nvmls]))
+
+    def stop(self):
+        self.done.set()
+        if self.thread:
+            self.thread.join()
+
+    def means(self, windows):
+        inside = [mhz for t, mhz, _ in list(self.samples) if any(a <= t <= b for a, b in windows)]
+        out = []
+        for i in range(len(self.nvmls)):
+            got = [m[i] for m in inside if m[i]]
+            out.append(statistics.mean(got) if got else None)
+        return out
+
+    def rank0_range(self, windows):
+        got = [m[0] for t, m, _ in list(self.samples) if m[0] and any(a <= t <= b for a, b in windows)]
+        return ([min(got), max(got)] if got else [None, None]), len(got)
+
+    def used(self, i):
+        return [(t, u[i]) for t, _, u in list(self.samples)]
+
+
+def rank_main(rank, world, port, cfg, conn):
+    """The process of one rank of a world > 1 (see Worlds in the module docstring). It reports through conn:
+    ("ready", rank, uuid, pid, prepare seconds, threads), ("start", workload) and ("result", workload, record) on
+    rank 0, ("done", rank), or ("error", rank, workload or None, phase, traceback), after which it exits at once."""
+    os.environ.update(NO_MULTICAST_ENV)
+    phase, current = "start", None
+    try:
+        import types
+        from datetime import timedelta
+        import torch
+        import torch.distributed as dist
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.set_grad_enabled(False)
+        torch.cuda.set_device(rank)
+        dev = torch.device("cuda", rank)
+        timeout = timedelta(seconds=cfg["workload_timeout"])
+        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                device_id=dev, timeout=timeout)
+        harness = dist.new_group(backend="gloo", timeout=timeout)
+        pg = dist.group.WORLD
+        phase = "load"
+        lib = None
+        if cfg["lib"]:
+            try:
+                lib = Lib(cfg["lib"])
+            except OSError:
+                lib = None
+        ours = Ours(lib, cfg["impl"])
+        if ours.kind != "package":
+            raise RuntimeError(f"world {world} needs the package wan22vae (the ctypes binding is world 1 only): "
+                               f"{ours.why}")
+        phase = "weights"
+        _, weights, _ = make_weights(lib, cfg["weights_seed"], cfg["cache"], dev)
+        z_full, _ = make_latents(lib, cfg["latents_seed"], cfg["cache"], dev)
+        uuid = str(torch.cuda.get_device_properties(dev).uuid).lower().removeprefix("gpu-")
+        nvml = Nvml(uuid)
+        phase = "prepare"
+        torch.cuda.synchronize()
+        mem0 = {"nvml": nvml.used(), "reserved": torch.cuda.memory_reserved()}
+        start = time.monotonic()
+        weights = ours.prepare(weights, rank, world, pg)
+        torch.cuda.synchronize()
+        prepare_s = time.monotonic() - start
+        mem0["reserved_after_prepare"] = torch.cuda.memory_reserved()
+        used = nvml.used()
+        mem0["prepare_gib"] = (used - mem0["nvml"]) / GIB if used is not None and mem0["nvml"] else None
+        ranks = [None] * world
+        dist.all_gather_object(ranks, (os.getpid(), uuid), group=harness)
+        world_gpus = ranks + [(os.getppid(), None)]
+        conn.send(("ready", rank, uuid, os.getpid(), prepare_s, threading.active_count()))
+        phase = "workload"
+        marks = fingerprint(weights)
+        a = types.SimpleNamespace(check=cfg["check"], time=cfg["time"], audit=False, cache=cfg["cache"],
+                                  gemm_tflops=cfg["gemm_tflops"])
+        refs, calib = RefStore(cfg["cache"], cfg["cache_key"]), cfg["calib"]
+
+        def flops_of(T):
+            if lib is not None:
+                return lib.flops(T, LATENT_H, LATENT_W), "w22_decode_flops"
+            return decode_flops(T), "bench.decode_flops"
+
+        for name in cfg["workloads"]:
+            current = name
+            clip, w = WORKLOADS[name]
+            if rank == 0:
+                conn.send(("start", name))
+            res = run_workload(a, clip, w, ours, weights, marks, pg, z_full, refs, calib, None, mem0, flops_of,
+                               set(), uuid, rank=rank, harness=harness, world_gpus=world_gpus)
+            if rank == 0:
+                conn.send(("result", name, res))
+            current = None
+            torch.cuda.empty_cache()
+        phase = "end"
+        dist.barrier(group=harness)
+        conn.send(("done", rank))
+        dist.destroy_process_group()
+    except BaseException:  # noqa: BLE001 - reported, then this rank ends at once
+        try:
+            conn.send(("error", rank, current, phase, traceback.format_exc(limit=8)))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            # At once: NCCL's teardown would wait for the other ranks, which may wait for this one.
+            os._exit(1)
+
+
+def stop_ranks(procs, grace=0.0):
+    """Ends the rank processes this bench started: those not out within `grace` seconds get SIGTERM, then SIGKILL
+    after STOP_GRACE_SEC."""
+    deadline = time.monotonic() + grace
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + STOP_GRACE_SEC
+    for p in procs:
+        p.join(max(0.1, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(10)
+
+
+def exit_text(code):
+    if code is None:
+        return "did not exit"
+    if code < 0:
+        import signal
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def rank_record(res, world, sampler):
+    """A rank 0 record of a world > 1 completed from this process's NVML samples: the SM clocks during the trials
+    (rank 0's GPU, the range over the world's), and each rank's peak memory during its calls."""
+    windows = res.pop("windows", None)
+    rank_calls, rank_mem0 = res.pop("rank_calls", None), res.pop("rank_mem0", None)
+    if sampler is None:
+        return res
+    if windows:
+        res |= world_clocks(sampler.means(windows))
+        (lo, hi), n = sampler.rank0_range(windows)
+        res |= {"clock_range_mhz": [lo, hi], "clock_samples": n}
+    if rank_calls and rank_mem0:
+        peaks = [peak_above(sampler.used(r), [tuple(c) for c in calls], m0)
+                 for r, (calls, m0) in enumerate(zip(rank_calls, rank_mem0))]
+        mem = res.setdefault("memory", {})
+        mem["peak_gib_ranks"] = [p / GIB if p is not None else None for p in peaks]
+        known = [p for p in peaks if p is not None]
+        mem["peak_gib"] = max(known) / GIB if known else None
+    return res
+
+
+def world_session(world, names, cfg, uuids, report, save, show_fn, start_timeout, workload_timeout,
+                  target=rank_main):
+    """One set of rank processes running these workloads of one world, in order; each record goes into report as it
+    arrives. Returns the workloads it did not reach: after a failure at one (which gets the error with the failing
+    rank's traceback), those after it; [] when every one ran, or when the failure came before any (every one gets
+    it). target: the rank's function (rank_main; the tests pass stand-ins)."""
+    import multiprocessing.connection as connection
+    try:
+        import torch.multiprocessing as tmp
+    except ImportError:  # the tests, without torch: the same spawn context
+        import multiprocessing as tmp
+    os.environ.update(NO_MULTICAST_ENV)  # inherited by the spawned ranks (which set it again themselves)
+    ctx = tmp.get_context("spawn")
+    port = free_port()
+    pipes = [ctx.Pipe(duplex=False) for _ in range(world)]
+    procs = [ctx.Process(target=target, args=(r, world, port, dict(cfg, workloads=names), pipes[r][1]),
+                         daemon=True, name=f"bench-rank{r}") for r in range(world)]
+    for p in procs:
+        p.start()
+    for _, send in pipes:
+        send.close()
+    receivers = {pipes[r][0]: r for r in range(world)}
+    done, errors, finished, ready = set(), [], [], {}
+    current, failure = None, None
+    sampler = WorldSampler(uuids[:world])
+    deadline = time.monotonic() + start_timeout
+    started = time.monotonic()
+
+    def handle(msg):
+        nonlocal current, deadline
+        kind = msg[0]
+        if kind == "ready":
+            _, rank, uuid, pid, prepare_s, threads = msg
+            ready[rank] = {"uuid": uuid, "pid": pid, "prepare_s": prepare_s, "threads": threads}
+            if len(ready) == world:
+                report["setup"].setdefault("worlds", {})[str(world)] = {"ranks": [ready[r] for r in range(world)],
+                                                                        "start_s": time.monotonic() - started}
+                log(f"world {world}: {world} ranks up in {time.monotonic() - started:.0f} s, prepare "
+                    + ", ".join(f"{ready[r]['prepare_s']:.1f}" for r in range(world)) + " s")
+        elif kind == "start":
+            current = msg[1]
+            deadline = time.monotonic() + workload_timeout
+        elif kind == "result":
+            _, name, res = msg
+            report["workloads"].setdefault(name, {}).update(rank_record(res, world, sampler))
+            save()
+            finished.append(name)
+            current = None
+            deadline = time.monotonic() + workload_timeout
+            show_fn(name)
+        elif kind == "error":
+            errors.append(msg[1:])
+        elif kind == "done":
+            done.add(msg[1])
+
+    try:
+        while len(done) < world:
+            # A rank that exited cleanly may still have its last messages in its pipe: it fails once that is read.
+            bad = [(r, p.exitcode) for r, p in enumerate(procs) if r not in done and p.exitcode is not None
+                   and (p.exitcode != 0 or pipes[r][0] not in receivers)]
+            if bad:
+                failure = "; ".join(f"rank {r} {exit_text(code)}" for r, code in bad)
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                failure = (f"timed out after {workload_timeout} s" if current else
+                           f"the ranks did not start within {start_timeout} s")
+                break
+            waits = list(receivers) + [p.sentinel for p in procs if p.exitcode is None]
+            for obj in connection.wait(waits, timeout=min(left, 5.0)):
+                if obj in receivers:
+                    try:
+                        handle(obj.recv())
+                    except (EOFError, OSError):
+                        del receivers[obj]
+        # What the other ranks still say, such as the error that made one exit.
+        drain = time.monotonic() + 2.0
+        while failure and receivers and time.monotonic() < drain:
+            for obj in connection.wait(list(receivers), timeout=max(0.0, drain - time.monotonic())):
+                try:
+                    handle(obj.recv())
+                except (EOFError, OSError):
+                    del receivers[obj]
+    finally:
+        stop_ranks(procs, 0.0 if failure else STOP_GRACE_SEC)
+        sampler.stop()
+    if not failure:
+        return []
+    # The first error a rank reported says what failed (its traceback); else how a rank ended.
+    if errors:
+        rank, at, phase, text = errors[0]
+        text = f"rank {rank} ({phase}): {text.strip()}"
+    else:
+        text = failure
+    rest = [n for n in names if n not in finished]
+    at = current or (errors and errors[0][1])
+    if at not in rest:
+        at = rest[0] if rest and finished else None
+    if not rest:
+        # After the last workload's record (at the closing barrier): the records stand, the failure is kept.
+        report["setup"].setdefault("world_errors", {})[str(world)] = text
+        log(f"world {world}: after its last workload: {text}")
+        return []
+    if not at:
+        # Before the first workload: every one fails with it.
+        for n in rest:
+            report["workloads"].setdefault(n, {})["error"] = text
+            save()
+            show_fn(n)
+        return []
+    report["workloads"].setdefault(at, {})["error"] = text
+    save()
+    show_fn(at)
+    return rest[rest.index(at) + 1:]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 def git_commit(given):
     if given:
@@ -1138,7 +1626,9 @@ def free_port():
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workload", nargs="*", default=list(CLIPS), help="clips or workloads (f121 or f121x1)")
+    p.add_argument("--workload", nargs="*", default=list(WORKLOADS),
+                   help="workloads <clip>x<world> (a bare clip is x1); default: every one this machine has the GPUs "
+                        f"for ({', '.join(WORKLOADS)})")
     p.add_argument("--no-check", dest="check", action="store_false", help="no fp32 references, no check")
     p.add_argument("--no-time", dest="time", action="store_false", help="correctness only: no trials")
     p.add_argument("--no-audit", dest="audit", action="store_false", help="no call under torch.profiler")
@@ -1158,10 +1648,14 @@ def main(argv=None):
     p.add_argument("--json", help="results file (default bench/results/<date>-<gpu>.json)")
     p.add_argument("--merge", help="a results JSON of an earlier command of the same run to merge into this one")
     p.add_argument("--kernels", action="store_true", help="list the audited calls' kernels")
+    p.add_argument("--start-timeout", type=float, default=SESSION_START_SEC,
+                   help="worlds > 1: seconds for the ranks to start (NCCL, weights, prepare) before they are stopped")
+    p.add_argument("--workload-timeout", type=float, default=WORKLOAD_SEC,
+                   help="worlds > 1: seconds for one workload before its ranks are stopped")
     a = p.parse_args(argv)
 
     try:
-        order = sorted({parse_workload(w) for w in a.workload}, key=lambda cw: (cw[1], CLIPS[cw[0]]))
+        order = workload_order(a.workload)
     except ValueError as e:
         p.error(str(e))
 
@@ -1173,6 +1667,9 @@ def main(argv=None):
         sys.exit("bench: no CUDA device")
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
+    gpus = torch.cuda.device_count()
+    order, skipped = plan_worlds(order, gpus, "the ctypes binding is world 1 only (--impl ctypes)"
+                                 if a.impl == "ctypes" else None)
     os.makedirs(a.cache, exist_ok=True)
     props = torch.cuda.get_device_properties(dev)
     uuid = str(props.uuid).lower().removeprefix("gpu-")
@@ -1187,6 +1684,10 @@ def main(argv=None):
              "peak_tflops": PEAK_TFLOPS, "peak_bytes_per_s": PEAK_BYTES_PER_S,
              "skipped": [k for k, v in (("check", a.check), ("time", a.time), ("audit", a.audit),
                                         ("diffusers", a.diffusers), ("ours", a.ours)) if not v]}
+    if gpus > 1 or skipped:
+        setup["gpus"] = gpus
+    if skipped:
+        setup["skipped_workloads"] = skipped
     report = {"setup": setup, "workloads": {}}
     json_path = a.json or os.path.join(HERE, "results", f"{setup['date']}-{gpu_slug(props.name)}.json")
     old = None
@@ -1203,7 +1704,14 @@ def main(argv=None):
         return out
 
     log(f"{props.name} ({uuid}), driver {setup['driver']}, max SM clock {setup['max_sm_clock_mhz']} MHz, torch "
-        f"{torch.__version__} (CUDA {torch.version.cuda}), commit {setup['commit']}")
+        f"{torch.__version__} (CUDA {torch.version.cuda}), commit {setup['commit']}"
+        + (f", {gpus} GPUs" if gpus > 1 else ""))
+    for name, why in skipped.items():
+        log(f"{name}: skipped: {why}")
+    if not order:
+        save()
+        log(f"nothing to run; results: {json_path}")
+        return 0
     sampler = Sampler(nvml)
     lib_path = find_lib(a.lib)
     lib, lib_error = None, None
@@ -1231,7 +1739,9 @@ def main(argv=None):
     z_full, zsource = make_latents(lib, a.latents_seed, a.cache, dev)
     setup |= {"weights_source": wsource, "latents_source": zsource}
     log(f"weights ({wsource}) and latents ({zsource}) ready in {time.monotonic() - t0:.1f} s")
-    clips = [c for c, _ in order]
+    clips = sorted({c for c, _ in order}, key=CLIPS.get)
+    order1 = [(c, w) for c, w in order if w == 1]
+    worlds = sorted({w for _, w in order if w > 1})
     cache_key = f"w{a.weights_seed}-z{a.latents_seed}"
     refs, calib = RefStore(a.cache, cache_key), load_calibration(a.cache, cache_key)
     for c, w in order:
@@ -1239,7 +1749,7 @@ def main(argv=None):
     save()
 
     need_diffusers = any((a.check and (not refs.has(c) or c not in calib)) or
-                         (a.diffusers and a.time and c in TIMED_CLIPS) for c in clips)
+                         (a.diffusers and a.time and c in TIMED_CLIPS and (c, 1) in order1) for c in clips)
     if need_diffusers:
         try:
             import diffusers  # noqa: F401
@@ -1249,11 +1759,19 @@ def main(argv=None):
             log(f"diffusers side FAILED: {traceback.format_exc(limit=4)}")
             torch.cuda.empty_cache()
     if a.check:
-        for c in clips:
+        for c, w in order:
             if c in calib:
-                report["workloads"][workload_name(c, 1)]["calibration"] = calib[c]
+                report["workloads"][workload_name(c, w)]["calibration"] = calib[c]
 
-    if a.ours:
+    def show_saved(name):
+        show(name, save()["workloads"][name])
+
+    if a.ours and not order1:
+        try:
+            setup["ours"] = Ours(lib, a.impl).describe()
+        except Exception as e:  # noqa: BLE001 - the ranks report their own failure
+            setup["ours"] = f"{type(e).__name__}: {e}"
+    if a.ours and order1:
         pg = None
         try:
             ours = Ours(lib, a.impl)
@@ -1285,10 +1803,10 @@ def main(argv=None):
             text = f"{type(e).__name__}: {e}"
             setup["load_error"] = text
             log(f"ours: FAILED to load: {traceback.format_exc(limit=6)}")
-            for c, w in order:
+            for c, w in order1:
                 report["workloads"][workload_name(c, w)]["error"] = text
             ours = None
-        for c, w in (order if ours else []):
+        for c, w in (order1 if ours else []):
             name = workload_name(c, w)
             try:
                 r = run_workload(a, c, w, ours, weights_run, marks, pg, z_full, refs, calib, sampler, mem0,
@@ -1309,17 +1827,32 @@ def main(argv=None):
                     log(f"   [{g:<6}] {ms:9.2f} ms x{k:<6} {n[:110]}")
         if ours:
             ours.close()
+            if worlds and ours.module is not None and hasattr(ours.module, "release"):
+                ours.module.release()  # world 1's decoder leaves GPU 0 before rank 0 comes
         if pg is not None:
             import torch.distributed as dist
             dist.destroy_process_group()
-    else:
+    if a.ours and worlds:
+        uuids = [str(torch.cuda.get_device_properties(i).uuid).lower().removeprefix("gpu-")
+                 for i in range(max(worlds))]
+        cfg = {"lib": lib_path, "impl": a.impl, "weights_seed": a.weights_seed, "latents_seed": a.latents_seed,
+               "cache": a.cache, "cache_key": cache_key, "calib": calib, "check": a.check, "time": a.time,
+               "gemm_tflops": a.gemm_tflops, "workload_timeout": a.workload_timeout}
+        torch.cuda.empty_cache()
+        for w in worlds:
+            todo = [workload_name(c, ww) for c, ww in order if ww == w]
+            log(f"world {w}: starting {w} ranks for {', '.join(todo)}")
+            while todo:
+                todo = world_session(w, todo, cfg, uuids, report, save, show_saved, a.start_timeout,
+                                     a.workload_timeout)
+    if not a.ours:
         for c, w in order:
             name = workload_name(c, w)
             flops, source = flops_of(CLIPS[c])
             r = report["workloads"][name]
             r |= {"flops": flops, "flops_source": source}
             if c in TIMED_CLIPS:
-                r["bound_ms"] = bound_ms(flops, min_bytes(CLIPS[c]))
+                r["bound_ms"] = bound_ms(flops, min_bytes(CLIPS[c]), world=w)
 
     sampler.stop()
     final = save()
@@ -1328,6 +1861,15 @@ def main(argv=None):
         log(f"geomean {s['geomean_ms']:.1f} ms over {len(s['timed'])} timed workloads, gap x{s['geomean_gap']:.2f}"
             + (f", speedup over diffusers bf16 x{s['geomean_speedup']:.2f}" if s.get("geomean_speedup") else "")
             + (f", mean SM clock {s['mean_clock_mhz']:.0f} MHz" if s.get("mean_clock_mhz") else ""))
+    for w, g in (s.get("worlds") or {}).items():
+        log(f"world {w}: geomean {g['geomean_ms']:.1f} ms over {len(g['timed'])}, gap x{g['geomean_gap']:.2f}")
+    if s.get("nine_geomean_ms"):
+        log(f"geomean over the nine timed workloads {s['nine_geomean_ms']:.1f} ms, gap to the bound "
+            f"x{s['nine_geomean_gap']:.2f}")
+    for name, ratio in (s.get("scaling") or {}).items():
+        t = SCALING_TARGETS.get(name)
+        log(f"scaling {parse_clip(name)}x1 / {name}: x{ratio:.2f}"
+            + (f" (target x{t:.2f}: {'met' if ratio >= t else 'NOT met'})" if t else ""))
     log(f"correctness: ok at {s['check_passed']} of {s['checked']} workloads checked; library kernels in audited "
         f"calls: {s['audit_library_kernels']}" + (f"; errors at {', '.join(s['errors'])}" if s["errors"] else ""))
     log(f"results: {json_path}")

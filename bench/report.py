@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Markdown tables from a results JSON of bench/bench.py, for docs/PERF.md and bench/README.md.
 
-    python3 bench/report.py bench/results/2026-12-02-h200.json            prints the run's table
+    python3 bench/report.py bench/results/2026-12-02-h200.json            prints the run's table (one per world
+                                                                           when it ran more than world 1)
     python3 bench/report.py R.json --history                              prints its one-line history row
     python3 bench/report.py R.json --write docs/PERF.md                   replaces the table between
                                                                            <!-- bench:latest:begin/end --> and adds
@@ -69,9 +70,25 @@ def setup_line(report):
     return ", ".join(parts)
 
 
+def worlds_of(report):
+    return sorted({r.get("world", 1) for r in report.get("workloads", {}).values()})
+
+
+def clock_cell(r):
+    """The SM clock of rank 0's GPU, with the world's range where its GPUs differ by 2% or more."""
+    cell = fmt(r.get("clock_mhz"), ".0f")
+    lo, hi = r.get("world_clock_mhz") or (None, None)
+    if r.get("clock_mhz") and lo and hi and hi - lo >= 0.02 * r["clock_mhz"]:
+        cell += f" ({lo:.0f}-{hi:.0f})"
+    return cell
+
+
 def table(report):
-    """The run's table: one row per workload, then the geomean over the timed ones."""
+    """The run's table: one row per workload, then the geomean over the timed ones; a table per world (and the
+    summary over the worlds) where the run had more than world 1."""
     report = bench.finalize(report)
+    if worlds_of(report) not in ([], [1]):
+        return world_tables(report)
     rows = [f"{setup_line(report)}", "",
             "| workload | T | ours ms (fastest) | SM MHz | bound ms | gap | diffusers bf16 ms | speedup | "
             "peak GiB | library kernels | check |",
@@ -100,19 +117,106 @@ def table(report):
     return "\n".join(rows)
 
 
+def checks(rows):
+    checked = [r for r in rows if "check" in r]
+    return sum(1 for r in checked if r["check"]["passed"] and not r.get("agree_error")), len(checked)
+
+
+def world_tables(report):
+    """A table per world (world 1's as table() makes it, the others with the scaling over world 1 in place of
+    diffusers), then the summary: the geomean over the nine timed workloads and its gap, the scaling ratios."""
+    sm, ws = report.get("summary", {}), report.get("workloads", {})
+    rows = [f"{setup_line(report)}"]
+    for world in worlds_of(report):
+        group = [(n, r) for n, r in order(report) if r.get("world", 1) == world]
+        rows += ["", f"**world {world}** ({world} GPU{'s' if world > 1 else ''})", ""]
+        if world == 1:
+            rows += ["| workload | T | ours ms (fastest) | SM MHz | bound ms | gap | diffusers bf16 ms | speedup | "
+                     "peak GiB | library kernels | check |",
+                     "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        else:
+            rows += [f"| workload | T | ours ms (fastest) | SM MHz (range) | bound ms | gap | x1 / x{world} | "
+                     "peak GiB (max rank) | check |",
+                     "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for name, r in group:
+            mem = r.get("memory") or {}
+            ms = f"{r['ms']:.1f} ({r['min_ms']:.1f})" if r.get("ms") else "-"
+            if r.get("shared"):
+                ms += " SHARED"
+            head = (f"| {name} | {r.get('T', '-')} | {ms} | {clock_cell(r)} | {fmt(r.get('bound_ms'), '.0f')} | "
+                    f"{fmt(r.get('gap'), '.2f')} | ")
+            if world == 1:
+                d, au = r.get("diffusers") or {}, r.get("audit")
+                rows.append(head + f"{fmt(d.get('ms'), '.0f')} | {fmt(r.get('speedup'), '.2f')} | "
+                            f"{fmt(mem.get('peak_gib'), '.1f')} | {'-' if not au else au['library_kernels']} | "
+                            f"{check_cell(r)} |")
+            else:
+                rows.append(head + f"{fmt((sm.get('scaling') or {}).get(name), '.2f')} | "
+                            f"{fmt(mem.get('peak_gib'), '.1f')} | {check_cell(r)} |")
+        g = (sm.get("worlds") or {}).get(str(world))
+        ok, n = checks([r for _, r in group])
+        if g:
+            if world == 1:
+                rows.append(f"| **geomean** ({len(g['timed'])} timed) | | **{g['geomean_ms']:.1f}** | | | "
+                            f"**{fmt(g.get('geomean_gap'), '.2f')}** | {fmt(sm.get('geomean_diffusers_ms'), '.0f')} | "
+                            f"**{fmt(sm.get('geomean_speedup'), '.2f')}** | | | {ok} of {n} ok |")
+            else:
+                rows.append(f"| **geomean** ({len(g['timed'])} timed) | | **{g['geomean_ms']:.1f}** | | | "
+                            f"**{fmt(g.get('geomean_gap'), '.2f')}** | | | {ok} of {n} ok |")
+    rows.append("")
+    parts = []
+    if sm.get("nine_geomean_ms"):
+        parts.append(f"geomean over the nine timed workloads **{sm['nine_geomean_ms']:.1f} ms**, gap to the bound "
+                     f"**x{sm['nine_geomean_gap']:.2f}**")
+    elif sm.get("geomean_ms"):
+        parts.append(f"geomean over the {len(sm['timed'])} timed workloads run (not all nine) "
+                     f"{sm['geomean_ms']:.1f} ms, gap x{fmt(sm.get('geomean_gap'), '.2f')}")
+    for name, ratio in (sm.get("scaling") or {}).items():
+        t = (sm.get("scaling_targets") or {}).get(name)
+        parts.append(f"{bench.parse_clip(name)}x1 / {name} x{ratio:.2f}"
+                     + (f" (target x{t['target']:.2f}: {'met' if t['met'] else 'NOT met'})" if t else ""))
+    if sm.get("checked"):
+        parts.append(f"{sm['check_passed']} of {sm['checked']} checks ok")
+    if parts:
+        rows.append("Summary: " + "; ".join(parts) + ".")
+    errors = [(n, r["error"]) for n, r in order(report) if r.get("error")]
+    if errors:
+        rows.append("")
+        rows += [f"- {n}: {e.splitlines()[0]}" for n, e in errors]
+    return "\n".join(rows)
+
+
+def clip_cell(ws, clip):
+    """A clip's times for the history: world 1's; with ' / x2 N / x4 N' where those worlds were timed too."""
+    cell = fmt((ws.get(bench.workload_name(clip, 1)) or {}).get("ms"), ".0f")
+    for world in (2, 4):
+        ms = (ws.get(bench.workload_name(clip, world)) or {}).get("ms")
+        if ms:
+            cell += f" / x{world} {ms:.0f}"
+    return cell
+
+
 def history_row(report):
     """One line for the history table of docs/PERF.md."""
     report = bench.finalize(report)
     s, sm, ws = report.get("setup", {}), report["summary"], report.get("workloads", {})
-    ms = [fmt((ws.get(bench.workload_name(c, 1)) or {}).get("ms"), ".0f") for c in bench.TIMED_CLIPS]
+    ms = [clip_cell(ws, c) for c in bench.TIMED_CLIPS]
     peaks = [(r.get("memory") or {}).get("peak_gib") for r in ws.values()]
     peaks = [p for p in peaks if p]
     check = f"{sm['check_passed']} of {sm['checked']} ok" if sm.get("checked") else "not checked"
     if sm.get("audit_library_kernels"):
         check += f", {sm['audit_library_kernels']} library kernels"
+    # The geomean of record: the nine's where all were timed; world 1's three otherwise (the table's history).
+    gm, gap = sm.get("geomean_ms"), sm.get("geomean_gap")
+    gm_cell = fmt(gm, ".0f")
+    if sm.get("nine_geomean_ms"):
+        gm, gap = sm["nine_geomean_ms"], sm["nine_geomean_gap"]
+        gm_cell = f"{gm:.0f} (nine)"
+    elif sm.get("worlds"):
+        gm_cell = f"{fmt(gm, '.0f')} ({len(sm['timed'])} timed)"
     return (f"| {s.get('date', '?')} | {s.get('gpu', '?')} | {fmt(sm.get('mean_clock_mhz'), '.0f')} | "
-            f"{short(s.get('commit'))} | {' | '.join(ms)} | {fmt(sm.get('geomean_ms'), '.0f')} | "
-            f"{fmt(sm.get('geomean_gap'), '.2f')} | {fmt(sm.get('geomean_diffusers_ms'), '.0f')} | "
+            f"{short(s.get('commit'))} | {' | '.join(ms)} | {gm_cell} | "
+            f"{fmt(gap, '.2f')} | {fmt(sm.get('geomean_diffusers_ms'), '.0f')} | "
             f"{fmt(sm.get('geomean_speedup'), '.2f')} | {fmt(max(peaks) if peaks else None, '.1f')} | {check} |")
 
 

@@ -32,6 +32,18 @@ class Flops(unittest.TestCase):
             self.assertAlmostEqual(bench.decode_flops(T) / 1e15, pflop, delta=0.01)
         self.assertAlmostEqual(bench.bound_ms(bench.decode_flops(121), bench.min_bytes(121)), 7861.7, delta=1)
 
+    def test_bound_at_world(self):
+        # FLOPs / (W x 990 TFLOP/s); the bytes term (one GPU's bandwidth) never binds at these sizes.
+        f = bench.decode_flops(121)
+        one = bench.bound_ms(f, bench.min_bytes(121))
+        for w in (2, 4):
+            self.assertAlmostEqual(bench.bound_ms(f, bench.min_bytes(121), world=w), one / w)
+            self.assertAlmostEqual(bench.bound_ms(f, 0, world=w), 1e3 * f / (w * 990e12))
+        self.assertAlmostEqual(bench.bound_ms(f, bench.min_bytes(121), world=4), 1965.4, delta=0.5)
+        self.assertEqual(bench.bound_ms(4 * 990e12, 1, world=4), 1000.0)
+        self.assertEqual(bench.bound_ms(1, 4.8e12, world=4), 1000.0)
+        self.assertAlmostEqual(bench.bound_ms(f, 0, tflops=800, world=2), 1e3 * f / (2 * 800e12))
+
     def test_bound_is_the_slower_term(self):
         self.assertEqual(bench.bound_ms(990e12, 1), 1000.0)
         self.assertEqual(bench.bound_ms(1, 4.8e12), 1000.0)
@@ -107,9 +119,42 @@ class Names(unittest.TestCase):
     def test_workloads(self):
         self.assertEqual(bench.parse_workload("f121"), ("f121", 1))
         self.assertEqual(bench.parse_workload("f5x1"), ("f5", 1))
-        for bad in ("f122", "f121x2", "121", "f121x"):
+        self.assertEqual(bench.parse_workload("f481x4"), ("f481", 4))
+        self.assertEqual(bench.parse_workload("f121x2"), ("f121", 2))
+        self.assertEqual(bench.parse_workload("f17x4"), ("f17", 4))
+        # Only the seed's fifteen: short clips at 1 and 4, long ones at 1, 2, 4.
+        for bad in ("f122", "f121x3", "f1x2", "f17x2", "f481x8", "121", "f121x", "f121x0"):
             with self.assertRaises(ValueError):
                 bench.parse_workload(bad)
+
+    def test_the_seeds_workloads(self):
+        self.assertEqual(list(bench.WORKLOADS), [
+            "f1x1", "f5x1", "f17x1", "f121x1", "f241x1", "f481x1", "f1x4", "f5x4", "f17x4",
+            "f121x2", "f241x2", "f481x2", "f121x4", "f241x4", "f481x4"])
+        self.assertEqual(bench.TIMED_WORKLOADS, ("f121x1", "f241x1", "f481x1", "f121x2", "f241x2", "f481x2",
+                                                 "f121x4", "f241x4", "f481x4"))
+
+    def test_order(self):
+        self.assertEqual(bench.workload_order(["f481x4", "f121", "f121x1", "f5x4", "f241x2", "f1"]),
+                         [("f1", 1), ("f121", 1), ("f241", 2), ("f5", 4), ("f481", 4)])
+        with self.assertRaises(ValueError):
+            bench.workload_order(["f121", "f5x2"])
+
+    def test_plan(self):
+        order = bench.workload_order(list(bench.WORKLOADS))
+        run, skipped = bench.plan_worlds(order, 1)
+        self.assertEqual([bench.workload_name(*cw) for cw in run], ["f1x1", "f5x1", "f17x1", "f121x1", "f241x1",
+                                                                    "f481x1"])
+        self.assertEqual(len(skipped), 9)
+        self.assertEqual(skipped["f481x4"], "needs 4 GPUs; this machine has 1")
+        run, skipped = bench.plan_worlds(order, 2)
+        self.assertEqual(sorted(skipped), ["f121x4", "f17x4", "f1x4", "f241x4", "f481x4", "f5x4"])
+        self.assertIn(("f481", 2), run)
+        run, skipped = bench.plan_worlds(order, 8)
+        self.assertEqual((len(run), skipped), (15, {}))
+        run, skipped = bench.plan_worlds(order, 4, "the ctypes binding is world 1 only")
+        self.assertEqual(len(run), 6)
+        self.assertEqual(skipped["f121x2"], "the ctypes binding is world 1 only")
 
     def test_slug(self):
         self.assertEqual(bench.gpu_slug("NVIDIA H200"), "h200")
@@ -162,6 +207,14 @@ class Audit(unittest.TestCase):
         self.assertEqual(s["groups"]["ours"], {"launches": 2, "ms": 4.0})
         self.assertEqual(s["kernels"][0][:3], ["ours", "rmsnorm_kernel(int)", 2])
 
+    def test_others_holding_world(self):
+        q = {"a": {10, 99}, "b": {11}}
+        self.assertEqual(bench.others_holding_world([q, q], ["a", "b"], {10, 11, 99}), 0)
+        self.assertEqual(bench.others_holding_world([q, {"a": {10, 99}, "b": {11, 12}}], ["a", "b"], {10, 11, 99}), 1)
+        self.assertEqual(bench.others_holding_world([{"a": {500}, "b": {501, 502}}], ["a", "b"], {10, 11}), 1)
+        self.assertEqual(bench.others_holding_world([{}], ["a", "b"], {10, 11}), 0)
+        self.assertIsNone(bench.others_holding_world([q, None], ["a"], {10}))
+
     def test_others_holding(self):
         self.assertEqual(bench.others_holding([{5}, {5}], 5), 0)
         self.assertEqual(bench.others_holding([{5}, {5, 9}], 5), 1)
@@ -184,6 +237,202 @@ def sample_run(commit="abc", ms=None, diffusers=None):
             r["diffusers"] = {"ms": diffusers[clip]}
         w[bench.workload_name(clip, 1)] = r
     return {"setup": {"date": "2026-12-02", "gpu": "NVIDIA H200", "commit": commit, "driver": "580"}, "workloads": w}
+
+
+class Worlds(unittest.TestCase):
+    def test_scaling(self):
+        ws = {"f481x1": {"ms": 24000.0}, "f481x2": {"ms": 12500.0}, "f481x4": {"ms": 6400.0},
+              "f121x2": {"ms": 3000.0}, "f241x4": {"ms": None}}
+        r = bench.scaling_ratios(ws)
+        self.assertEqual(set(r), {"f481x2", "f481x4"})   # f121x1 absent, f241x4 not timed
+        self.assertAlmostEqual(r["f481x2"], 1.92)
+        self.assertAlmostEqual(r["f481x4"], 3.75)
+        self.assertEqual(bench.scaling_ratios({"f481x1": {"ms": 1.0}}), {})
+
+    def test_clocks(self):
+        c = bench.world_clocks([1980.0, 1900.0, 1980.0, 1975.0])
+        self.assertEqual((c["clock_mhz"], c["world_clock_mhz"]), (1980.0, [1900.0, 1980.0]))
+        self.assertIn("the world's GPUs 1900-1980 MHz", bench.clock_text(c))       # 80 >= 2% of 1980
+        c = bench.world_clocks([1980.0, 1950.0])
+        self.assertEqual(bench.clock_text(c), ", SM clock 1980 MHz")               # 30 < 39.6
+        c = bench.world_clocks([1980.0, None])
+        self.assertNotIn("world_clock_mhz", c)
+        self.assertEqual(bench.clock_text({"clock_mhz": None}), "")
+
+    def test_peak(self):
+        mem0 = {"nvml": 1000, "reserved_after_prepare": 100}
+        samples = [(0.5, 5000), (1.5, 9000), (2.5, 7000), (3.5, 99999)]
+        self.assertEqual(bench.peak_above(samples, [(1.0, 3.0, 100)], mem0), 8000)
+        self.assertEqual(bench.peak_above(samples, [(1.0, 3.0, 300), (2.0, 3.0, 100)], mem0), 7800)
+        self.assertIsNone(bench.peak_above(samples, [(4.0, 5.0, 100)], mem0))
+        self.assertIsNone(bench.peak_above(samples, [(1.0, 3.0, 100)], {"nvml": None}))
+
+
+def sample_worlds(ms=None):
+    """A run of all fifteen workloads: world 1 from sample_run, worlds 2 and 4 at the given ms."""
+    r = sample_run(diffusers={"f121": 5770.0, "f241": 11530.0, "f481": 23090.0})
+    ms = ms or {2: {"f121": 1300.0, "f241": 2600.0, "f481": 5200.0}, 4: {"f121": 700.0, "f241": 1400.0,
+                                                                        "f481": 2800.0}}
+    ok = bench.verdict_of(0, 0, 10, 10, 0, 0.01, 1e-4 * 10, {"max_abs": 0.08, "rms": 0.015})
+    for name, (clip, w) in bench.WORKLOADS.items():
+        if w == 1:
+            continue
+        T = bench.CLIPS[clip]
+        e = {"clip": clip, "T": T, "world": w, "timed": clip in bench.TIMED_CLIPS, "check": ok}
+        if clip in ms.get(w, {}):
+            e |= {"trials": [ms[w][clip]] * 3, "ms": ms[w][clip], "min_ms": ms[w][clip], "clock_mhz": 1980.0,
+                  "world_clock_mhz": [1900.0, 1980.0] if w == 4 else [1975.0, 1980.0],
+                  "bound_ms": bench.bound_ms(bench.decode_flops(T), bench.min_bytes(T), world=w),
+                  "memory": {"peak_gib": 6.0, "peak_gib_ranks": [6.0] * w}}
+        r["workloads"][name] = e
+    return r
+
+
+class MultiReport(unittest.TestCase):
+    def test_summary(self):
+        r = bench.finalize(sample_worlds())
+        s, ws = r["summary"], r["workloads"]
+        self.assertEqual(s["timed"], list(bench.TIMED_WORKLOADS))
+        self.assertAlmostEqual(s["nine_geomean_ms"], bench.geomean(ws[n]["ms"] for n in bench.TIMED_WORKLOADS))
+        self.assertAlmostEqual(s["nine_geomean_gap"], bench.geomean(ws[n]["gap"] for n in bench.TIMED_WORKLOADS))
+        self.assertAlmostEqual(s["geomean_ms"], s["nine_geomean_ms"])
+        self.assertAlmostEqual(s["worlds"]["1"]["geomean_ms"], 5000.0)
+        self.assertAlmostEqual(s["worlds"]["4"]["geomean_ms"], 1400.0)
+        self.assertAlmostEqual(s["scaling"]["f481x2"], 10000 / 5200)
+        self.assertAlmostEqual(s["scaling"]["f481x4"], 10000 / 2800)
+        self.assertEqual(s["scaling_targets"]["f481x2"], {"target": 1.85, "met": True})
+        self.assertEqual(s["scaling_targets"]["f481x4"], {"target": 3.5, "met": True})
+        # The speedup over diffusers (one GPU) stays world 1's.
+        self.assertAlmostEqual(s["geomean_speedup"], bench.geomean(ws[f"{c}x1"]["speedup"]
+                                                                   for c in bench.TIMED_CLIPS))
+        self.assertAlmostEqual(ws["f481x4"]["gap"], 2800 / (7861.72 / 4), delta=1e-3)
+        self.assertEqual((s["checked"], s["check_passed"]), (15, 15))
+
+    def test_subset(self):
+        r = sample_worlds(ms={2: {"f481": 13500.0}})
+        for n in [n for n, (c, w) in bench.WORKLOADS.items() if w == 4 or (w == 2 and c != "f481")]:
+            del r["workloads"][n]
+        s = bench.finalize(r)["summary"]
+        self.assertNotIn("nine_geomean_ms", s)
+        self.assertEqual(s["timed"], ["f121x1", "f241x1", "f481x1", "f481x2"])
+        self.assertAlmostEqual(s["geomean_ms"], bench.geomean([2500, 5000, 10000, 13500]))
+        self.assertEqual(s["scaling_targets"], {"f481x2": {"target": 1.85, "met": False}})
+
+    def test_table(self):
+        t = report.table(sample_worlds())
+        self.assertIn("**world 1** (1 GPU)", t)
+        self.assertIn("**world 4** (4 GPUs)", t)
+        self.assertIn("| f481x1 | 121 | 10000.0 (10000.0) | 1980 | 7862 | 1.27 | 23090 | 2.31 | 9.5 | 0 | ok", t)
+        self.assertIn("| f481x2 | 121 | 5200.0 (5200.0) | 1980 | 3931 | 1.32 | 1.92 | 6.0 | ok", t)
+        self.assertIn("| f481x4 | 121 | 2800.0 (2800.0) | 1980 (1900-1980) | 1965 | 1.42 | 3.57 | 6.0 | ok", t)
+        self.assertIn("| f17x4 | 5 | - | - | - | - | - | - | ok", t)
+        self.assertIn("geomean over the nine timed workloads **", t)
+        self.assertIn("f481x1 / f481x4 x3.57 (target x3.50: met)", t)
+        self.assertIn("15 of 15 checks ok", t)
+        self.assertEqual(t.count("**geomean** (3 timed)"), 3)
+        # The world-1 block is still table()'s own row format.
+        self.assertIn("| **geomean** (3 timed) | | **5000.0** |", t)
+
+    def test_history(self):
+        h = report.history_row(sample_worlds())
+        self.assertIn("| 2500 / x2 1300 / x4 700 | 5000 / x2 2600 / x4 1400 | 10000 / x2 5200 / x4 2800 |", h)
+        s = bench.finalize(sample_worlds())["summary"]
+        self.assertIn(f"| {s['nine_geomean_ms']:.0f} (nine) | {s['nine_geomean_gap']:.2f} |", h)
+        self.assertIn("15 of 15 ok", h)
+        # World 1 alone: the row as before.
+        h1 = report.history_row(sample_run())
+        self.assertTrue(h1.startswith("| 2026-12-02 | NVIDIA H200 | 1980 | abc | 2500 | 5000 | 10000 | 5000 |"), h1)
+
+    def test_errors_listed(self):
+        r = sample_worlds()
+        r["workloads"]["f241x4"]["error"] = "rank 2 (workload): Traceback\nRuntimeError: boom"
+        t = report.table(r)
+        self.assertIn("- f241x4: rank 2 (workload): Traceback", t)
+
+    def test_results_still_render(self):
+        # The last H200 results (world 1 only) render as one table with the old header.
+        for path in sorted(glob.glob(os.path.join(HERE, "results", "*.json"))):
+            with open(path) as f:
+                r = json.load(f)
+            t = report.table(r)
+            self.assertNotIn("**world", t)
+            self.assertIn("| workload | T | ours ms (fastest) | SM MHz | bound ms | gap | diffusers bf16 ms |", t)
+            self.assertTrue(report.history_row(r).startswith("| 2026-12-02 |"))
+
+
+# Stand-ins for bench.rank_main in the session tests (spawned: module-level, picklable by name).
+def fake_rank(rank, world, port, cfg, conn):
+    """Rank 0 blocks where a real one would wait for the failing rank in a collective."""
+    import time
+    mode = cfg["mode"]
+    if mode in ("die", "raise_start"):
+        if rank == 1:
+            if mode == "raise_start":
+                conn.send(("error", rank, None, "prepare", "Traceback\nRuntimeError: no NCCL"))
+            os._exit(3 if mode == "die" else 1)
+        time.sleep(60)
+    conn.send(("ready", rank, f"uuid{rank}", os.getpid(), 0.5, 1))
+    for name in cfg["workloads"]:
+        if rank == 0:
+            conn.send(("start", name))
+        if mode == "raise" and name == cfg["at"]:
+            if rank == 1:
+                conn.send(("error", rank, name, "workload", f"Traceback\nRuntimeError: rank 1 failed at {name}"))
+                os._exit(1)
+            time.sleep(60)
+        if mode == "hang" and name == cfg["at"]:
+            time.sleep(60)
+        if rank == 0:
+            conn.send(("result", name, {"clip": name.split("x")[0], "world": world, "timed": True, "ms": 5.0,
+                                        "min_ms": 5.0, "windows": [[0.0, 1.0]], "rank_calls": [[[0.0, 1.0, 0]]] * world,
+                                        "rank_mem0": [{"nvml": 0, "reserved_after_prepare": 0}] * world}))
+    conn.send(("done", rank))
+
+
+class Session(unittest.TestCase):
+    """bench.world_session with stand-in ranks (no torch, no GPU): results, a rank that raises, dies or hangs."""
+
+    def session(self, mode, names, at=None, start_timeout=30, workload_timeout=30):
+        rep = {"setup": {}, "workloads": {n: {"world": 2} for n in names}}
+        shown = []
+        rest = bench.world_session(2, names, {"mode": mode, "at": at}, ["u0", "u1"], rep, lambda: None,
+                                   shown.append, start_timeout, workload_timeout, target=fake_rank)
+        return rep, rest, shown
+
+    def test_ok(self):
+        rep, rest, shown = self.session("ok", ["f121x2", "f241x2"])
+        self.assertEqual((rest, shown), ([], ["f121x2", "f241x2"]))
+        self.assertEqual(rep["workloads"]["f241x2"]["ms"], 5.0)
+        self.assertNotIn("windows", rep["workloads"]["f241x2"])
+        self.assertEqual(len(rep["setup"]["worlds"]["2"]["ranks"]), 2)
+        for k, v in bench.NO_MULTICAST_ENV.items():
+            self.assertEqual(os.environ.get(k), v)
+
+    def test_raise(self):
+        rep, rest, _ = self.session("raise", ["f121x2", "f241x2", "f481x2"], at="f241x2")
+        self.assertEqual(rest, ["f481x2"])
+        self.assertEqual(rep["workloads"]["f121x2"]["ms"], 5.0)
+        self.assertIn("rank 1 (workload): Traceback", rep["workloads"]["f241x2"]["error"])
+        self.assertIn("RuntimeError: rank 1 failed at f241x2", rep["workloads"]["f241x2"]["error"])
+
+    def test_fails_before_the_first(self):
+        rep, rest, shown = self.session("raise_start", ["f121x2", "f241x2"])
+        self.assertEqual((rest, shown), ([], ["f121x2", "f241x2"]))
+        self.assertIn("no NCCL", rep["workloads"]["f241x2"]["error"])
+
+    def test_dies(self):
+        rep, rest, _ = self.session("die", ["f121x2", "f481x2"])
+        self.assertEqual(rest, [])
+        self.assertIn("rank 1 exited with code 3", rep["workloads"]["f121x2"]["error"])
+        self.assertIn("rank 1 exited with code 3", rep["workloads"]["f481x2"]["error"])
+
+    def test_hang(self):
+        import time
+        t0 = time.monotonic()
+        rep, rest, _ = self.session("hang", ["f121x2", "f241x2"], at="f121x2", workload_timeout=2)
+        self.assertLess(time.monotonic() - t0, 25)
+        self.assertEqual(rest, ["f241x2"])
+        self.assertIn("timed out after 2 s", rep["workloads"]["f121x2"]["error"])
 
 
 class Merge(unittest.TestCase):

@@ -4,6 +4,9 @@
  *   cuda_ops                 all cases; one line each, then "N passed, N failed"; exit 0 iff all pass
  *   cuda_ops -o conv         only cases whose name contains "conv"
  *   cuda_ops --perf          conv (and attention, norm) timings at the real heavy shapes, TFLOP/s
+ *   cuda_ops --kernel K      the conv kernel: mma (default), wgmma (W22_CONV_KERNEL=wgmma: qualifying GEMMs run on
+ *                            conv_sm90_wgmma.cu, and a qualifying conv case that ran elsewhere fails), or both (the
+ *                            cases once per kernel; --perf prints both kernels' timings side by side)
  *   cuda_ops --device N      GPU ordinal (default 0)
  *   cuda_ops --selftest-cpu  the harness itself, CPU backend against CPU backend (no GPU needed)
  *
@@ -34,6 +37,15 @@ static w22_backend *cpu, *gpu;
 static int selftest; /* --selftest-cpu: "gpu" is a second CPU backend, to check this harness without a GPU */
 
 static const char *gpu_path(void) { return selftest ? "cpu" : w22_backend_cuda_last_path(gpu); }
+enum { KERNEL_MMA = 1, KERNEL_WGMMA = 2, KERNEL_BOTH = 3 };
+static int kernel_mode;              /* --kernel; 0: one backend, W22_CONV_KERNEL as the environment has it */
+static int gpu_wgmma;                /* the backend in `gpu` was made with W22_CONV_KERNEL=wgmma */
+
+/* Whether the wgmma kernel takes this conv (w22_cuda_wgmma_blocker, restated on the case's parameters): 64-channel
+ * slices, N a multiple of 128, no upsample read (the 2D 3x3 upsample convs run as four 2x2 phase convs). */
+static int wgmma_qualifies(int cin, int cout, int ks, int upsample, int sc_cin) {
+    return cin % 64 == 0 && cout % 128 == 0 && (!sc_cin || sc_cin % 64 == 0) && (!upsample || ks == 3);
+}
 static const char *filter;
 static uint64_t seed = 1;
 #define TOL_BF16 (1.0 / 128.0) /* 2^-7 */
@@ -297,8 +309,14 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
     snprintf(cerr, sizeof cerr, "%s", w22_last_error());
     w22_status s2 = gpu->ops->conv(gpu, &ag);
     if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
-    if (both_ok("conv", shape, s1, cerr, s2))
+    if (both_ok("conv", shape, s1, cerr, s2)) {
         compare("conv", shape, &out, 0, oc, TOL_BF16, 1e-5, 0, gpu_path());
+        if (gpu_wgmma && !selftest && wgmma_qualifies(cin, cout, ks, upsample, sc_cin)) {
+            const int on = !strncmp(gpu_path(), "wgmma", 5);
+            if (!on) printf("    expected the wgmma kernel, ran on [%s]: FAIL\n", gpu_path());
+            CHECK(on, "conv %s on wgmma", shape);
+        }
+    }
     tens_free(&in);
     tens_free(&out);
     tens_free(&rs);
@@ -597,6 +615,16 @@ static void run_cases(void) {
     conv_case("edge", 6, 10, 1, 3, 5, 1, 3, 1, 0, RES_NONE, 0);      /* scalar upsample */
     conv_case("edge", 96, 264, 1, 5, 7, 3, 3, 0, 0, RES_NONE, 0);    /* big tile with an N tail */
     conv_case("edge", 32, 300, 1, 9, 15, 1, 1, 0, 0, RES_NONE, 0);   /* many M tiles, N tail */
+    /* shapes the wgmma kernel takes (cin % 64, cout % 128): both tiles, M tails, the phase convs, shortcut */
+    conv_case("wg", 128, 128, 2, 7, 19, 3, 3, 0, 0, RES_NONE, 0);      /* 128x128 tile, M = 266: a partial tile */
+    conv_case("wg", 128, 384, 1, 9, 17, 3, 3, 0, 0, RES_SEPARATE, 0);  /* 3 N tiles of 128 */
+    conv_case("wg", 64, 256, 1, 3, 5, 1, 3, 0, 0, RES_NONE, 0);        /* one slice per tap, M = 15 < 128 */
+    conv_case("wg", 64, 128, 2, 3, 7, 1, 1, 0, 0, RES_NONE, 0);        /* 1x1x1, one K step */
+    conv_case("wg", 128, 128, 2, 5, 9, 1, 3, 1, 0, RES_NONE, 0);       /* 4 phase convs ks 2, pads (1,1) .. (0,0) */
+    conv_case("wg", 256, 256, 1, 5, 9, 1, 3, 1, 0, RES_INPLACE, 0);    /* phases on the 256 tile, res = out */
+    conv_case("wg", 128, 128, 2, 6, 11, 3, 3, 0, 0, RES_INPLACE, 64);  /* shortcut on the 128 tile, res = out */
+    conv_case("wg", 256, 256, 1, 36, 40, 3, 3, 0, 0, RES_NONE, 256);   /* M = 1440: 11.25 tiles, shortcut */
+    conv_case("wg", 128, 256, 3, 4, 6, 3, 1, 0, 1, RES_NONE, 0);       /* time split on the 256 tile */
     /* attention */
     attention_case(1024, 1, 6, 13, 0, 6, 1);
     attention_case(1024, 2, 6, 13, 2, 3, 1); /* a rank's rows */
@@ -650,8 +678,8 @@ static void fill_bf16_random(void *dev, size_t n) {
 
 /* Times conv F x h x w (input size) cin -> cout: warm-up, then iterations alternating two input buffers (each
  * larger than the L2), with cudaEvents on the backend's stream. */
-static void perf_conv(const char *name, int cin, int cout, int F, int h, int w, int kt, int ks, int upsample,
-                      int time_split, double cudnn) {
+static double perf_conv_on(w22_backend *gb, const char **path, int cin, int cout, int F, int h, int w, int kt,
+                           int ks, int upsample, int time_split) {
     const int oh = upsample ? 2 * h : h, ow = upsample ? 2 * w : w;
     const int of = time_split ? 2 * F : F, oc = time_split ? cout / 2 : cout;
     const size_t nin = (size_t)(F + kt - 1) * (h + 2) * (w + 2) * cin, nout = (size_t)of * (oh + 2) * (ow + 2) * oc;
@@ -662,14 +690,21 @@ static void perf_conv(const char *name, int cin, int cout, int F, int h, int w, 
     t_fill_uniform(wh, wn, seed++, -0.02f, 0.02f);
     t_fill_uniform(bh, cout, seed++, -0.1f, 0.1f);
     int64_t ws[5] = {cout, cin, kt, ks, ks}, b1[1] = {cout};
-    w22_status s = gpu->ops->weight_upload(gpu, W22_WK_CONV, wh, ws, 5, &wt);
+    /* 2D 3x3 weights come as [cout, cin, 3, 3] (as conv_case and the decoder's upsamplers): the backend then runs
+     * an upsample conv as four 2x2 phase convs, the production path */
+    const int ndim = kt == 1 && ks == 3 ? 4 : 5;
+    if (ndim == 4) ws[2] = ks;
+    gpu = gb;
+    w22_status s = gpu->ops->weight_upload(gpu, W22_WK_CONV, wh, ws, ndim, &wt);
     if (s == W22_OK) s = gpu->ops->weight_upload(gpu, W22_WK_VECTOR, bh, b1, 1, &bias);
     for (int i = 0; i < 2 && s == W22_OK; i++) s = gpu->ops->alloc(gpu, nin * 2, &in[i]);
     if (s == W22_OK) s = gpu->ops->alloc(gpu, nout * 2, &out);
     if (s != W22_OK) {
-        printf("perf %-28s setup failed: %s\n", name, w22_last_error());
-        CHECK(0, "perf setup %s", name);
-        return;
+        printf("perf setup failed: %s\n", w22_last_error());
+        CHECK(0, "perf setup");
+        free(wh);
+        free(bh);
+        return -1;
     }
     for (int i = 0; i < 2; i++) fill_bf16_random(in[i], nin); /* borders random too: only speed is measured */
     w22_conv_args a = {.out = make_view(out, 2, of, oh, ow, oc, 1), .weight = wt, .bias = bias, .kt = kt, .ks = ks,
@@ -688,16 +723,12 @@ static void perf_conv(const char *name, int cin, int cout, int F, int h, int w, 
     cudaError_t ce = cudaEventSynchronize(e1);
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
-    const double M = (double)F * oh * ow, flops = 2.0 * M * cout * ((double)cin * kt * ks * ks);
-    const double tflops = flops / (ms / iters * 1e-3) / 1e12;
+    double ret = ms / iters;
+    *path = gpu_path();
     if (s != W22_OK || ce != cudaSuccess) {
-        printf("perf %-28s FAILED: %s %s\n", name, w22_last_error(), cudaGetErrorString(ce));
-        CHECK(0, "perf %s", name);
-    } else {
-        printf("perf %-28s %dx%dx%dx%d->%d k%dx%d%s: %.3f ms, %.1f TFLOP/s", name, F + kt - 1, h, w, cin, cout, kt,
-               ks, upsample ? " up" : "", ms / iters, tflops);
-        if (cudnn > 0) printf(" (cuDNN measured %.0f: %.0f%%)", cudnn, 100 * tflops / cudnn);
-        printf(" [%s]\n", gpu_path());
+        printf("perf FAILED: %s %s\n", w22_last_error(), cudaGetErrorString(ce));
+        CHECK(0, "perf conv %dx%d", cin, cout);
+        ret = -1;
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
@@ -708,6 +739,33 @@ static void perf_conv(const char *name, int cin, int cout, int F, int h, int w, 
     gpu->ops->weight_free(gpu, bias);
     free(wh);
     free(bh);
+    return ret;
+}
+
+static w22_backend *perf_mma, *perf_wg; /* the backends --perf times the convs on (per --kernel) */
+
+/* One line per conv shape: each selected kernel's time and TFLOP/s (the FLOPs of the work done: an upsample conv
+ * runs as four 2x2 phase convs, 4 taps per output pixel instead of 9). */
+static void perf_conv(const char *name, int cin, int cout, int F, int h, int w, int kt, int ks, int upsample,
+                      int time_split, double cudnn) {
+    const int oh = upsample ? 2 * h : h, ow = upsample ? 2 * w : w;
+    const int taps = upsample && kt == 1 && ks == 3 ? 4 : kt * ks * ks;
+    const double flops = 2.0 * F * oh * ow * cout * ((double)cin * taps);
+    double t[2] = {-1, -1};
+    const char *path[2] = {"", ""};
+    w22_backend *bs[2] = {perf_mma, perf_wg}, *keep = gpu;
+    printf("perf %-28s %dx%dx%dx%d->%d k%dx%d%s:", name, F + kt - 1, h, w, cin, cout, kt, ks, upsample ? " up" : "");
+    for (int i = 0; i < 2; i++) {
+        if (!bs[i]) continue;
+        t[i] = perf_conv_on(bs[i], &path[i], cin, cout, F, h, w, kt, ks, upsample, time_split);
+        if (t[i] > 0)
+            printf("%s %.3f ms %.1f TFLOP/s [%s]", i && bs[0] ? " |" : "", t[i], flops / (t[i] * 1e-3) / 1e12, path[i]);
+    }
+    gpu = keep;
+    if (t[0] > 0 && t[1] > 0) printf(" | wgmma speedup x%.2f", t[0] / t[1]);
+    const double best = t[1] > 0 ? t[1] : t[0];
+    if (cudnn > 0 && best > 0) printf(" (cuDNN measured %.0f: %.0f%%)", cudnn, 100 * flops / (best * 1e-3) / 1e12 / cudnn);
+    printf("\n");
 }
 
 /* Times attention at the real frame (44 x 78, C = 1024), and rmsnorm's bandwidth at 256ch 352x624 x 4. */
@@ -775,7 +833,7 @@ static void run_perf(void) {
     perf_conv("up_blocks.3 conv 256ch", 256, 256, 4, 352, 624, 3, 3, 0, 0, 709);
     perf_conv("up_blocks.2 conv 512ch", 512, 512, 4, 176, 312, 3, 3, 0, 0, 758);
     perf_conv("up_blocks.1 conv 1024ch", 1024, 1024, 4, 88, 156, 3, 3, 0, 0, 765);
-    /* the upsample convs (direct 3x3 over the upsampled grid: FLOPs counted as 9 taps) */
+    /* the upsample convs (four 2x2 phase convs on the low-resolution grid: FLOPs counted as 4 taps) */
     perf_conv("up_blocks.2 upsample 512ch", 512, 512, 4, 176, 312, 1, 3, 1, 0, 0);
     perf_conv("up_blocks.1 upsample 1024ch", 1024, 1024, 4, 88, 156, 1, 3, 1, 0, 0);
     perf_conv("up_blocks.1 time_conv", 1024, 2048, 2, 88, 156, 3, 1, 0, 1, 0);
@@ -790,8 +848,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-o") && i + 1 < argc) filter = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--selftest-cpu")) selftest = 1;
-        else {
-            fprintf(stderr, "usage: %s [--perf] [-o OPNAME] [--device N]\n", argv[0]);
+        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) {
+            const char *k = argv[++i];
+            kernel_mode = !strcmp(k, "mma") ? KERNEL_MMA : !strcmp(k, "wgmma") ? KERNEL_WGMMA : !strcmp(k, "both") ? KERNEL_BOTH : 0;
+            if (!kernel_mode) {
+                fprintf(stderr, "--kernel: mma, wgmma or both, not %s\n", k);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: %s [--perf] [-o OPNAME] [--device N] [--kernel mma|wgmma|both] [--selftest-cpu]\n", argv[0]);
             return 2;
         }
     }
@@ -805,26 +870,52 @@ int main(int argc, char **argv) {
         return 1;
     }
     /* conformance: every op synchronizes and checks its views against the allocations (src/cuda debug mode) */
-    if (!perf) setenv("W22_CUDA_DEBUG", "1", 0);
-    w22_status s = w22_backend_cuda_create(device, &gpu);
-    if (s != W22_OK) {
-        printf("cuda_ops: w22_backend_cuda_create(%d): %s: %s\n", device, w22_status_string(s), w22_last_error());
-        return 1;
-    }
-    if (perf) {
-        run_perf();
-    } else {
-        s = w22_backend_cpu_create(0, &cpu);
+    if (!perf) {
+        setenv("W22_CUDA_DEBUG", "1", 0);
+        w22_status s = w22_backend_cpu_create(0, &cpu);
         if (s != W22_OK) {
             printf("cuda_ops: w22_backend_cpu_create: %s\n", w22_last_error());
             return 1;
         }
-        run_cases();
+    }
+    /* one CUDA backend per selected conv kernel: the backend reads W22_CONV_KERNEL when it is made */
+    w22_backend *made[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        if (kernel_mode && !(kernel_mode & (i ? KERNEL_WGMMA : KERNEL_MMA))) continue;
+        if (!kernel_mode && i) continue;
+        if (kernel_mode && i) setenv("W22_CONV_KERNEL", "wgmma", 1);
+        else if (kernel_mode) unsetenv("W22_CONV_KERNEL");
+        const char *k = getenv("W22_CONV_KERNEL");
+        const int wg = k && !strcmp(k, "wgmma");
+        w22_status s = w22_backend_cuda_create(device, &made[i]);
+        if (s != W22_OK) {
+            printf("cuda_ops: w22_backend_cuda_create(%d)%s: %s: %s\n", device, wg ? " with W22_CONV_KERNEL=wgmma" : "",
+                   w22_status_string(s), w22_last_error());
+            return 1;
+        }
+        if (!perf) {
+            gpu = made[i];
+            gpu_wgmma = wg;
+            printf("-- conv kernel: %s --\n", wg ? "wgmma where the shape qualifies (W22_CONV_KERNEL=wgmma)" : "mma");
+            run_cases();
+        } else if (wg && kernel_mode) {
+            perf_wg = made[i];
+        } else {
+            perf_mma = made[i];
+        }
+    }
+    if (perf) {
+        gpu = made[0] ? made[0] : made[1];
+        run_perf();
+    } else {
         cpu->ops->destroy(cpu);
     }
-    size_t peak = 0;
-    size_t now = w22_backend_cuda_bytes(gpu, &peak);
-    printf("CUDA backend memory: %zu bytes held at the end (attention scratch included), peak %zu\n", now, peak);
-    gpu->ops->destroy(gpu);
+    for (int i = 0; i < 2; i++) {
+        if (!made[i]) continue;
+        size_t peak = 0;
+        size_t now = w22_backend_cuda_bytes(made[i], &peak);
+        printf("CUDA backend memory: %zu bytes held at the end (attention scratch included), peak %zu\n", now, peak);
+        made[i]->ops->destroy(made[i]);
+    }
     return t_finish("cuda_ops");
 }

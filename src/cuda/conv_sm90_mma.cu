@@ -268,6 +268,9 @@ w22_status w22_cuda_gemm_init(w22_cuda *c) {
     CU_TRY(cudaFuncSetAttribute(cfg_big::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_big::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_mid::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_mid::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_small::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_small::smem));
+    /* opt-in until validated on a GPU: W22_CONV_KERNEL=wgmma sends qualifying GEMMs to conv_sm90_wgmma.cu */
+    const char *k = getenv("W22_CONV_KERNEL");
+    if (k && !strcmp(k, "wgmma")) W22_TRY(w22_cuda_wgmma_init(c));
     return W22_OK;
 }
 
@@ -323,6 +326,7 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what) {
         c->last_path = why;
         return w22_cuda_gemm_scalar(c, g, what);
     }
+    if (c->use_wgmma && !w22_cuda_wgmma_blocker(g)) return w22_cuda_gemm_wgmma(c, g, what);
     const int cpt = (g->cin + BK - 1) / BK;
     const int main_iters = g->kt * g->ks * g->ks * cpt;
     const int iters = main_iters + (g->sc ? (g->sc_cin + BK - 1) / BK : 0);

@@ -31,6 +31,10 @@ typedef struct {
     void *attn_scratch;
     size_t attn_bytes;
     const char *last_path; /* the kernel the last GEMM ran on (static string) */
+    /* W22_CONV_KERNEL=wgmma at create: qualifying GEMMs run on the wgmma kernel (conv_sm90_wgmma.cu), whose
+     * tensor maps are made by the driver's cuTensorMapEncodeTiled (entry point fetched through cudart). */
+    int use_wgmma;
+    void *tmap_encode;
 } w22_cuda;
 
 /* A weight in this backend's layout. Conv: [cout][kt][kh][kw][cin] bf16 (the GEMM's B operand, K-major);
@@ -110,6 +114,11 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what);
 w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_gemm *g, const char *what);
 /* Dynamic shared memory attributes of the tensor-core kernels (once, at create). */
 w22_status w22_cuda_gemm_init(w22_cuda *c);
+/* The wgmma kernel (conv_sm90_wgmma.cu): its init (attributes, driver entry point; sets use_wgmma), why a GEMM
+ * that the mma kernel takes does not qualify (NULL: it does), and the launch. */
+w22_status w22_cuda_wgmma_init(w22_cuda *c);
+const char *w22_cuda_wgmma_blocker(const w22_gemm *g);
+w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_gemm *g, const char *what);
 
 /* Every op starts here: the calling thread may not have the backend's GPU current (one thread per rank). */
 #define CU_ENTER(c) CU_TRY(cudaSetDevice((c)->device))

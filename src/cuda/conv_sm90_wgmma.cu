@@ -1,0 +1,500 @@
+/* The conv's implicit GEMM on Hopper's own instructions: wgmma.mma_async (bf16 x bf16 -> fp32, both operands in
+ * shared memory), a warp-specialized producer/consumer pipeline on mbarriers, the weights by the tensor-memory
+ * accelerator (TMA), the pixels by 16-byte cp.async gathers. Same GEMM, same semantics, same epilogue as the
+ * mma.sync kernel (conv_sm90_mma.cu; w22_gemm in cuda_internal.h); a subset of its shapes (below). Selected only
+ * with W22_CONV_KERNEL=wgmma until it has been validated on a GPU (written without one: see "Unverified").
+ *
+ * ---- Design ----
+ * Block = 384 threads = 3 warpgroups, one CTA per SM (__launch_bounds__(384, 1)), one output tile per CTA:
+ *   warpgroup 0 (producer, setmaxnreg 40): fills a ring of STAGES shared-memory stages; per stage one K slice of
+ *     64 channels of one tap (dt, dy, dx), or of the 1x1 shortcut's input after the main K:
+ *       A [128 rows][64 bf16]: row r = output pixel m0 + r, read through the tap offset from the channels-last
+ *         input with cp.async.cg 16 B (8 chunks per 128-byte row; thread p owns chunk p & 7 of rows
+ *         (p >> 3) + 16 j, j < 8); rows past M are zero-filled (src-size 0). No bounds checks: the input has a
+ *         readable one-pixel border (backend.h), and cin % 64 == 0 keeps every slice inside one pixel.
+ *       B [BN rows][64 bf16]: weights [N][K] K-major, one 2D TMA box {64, BN} at (k, n0) of a tensor map
+ *         {K, N} (stride b_sw), SWIZZLE_128B; the shortcut's weights [N][sc_cin] through a second map.
+ *     Both land in the 128-byte swizzle (16-byte chunk c of row r at r * 128 + ((c ^ (r & 7)) << 4), tile base
+ *     1024-aligned): TMA produces it by itself, the cp.async addresses compute it (the same swizzle as the mma
+ *     kernel's swz()).
+ *   warpgroups 1, 2 (consumers, setmaxnreg 232): rows [64 w, 64 w + 64) of the tile, all BN columns:
+ *     per stage 4 x wgmma.m64n{BN}k16 (K = 64), fp32 accumulators in registers (BN / 2 per thread: 128 for
+ *     BN = 256), one commit group per stage, wait_group 1 (one stage of wgmma in flight while the next is
+ *     issued), then the stage before is released. Epilogue from registers: + bias (+ sc_bias), time-split
+ *     scatter, + residual (may alias out), bf16 pair stores (fp32 with out_f32), exactly the mma kernel's code.
+ * K order: taps (dt, dy, dx) outer, 64-channel slices inner, then the shortcut's slices (as the mma kernel).
+ * Why A is not a TMA box: a tile is 128 consecutive output pixels in (t, y, x) order, which crosses output rows
+ * wherever W % 128 != 0 (W = 78, 156, 312, 624): a fixed-size box cannot follow the wrap, and rectangular tiles
+ * (whole rows) would waste 18-39% of the MMAs at W = 156 / 312. The gather costs the producer 8 cp.async per
+ * thread per stage, which it has the issue slots for (1024 clocks of wgmma per stage).
+ *
+ * ---- Barrier protocol (shared-memory mbarriers; enum wg_arrivals) ----
+ *   full[s]  (count FULL_ARRIVALS = 128 producer threads + 1): thread 0 does arrive.expect_tx(B bytes) and
+ *            issues the TMA, which completes the transaction bytes; each producer thread arrives once its own
+ *            cp.async copies of that stage have landed: it lets LAG = STAGES - 2 later stages' groups go in
+ *            flight first (cp.async.wait_group LAG), then fence.proxy.async.shared::cta (its generic-proxy
+ *            writes before the consumers' async-proxy wgmma reads), then mbarrier.arrive (release). The phase
+ *            completes with all 129 arrivals and the TMA's bytes: A and B of stage s are in shared memory.
+ *   empty[s] (count EMPTY_ARRIVALS = 8 consumer warps): lane 0 of each consumer warp arrives after its
+ *            warpgroup's wgmma.wait_group shows the stage's wgmmas done (they read shared memory
+ *            asynchronously). The producer waits on it before refilling stage s (from the second round on).
+ *   Parities: load i uses stage i % STAGES in round r = i / STAGES; consumers wait full[s] for parity r & 1,
+ *   the producer waits empty[s] (r >= 1) for parity (r - 1) & 1.
+ *   No deadlock: the producer's refill of stage s for load i needs the release of load i - STAGES, which the
+ *   consumers give after issuing load i - STAGES + 1, whose full barrier the producer completed at its
+ *   iteration i - STAGES + 1 + LAG <= i - 1 (LAG <= STAGES - 2).
+ *
+ * ---- Tile table (one place: the wg_cfg typedefs below) ----
+ * | BM x BN | stages | smem   | used when     | why |
+ * | 128x256 | 4      | 194 KB | N % 256 == 0  | every heavy conv (N = 256 ... 3072): 2 x 64x256 per CTA is the largest tile whose 128 accumulators per consumer thread fit in 232 registers; 48 KB per stage, 4 stages is what 227 KB holds (5 would be 240 KB) |
+ * | 128x128 | 6      | 194 KB | N % 128 == 0  | the rest (N = 128, 384, ...): same rows, half the columns; 32 KB per stage buys 6 stages |
+ * (smem = stages x stage + 2 x stages mbarriers + two 128-int row tables + 1 KB to align the ring to 1024 B.)
+ * Not measured yet: the choice is the standard Hopper GEMM tile (CUTLASS's 128x256x64 warp-specialized default);
+ * 256x128 (A twice as large: twice the cp.async work per stage) and a persistent grid are the alternatives.
+ * Everything else (cin or sc_cin % 64 != 0, N % 128 != 0, upsample, weights not one [N][K] block, ...) stays on the
+ * mma.sync kernel (wgmma_blocker).
+ *
+ * ---- What to expect on an H200 (to be measured) ----
+ * Tensor cores: 4096 bf16 FLOP/clock/SM (dense), at 1.98 GHz x 132 SMs = 1070 TFLOP/s. One 128x256x64 stage is
+ * 2 * 128 * 256 * 64 = 4.19 MFLOP = 1024 clocks of one SM's tensor cores (512 for 128x128). It brings 16 KB
+ * of A (cp.async) + 32 KB of B (TMA) = 48 KB, i.e. 47 B/clock/SM = 12.3 TB/s across the chip at the peak,
+ * mostly L2 hits (each input pixel is read by 9 or 27 taps, the weights by every M tile): L2-to-SM bandwidth,
+ * not the tensor cores, is the likely ceiling; a 2-CTA cluster multicasting B (one L2 read for two M tiles)
+ * is the next step if the profile says so. Latency: with 4 stages the producer keeps LAG + 1 = 3 stages of
+ * loads in flight while 1 is computed, ~2000-3000 clocks (1-1.5 us) of cover against ~600-1000 clocks of
+ * L2/TMA latency. One producer warpgroup issues 1024 cp.async (8 per thread) + 1 TMA per 1024 clocks.
+ * Expectation: 600-750 TFLOP/s on the 3x3x3 convs (cuDNN 709-765 measured), i.e. 1.8-2.2x the mma kernel.
+ * The epilogue (no overlap with the next tile: one tile per CTA, not persistent) costs ~1-3% at K >= 6912
+ * (108 stages per tile at 256 channels); the phase convs (K = 4 cin) and the time_conv (K = 3 cin) have 4-9x
+ * fewer stages per tile, so their epilogue share is larger (~5-10%): the case for a persistent grid later.
+ * Why the producer waits on its own copies (cp.async.wait_group, LAG stages behind) instead of
+ * cp.async.mbarrier.arrive.noinc: the proxy fence must follow the writes it orders in the writing thread, which
+ * only a completed wait gives; the cost is a producer that blocks LAG stages behind its newest load.
+ *
+ * ---- Validate and time it (device) ----
+ *   make -j16 build/tests/cuda_ops && W22_CUDA_DEBUG=1 build/tests/cuda_ops --kernel wgmma -o conv && \
+ *   build/tests/cuda_ops --perf --kernel both
+ * The first runs every conv case through the wgmma path where it qualifies (and fails a qualifying case that did
+ * not run on it); the second prints both kernels' TFLOP/s side by side.
+ *
+ * ---- Unverified (compiled, never run): check these first if the results are wrong ----
+ *  - the wgmma descriptor (start >> 4, LBO 1, SBO 1024 >> 4, layout 1 = 128B swizzle in bits 62-63) and the
+ *    K advance by +32 bytes (start + 2) inside a swizzled 128-byte row;
+ *  - TMA's SWIZZLE_128B layout equal to the cp.async swizzle (chunk ^ (row & 7)) on a 1024-aligned base;
+ *  - cp.async.wait_group + fence.proxy.async + mbarrier.arrive as the hand-off of cp.async data to wgmma;
+ *  - setmaxnreg honoured (ptxas prints no C7508/C7509 warning; the build shows none);
+ *  - one empty arrival per consumer warp after its wgmma.wait_group (the wgmma is one warpgroup-wide operation);
+ *  - a wait that never completes traps after 2^26 try_wait calls: a hang becomes "unspecified launch failure".
+ * Build facts (nvcc 13.0, -Xptxas -v): both instantiations 168 registers at entry (384 x 168 = 64512), 0 spill
+ * bytes, no stack frame; SASS: HGMMA.64x256x16 / 64x128x16, UTMALDG.2D, LDGSTS.E.BYPASS.128, USETMAXREG.
+ */
+#include <cuda.h> /* CUtensorMap and the cuTensorMapEncodeTiled types only: no libcuda link */
+#include "cuda_internal.h"
+#include <limits.h>
+
+#define WG_BM 128
+#define WG_BK 64                /* bf16 per stage row: 128 bytes, the swizzle span */
+#define WG_ROW_BYTES 128
+#define WG_THREADS 384          /* producer warpgroup + 2 consumer warpgroups */
+#define WG_PRODUCER_REGS 40
+#define WG_CONSUMER_REGS 232    /* 128 * 40 + 256 * 232 = 64512 <= 65536 */
+
+enum wg_arrivals {
+    FULL_ARRIVALS = 128 + 1, /* every producer thread (its cp.async landed) + thread 0's arrive.expect_tx */
+    EMPTY_ARRIVALS = 8,      /* lane 0 of each consumer warp */
+};
+
+/* ---- PTX wrappers ---- */
+
+static __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+/* Waits for the phase of parity `parity` to complete. A wait of 2^26 tries (seconds) is a protocol bug: trap, so
+ * that it shows as a launch error (at once under W22_CUDA_DEBUG=1) instead of a hung GPU. */
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    for (uint32_t n = 0; !mbar_try(bar, parity);)
+        if (++n == (1u << 26)) __trap();
+}
+static __device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
+    const int bytes = valid ? 16 : 0; /* 0: no global read, 16 zero bytes */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* 2D TMA tile load into this CTA's shared memory, completing `bytes` on the mbarrier (a CTA is a cluster of 1). */
+static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], "
+                 "[%2];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+}
+static __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap *map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
+}
+/* Shared-memory matrix descriptor of a K-major tile with 128-byte rows in the 128B swizzle: start address >> 4
+ * (bits 0-13), leading byte offset (unused for swizzled K-major, 1 by convention; bits 16-29), stride byte offset
+ * 1024 >> 4 between 8-row groups (bits 32-45), base offset 0 (1024-aligned tiles; bits 49-51), layout 1 = 128B
+ * swizzle (bits 62-63). */
+static __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+static __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving reads/writes of an accumulator across the asynchronous wgmma's wait. */
+static __device__ __forceinline__ void reg_fence(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+
+#define F8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                 "+f"(d[i + 6]), "+f"(d[i + 7])
+#define F32(d, i) F8(d, i), F8(d, i + 8), F8(d, i + 16), F8(d, i + 24)
+
+/* D[64 x 256] += A[64 x 16] B[16 x 256]^T, A and B K-major in shared memory. */
+static __device__ __forceinline__ void wgmma_n256(float d[128], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, 1, 1, 1, 0, 0;\n" /* scale-d (accumulate), scale-a, scale-b, A and B not transposed */
+        "}\n"
+        : F32(d, 0), F32(d, 32), F32(d, 64), F32(d, 96)
+        : "l"(da), "l"(db));
+}
+/* D[64 x 128] += A[64 x 16] B[16 x 128]^T. */
+static __device__ __forceinline__ void wgmma_n128(float d[64], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : F32(d, 0), F32(d, 32)
+        : "l"(da), "l"(db));
+}
+#undef F32
+#undef F8
+
+/* ---- the kernel ---- */
+
+template <int BN, int STAGES> struct wg_layout {
+    static constexpr int a_bytes = WG_BM * WG_ROW_BYTES;            /* 16 KB */
+    static constexpr int b_bytes = BN * WG_ROW_BYTES;               /* 32 or 16 KB */
+    static constexpr int stage_bytes = a_bytes + b_bytes;           /* multiple of 1024: every tile 1024-aligned */
+    static constexpr int bars_off = STAGES * stage_bytes;           /* full[STAGES], empty[STAGES] */
+    static constexpr int rows_off = bars_off + 2 * STAGES * 8;      /* rows_a[BM], rows_s[BM] */
+    static constexpr int bytes = rows_off + 2 * WG_BM * 4 + 1024;   /* + slack to align the base to 1024 */
+    static constexpr int lag = STAGES - 2;                          /* cp.async stages in flight before arriving */
+    static_assert(stage_bytes % 1024 == 0, "the 128B swizzle needs 1024-aligned tiles");
+    static_assert(bytes <= 227 * 1024, "shared memory beyond the sm_90 per-block limit (227 KB)");
+    static_assert(lag >= 1, "at least 3 stages");
+};
+
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+    w22_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_sc,
+                          const w22_gemm g, int main_iters, int iters, int tiles_n) {
+    typedef wg_layout<BN, STAGES> L;
+    constexpr int LAG = L::lag;
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    unsigned char *gbase = smem_raw + (base - raw);
+    const uint32_t full0 = base + L::bars_off, empty0 = full0 + STAGES * 8;
+    int *rows_a = (int *)(gbase + L::rows_off), *rows_s = rows_a + WG_BM;
+
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int tile_n = blockIdx.x % tiles_n, tile_m = blockIdx.x / tiles_n;
+    const int m0 = tile_m * WG_BM, n0 = tile_n * BN;
+    const int HW = g.H * g.W;
+
+    /* Per tile row: the input offset of its pixel (tap (0, pad_y, pad_x)) and the shortcut's, -1 past M. */
+    if (tid < WG_BM) {
+        const int m = m0 + tid;
+        int oa = -1, os = -1;
+        if (m < g.M) {
+            const int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
+            oa = t * (int)g.a_sf + y * (int)g.a_sh + x * (int)g.a_sw;
+            os = t * (int)g.sc_sf + y * (int)g.sc_sh + x * (int)g.sc_sw;
+        }
+        rows_a[tid] = oa;
+        rows_s[tid] = os;
+    }
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(full0 + 8 * s, FULL_ARRIVALS);
+            mbar_init(empty0 + 8 * s, EMPTY_ARRIVALS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        fence_proxy_async(); /* the inits, before the TMA unit (async proxy) completes bytes on them */
+        prefetch_tensormap(&tm_b);
+        if (g.sc) prefetch_tensormap(&tm_sc);
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ---------------- producer ---------------- */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS));
+        const int p = tid, cc = p & 7, r0 = p >> 3;
+        /* this thread's rows r0 + 16 j: smem offset of its chunk in row r0 (+ j * 2048 per j), swizzled by r0 & 7 */
+        const uint32_t my_chunk = (uint32_t)(r0 * WG_ROW_BYTES + ((cc ^ (r0 & 7)) << 4));
+        const int asf = (int)g.a_sf, ash = (int)g.a_sh, asw = (int)g.a_sw;
+        int c0 = 0, dt = 0, dy = 0, dx = 0; /* the load cursor: tap and channel slice of load `it` */
+        int s = 0, sd = 0;                  /* stage of load it, of load it - LAG */
+        uint32_t ph = 0;                    /* round parity of load it */
+        for (int it = 0; it < iters; it++) {
+            if (it >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1);
+            const uint32_t sa = base + s * L::stage_bytes, sb = sa + L::a_bytes, full = full0 + 8 * s;
+            if (it < main_iters) {
+                const int tap = (dt * g.ks + dy) * g.ks + dx;
+                if (p == 0) {
+                    mbar_arrive_expect_tx(full, L::b_bytes);
+                    tma_load_2d(sb, &tm_b, full, tap * g.cin + c0, n0);
+                }
+                const int off = dt * asf + (dy - g.pad_y) * ash + (dx - g.pad_x) * asw + c0 + cc * 8;
+#pragma unroll
+                for (int j = 0; j < WG_BM / 16; j++) {
+                    const int ro = rows_a[r0 + 16 * j];
+                    const bool ok = ro >= 0;
+                    cp_async16(sa + my_chunk + j * 16 * WG_ROW_BYTES, g.a + (ok ? ro + off : 0), ok);
+                }
+                c0 += WG_BK;
+                if (c0 == g.cin) { /* next tap; after the last one c0 restarts for the shortcut's channels */
+                    c0 = 0;
+                    if (++dx == g.ks) {
+                        dx = 0;
+                        if (++dy == g.ks) dy = 0, dt++;
+                    }
+                }
+            } else {
+                if (p == 0) {
+                    mbar_arrive_expect_tx(full, L::b_bytes);
+                    tma_load_2d(sb, &tm_sc, full, c0, n0);
+                }
+                const int off = c0 + cc * 8;
+#pragma unroll
+                for (int j = 0; j < WG_BM / 16; j++) {
+                    const int ro = rows_s[r0 + 16 * j];
+                    const bool ok = ro >= 0;
+                    cp_async16(sa + my_chunk + j * 16 * WG_ROW_BYTES, g.sc + (ok ? ro + off : 0), ok);
+                }
+                c0 += WG_BK;
+            }
+            cp_async_commit();
+            if (it >= LAG) { /* load it - LAG has landed (this thread's part): hand it to the consumers */
+                cp_async_wait<LAG>();
+                fence_proxy_async();
+                mbar_arrive(full0 + 8 * sd);
+                if (++sd == STAGES) sd = 0;
+            }
+            if (++s == STAGES) s = 0, ph ^= 1;
+        }
+        cp_async_wait<0>();
+        fence_proxy_async();
+        for (int k = iters < LAG ? iters : LAG; k > 0; k--) {
+            mbar_arrive(full0 + 8 * sd);
+            if (++sd == STAGES) sd = 0;
+        }
+    } else {
+        /* ---------------- consumers ---------------- */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS));
+        const int cw = wg - 1, lane = tid & 31, warp4 = (tid >> 5) & 3;
+        constexpr int NACC = BN / 2;
+        float acc[NACC];
+#pragma unroll
+        for (int i = 0; i < NACC; i++) acc[i] = 0.f;
+        const uint64_t da0 = smem_desc(base + cw * 64 * WG_ROW_BYTES), db0 = smem_desc(base + L::a_bytes);
+        constexpr uint64_t STAGE_DESC = L::stage_bytes >> 4; /* a stage, in descriptor address units */
+        int s = 0, sp = STAGES - 1;                          /* stage of load it, of load it - 1 */
+        uint32_t ph = 0;
+        for (int it = 0; it < iters; it++) {
+            mbar_wait(full0 + 8 * s, ph);
+            wgmma_fence();
+            const uint64_t da = da0 + s * STAGE_DESC, db = db0 + s * STAGE_DESC;
+#pragma unroll
+            for (int k = 0; k < WG_BK / 16; k++) { /* +32 bytes along the swizzled row per k16 step */
+                if (BN == 256)
+                    wgmma_n256(acc, da + 2 * k, db + 2 * k);
+                else
+                    wgmma_n128(acc, da + 2 * k, db + 2 * k);
+            }
+            wgmma_commit();
+            wgmma_wait<1>(); /* stage it - 1's wgmmas are done: it may be refilled */
+            if (it > 0 && lane == 0) mbar_arrive(empty0 + 8 * sp);
+            sp = s;
+            if (++s == STAGES) s = 0, ph ^= 1;
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
+
+        /* Epilogue. Accumulator layout of m64nN: thread (warp w, lane l) holds rows 16 w + l / 4 (+ 8) and, per
+         * 8-column block j, columns 8 j + 2 (l % 4) + {0, 1}: acc[4 j + 2 h + {0, 1}] for row half h. */
+        const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
+            if (m >= g.M) continue;
+            const int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
+            const int tf = g.split_c ? 2 * t : t;
+            const long orow = tf * g.o_sf + y * g.o_sh + x * g.o_sw;
+            const long rrow = tf * g.r_sf + y * g.r_sh + x * g.r_sw;
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++) {
+                const int n = n0 + j * 8 + tq * 2; /* N % BN == 0: always < N */
+                float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+                if (g.bias) v0 += g.bias[n], v1 += g.bias[n + 1];
+                if (g.sc_bias) v0 += g.sc_bias[n], v1 += g.sc_bias[n + 1];
+                long ocol = n, rcol = n;
+                if (g.split_c) {
+                    const int q = n / g.split_c, nn = n - q * g.split_c;
+                    ocol = q * g.o_sf + nn;
+                    rcol = q * g.r_sf + nn;
+                }
+                if (g.res) {
+                    const float2 r = __bfloat1622float2(*(const __nv_bfloat162 *)(g.res + rrow + rcol));
+                    v0 += r.x;
+                    v1 += r.y;
+                }
+                if (g.out_f32)
+                    *(float2 *)((float *)g.out + orow + ocol) = make_float2(v0, v1);
+                else
+                    *(__nv_bfloat162 *)((bf16 *)g.out + orow + ocol) = __floats2bfloat162_rn(v0, v1);
+            }
+        }
+    }
+}
+
+/* ---- host side: tensor maps, tile configs, eligibility, launch ---- */
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+template <int BN, int STAGES> struct wg_cfg {
+    typedef wg_layout<BN, STAGES> L;
+    static constexpr int bn = BN, stages = STAGES;
+    static constexpr int smem = L::bytes;
+    static void *kernel() { return (void *)w22_conv_wgmma_kernel<BN, STAGES>; }
+};
+typedef wg_cfg<256, 4> wg_big;
+typedef wg_cfg<128, 6> wg_mid;
+
+w22_status w22_cuda_wgmma_init(w22_cuda *c) {
+    if (c->smem_optin < wg_big::smem)
+        return w22_fail(W22_ERR_UNSUPPORTED, "W22_CONV_KERNEL=wgmma: the GPU allows %d bytes of shared memory per "
+                        "block; the kernel needs %d", c->smem_optin, wg_big::smem);
+    CU_TRY(cudaFuncSetAttribute(wg_big::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, wg_big::smem));
+    CU_TRY(cudaFuncSetAttribute(wg_mid::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, wg_mid::smem));
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    CU_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    if (!fn || q != cudaDriverEntryPointSuccess)
+        return w22_fail(W22_ERR_CUDA, "W22_CONV_KERNEL=wgmma: the driver has no cuTensorMapEncodeTiled (query %d)",
+                        (int)q);
+    c->tmap_encode = fn;
+    c->use_wgmma = 1;
+    return W22_OK;
+}
+
+static int al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* NULL when the wgmma kernel takes this GEMM (which has passed the mma kernel's checks), else why not. */
+const char *w22_cuda_wgmma_blocker(const w22_gemm *g) {
+    if (g->upsample) return "upsample";
+    if (g->cin % WG_BK) return "cin % 64";
+    if (g->sc && g->sc_cin % WG_BK) return "sc_cin % 64";
+    if (g->N % 128) return "N % 128";
+    if (g->kt != 1 && g->kt != 3) return "kt";
+    if (g->ks < 1 || g->ks > 3) return "ks";
+    if (g->b_w < g->N) return "weights not one [N][K] block";
+    const long K = (long)g->kt * g->ks * g->ks * g->cin;
+    if (!al16(g->b) || (g->b_sw * 2) % 16 || g->b_sw < K || g->b_sw * 2 >= (1L << 40)) return "weights not TMA-able";
+    if (g->sc && (!al16(g->scb) || ((long)g->sc_cin * 2) % 16)) return "shortcut weights not TMA-able";
+    if (K >= INT_MAX || (long)g->N >= INT_MAX) return "too large";
+    return NULL;
+}
+
+/* K-major [rows][K] bf16 (row stride `stride` elements) as a 2D tensor map with {64, box_rows} boxes, 128B swizzle. */
+static w22_status kmajor_map(w22_cuda *c, CUtensorMap *m, const bf16 *ptr, long K, long rows, long stride,
+                             int box_rows, const char *what) {
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
+    const cuuint64_t strides[1] = {(cuuint64_t)stride * 2};
+    const cuuint32_t box[2] = {WG_BK, (cuuint32_t)box_rows};
+    const cuuint32_t estr[2] = {1, 1};
+    const CUresult r = ((encode_tiled_fn)c->tmap_encode)(
+        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return w22_fail(W22_ERR_CUDA, "%s: cuTensorMapEncodeTiled (K %ld, rows %ld, stride %ld, box %d) failed: %d",
+                        what, K, rows, stride, box_rows, (int)r);
+    return W22_OK;
+}
+
+template <class CFG> static w22_status wg_launch(w22_cuda *c, const w22_gemm *g, const char *what) {
+    const int BN = CFG::bn;
+    const long K = (long)g->kt * g->ks * g->ks * g->cin;
+    CUtensorMap tb, ts;
+    W22_TRY(kmajor_map(c, &tb, g->b, K, g->N, g->b_sw, BN, what));
+    if (g->sc)
+        W22_TRY(kmajor_map(c, &ts, g->scb, g->sc_cin, g->N, g->sc_cin, BN, what));
+    else
+        ts = tb; /* never read */
+    const int main_iters = g->kt * g->ks * g->ks * (g->cin / WG_BK);
+    const int iters = main_iters + (g->sc ? g->sc_cin / WG_BK : 0);
+    const int tiles_n = g->N / BN;
+    const long tiles = (long)((g->M + WG_BM - 1) / WG_BM) * tiles_n;
+    if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
+    w22_conv_wgmma_kernel<CFG::bn, CFG::stages><<<(unsigned)tiles, WG_THREADS, CFG::smem, c->stream>>>(tb, ts, *g, main_iters, iters, tiles_n);
+    return W22_OK;
+}
+
+w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_gemm *g, const char *what) {
+    w22_status s;
+    if (g->N % 256 == 0) {
+        c->last_path = "wgmma 128x256";
+        s = wg_launch<wg_big>(c, g, what);
+    } else {
+        c->last_path = "wgmma 128x128";
+        s = wg_launch<wg_mid>(c, g, what);
+    }
+    if (s != W22_OK) return s;
+    CU_LAUNCHED(c, what);
+    return W22_OK;
+}

@@ -4,8 +4,8 @@
  *   cuda_ops                 all cases; one line each, then "N passed, N failed"; exit 0 iff all pass
  *   cuda_ops -o conv         only cases whose name contains "conv"
  *   cuda_ops --perf          conv (and attention, norm) timings at the real heavy shapes, TFLOP/s
- *   cuda_ops --kernel K      the conv kernel: mma (default), wgmma (W22_CONV_KERNEL=wgmma: qualifying GEMMs run on
- *                            conv_sm90_wgmma.cu, and a qualifying conv case that ran elsewhere fails), or both (the
+ *   cuda_ops --kernel K      the conv kernel: wgmma (the default: qualifying GEMMs run on conv_sm90_wgmma.cu, and a
+ *                            qualifying conv case that ran elsewhere fails), mma (W22_CONV_KERNEL=mma), or both (the
  *                            cases once per kernel; --perf prints both kernels' timings side by side)
  *   cuda_ops --device N      GPU ordinal (default 0)
  *   cuda_ops --selftest-cpu  the harness itself, CPU backend against CPU backend (no GPU needed)
@@ -884,19 +884,19 @@ int main(int argc, char **argv) {
         if (kernel_mode && !(kernel_mode & (i ? KERNEL_WGMMA : KERNEL_MMA))) continue;
         if (!kernel_mode && i) continue;
         if (kernel_mode && i) setenv("W22_CONV_KERNEL", "wgmma", 1);
-        else if (kernel_mode) unsetenv("W22_CONV_KERNEL");
+        else if (kernel_mode) setenv("W22_CONV_KERNEL", "mma", 1);
         const char *k = getenv("W22_CONV_KERNEL");
-        const int wg = k && !strcmp(k, "wgmma");
+        const int wg = !(k && !strcmp(k, "mma")); /* wgmma is the default where a GEMM qualifies */
         w22_status s = w22_backend_cuda_create(device, &made[i]);
         if (s != W22_OK) {
-            printf("cuda_ops: w22_backend_cuda_create(%d)%s: %s: %s\n", device, wg ? " with W22_CONV_KERNEL=wgmma" : "",
+            printf("cuda_ops: w22_backend_cuda_create(%d)%s: %s: %s\n", device, wg ? " (wgmma)" : " with W22_CONV_KERNEL=mma",
                    w22_status_string(s), w22_last_error());
             return 1;
         }
         if (!perf) {
             gpu = made[i];
             gpu_wgmma = wg;
-            printf("-- conv kernel: %s --\n", wg ? "wgmma where the shape qualifies (W22_CONV_KERNEL=wgmma)" : "mma");
+            printf("-- conv kernel: %s --\n", wg ? "wgmma where the shape qualifies (the default)" : "mma");
             run_cases();
         } else if (wg && kernel_mode) {
             perf_wg = made[i];

@@ -268,9 +268,10 @@ w22_status w22_cuda_gemm_init(w22_cuda *c) {
     CU_TRY(cudaFuncSetAttribute(cfg_big::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_big::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_mid::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_mid::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_small::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_small::smem));
-    /* opt-in until validated on a GPU: W22_CONV_KERNEL=wgmma sends qualifying GEMMs to conv_sm90_wgmma.cu */
+    /* Qualifying GEMMs run on the wgmma kernel (conv_sm90_wgmma.cu; validated on an H200 on 2026-12-02: every conv
+     * case of cuda_ops, and the checked f121 decode, docs/PERF.md v3). W22_CONV_KERNEL=mma keeps them here. */
     const char *k = getenv("W22_CONV_KERNEL");
-    if (k && !strcmp(k, "wgmma")) W22_TRY(w22_cuda_wgmma_init(c));
+    if (!(k && !strcmp(k, "mma"))) W22_TRY(w22_cuda_wgmma_init(c));
     return W22_OK;
 }
 

@@ -1,8 +1,8 @@
 /* The conv's implicit GEMM on Hopper's own instructions: wgmma.mma_async (bf16 x bf16 -> fp32, both operands in
  * shared memory), a warp-specialized producer/consumer pipeline on mbarriers, the weights by the tensor-memory
  * accelerator (TMA), the pixels by 16-byte cp.async gathers. Same GEMM, same semantics, same epilogue as the
- * mma.sync kernel (conv_sm90_mma.cu; w22_gemm in cuda_internal.h); a subset of its shapes (below). Selected only
- * with W22_CONV_KERNEL=wgmma until it has been validated on a GPU (written without one: see "Unverified").
+ * mma.sync kernel (conv_sm90_mma.cu; w22_gemm in cuda_internal.h); a subset of its shapes (below). The default
+ * for the shapes it takes (W22_CONV_KERNEL=mma falls back to the mma.sync kernel).
  *
  * ---- Design ----
  * Block = 384 threads = 3 warpgroups, one CTA per SM (__launch_bounds__(384, 1)), one output tile per CTA:
@@ -64,6 +64,8 @@
  * loads in flight while 1 is computed, ~2000-3000 clocks (1-1.5 us) of cover against ~600-1000 clocks of
  * L2/TMA latency. One producer warpgroup issues 1024 cp.async (8 per thread) + 1 TMA per 1024 clocks.
  * Expectation: 600-750 TFLOP/s on the 3x3x3 convs (cuDNN 709-765 measured), i.e. 1.8-2.2x the mma kernel.
+ * Measured (H200, 2026-12-02, cuda_ops --perf --kernel both, 6 frames): 575 / 575 / 621 TFLOP/s at 256ch 352x624 /
+ * 512ch 176x312 / 1024ch 88x156 (1.7-1.9x the mma kernel, 76-81% of cuDNN); phase convs 425 / 507; time_conv 414.
  * The epilogue (no overlap with the next tile: one tile per CTA, not persistent) costs ~1-3% at K >= 6912
  * (108 stages per tile at 256 channels); the phase convs (K = 4 cin) and the time_conv (K = 3 cin) have 4-9x
  * fewer stages per tile, so their epilogue share is larger (~5-10%): the case for a persistent grid later.
@@ -77,7 +79,9 @@
  * The first runs every conv case through the wgmma path where it qualifies (and fails a qualifying case that did
  * not run on it); the second prints both kernels' TFLOP/s side by side.
  *
- * ---- Unverified (compiled, never run): check these first if the results are wrong ----
+ * ---- Validated on an H200 (2026-12-02): every conv case of cuda_ops under W22_CUDA_DEBUG=1, and the f121 decode
+ * checked against diffusers' fp32 decode (bench/results/2026-12-02-h200-f121-wgmma.json). The points that were
+ * written without a GPU, and are now borne out by those runs: ----
  *  - the wgmma descriptor (start >> 4, LBO 1, SBO 1024 >> 4, layout 1 = 128B swizzle in bits 62-63) and the
  *    K advance by +32 bytes (start + 2) inside a swizzled 128-byte row;
  *  - TMA's SWIZZLE_128B layout equal to the cp.async swizzle (chunk ^ (row & 7)) on a 1024-aligned base;
@@ -418,7 +422,7 @@ typedef wg_cfg<128, 6> wg_mid;
 
 w22_status w22_cuda_wgmma_init(w22_cuda *c) {
     if (c->smem_optin < wg_big::smem)
-        return w22_fail(W22_ERR_UNSUPPORTED, "W22_CONV_KERNEL=wgmma: the GPU allows %d bytes of shared memory per "
+        return w22_fail(W22_ERR_UNSUPPORTED, "wgmma conv: the GPU allows %d bytes of shared memory per "
                         "block; the kernel needs %d", c->smem_optin, wg_big::smem);
     CU_TRY(cudaFuncSetAttribute(wg_big::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, wg_big::smem));
     CU_TRY(cudaFuncSetAttribute(wg_mid::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, wg_mid::smem));
@@ -426,7 +430,7 @@ w22_status w22_cuda_wgmma_init(w22_cuda *c) {
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     CU_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
     if (!fn || q != cudaDriverEntryPointSuccess)
-        return w22_fail(W22_ERR_CUDA, "W22_CONV_KERNEL=wgmma: the driver has no cuTensorMapEncodeTiled (query %d)",
+        return w22_fail(W22_ERR_CUDA, "wgmma conv: the driver has no cuTensorMapEncodeTiled (query %d)",
                         (int)q);
     c->tmap_encode = fn;
     c->use_wgmma = 1;

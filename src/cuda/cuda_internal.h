@@ -31,7 +31,7 @@ typedef struct {
     void *attn_scratch;
     size_t attn_bytes;
     const char *last_path; /* the kernel the last GEMM ran on (static string) */
-    /* W22_CONV_KERNEL=wgmma at create: qualifying GEMMs run on the wgmma kernel (conv_sm90_wgmma.cu), whose
+    /* Unless W22_CONV_KERNEL=mma at create: qualifying GEMMs run on the wgmma kernel (conv_sm90_wgmma.cu), whose
      * tensor maps are made by the driver's cuTensorMapEncodeTiled (entry point fetched through cudart). */
     int use_wgmma;
     void *tmap_encode;

@@ -63,9 +63,8 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
         const w22_weight_desc *wd = &d->model.weights[i];
         w22_weights_get_f32(w, i, tmp);
         w22_weight_kind kind = (wd->is_gamma || wd->ndim == 1) ? W22_WK_VECTOR : W22_WK_CONV;
-        int64_t shape[5] = {wd->is_gamma ? wd->shape[0] : wd->shape[0], wd->shape[1], wd->shape[2], wd->shape[3],
-                            wd->shape[4]};
-        s = d->backend->ops->weight_upload(d->backend, kind, tmp, shape, kind == W22_WK_VECTOR ? 1 : wd->ndim,
+        /* gammas ([C, 1, 1(, 1)]) go up as plain vectors */
+        s = d->backend->ops->weight_upload(d->backend, kind, tmp, wd->shape, kind == W22_WK_VECTOR ? 1 : wd->ndim,
                                            &d->wt[i]);
         if (s == W22_OK) d->weight_bytes += d->backend->ops->weight_bytes(d->wt[i]);
         else w22_fail_context(s, "uploading %s: ", wd->name);

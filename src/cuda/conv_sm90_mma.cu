@@ -1,7 +1,7 @@
 /* The conv (and every other matrix product of the backend) as an implicit GEMM on the tensor cores, with the
  * warp-level mma.sync.m16n8k16 bf16 instructions (fp32 accumulators), ldmatrix fragment loads, and cp.async
- * 16-byte copies into a multi-stage shared-memory ring. Version 1: portable Ampere-style instructions running on
- * sm_90a; the wgmma/TMA kernel is a later file (conv_sm90_wgmma.cu).
+ * 16-byte copies into a multi-stage shared-memory ring: portable Ampere-style instructions on sm_90a. The GEMMs
+ * the wgmma kernel takes (conv_sm90_wgmma.cu: the heavy convs) go there; this one keeps the rest.
  *
  * GEMM: M = output pixels (t, y, x), N = output channels, K = taps (dt, dy, dx) x cin, then the optional 1x1
  * shortcut's sc_cin as extra K iterations over a second A source (exact fp32 accumulation in the same registers).

@@ -10,9 +10,9 @@
  * | mid   | 128x128 | 2 x 4         | 64 x 32   | 3      |  96 KB | 32 < N < 256 | narrow test configs and the attention's P V at C <= 128: half the N waste of big; 2 blocks per SM fit (2 x 96 KB) |
  * | small | 128x32  | 4 x 1         | 32 x 32   | 4      |  80 KB | N <= 32    | conv_out (N = 12): a 256-wide tile would waste 95% of the MMAs |
  *
- * Expected (not yet measured): big runs near the mma.sync ceiling of Hopper (roughly 60-65% of the wgmma peak,
- * i.e. 350-450 TFLOP/s on an H200); the wgmma/TMA kernel (conv_sm90_wgmma.cu, a later issue) is what reaches cuDNN's
- * 710-765 TFLOP/s. */
+ * Measured on an H200 (2026-12-02, docs/PERF.md): big 296-362 TFLOP/s on the heavy 3x3x3 convs; mid for N >= 256
+ * (W22_CONV_TILE=mid) 354-359. Those shapes now run on the wgmma kernel (conv_sm90_wgmma.cu, 575-621 TFLOP/s, its own
+ * tile table); this kernel keeps the shapes wgmma does not take (cin % 64 != 0, N % 128 != 0, the attention). */
 #ifndef W22_CONV_TILES_H
 #define W22_CONV_TILES_H
 

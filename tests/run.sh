@@ -17,5 +17,5 @@ for t in "$@"; do
     printf '%-28s %-6s %6.1f s  %s\n' "$name" "$status" "$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN{print b-a}')" "$(tail -n 1 "$logs/$name.log")"
     if [ "$status" = FAILED ]; then sed 's/^/    /' "$logs/$name.log" | tail -n 40; fi
 done
-echo "$suite suite: $pass passed, $fail failed"
+echo "$suite: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -10,6 +10,7 @@
  * (cin % 8 == 0 is required). The border rows/cols of the input are read, never bounds-checked (backend.h).
  * Epilogue straight from registers: + bias (+ shortcut bias), time-split scatter, + residual, bf16 (or fp32). */
 #include "cuda_internal.h"
+#include "conv_epilogue.cuh"
 #include "conv_tiles.h"
 #include <limits.h>
 #include <stdlib.h>
@@ -207,32 +208,14 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
         for (int h = 0; h < 2; h++) {
             const int m = m0 + wm * TM + i * 16 + gq + h * 8;
             if (m >= g.M) continue;
-            const int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
-            const int tf = g.split_c ? 2 * t : t;
-            const long orow = tf * g.o_sf + y * g.o_sh + x * g.o_sw;
-            const long rrow = tf * g.r_sf + y * g.r_sh + x * g.r_sw;
+            long orow, rrow;
+            w22_epilogue_row(g, m, HW, &orow, &rrow);
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 const int n = n0 + wn * TN + j * 8 + tq * 2;
                 if (n >= g.N) continue; /* N is even: n + 1 < N too */
                 float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                if (g.bias) v0 += g.bias[n], v1 += g.bias[n + 1];
-                if (g.sc_bias) v0 += g.sc_bias[n], v1 += g.sc_bias[n + 1];
-                long ocol = n, rcol = n;
-                if (g.split_c) {
-                    const int q = n / g.split_c, nn = n - q * g.split_c;
-                    ocol = q * g.o_sf + nn;
-                    rcol = q * g.r_sf + nn;
-                }
-                if (g.res) {
-                    const float2 r = __bfloat1622float2(*(const __nv_bfloat162 *)(g.res + rrow + rcol));
-                    v0 += r.x;
-                    v1 += r.y;
-                }
-                if (g.out_f32)
-                    *(float2 *)((float *)g.out + orow + ocol) = make_float2(v0, v1);
-                else
-                    *(__nv_bfloat162 *)((bf16 *)g.out + orow + ocol) = __floats2bfloat162_rn(v0, v1);
+                w22_epilogue_pair(g, orow, rrow, n, v0, v1);
             }
         }
     }

@@ -94,6 +94,7 @@
  */
 #include <cuda.h> /* CUtensorMap and the cuTensorMapEncodeTiled types only: no libcuda link */
 #include "cuda_internal.h"
+#include "conv_epilogue.cuh"
 #include <limits.h>
 
 #define WG_BM 128
@@ -375,31 +376,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         for (int h = 0; h < 2; h++) {
             const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
             if (m >= g.M) continue;
-            const int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
-            const int tf = g.split_c ? 2 * t : t;
-            const long orow = tf * g.o_sf + y * g.o_sh + x * g.o_sw;
-            const long rrow = tf * g.r_sf + y * g.r_sh + x * g.r_sw;
+            long orow, rrow;
+            w22_epilogue_row(g, m, HW, &orow, &rrow);
 #pragma unroll
             for (int j = 0; j < BN / 8; j++) {
                 const int n = n0 + j * 8 + tq * 2; /* N % BN == 0: always < N */
                 float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-                if (g.bias) v0 += g.bias[n], v1 += g.bias[n + 1];
-                if (g.sc_bias) v0 += g.sc_bias[n], v1 += g.sc_bias[n + 1];
-                long ocol = n, rcol = n;
-                if (g.split_c) {
-                    const int q = n / g.split_c, nn = n - q * g.split_c;
-                    ocol = q * g.o_sf + nn;
-                    rcol = q * g.r_sf + nn;
-                }
-                if (g.res) {
-                    const float2 r = __bfloat1622float2(*(const __nv_bfloat162 *)(g.res + rrow + rcol));
-                    v0 += r.x;
-                    v1 += r.y;
-                }
-                if (g.out_f32)
-                    *(float2 *)((float *)g.out + orow + ocol) = make_float2(v0, v1);
-                else
-                    *(__nv_bfloat162 *)((bf16 *)g.out + orow + ocol) = __floats2bfloat162_rn(v0, v1);
+                w22_epilogue_pair(g, orow, rrow, n, v0, v1);
             }
         }
     }

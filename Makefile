@@ -69,7 +69,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/testutil.o $(BUILD)/libwan22
 test: all
 	@BUILD=$(BUILD) tests/run.sh cpu $(TESTS) $(sort $(wildcard tests/test_*.sh))
 	@if [ -n "$(GTESTS)" ] && $(BUILD)/wan22vae gpu-check >/dev/null 2>&1; then \
-	    BUILD=$(BUILD) tests/run.sh gpu $(GTESTS); \
+	    BUILD=$(BUILD) tests/run.sh gpu $(GTESTS) $(sort $(wildcard tests/cuda_*.sh)); \
 	else echo "GPU suite: skipped (no usable GPU here)"; fi
 
 # The CPU suite under AddressSanitizer + UndefinedBehaviorSanitizer (a separate build tree, no CUDA).

@@ -26,7 +26,8 @@ typedef enum {
 } w22_weight_kind;
 
 typedef struct {
-    w22_view in;      /* in.f == out frames + kt - 1 (the causal history first); in.c == cin */
+    w22_view in;      /* in.f == out frames + kt - 1 (the causal history first); in.c == cin; with hist: in.f ==
+                       * out frames (time_split: half of them) */
     w22_view out;     /* out.c == cout, or cout / 2 with time_split (out.f then 2 x the conv's frames) */
     const w22_bweight *weight, *bias;
     int kt, ks;       /* temporal kernel (1 or 3), spatial kernel (1 or 3; 3 reads the border) */
@@ -35,6 +36,10 @@ typedef struct {
     const w22_view *residual;   /* added to the result, same shape as out (may be out itself) */
     const w22_view *sc_in;      /* a 1x1 shortcut conv of sc_in (cin = sc_in.c) added to the result */
     const w22_bweight *sc_weight, *sc_bias;
+    /* kt = 3 only (NULL ptr: unused): the two history frames before in's first, each a one-frame view with in's
+     * h, w, c, sh and sw (and border, when ks = 3), anywhere in backend memory: the plan's causal caches, read in
+     * place instead of copied in front of the new frames. */
+    w22_view hist[2];
 } w22_conv_args;
 
 /* Where unpatchified video frames go: element (c, f, y, x) at ptr + c*sc + f*sf + y*sy + x*sx (elements of

@@ -262,13 +262,18 @@ static void wpair_free(wpair *w) {
 
 enum { RES_NONE, RES_SEPARATE, RES_INPLACE };
 
+/* conv_hist_case sets it: the GPU conv reads its two history frames from separate buffers (w22_conv_args.hist,
+ * the plan's in-place causal caches) while the CPU reference reads the usual contiguous window; the GPU copy of
+ * the window's first two frames is poisoned, so a kernel that reads them there fails. */
+static int conv_hist;
+
 /* A conv of F output (conv) frames at h x w (input size) cin -> cout. */
 static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, int kt, int ks, int upsample,
                       int time_split, int res, int sc_cin) {
     char shape[160];
-    snprintf(shape, sizeof shape, "%s %dx%dx%dx%d->%d k%dx%d%s%s%s%s", tag, F + kt - 1, h, w, cin, cout, kt, ks,
+    snprintf(shape, sizeof shape, "%s %dx%dx%dx%d->%d k%dx%d%s%s%s%s%s", tag, F + kt - 1, h, w, cin, cout, kt, ks,
              upsample ? " up" : "", time_split ? " split" : "", res == RES_INPLACE ? " res=out" : res ? " res" : "",
-             sc_cin ? " sc" : "");
+             sc_cin ? " sc" : "", conv_hist ? " hist" : "");
     if (!selected("conv")) return;
     const int oh = upsample ? 2 * h : h, ow = upsample ? 2 * w : w;
     const int of = time_split ? 2 * F : F, oc = time_split ? cout / 2 : cout;
@@ -304,6 +309,25 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
     w22_conv_args ag = {.in = in.gv, .out = out.gv, .weight = wt.g, .bias = bias.g, .kt = kt, .ks = ks,
                         .upsample = upsample, .time_split = time_split, .residual = res ? &rg : NULL,
                         .sc_in = sc_cin ? &sc.gv : NULL, .sc_weight = scw.g, .sc_bias = scb.g};
+    tens h0, h1;
+    memset(&h0, 0, sizeof h0);
+    memset(&h1, 0, sizeof h1);
+    if (conv_hist && kt == 3) {
+        const size_t fb = in.n / in.f * gpu->ops->elem_size; /* one frame with its border */
+        if (!tens_new(&h0, 1, h, w, cin, 1, FILL_POISON, 0, 0) || !tens_new(&h1, 1, h, w, cin, 1, FILL_POISON, 0, 0) ||
+            gpu->ops->copy_bytes(gpu, h0.gbuf, in.gbuf, fb) != W22_OK ||
+            gpu->ops->copy_bytes(gpu, h1.gbuf, (char *)in.gbuf + fb, fb) != W22_OK) {
+            CHECK(0, "conv hist setup %s", shape);
+            return;
+        }
+        float *nan2 = malloc(2 * fb / gpu->ops->elem_size * sizeof(float));
+        t_fill_nan(nan2, 2 * fb / gpu->ops->elem_size);
+        upload(gpu, in.gbuf, nan2, 2 * fb / gpu->ops->elem_size); /* the window's first two frames: NaN on the GPU */
+        free(nan2);
+        ag.in = w22_view_frames(in.gv, 2, F);
+        ag.hist[0] = h0.gv;
+        ag.hist[1] = h1.gv;
+    }
     w22_status s1 = cpu->ops->conv(cpu, &ac);
     char cerr[512];
     snprintf(cerr, sizeof cerr, "%s", w22_last_error());
@@ -318,6 +342,8 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
         }
     }
     tens_free(&in);
+    tens_free(&h0);
+    tens_free(&h1);
     tens_free(&out);
     tens_free(&rs);
     tens_free(&sc);
@@ -625,6 +651,20 @@ static void run_cases(void) {
     conv_case("wg", 128, 128, 2, 6, 11, 3, 3, 0, 0, RES_INPLACE, 64);  /* shortcut on the 128 tile, res = out */
     conv_case("wg", 256, 256, 1, 36, 40, 3, 3, 0, 0, RES_NONE, 256);   /* M = 1440: 11.25 tiles, shortcut */
     conv_case("wg", 128, 256, 3, 4, 6, 3, 1, 0, 1, RES_NONE, 0);       /* time split on the 256 tile */
+    /* the causal history read in place (w22_conv_args.hist): one and several output frames, each kernel, tiles
+     * spanning frames (h x w < 128 rows), the time_conv, residual and shortcut */
+    conv_hist = 1;
+    conv_case("mid", 1024, 1024, 2, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("up3", 256, 256, 1, 32, 48, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_case("wg", 256, 256, 3, 5, 9, 3, 3, 0, 0, RES_NONE, 256);    /* 45-pixel frames: tiles span 3-4 frames */
+    conv_case("wg", 128, 128, 4, 7, 19, 3, 3, 0, 0, RES_SEPARATE, 0); /* the 128x128 tile */
+    conv_case("wg", 128, 256, 3, 4, 6, 3, 1, 0, 1, RES_NONE, 0);      /* time_conv */
+    conv_case("time_conv", 1024, 2048, 1, 8, 12, 3, 1, 0, 1, RES_NONE, 0);
+    conv_case("conv_in", 48, 1024, 2, 8, 12, 3, 3, 0, 0, RES_NONE, 0); /* mma kernel (cin 48) */
+    conv_case("conv_out", 256, 12, 2, 16, 24, 3, 3, 0, 0, RES_NONE, 0); /* mma kernel (N 12) */
+    conv_case("edge", 4, 12, 2, 3, 5, 3, 3, 0, 0, RES_NONE, 0);         /* scalar kernel */
+    conv_case("edge", 64, 64, 3, 5, 7, 3, 3, 0, 0, RES_INPLACE, 0);     /* mma kernel, one partial tile */
+    conv_hist = 0;
     /* attention */
     attention_case(1024, 1, 6, 13, 0, 6, 1);
     attention_case(1024, 2, 6, 13, 2, 3, 1); /* a rank's rows */

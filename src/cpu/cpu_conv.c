@@ -32,7 +32,13 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
     w22_view src = a->in, out = a->out;
     const int kt = a->kt, ks = a->ks, pad = ks == 3 ? 1 : 0;
     const int cin = W->cin, cout = W->cout;
-    const int nconv = src.f - kt + 1;
+    const int hist = a->hist[0].ptr != NULL;
+    const int nconv = hist ? src.f : src.f - kt + 1;
+    if (hist && (kt != 3 || a->upsample || !a->hist[1].ptr || a->hist[0].sh != src.sh || a->hist[0].sw != src.sw ||
+                 a->hist[1].sh != src.sh || a->hist[1].sw != src.sw || a->hist[0].c != cin || a->hist[1].c != cin ||
+                 a->hist[0].h != src.h || a->hist[1].h != src.h || a->hist[0].w != src.w || a->hist[1].w != src.w))
+        return w22_fail(W22_ERR_INTERNAL, "cpu conv: history frames need kt 3, no upsample, and the input's "
+                        "geometry (%dx%dx%d, strides %ld/%ld)", src.h, src.w, cin, src.sh, src.sw);
     const int Ho = out.h, Wo = out.w;
     if (src.c != cin || W->kt != kt || W->kh != ks || W->kw != ks || nconv < 1 ||
         (a->time_split ? (out.f != 2 * nconv || 2 * out.c != cout) : (out.f != nconv || out.c != cout)) ||
@@ -53,6 +59,8 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
         return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a conv's output (%ld x %d)", M, cout);
     }
     const int C = a->time_split ? cout / 2 : cout;
+    /* input frame j of the window: the history views first (when given), then src's frames */
+#define FRAME(j) (hist && (j) < 2 ? a->hist[(j)] : w22_view_frames(src, hist ? (j) - 2 : (j), 1))
     for (int t = 0; t < nconv; t++) {
         memset(tmp, 0, sizeof(float) * (size_t)M * cout);
         for (int dt = 0; dt < kt; dt++)
@@ -60,11 +68,11 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
                 for (int dx = 0; dx < ks; dx++) {
                     const float *B = W->data + (size_t)((dt * ks + dy) * ks + dx) * cin * cout;
                     if (flat) {
-                        const float *A = w22_view_at(src, t + dt, dy - pad, dx - pad, 0);
+                        const float *A = w22_view_at(FRAME(t + dt), 0, dy - pad, dx - pad, 0);
                         w22_sgemm((int)M, cout, cin, 1.0f, A, src.sw, B, cout, 0, 1.0f, tmp, cout);
                     } else {
                         for (int y = 0; y < Ho; y++) {
-                            const float *A = w22_view_at(src, t + dt, y + dy - pad, dx - pad, 0);
+                            const float *A = w22_view_at(FRAME(t + dt), 0, y + dy - pad, dx - pad, 0);
                             w22_sgemm(Wo, cout, cin, 1.0f, A, src.sw, B, cout, 0, 1.0f, tmp + (size_t)y * RS * cout,
                                       cout);
                         }
@@ -90,6 +98,7 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
                 }
             }
     }
+#undef FRAME
     free(tmp);
     free(ubuf);
     return W22_OK;

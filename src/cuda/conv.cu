@@ -26,8 +26,24 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     EXPECT("weight kh vs args ks", w->kh, a->ks);
     EXPECT("weight kw vs args ks", w->kw, a->ks);
     EXPECT("in.c vs weight cin", a->in.c, w->cin);
-    const int nf = a->in.f - a->kt + 1;
+    const int hist = a->hist[0].ptr != NULL;
+    const int nf = hist ? a->in.f : a->in.f - a->kt + 1;
     if (nf < 1) return w22_fail(W22_ERR_BAD_SHAPE, "cuda conv: in.f %d < kt %d", a->in.f, a->kt);
+    if (hist) {
+        if (a->kt != 3 || a->upsample)
+            return w22_fail(W22_ERR_INVALID_ARG, "cuda conv: history frames need kt 3 and no upsample");
+        for (int i = 0; i < 2; i++) {
+            const w22_view *h = &a->hist[i];
+            if (!h->ptr) return w22_fail(W22_ERR_INVALID_ARG, "cuda conv: hist[1] missing");
+            EXPECT("hist.es", h->es, 2);
+            EXPECT("hist.h vs in.h", h->h, a->in.h);
+            EXPECT("hist.w vs in.w", h->w, a->in.w);
+            EXPECT("hist.c vs in.c", h->c, a->in.c);
+            EXPECT("hist.sh vs in.sh", h->sh, a->in.sh);
+            EXPECT("hist.sw vs in.sw", h->sw, a->in.sw);
+            W22_TRY(w22_cuda_check_view(c, h, a->ks == 3 ? 1 : 0, "conv history frame"));
+        }
+    }
     if (a->time_split) {
         EXPECT("out.c * 2 (time_split) vs cout", 2L * a->out.c, w->cout);
         EXPECT("out.f (time_split: 2 x conv frames)", a->out.f, 2 * nf);
@@ -80,6 +96,11 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     g.N = w->cout;
     g.a = (const bf16 *)a->in.ptr;
     g.a_sf = a->in.sf, g.a_sh = a->in.sh, g.a_sw = a->in.sw;
+    if (hist) {
+        g.a_hist[0] = (const bf16 *)a->hist[0].ptr;
+        g.a_hist[1] = (const bf16 *)a->hist[1].ptr;
+        g.hist_n = 2;
+    }
     g.cin = w->cin, g.kt = a->kt, g.ks = a->ks, g.upsample = a->upsample ? 1 : 0;
     g.pad_y = g.pad_x = a->ks / 2;
     g.b = (const bf16 *)w->dev;

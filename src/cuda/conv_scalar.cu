@@ -15,7 +15,7 @@ __global__ void w22_conv_scalar_kernel(const w22_gemm g) {
             for (int dx = 0; dx < g.ks; dx++) {
                 int iy = y + dy - g.pad_y, ix = x + dx - g.pad_x;
                 if (g.upsample) iy >>= 1, ix >>= 1; /* floor: -1 stays -1 (the border) */
-                const bf16 *ap = g.a + (t + dt) * g.a_sf + iy * g.a_sh + ix * g.a_sw;
+                const bf16 *ap = w22_gemm_frame(g, t + dt) + iy * g.a_sh + ix * g.a_sw;
                 const bf16 *bp = brow + ((dt * g.ks + dy) * g.ks + dx) * (long)g.cin;
                 for (int ci = 0; ci < g.cin; ci++) acc = fmaf(__bfloat162float(ap[ci]), __bfloat162float(bp[ci]), acc);
             }

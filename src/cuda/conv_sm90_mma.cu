@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     const int m0 = tile_m * BM, n0 = tile_n * BN;
     const int cc = tid & 7, r0 = tid >> 3;
     const int HW = g.H * g.W;
-    const int asf = (int)g.a_sf, ash = (int)g.a_sh, asw = (int)g.a_sw;
+    const int ash = (int)g.a_sh, asw = (int)g.a_sw;
 
     /* Loader state: per A row its pixel offset (y, x halved in upsample mode) and parity/valid bits; per B row
      * its row offset. Host guarantees every offset fits in int. */
@@ -78,8 +78,8 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
         if (m < g.M) {
             int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
             int yy = g.upsample ? (y >> 1) : y, xx = g.upsample ? (x >> 1) : x;
-            a_off[j] = t * asf + yy * ash + xx * asw;
-            a_bits[j] = 4 | (g.upsample ? ((y & 1) | ((x & 1) << 1)) : 0);
+            a_off[j] = yy * ash + xx * asw; /* within its frame: the frame (t + dt) comes per tap */
+            a_bits[j] = 4 | (g.upsample ? ((y & 1) | ((x & 1) << 1)) : 0) | (t << 3);
             s_off[j] = t * (int)g.sc_sf + y * (int)g.sc_sh + x * (int)g.sc_sw;
         }
     }
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
         const int ch = ld_c0 + cc * 8;
         if (ld_it < main_iters) {
             const bool chok = ch < g.cin;
-            const int base = ld_dt * asf + ch;
+            const int base = ch;
             const int tap_k = ((ld_dt * g.ks + ld_dy) * g.ks + ld_dx) * g.cin;
 #pragma unroll
             for (int j = 0; j < A_CH; j++) {
@@ -109,7 +109,8 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                     ox = (((bits >> 1) & 1) + ox) >> 1;
                 }
                 const bool ok = chok && (bits & 4);
-                const bf16 *src = ok ? g.a + (a_off[j] + base + oy * ash + ox * asw) : g.a;
+                const bf16 *src = ok ? w22_gemm_frame(g, (bits >> 3) + ld_dt) + (a_off[j] + base + oy * ash + ox * asw)
+                                     : g.a;
                 cp_async16(sa + swz(r0 + j * RSTEP, cc), src, ok);
             }
             const int kof = tap_k + ch;
@@ -268,6 +269,8 @@ static const char *mma_blocker(const w22_gemm *g) {
     if (g->N % 2) return "scalar: N odd";
     if (g->split_c % 2) return "scalar: time-split channels odd";
     if (!aligned(g->a, 16) || g->a_sf % 8 || g->a_sh % 8 || g->a_sw % 8) return "scalar: input not 16-byte aligned";
+    for (int i = 0; i < g->hist_n; i++)
+        if (!aligned(g->a_hist[i], 16)) return "scalar: history frame not 16-byte aligned";
     if (!aligned(g->b, 16) || g->b_sh % 8 || g->b_sw % 8) return "scalar: weights not 16-byte aligned";
     if (g->sc && (!aligned(g->sc, 16) || !aligned(g->scb, 16) || g->sc_sf % 8 || g->sc_sh % 8 || g->sc_sw % 8))
         return "scalar: shortcut not 16-byte aligned";

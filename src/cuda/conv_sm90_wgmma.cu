@@ -223,8 +223,9 @@ template <int BN, int STAGES> struct wg_layout {
     static constexpr int b_bytes = BN * WG_ROW_BYTES;               /* 32 or 16 KB */
     static constexpr int stage_bytes = a_bytes + b_bytes;           /* multiple of 1024: every tile 1024-aligned */
     static constexpr int bars_off = STAGES * stage_bytes;           /* full[STAGES], empty[STAGES] */
-    static constexpr int rows_off = bars_off + 2 * STAGES * 8;      /* rows_a[BM], rows_s[BM] */
-    static constexpr int bytes = rows_off + 2 * WG_BM * 4 + 1024;   /* + slack to align the base to 1024 */
+    static constexpr int ftab_off = bars_off + 2 * STAGES * 8;      /* frame pointers ftab[BM + 2] */
+    static constexpr int rows_off = ftab_off + (WG_BM + 2) * 8;     /* rows_a[BM], rows_f[BM], rows_s[BM] */
+    static constexpr int bytes = rows_off + 3 * WG_BM * 4 + 1024;   /* + slack to align the base to 1024 */
     static constexpr int lag = STAGES - 2;                          /* cp.async stages in flight before arriving */
     static_assert(stage_bytes % 1024 == 0, "the 128B swizzle needs 1024-aligned tiles");
     static_assert(bytes <= 227 * 1024, "shared memory beyond the sm_90 per-block limit (227 KB)");
@@ -242,24 +243,34 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const uint32_t base = (raw + 1023u) & ~1023u;
     unsigned char *gbase = smem_raw + (base - raw);
     const uint32_t full0 = base + L::bars_off, empty0 = full0 + STAGES * 8;
-    int *rows_a = (int *)(gbase + L::rows_off), *rows_s = rows_a + WG_BM;
+    const bf16 **ftab = (const bf16 **)(gbase + L::ftab_off);
+    int *rows_a = (int *)(gbase + L::rows_off), *rows_f = rows_a + WG_BM, *rows_s = rows_f + WG_BM;
 
     const int tid = threadIdx.x, wg = tid >> 7;
     const int tile_n = blockIdx.x % tiles_n, tile_m = blockIdx.x / tiles_n;
     const int m0 = tile_m * WG_BM, n0 = tile_n * BN;
     const int HW = g.H * g.W;
 
-    /* Per tile row: the input offset of its pixel (tap (0, pad_y, pad_x)) and the shortcut's, -1 past M. */
+    /* Per tile row: the offset of its pixel (tap (0, pad_y, pad_x)) within its input frame, -1 past M; its frame
+     * relative to the tile's first (t_lo); the shortcut's pixel offset. Per input frame the tile's taps reach
+     * (t_lo .. t_hi + kt - 1): its base pointer, which the causal history frames (a_hist) make irregular. */
+    const int t_lo = m0 / HW;
     if (tid < WG_BM) {
         const int m = m0 + tid;
-        int oa = -1, os = -1;
+        int oa = -1, os = -1, tf = 0;
         if (m < g.M) {
             const int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
-            oa = t * (int)g.a_sf + y * (int)g.a_sh + x * (int)g.a_sw;
+            oa = y * (int)g.a_sh + x * (int)g.a_sw;
+            tf = t - t_lo;
             os = t * (int)g.sc_sf + y * (int)g.sc_sh + x * (int)g.sc_sw;
         }
         rows_a[tid] = oa;
+        rows_f[tid] = tf;
         rows_s[tid] = os;
+    }
+    {
+        const int m_last = (m0 + WG_BM < g.M ? m0 + WG_BM : g.M) - 1;
+        if (tid < m_last / HW - t_lo + g.kt) ftab[tid] = w22_gemm_frame(g, t_lo + tid);
     }
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) {
@@ -279,7 +290,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         const int p = tid, cc = p & 7, r0 = p >> 3;
         /* this thread's rows r0 + 16 j: smem offset of its chunk in row r0 (+ j * 2048 per j), swizzled by r0 & 7 */
         const uint32_t my_chunk = (uint32_t)(r0 * WG_ROW_BYTES + ((cc ^ (r0 & 7)) << 4));
-        const int asf = (int)g.a_sf, ash = (int)g.a_sh, asw = (int)g.a_sw;
+        const int ash = (int)g.a_sh, asw = (int)g.a_sw;
         int c0 = 0, dt = 0, dy = 0, dx = 0; /* the load cursor: tap and channel slice of load `it` */
         int s = 0, sd = 0;                  /* stage of load it, of load it - LAG */
         uint32_t ph = 0;                    /* round parity of load it */
@@ -292,12 +303,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     mbar_arrive_expect_tx(full, L::b_bytes);
                     tma_load_2d(sb, &tm_b, full, tap * g.cin + c0, n0);
                 }
-                const int off = dt * asf + (dy - g.pad_y) * ash + (dx - g.pad_x) * asw + c0 + cc * 8;
+                const int off = (dy - g.pad_y) * ash + (dx - g.pad_x) * asw + c0 + cc * 8;
 #pragma unroll
                 for (int j = 0; j < WG_BM / 16; j++) {
                     const int ro = rows_a[r0 + 16 * j];
                     const bool ok = ro >= 0;
-                    cp_async16(sa + my_chunk + j * 16 * WG_ROW_BYTES, g.a + (ok ? ro + off : 0), ok);
+                    const bf16 *fp = ftab[rows_f[r0 + 16 * j] + dt];
+                    cp_async16(sa + my_chunk + j * 16 * WG_ROW_BYTES, ok ? fp + ro + off : g.a, ok);
                 }
                 c0 += WG_BK;
                 if (c0 == g.cin) { /* next tap; after the last one c0 restarts for the shortcut's channels */

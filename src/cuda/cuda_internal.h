@@ -87,6 +87,10 @@ typedef struct {
      * iy = y + dy - ks/2 (upsample: (y + dy - ks/2) >> 1), likewise ix; channels [0, cin). */
     const bf16 *a;
     long a_sf, a_sh, a_sw;
+    /* With hist_n = 2 (kt = 3), input frame j = t + dt is a_hist[j] for j < 2 and a + (j - 2) * a_sf after:
+     * the causal history read in place from the caches. hist_n = 0: frame j at a + j * a_sf. */
+    const bf16 *a_hist[2];
+    int hist_n;
     int cin, kt, ks, upsample;
     int pad_y, pad_x;  /* iy = y + dy - pad_y (ks / 2 for a centred kernel; the phase convs shift it) */
     /* B: row n (output channel) at b + (n / b_w) * b_sh + (n % b_w) * b_sw; K = kt*ks*ks*cin contiguous in the
@@ -108,6 +112,12 @@ typedef struct {
     const bf16 *res; /* residual with out's geometry (may alias out), or NULL */
     long r_sf, r_sh, r_sw;
 } w22_gemm;
+
+/* Input frame j of a GEMM's window (see a_hist). */
+static __host__ __device__ __forceinline__ const bf16 *w22_gemm_frame(const w22_gemm &g, int j) {
+    /* no dynamic index into the param array: that could make the kernel copy its parameters to local memory */
+    return j < g.hist_n ? (j == 0 ? g.a_hist[0] : g.a_hist[1]) : g.a + (long)(j - g.hist_n) * g.a_sf;
+}
 
 /* Runs the GEMM on the tensor cores when its shape allows (conv_sm90_mma.cu), else the scalar kernel. */
 w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what);

@@ -45,69 +45,107 @@ typedef struct {
     int nout;          /* frames handed to the next stage */
 } chunk_ctx;
 
-/* The history buffer of a conv with kt = 3 over this chunk: 2 + m frames, bordered when ks = 3. */
-static w22_view hist_view(chunk_ctx *k, int slot, int n, int c, int border) {
-    return mkview(k->scratch + k->off[slot], 2 + n, k->H, k->W, c, border, k->es);
+/* A view of f frames (c channels) in scratch buffer `slot` of this stage (plan.c's w22_stage_scratch), checked
+ * against the size the plan gave it: a layout rule that drifted from plan.c fails here instead of overwriting
+ * the next buffer. */
+static w22_status slot_view(chunk_ctx *k, int slot, int f, int c, int border, w22_view *v) {
+    const size_t need = w22_frames_bytes(f, k->H, k->W, c, border, k->es), have = k->off[slot + 1] - k->off[slot];
+    if (need > have)
+        return w22_fail(W22_ERR_INTERNAL, "plan: stage %d buffer %d needs %zu bytes (%d frames, %d channels), sized %zu",
+                        k->s, slot, need, f, c, have);
+    *v = mkview(k->scratch + k->off[slot], f, k->H, k->W, c, border, k->es);
+    return W22_OK;
 }
 
-static w22_status cache_restore(chunk_ctx *k, w22_region *cache, w22_view hist, int border) {
-    w22_backend *b = k->d->backend;
-    size_t fb = w22_frames_bytes(1, hist.h, hist.w, hist.c, border, hist.es);
-    char *base = (char *)hist.ptr - (border * hist.sh + border * hist.sw) * hist.es;
-    return b->ops->copy_bytes(b, base, cache->ptr, 2 * fb);
+/* The fresh input frames of a conv with kt = 3 over this chunk: m frames, bordered when ks = 3 (its two history
+ * frames stay in the conv's cache and are read in place: w22_conv_args.hist). */
+static w22_status fresh_view(chunk_ctx *k, int n, int c, w22_view *v) { return slot_view(k, 3, n, c, 1, v); }
+
+/* The two history frames of cache (li, kk), oldest first, shaped like one frame of `like`. The cache is a ring of
+ * two frame slots; cache_old says which slot holds the older frame. */
+static void cache_hist(chunk_ctx *k, int li, int kk, w22_view like, int border, w22_view hist[2]) {
+    w22_decoder *d = k->d;
+    const size_t fb = w22_frames_bytes(1, like.h, like.w, like.c, border, like.es);
+    const int old = d->cache_old[li][kk];
+    for (int i = 0; i < 2; i++) {
+        const int slot = i == 0 ? old : 1 - old;
+        hist[i] = mkview((char *)d->cache[li][kk].ptr + slot * fb, 1, like.h, like.w, like.c, border, like.es);
+    }
 }
 
-/* The last two frames of the window become the cache (also for windows of one new frame). */
-static w22_status cache_save(chunk_ctx *k, w22_region *cache, w22_view hist, int border) {
-    w22_backend *b = k->d->backend;
-    size_t fb = w22_frames_bytes(1, hist.h, hist.w, hist.c, border, hist.es);
-    char *base = (char *)hist.ptr - (border * hist.sh + border * hist.sw) * hist.es;
-    return b->ops->copy_bytes(b, cache->ptr, base + (size_t)(hist.f - 2) * fb, 2 * fb);
+/* After the conv: the window's last two frames become the history. The newest frame replaces the older slot
+ * (one frame copied per new frame; two when the chunk has two or more). */
+static w22_status cache_push(chunk_ctx *k, int li, int kk, w22_view fresh, int border) {
+    w22_decoder *d = k->d;
+    w22_backend *b = d->backend;
+    const size_t fb = w22_frames_bytes(1, fresh.h, fresh.w, fresh.c, border, fresh.es);
+    if ((size_t)fresh.sf * fresh.es != fb || fb * 2 > d->cache[li][kk].bytes)
+        return w22_fail(W22_ERR_INTERNAL, "plan: conv input frames of %zu bytes do not fit a cache of %zu", fb,
+                        d->cache[li][kk].bytes);
+    const char *base = (const char *)fresh.ptr - (border * fresh.sh + border * fresh.sw) * fresh.es;
+    char *cache = d->cache[li][kk].ptr;
+    unsigned char *old = &d->cache_old[li][kk];
+    if (fresh.f == 1) {
+        W22_TRY(b->ops->copy_bytes(b, cache + *old * fb, base, fb));
+        *old ^= 1;
+        return W22_OK;
+    }
+    const char *last2 = base + (size_t)(fresh.f - 2) * fb;
+    if (*old == 0) return b->ops->copy_bytes(b, cache, last2, 2 * fb);
+    W22_TRY(b->ops->copy_bytes(b, cache + fb, last2, fb));
+    return b->ops->copy_bytes(b, cache, last2 + fb, fb);
 }
 
-/* norm (+ SiLU) of src into a fresh history window, then its causal 3x3x3 conv into out. */
-static w22_status norm_conv(chunk_ctx *k, w22_view src, const w22_bweight *gamma, int silu, w22_region *cache,
+/* norm (+ SiLU) of src into the fresh frames, then the causal 3x3x3 conv of [cache (li, kk) history, fresh]
+ * into out. */
+static w22_status norm_conv(chunk_ctx *k, w22_view src, const w22_bweight *gamma, int silu, int li, int kk,
                             const w22_bweight *wt, const w22_bweight *bias, w22_view out, const w22_view *residual,
                             const w22_view *sc_in, const w22_bweight *scw, const w22_bweight *scb) {
     w22_decoder *d = k->d;
     w22_backend *b = d->backend;
-    w22_view hist = hist_view(k, 3, k->m, src.c, 1);
-    w22_view fresh = w22_view_frames(hist, 2, k->m);
+    w22_view fresh;
+    W22_TRY(fresh_view(k, k->m, src.c, &fresh));
     W22_TRY(zero_border(b, fresh));
     if (gamma) W22_TRY(b->ops->rmsnorm(b, src, fresh, gamma, silu));
     else W22_TRY(b->ops->copy(b, fresh, src));
     W22_TRY(w22_halo(d->comm, b, fresh));
-    W22_TRY(cache_restore(k, cache, hist, 1));
-    w22_conv_args a = {.in = hist, .out = out, .weight = wt, .bias = bias, .kt = 3, .ks = 3, .residual = residual,
+    w22_conv_args a = {.in = fresh, .out = out, .weight = wt, .bias = bias, .kt = 3, .ks = 3, .residual = residual,
                        .sc_in = sc_in, .sc_weight = scw, .sc_bias = scb};
+    cache_hist(k, li, kk, fresh, 1, a.hist);
     W22_TRY(b->ops->conv(b, &a));
-    return cache_save(k, cache, hist, 1);
+    return cache_push(k, li, kk, fresh, 1);
 }
 
-/* Picks the buffer a layer writes: in place when allowed, never over the stage input or the block input. */
-static w22_view out_buffer(chunk_ctx *k, int c, int in_place_ok) {
-    if (in_place_ok && k->cur.ptr != k->x.ptr && k->cur.ptr != k->blockin.ptr && k->cur.c == c) return k->cur;
-    for (int slot = 0; slot < 2; slot++) {
-        w22_view v = mkview(k->scratch + k->off[slot], k->m, k->H, k->W, c, 0, k->es);
-        if (v.ptr != k->cur.ptr && v.ptr != k->blockin.ptr) return v;
+/* Picks the buffer a layer writes: in place when allowed, never over the stage input or the block input
+ * (plan.c's w22_stage_slots walks the same rule to size the slots). */
+static w22_status out_buffer(chunk_ctx *k, int c, int in_place_ok, w22_view *out) {
+    if (in_place_ok && k->cur.ptr != k->x.ptr && k->cur.ptr != k->blockin.ptr && k->cur.c == c) {
+        *out = k->cur;
+        return W22_OK;
     }
-    return mkview(k->scratch + k->off[2], k->m, k->H, k->W, c, 0, k->es); /* not reached */
+    for (int slot = 0; slot < 2; slot++) {
+        void *p = k->scratch + k->off[slot];
+        if (p == k->cur.ptr || p == k->blockin.ptr) continue;
+        return slot_view(k, slot, k->m, c, 0, out);
+    }
+    return w22_fail(W22_ERR_INTERNAL, "plan: no activation slot free in stage %d", k->s);
 }
 
 static w22_status run_resblock(chunk_ctx *k, int li) {
     w22_decoder *d = k->d;
     const w22_layer *L = &d->model.layers[li];
     w22_bweight **w = d->wt;
-    w22_view t1 = mkview(k->scratch + k->off[2], k->m, k->H, k->W, L->cout, 0, k->es);
-    W22_TRY(norm_conv(k, k->cur, w[L->w[W22_WS_NORM1]], 1, &d->cache[li][0], w[L->w[W22_WS_CONV1_W]],
+    w22_view t1;
+    W22_TRY(slot_view(k, 2, k->m, L->cout, 0, &t1));
+    W22_TRY(norm_conv(k, k->cur, w[L->w[W22_WS_NORM1]], 1, li, 0, w[L->w[W22_WS_CONV1_W]],
                       w[L->w[W22_WS_CONV1_B]], t1, NULL, NULL, NULL, NULL));
-    w22_view out = out_buffer(k, L->cout, L->cin == L->cout);
-    w22_view cur = k->cur;
+    w22_view out, cur = k->cur;
+    W22_TRY(out_buffer(k, L->cout, L->cin == L->cout, &out));
     if (L->cin == L->cout)
-        W22_TRY(norm_conv(k, t1, w[L->w[W22_WS_NORM2]], 1, &d->cache[li][1], w[L->w[W22_WS_CONV2_W]],
+        W22_TRY(norm_conv(k, t1, w[L->w[W22_WS_NORM2]], 1, li, 1, w[L->w[W22_WS_CONV2_W]],
                           w[L->w[W22_WS_CONV2_B]], out, &cur, NULL, NULL, NULL));
     else
-        W22_TRY(norm_conv(k, t1, w[L->w[W22_WS_NORM2]], 1, &d->cache[li][1], w[L->w[W22_WS_CONV2_W]],
+        W22_TRY(norm_conv(k, t1, w[L->w[W22_WS_NORM2]], 1, li, 1, w[L->w[W22_WS_CONV2_W]],
                           w[L->w[W22_WS_CONV2_B]], out, NULL, &cur, w[L->w[W22_WS_SC_W]], w[L->w[W22_WS_SC_B]]));
     k->cur = out;
     return W22_OK;
@@ -118,8 +156,9 @@ static w22_status run_attention(chunk_ctx *k, int li) {
     w22_backend *b = d->backend;
     const w22_layer *L = &d->model.layers[li];
     const int C = L->cin;
-    w22_view t1 = mkview(k->scratch + k->off[2], k->m, k->H, k->W, C, 0, k->es);
-    w22_view qkv = mkview(k->scratch + k->off[6], k->m, k->H, k->W, 3 * C, 0, k->es);
+    w22_view t1, qkv;
+    W22_TRY(slot_view(k, 2, k->m, C, 0, &t1));
+    W22_TRY(slot_view(k, 6, k->m, 3 * C, 0, &qkv));
     W22_TRY(b->ops->rmsnorm(b, k->cur, t1, d->wt[L->w[W22_WS_NORM1]], 0));
     w22_conv_args a = {.in = t1, .out = qkv, .weight = d->wt[L->w[W22_WS_CONV1_W]],
                        .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 1, .ks = 1};
@@ -137,7 +176,8 @@ static w22_status run_attention(chunk_ctx *k, int li) {
     }
     W22_TRY(b->ops->attention(b, w22_view_channels(qkv, 0, C), w22_view_channels(full, C, C),
                               w22_view_channels(full, 2 * C, C), t1));
-    w22_view out = out_buffer(k, C, 1), cur = k->cur;
+    w22_view out, cur = k->cur;
+    W22_TRY(out_buffer(k, C, 1, &out));
     w22_conv_args p = {.in = t1, .out = out, .weight = d->wt[L->w[W22_WS_CONV2_W]],
                        .bias = d->wt[L->w[W22_WS_CONV2_B]], .kt = 1, .ks = 1, .residual = &cur};
     W22_TRY(b->ops->conv(b, &p));
@@ -153,22 +193,22 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
     const w22_layer *L = &d->model.layers[li];
     const int C = L->cin, m = k->m;
     int nu = 0, t0 = 0;
-    w22_view u = mkview(k->scratch + k->off[5], 2 * m, k->H, k->W, C, 1, k->es);
+    w22_view u;
+    W22_TRY(slot_view(k, 5, 2 * m, C, 1, &u));
     if (L->temporal) {
         if (k->first) { /* frame 0 of the decode skips time_conv and stays one frame */
             W22_TRY(b->ops->copy(b, w22_view_frames(u, 0, 1), w22_view_frames(k->cur, 0, 1)));
             nu = t0 = 1;
         }
         int ntc = m - t0;
-        if (ntc > 0) {
-            w22_view th = hist_view(k, 4, ntc, C, 0);
-            W22_TRY(b->ops->copy(b, w22_view_frames(th, 2, ntc), w22_view_frames(k->cur, t0, ntc)));
-            W22_TRY(cache_restore(k, &d->cache[li][1], th, 0));
-            w22_conv_args a = {.in = th, .out = w22_view_frames(u, nu, 2 * ntc),
+        if (ntc > 0) { /* time_conv reads the activation in place, its history from the cache */
+            w22_view src = w22_view_frames(k->cur, t0, ntc);
+            w22_conv_args a = {.in = src, .out = w22_view_frames(u, nu, 2 * ntc),
                                .weight = d->wt[L->w[W22_WS_CONV2_W]], .bias = d->wt[L->w[W22_WS_CONV2_B]],
                                .kt = 3, .ks = 1, .time_split = 1};
+            cache_hist(k, li, 1, src, 0, a.hist);
             W22_TRY(b->ops->conv(b, &a));
-            W22_TRY(cache_save(k, &d->cache[li][1], th, 0));
+            W22_TRY(cache_push(k, li, 1, src, 0));
             nu += 2 * ntc;
         }
     } else {
@@ -193,8 +233,9 @@ static w22_status run_head(chunk_ctx *k, int li) {
     w22_backend *b = d->backend;
     const w22_layer *L = &d->model.layers[li];
     const int p = d->model.cfg.patch_size, m = k->m;
-    w22_view o = mkview(k->scratch + k->off[2], m, k->H, k->W, L->cout, 0, k->es);
-    W22_TRY(norm_conv(k, k->cur, d->wt[L->w[W22_WS_NORM1]], 1, &d->cache[li][0], d->wt[L->w[W22_WS_CONV1_W]],
+    w22_view o;
+    W22_TRY(slot_view(k, 2, m, L->cout, 0, &o));
+    W22_TRY(norm_conv(k, k->cur, d->wt[L->w[W22_WS_NORM1]], 1, li, 0, d->wt[L->w[W22_WS_CONV1_W]],
                       d->wt[L->w[W22_WS_CONV1_B]], o, NULL, NULL, NULL, NULL));
     /* Staging [rows][frames][3][cols] of the whole video height: this rank's rows at its own offset. */
     const long vw = (long)k->W * p, sy = (long)m * 3 * vw;
@@ -243,8 +284,8 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
         switch (L->kind) {
         case W22_L_POST_QUANT: {
             /* into the history window of conv_in (bordered), where conv_in reads it */
-            w22_view hist = hist_view(&k, 3, m, L->cout, 1);
-            w22_view fresh = w22_view_frames(hist, 2, m);
+            w22_view fresh;
+            W22_TRY(fresh_view(&k, m, L->cout, &fresh));
             W22_TRY(zero_border(b, fresh));
             w22_conv_args a = {.in = k.cur, .out = fresh, .weight = d->wt[L->w[W22_WS_CONV1_W]],
                                .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 1, .ks = 1};
@@ -254,14 +295,16 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
         }
         case W22_L_CONV_IN: {
             /* k.cur is already in the history window: norm_conv's copy would be a no-op, so do it here */
-            w22_view hist = hist_view(&k, 3, m, L->cin, 1);
-            W22_TRY(w22_halo(d->comm, b, w22_view_frames(hist, 2, m)));
-            W22_TRY(cache_restore(&k, &d->cache[li][0], hist, 1));
-            w22_view out = mkview(k.scratch + k.off[0], m, k.H, k.W, L->cout, 0, k.es);
-            w22_conv_args a = {.in = hist, .out = out, .weight = d->wt[L->w[W22_WS_CONV1_W]],
+            w22_view fresh;
+            W22_TRY(fresh_view(&k, m, L->cin, &fresh));
+            W22_TRY(w22_halo(d->comm, b, fresh));
+            w22_view out;
+            W22_TRY(slot_view(&k, 0, m, L->cout, 0, &out));
+            w22_conv_args a = {.in = fresh, .out = out, .weight = d->wt[L->w[W22_WS_CONV1_W]],
                                .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 3, .ks = 3};
+            cache_hist(&k, li, 0, fresh, 1, a.hist);
             W22_TRY(b->ops->conv(b, &a));
-            W22_TRY(cache_save(&k, &d->cache[li][0], hist, 1));
+            W22_TRY(cache_push(&k, li, 0, fresh, 1));
             k.cur = out;
             break;
         }
@@ -293,6 +336,7 @@ w22_status w22_plan_run(w22_decoder *d) {
     for (int s = 0; s < W22_STAGES; s++) d->stages[s].done = 0;
     d->first_out_frame = 0;
     /* A decode starts with empty history: every cache is zero (the causal convs' zero padding). */
+    memset(d->cache_old, 0, sizeof d->cache_old);
     for (int l = 0; l < W22_MAX_LAYERS; l++)
         for (int c = 0; c < 3; c++)
             if (d->cache[l][c].ptr) {

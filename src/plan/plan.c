@@ -18,6 +18,36 @@ size_t w22_frames_bytes(int f, int h, int w, int c, int border, size_t es) {
     return (size_t)f * (h + 2 * border) * (w + 2 * border) * c * es;
 }
 
+/* Which of the activation slots XA (0) and XB (1) a stage writes: exec.c's out_buffer rule walked over the stage's
+ * layers (in place when the channels allow and the activation is neither the stage input nor the block input,
+ * else the first slot that is neither). The last stage of TI2V-5B never needs XB. */
+void w22_stage_slots(const w22_model *m, int layer0, int layer1, int used[2]) {
+    enum { X = -1 }; /* the stage input (its queue) */
+    int cur = X, blockin = -2, c = -1;
+    used[0] = used[1] = 0;
+    for (int l = layer0; l < layer1; l++) {
+        const w22_layer *L = &m->layers[l];
+        switch (L->kind) {
+        case W22_L_CONV_IN: cur = 0, used[0] = 1, c = L->cout; break;
+        case W22_L_BLOCK_BEGIN: blockin = cur; break;
+        case W22_L_RESBLOCK:
+        case W22_L_ATTN: {
+            const int cout = L->kind == W22_L_ATTN ? L->cin : L->cout;
+            const int in_place = (L->kind == W22_L_ATTN || L->cin == L->cout) && cur >= 0 && cur != blockin &&
+                                 c == cout;
+            if (!in_place) {
+                cur = (cur == 0 || blockin == 0) ? 1 : 0;
+                used[cur] = 1;
+            }
+            c = cout;
+            break;
+        }
+        case W22_L_UPSAMPLE: cur = -3, c = L->cout; break; /* the next stage's queue */
+        default: break;
+        }
+    }
+}
+
 /* The scratch offsets of a stage's private buffers (exec.c uses the same function). */
 void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total) {
     const w22_stage *st = &d->stages[s];
@@ -28,7 +58,8 @@ void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total
     int cact = 0, cin_max = st->cin;
     for (int l = st->layer0; l < st->layer1; l++) {
         const w22_layer *L = &m->layers[l];
-        if (L->kind == W22_L_RESBLOCK || L->kind == W22_L_ATTN || L->kind == W22_L_CONV_IN) {
+        if (L->kind == W22_L_RESBLOCK || L->kind == W22_L_ATTN || L->kind == W22_L_CONV_IN ||
+            L->kind == W22_L_HEAD) { /* the head's output (3 p^2 channels) lands in T1 too */
             if (L->cout > cact) cact = L->cout;
         }
         if (L->cin > cin_max) cin_max = L->cin;
@@ -36,12 +67,14 @@ void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total
     }
     if (cact == 0) cact = st->cin;
     const int cout = m->dims[s < 3 ? s + 1 : 4];
+    int used[2];
+    w22_stage_slots(m, st->layer0, st->layer1, used);
     size_t sizes[8] = {
-        w22_frames_bytes(q, H, W, cact, 0, es),         /* 0: XA */
-        w22_frames_bytes(q, H, W, cact, 0, es),         /* 1: XB */
+        used[0] ? w22_frames_bytes(q, H, W, cact, 0, es) : 0, /* 0: XA */
+        used[1] ? w22_frames_bytes(q, H, W, cact, 0, es) : 0, /* 1: XB */
         w22_frames_bytes(q, H, W, cact, 0, es),         /* 2: T1 (conv1 out, attention in/out, head out) */
-        w22_frames_bytes(2 + q, H, W, cin_max, 1, es),  /* 3: NH (conv inputs with history and border) */
-        st->temporal ? w22_frames_bytes(2 + q, H, W, cout, 0, es) : 0, /* 4: TH (time_conv input) */
+        w22_frames_bytes(q, H, W, cin_max, 1, es),      /* 3: NH (conv inputs with border; history: the caches) */
+        0,                                              /* 4: unused (time_conv reads its input in place) */
         s < 3 ? w22_frames_bytes(2 * q, H, W, cout, 1, es) : 0,        /* 5: U (upsample conv input) */
         s == 0 ? w22_frames_bytes(q, H, W, 3 * m->dims[0], 0, es) : 0, /* 6: QKV */
         0,
@@ -88,9 +121,11 @@ static w22_status region_alloc(w22_decoder *d, w22_region *r, size_t bytes, cons
 
 static int default_chunk(const w22_decoder *d, int s) {
     if (d->chunk_override[s] > 0) return d->chunk_override[s];
-    /* Two frames per chunk past stage 0 keeps the high-resolution stages' memory small; one 704x1248 decode
-     * stage frame is already hundreds of thousands of GEMM rows. */
-    return 2;
+    /* One frame per chunk past stage 0: the high-resolution stages' buffers hold one frame (the workspace at
+     * 704x1248 is 3.9 GiB, 2.97 of it the causal caches), and one frame there is already 13.7k (stage 1) to
+     * 220k (stage 3) GEMM rows. Two frames would fill the last wave of stages 1-2 better (~2-4% of their conv
+     * time) for 0.2-0.4 GiB more. */
+    return 1;
 }
 
 w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {

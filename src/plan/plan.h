@@ -47,6 +47,7 @@ struct w22_decoder {
     w22_region scratch;  /* the stages' private buffers (one stage at a time) */
     w22_region gathered; /* attention: the frame's q|k|v from every rank */
     w22_region cache[W22_MAX_LAYERS][3]; /* per layer: causal history of conv1, conv2 (or time_conv), head */
+    unsigned char cache_old[W22_MAX_LAYERS][3]; /* which of a cache's two frame slots holds the older frame */
     w22_region zdev;     /* latents copied to the backend (host decodes) */
     size_t workspace_bytes;
     /* The current decode. */

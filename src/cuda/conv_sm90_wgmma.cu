@@ -223,8 +223,8 @@ template <int BN, int STAGES> struct wg_layout {
     static constexpr int b_bytes = BN * WG_ROW_BYTES;               /* 32 or 16 KB */
     static constexpr int stage_bytes = a_bytes + b_bytes;           /* multiple of 1024: every tile 1024-aligned */
     static constexpr int bars_off = STAGES * stage_bytes;           /* full[STAGES], empty[STAGES] */
-    static constexpr int ftab_off = bars_off + 2 * STAGES * 8;      /* frame pointers ftab[BM + 2] */
-    static constexpr int rows_off = ftab_off + (WG_BM + 2) * 8;     /* rows_a[BM], rows_f[BM], rows_s[BM] */
+    static constexpr int ftab_off = bars_off + 2 * STAGES * 8;      /* frame pointers ftab[BM + 3] */
+    static constexpr int rows_off = ftab_off + (WG_BM + 4) * 8;     /* rows_a[BM], rows_f[BM], rows_s[BM] */
     static constexpr int bytes = rows_off + 3 * WG_BM * 4 + 1024;   /* + slack to align the base to 1024 */
     static constexpr int lag = STAGES - 2;                          /* cp.async stages in flight before arriving */
     static_assert(stage_bytes % 1024 == 0, "the 128B swizzle needs 1024-aligned tiles");
@@ -260,18 +260,18 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         int oa = -1, os = -1, tf = 0;
         if (m < g.M) {
             const int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
-            oa = y * (int)g.a_sh + x * (int)g.a_sw;
             tf = t - t_lo;
+            /* offsets are multiples of 64 elements (cin % 64 == 0): bit 0 says frame t_lo or t_lo + 1 */
+            oa = y * (int)g.a_sh + x * (int)g.a_sw + (tf & 1);
             os = t * (int)g.sc_sf + y * (int)g.sc_sh + x * (int)g.sc_sw;
         }
         rows_a[tid] = oa;
         rows_f[tid] = tf;
         rows_s[tid] = os;
     }
-    {
-        const int m_last = (m0 + WG_BM < g.M ? m0 + WG_BM : g.M) - 1;
-        if (tid < m_last / HW - t_lo + g.kt) ftab[tid] = w22_gemm_frame(g, t_lo + tid);
-    }
+    const int m_last = (m0 + WG_BM < g.M ? m0 + WG_BM : g.M) - 1;
+    const bool two_frames = m_last / HW - t_lo <= 1; /* every real shape: H x W >= 128; else the table per row */
+    if (tid < m_last / HW - t_lo + g.kt + 1) ftab[tid] = w22_gemm_frame(g, t_lo + tid); /* + 1: f1 below */
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(full0 + 8 * s, FULL_ARRIVALS);
@@ -304,12 +304,23 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     tma_load_2d(sb, &tm_b, full, tap * g.cin + c0, n0);
                 }
                 const int off = (dy - g.pad_y) * ash + (dx - g.pad_x) * asw + c0 + cc * 8;
+                if (two_frames) { /* the two frames' bases in registers: no table read per row */
+                    const bf16 *f0 = ftab[dt] + off, *f1 = ftab[dt + 1] + off;
 #pragma unroll
-                for (int j = 0; j < WG_BM / 16; j++) {
-                    const int ro = rows_a[r0 + 16 * j];
-                    const bool ok = ro >= 0;
-                    const bf16 *fp = ftab[rows_f[r0 + 16 * j] + dt];
-                    cp_async16(sa + my_chunk + j * 16 * WG_ROW_BYTES, ok ? fp + ro + off : g.a, ok);
+                    for (int j = 0; j < WG_BM / 16; j++) {
+                        const int ro = rows_a[r0 + 16 * j];
+                        const bool ok = ro >= 0;
+                        cp_async16(sa + my_chunk + j * 16 * WG_ROW_BYTES, ok ? ((ro & 1) ? f1 : f0) + (ro & ~1) : g.a,
+                                   ok);
+                    }
+                } else {
+#pragma unroll
+                    for (int j = 0; j < WG_BM / 16; j++) {
+                        const int ro = rows_a[r0 + 16 * j];
+                        const bool ok = ro >= 0;
+                        const bf16 *fp = ftab[rows_f[r0 + 16 * j] + dt];
+                        cp_async16(sa + my_chunk + j * 16 * WG_ROW_BYTES, ok ? fp + (ro & ~1) + off : g.a, ok);
+                    }
                 }
                 c0 += WG_BK;
                 if (c0 == g.cin) { /* next tap; after the last one c0 restarts for the shortcut's channels */

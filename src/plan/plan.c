@@ -89,8 +89,8 @@ void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total
 
 void w22_plan_release(w22_decoder *d) {
     w22_backend *b = d->backend;
-    w22_region *all[] = {&d->scratch, &d->gathered, &d->zdev};
-    for (int i = 0; i < 3; i++) {
+    w22_region *all[] = {&d->scratch, &d->gathered, &d->zdev, &d->cache_block};
+    for (int i = 0; i < 4; i++) {
         if (all[i]->ptr) b->ops->free(b, all[i]->ptr);
         all[i]->ptr = NULL;
         all[i]->bytes = 0;
@@ -101,8 +101,7 @@ void w22_plan_release(w22_decoder *d) {
         d->queue[i].bytes = 0;
     }
     for (int l = 0; l < W22_MAX_LAYERS; l++)
-        for (int k = 0; k < 3; k++) {
-            if (d->cache[l][k].ptr) b->ops->free(b, d->cache[l][k].ptr);
+        for (int k = 0; k < 3; k++) { /* views into cache_block */
             d->cache[l][k].ptr = NULL;
             d->cache[l][k].bytes = 0;
         }
@@ -184,29 +183,39 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     if (d->world > 1)
         W22_TRY(region_alloc(d, &d->gathered, w22_frames_bytes(d->stages[0].chunk, h, w, 3 * m->dims[0], 0, es),
                              "attention gather"));
-    /* Causal caches: two frames of each kt=3 conv's input, kept between chunks. */
+    /* Causal caches: two frames of each kt=3 conv's input, kept between chunks; one allocation carved into them
+     * (dozens of separate ones would each round up to the allocator's granularity: tens of MiB at 704x1248). */
+    for (int pass = 0; pass < 2; pass++) {
+    size_t cache_off = 0;
     for (s = 0; s < W22_STAGES; s++) {
         const w22_stage *st = &d->stages[s];
         const int H = d->rows << st->level, W = w << st->level;
         for (int l = st->layer0; l < st->layer1; l++) {
             const w22_layer *L = &m->layers[l];
+            size_t bytes[3] = {0, 0, 0};
             switch (L->kind) {
             case W22_L_CONV_IN:
-            case W22_L_HEAD:
-                W22_TRY(region_alloc(d, &d->cache[l][0], w22_frames_bytes(2, H, W, L->cin, 1, es), "conv cache"));
-                break;
+            case W22_L_HEAD: bytes[0] = w22_frames_bytes(2, H, W, L->cin, 1, es); break;
             case W22_L_RESBLOCK:
-                W22_TRY(region_alloc(d, &d->cache[l][0], w22_frames_bytes(2, H, W, L->cin, 1, es), "conv cache"));
-                W22_TRY(region_alloc(d, &d->cache[l][1], w22_frames_bytes(2, H, W, L->cout, 1, es), "conv cache"));
+                bytes[0] = w22_frames_bytes(2, H, W, L->cin, 1, es);
+                bytes[1] = w22_frames_bytes(2, H, W, L->cout, 1, es);
                 break;
             case W22_L_UPSAMPLE:
-                if (L->temporal)
-                    W22_TRY(region_alloc(d, &d->cache[l][1], w22_frames_bytes(2, H, W, L->cin, 0, es),
-                                         "time_conv cache"));
+                if (L->temporal) bytes[1] = w22_frames_bytes(2, H, W, L->cin, 0, es); /* time_conv */
                 break;
             default: break;
             }
+            for (int k = 0; k < 3; k++) {
+                if (!bytes[k]) continue;
+                if (pass == 1) {
+                    d->cache[l][k].ptr = (char *)d->cache_block.ptr + cache_off;
+                    d->cache[l][k].bytes = bytes[k];
+                }
+                cache_off += align_up(bytes[k]);
+            }
         }
+    }
+    if (pass == 0) W22_TRY(region_alloc(d, &d->cache_block, cache_off, "causal caches"));
     }
     return W22_OK;
 }

@@ -46,7 +46,9 @@ struct w22_decoder {
     w22_region queue[W22_STAGES + 1]; /* queue[s]: stage s's input; queue[4]: video staging */
     w22_region scratch;  /* the stages' private buffers (one stage at a time) */
     w22_region gathered; /* attention: the frame's q|k|v from every rank */
-    w22_region cache[W22_MAX_LAYERS][3]; /* per layer: causal history of conv1, conv2 (or time_conv), head */
+    w22_region cache_block; /* every causal cache, one allocation */
+    w22_region cache[W22_MAX_LAYERS][3]; /* per layer (views into cache_block): causal history of conv1, conv2
+                                          * (or time_conv), head */
     unsigned char cache_old[W22_MAX_LAYERS][3]; /* which of a cache's two frame slots holds the older frame */
     w22_region zdev;     /* latents copied to the backend (host decodes) */
     size_t workspace_bytes;

@@ -1,6 +1,7 @@
 /* The plan's layout: the four stages cut from the model's layer list, their chunk sizes, and the workspace they
  * need for latents of h x w on this rank: input queues, one scratch region the stages share (one stage works at a
  * time), the causal caches and the video staging. Sizes depend on the chunk sizes, never on T. */
+#include <stdlib.h>
 #include <string.h>
 #include "common.h"
 #include "plan/plan.h"
@@ -120,6 +121,9 @@ static w22_status region_alloc(w22_decoder *d, w22_region *r, size_t bytes, cons
 
 static int default_chunk(const w22_decoder *d, int s) {
     if (d->chunk_override[s] > 0) return d->chunk_override[s];
+    /* W22_STAGE_CHUNK=n: n frames per chunk at stages 1-3, a measurement switch (docs/PERF.md v4b) */
+    const char *e = getenv("W22_STAGE_CHUNK");
+    if (e && atoi(e) > 0) return atoi(e);
     /* One frame per chunk past stage 0: the high-resolution stages' buffers hold one frame (the workspace at
      * 704x1248 is 3.9 GiB, 2.97 of it the causal caches), and one frame there is already 13.7k (stage 1) to
      * 220k (stage 3) GEMM rows. Two frames would fill the last wave of stages 1-2 better (~2-4% of their conv

@@ -48,7 +48,12 @@
  * | BM x BN | stages | smem   | used when     | why |
  * | 128x256 | 4      | 194 KB | N % 256 == 0  | every heavy conv (N = 256 ... 3072): 2 x 64x256 per CTA is the largest tile whose 128 accumulators per consumer thread fit in 232 registers; 48 KB per stage, 4 stages is what 227 KB holds (5 would be 240 KB) |
  * | 128x128 | 6      | 194 KB | N % 128 == 0  | the rest (N = 128, 384, ...): same rows, half the columns; 32 KB per stage buys 6 stages |
- * (smem = stages x stage + 2 x stages mbarriers + two 128-int row tables + 1 KB to align the ring to 1024 B.)
+ * (smem = stages x stage + 2 x stages mbarriers + a 132-pointer frame table + three 128-int row tables + 1 KB
+ * to align the ring to 1024 B.)
+ * Input frames: a row's tap dt reads input frame t + dt, whose base comes from a per-tile table (w22_gemm_frame:
+ * the causal history frames live in the plan's caches, not before the new frames). A tile spanning two frames (all
+ * real shapes) keeps both bases in registers and picks one by bit 0 of the row's offset; a table read per row cost
+ * 12-15% of the kernel's rate (docs/PERF.md v4): the producer's issue rate is one of its bounds.
  * Not measured yet: the choice is the standard Hopper GEMM tile (CUTLASS's 128x256x64 warp-specialized default);
  * 256x128 (A twice as large: twice the cp.async work per stage) and a persistent grid are the alternatives.
  * Everything else (cin or sc_cin % 64 != 0, N % 128 != 0, upsample, weights not one [N][K] block, ...) stays on the

@@ -91,6 +91,13 @@ typedef struct {
     w22_status (*unpatchify)(w22_backend *b, w22_view in, int p, w22_video_dst dst);
     /* Waits for the backend's queued work. */
     w22_status (*sync)(w22_backend *b);
+    /* Optional (NULL: none): a second queue for work that may overlap the main one. side_begin: later ops go to
+     * the side queue, which starts after everything queued so far; side_end: later ops go to the main queue again,
+     * without waiting; side_join: the main queue waits for the side work queued before side_end. The plan uses it
+     * to exchange halo rows while the interior of a conv runs. */
+    w22_status (*side_begin)(w22_backend *b);
+    w22_status (*side_end)(w22_backend *b);
+    w22_status (*side_join)(w22_backend *b);
 } w22_backend_ops;
 
 struct w22_backend {

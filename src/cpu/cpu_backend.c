@@ -194,6 +194,13 @@ static w22_status cpu_unpatchify(w22_backend *b, w22_view in, int p, w22_video_d
 
 static w22_status cpu_sync(w22_backend *b) { (void)b; return W22_OK; }
 
+/* One queue: the side work runs in order; having the ops makes the plan take its overlapped path on the CPU too,
+ * which is how the simulated ranks test that path's row split. */
+static w22_status cpu_side_noop(w22_backend *b) {
+    (void)b;
+    return W22_OK;
+}
+
 static const w22_backend_ops cpu_ops = {
     .name = "cpu",
     .elem_size = sizeof(float),
@@ -215,6 +222,9 @@ static const w22_backend_ops cpu_ops = {
     .dupup_add = cpu_dupup_add,
     .unpatchify = cpu_unpatchify,
     .sync = cpu_sync,
+    .side_begin = cpu_side_noop,
+    .side_end = cpu_side_noop,
+    .side_join = cpu_side_noop,
 };
 
 w22_status w22_backend_cpu_create(int threads, w22_backend **out) {

@@ -232,6 +232,41 @@ static w22_status op_sync(w22_backend *b) {
     return W22_OK;
 }
 
+/* The side queue (backend.h): made at first use; events without timing. */
+static w22_status op_side_begin(w22_backend *b) {
+    w22_cuda *c = cuda_of(b);
+    CU_ENTER(c);
+    if (c->on_side) return w22_fail(W22_ERR_INTERNAL, "cuda: side_begin while the side stream is current");
+    if (!c->side) {
+        CU_TRY(cudaStreamCreateWithFlags(&c->side, cudaStreamNonBlocking));
+        CU_TRY(cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming));
+        CU_TRY(cudaEventCreateWithFlags(&c->ev_side_done, cudaEventDisableTiming));
+    }
+    CU_TRY(cudaEventRecord(c->ev_fork, c->stream));
+    CU_TRY(cudaStreamWaitEvent(c->side, c->ev_fork, 0));
+    c->main_stream = c->stream;
+    c->stream = c->side;
+    c->on_side = 1;
+    return W22_OK;
+}
+static w22_status op_side_end(w22_backend *b) {
+    w22_cuda *c = cuda_of(b);
+    if (!c->on_side) return W22_OK;
+    c->stream = c->main_stream; /* first, so that an error below still leaves the main stream current */
+    c->on_side = 0;
+    CU_ENTER(c);
+    CU_TRY(cudaEventRecord(c->ev_side_done, c->side));
+    return W22_OK;
+}
+static w22_status op_side_join(w22_backend *b) {
+    w22_cuda *c = cuda_of(b);
+    W22_TRY(op_side_end(b));
+    if (!c->side) return W22_OK;
+    CU_ENTER(c);
+    CU_TRY(cudaStreamWaitEvent(c->stream, c->ev_side_done, 0));
+    return W22_OK;
+}
+
 static void op_destroy(w22_backend *b) {
     if (!b) return;
     w22_cuda *c = cuda_of(b);
@@ -239,6 +274,12 @@ static void op_destroy(w22_backend *b) {
         cudaSetDevice(c->device);
         cudaStreamSynchronize(c->stream);
         w22_cuda_free_ptr(c, c->attn_scratch);
+        if (c->side) {
+            cudaStreamSynchronize(c->side);
+            cudaStreamDestroy(c->side);
+            cudaEventDestroy(c->ev_fork);
+            cudaEventDestroy(c->ev_side_done);
+        }
         if (c->own_stream) cudaStreamDestroy(c->own_stream);
         (void)cudaGetLastError();
         free(c->allocs);
@@ -268,6 +309,9 @@ static const w22_backend_ops cuda_ops = {
     w22_cuda_dupup_add,
     w22_cuda_unpatchify,
     op_sync,
+    op_side_begin,
+    op_side_end,
+    op_side_join,
 };
 
 /* ---- public entry points ---- */

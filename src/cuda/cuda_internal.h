@@ -22,6 +22,10 @@ typedef struct {
 typedef struct {
     int device;
     cudaStream_t own_stream, stream; /* stream: where work goes (own_stream or the caller's) */
+    /* side_begin/end/join (backend.h): a second stream, and the main stream while the side one is current */
+    cudaStream_t side, main_stream;
+    cudaEvent_t ev_fork, ev_side_done;
+    int on_side;
     int smem_optin;                  /* max dynamic shared memory per block */
     int debug;                       /* W22_CUDA_DEBUG=1: sync after each op, check views against allocations */
     size_t bytes, peak;

@@ -96,6 +96,56 @@ static w22_status cache_push(chunk_ctx *k, int li, int kk, w22_view fresh, int b
     return b->ops->copy_bytes(b, cache, last2 + fb, fb);
 }
 
+/* Output rows [y0, y0 + n) of a conv whose spatial kernel is 3 (not upsampling): every view cut to those rows;
+ * the input's border rows are then its neighbouring rows. */
+typedef struct {
+    w22_conv_args a;
+    w22_view res, sc;
+} conv_rows;
+static void cut_rows(const w22_conv_args *a, int y0, int n, conv_rows *r) {
+    r->a = *a;
+    r->a.in = w22_view_rows(a->in, y0, n);
+    r->a.out = w22_view_rows(a->out, y0, n);
+    for (int i = 0; i < 2; i++)
+        if (a->hist[i].ptr) r->a.hist[i] = w22_view_rows(a->hist[i], y0, n);
+    if (a->residual) {
+        r->res = w22_view_rows(*a->residual, y0, n);
+        r->a.residual = &r->res;
+    }
+    if (a->sc_in) {
+        r->sc = w22_view_rows(*a->sc_in, y0, n);
+        r->a.sc_in = &r->sc;
+    }
+}
+
+/* The halo exchange of a 3x3 conv's input (a->in), then the conv. With ranks, and a backend with a side queue,
+ * they overlap: the side queue takes the exchange and then output rows 0 and h-1 (the only ones that read halo
+ * rows), while the main queue runs rows 1 .. h-2. Each output element is the same sum either way. */
+static w22_status conv_with_halo(chunk_ctx *k, const w22_conv_args *a) {
+    w22_decoder *d = k->d;
+    w22_backend *b = d->backend;
+    const int h = a->out.h;
+    if (d->world == 1 || !b->ops->side_begin || h < 3 || a->upsample || a->ks != 3) {
+        W22_TRY(w22_halo(d->comm, b, a->in));
+        return b->ops->conv(b, a);
+    }
+    conv_rows r;
+    W22_TRY(b->ops->side_begin(b));
+    w22_status s = w22_halo(d->comm, b, a->in);
+    for (int e = 0; e < 2 && s == W22_OK; e++) {
+        cut_rows(a, e ? h - 1 : 0, 1, &r);
+        s = b->ops->conv(b, &r.a);
+    }
+    w22_status s2 = b->ops->side_end(b);
+    if (s == W22_OK) s = s2;
+    if (s == W22_OK) {
+        cut_rows(a, 1, h - 2, &r);
+        s = b->ops->conv(b, &r.a);
+    }
+    s2 = b->ops->side_join(b);
+    return s != W22_OK ? s : s2;
+}
+
 /* norm (+ SiLU) of src into the fresh frames, then the causal 3x3x3 conv of [cache (li, kk) history, fresh]
  * into out. */
 static w22_status norm_conv(chunk_ctx *k, w22_view src, const w22_bweight *gamma, int silu, int li, int kk,
@@ -108,11 +158,10 @@ static w22_status norm_conv(chunk_ctx *k, w22_view src, const w22_bweight *gamma
     W22_TRY(zero_border(b, fresh));
     if (gamma) W22_TRY(b->ops->rmsnorm(b, src, fresh, gamma, silu));
     else W22_TRY(b->ops->copy(b, fresh, src));
-    W22_TRY(w22_halo(d->comm, b, fresh));
     w22_conv_args a = {.in = fresh, .out = out, .weight = wt, .bias = bias, .kt = 3, .ks = 3, .residual = residual,
                        .sc_in = sc_in, .sc_weight = scw, .sc_bias = scb};
     cache_hist(k, li, kk, fresh, 1, a.hist);
-    W22_TRY(b->ops->conv(b, &a));
+    W22_TRY(conv_with_halo(k, &a));
     return cache_push(k, li, kk, fresh, 1);
 }
 
@@ -297,13 +346,12 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
             /* k.cur is already in the history window: norm_conv's copy would be a no-op, so do it here */
             w22_view fresh;
             W22_TRY(fresh_view(&k, m, L->cin, &fresh));
-            W22_TRY(w22_halo(d->comm, b, fresh));
             w22_view out;
             W22_TRY(slot_view(&k, 0, m, L->cout, 0, &out));
             w22_conv_args a = {.in = fresh, .out = out, .weight = d->wt[L->w[W22_WS_CONV1_W]],
                                .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 3, .ks = 3};
             cache_hist(&k, li, 0, fresh, 1, a.hist);
-            W22_TRY(b->ops->conv(b, &a));
+            W22_TRY(conv_with_halo(&k, &a));
             W22_TRY(cache_push(&k, li, 0, fresh, 1));
             k.cur = out;
             break;

@@ -676,6 +676,7 @@ static void run_cases(void) {
     rmsnorm_case(48, 2, 5, 7, 0, 0);
     rmsnorm_case(256, 2, 9, 11, 1, 0);
     rmsnorm_case(1024, 1, 6, 13, 1, 0);
+    rmsnorm_case(512, 3, 5, 9, 1, 0);
     rmsnorm_case(1024, 2, 4, 5, 0, 1);
     rmsnorm_case(20, 1, 3, 5, 1, 0); /* scalar path */
     /* dupup */

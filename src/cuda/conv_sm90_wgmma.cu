@@ -101,6 +101,8 @@
 #include "cuda_internal.h"
 #include "conv_epilogue.cuh"
 #include <limits.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define WG_BM 128
 #define WG_BK 64                /* bf16 per stage row: 128 bytes, the swizzle span */
@@ -108,6 +110,8 @@
 #define WG_THREADS 384          /* producer warpgroup + 2 consumer warpgroups */
 #define WG_PRODUCER_REGS 40
 #define WG_CONSUMER_REGS 232    /* 128 * 40 + 256 * 232 = 64512 <= 65536 */
+#define WG_PRODUCER_REGS_RR 56  /* ROWREG: 8 more live registers in the producer; 128 * 56 + 256 * 224 = 64512 */
+#define WG_CONSUMER_REGS_RR 224
 
 enum wg_arrivals {
     FULL_ARRIVALS = 128 + 1, /* every producer thread (its cp.async landed) + thread 0's arrive.expect_tx */
@@ -237,7 +241,9 @@ template <int BN, int STAGES> struct wg_layout {
     static_assert(lag >= 1, "at least 3 stages");
 };
 
-template <int BN, int STAGES>
+/* ROWREG: the producer keeps its 8 rows' offsets in registers for the whole tile instead of reading them from
+ * shared memory every stage (a measurement variant: W22_WGMMA_ROWS=regs; docs/PERF.md v5). */
+template <int BN, int STAGES, bool ROWREG>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     w22_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_sc,
                           const w22_gemm g, int main_iters, int iters, int tiles_n) {
@@ -291,11 +297,14 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 
     if (wg == 0) {
         /* ---------------- producer ---------------- */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(ROWREG ? WG_PRODUCER_REGS_RR : WG_PRODUCER_REGS));
         const int p = tid, cc = p & 7, r0 = p >> 3;
         /* this thread's rows r0 + 16 j: smem offset of its chunk in row r0 (+ j * 2048 per j), swizzled by r0 & 7 */
         const uint32_t my_chunk = (uint32_t)(r0 * WG_ROW_BYTES + ((cc ^ (r0 & 7)) << 4));
         const int ash = (int)g.a_sh, asw = (int)g.a_sw;
+        int ro_r[WG_BM / 16];
+#pragma unroll
+        for (int j = 0; j < WG_BM / 16; j++) ro_r[j] = ROWREG ? rows_a[r0 + 16 * j] : 0;
         int c0 = 0, dt = 0, dy = 0, dx = 0; /* the load cursor: tap and channel slice of load `it` */
         int s = 0, sd = 0;                  /* stage of load it, of load it - LAG */
         uint32_t ph = 0;                    /* round parity of load it */
@@ -313,7 +322,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     const bf16 *f0 = ftab[dt] + off, *f1 = ftab[dt + 1] + off;
 #pragma unroll
                     for (int j = 0; j < WG_BM / 16; j++) {
-                        const int ro = rows_a[r0 + 16 * j];
+                        const int ro = ROWREG ? ro_r[j] : rows_a[r0 + 16 * j];
                         const bool ok = ro >= 0;
                         cp_async16(sa + my_chunk + j * 16 * WG_ROW_BYTES, ok ? ((ro & 1) ? f1 : f0) + (ro & ~1) : g.a,
                                    ok);
@@ -366,7 +375,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         }
     } else {
         /* ---------------- consumers ---------------- */
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS));
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(ROWREG ? WG_CONSUMER_REGS_RR : WG_CONSUMER_REGS));
         const int cw = wg - 1, lane = tid & 31, warp4 = (tid >> 5) & 3;
         constexpr int NACC = BN / 2;
         float acc[NACC];
@@ -422,14 +431,27 @@ typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32
                                     const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-template <int BN, int STAGES> struct wg_cfg {
+template <int BN, int STAGES, bool ROWREG = false> struct wg_cfg {
     typedef wg_layout<BN, STAGES> L;
     static constexpr int bn = BN, stages = STAGES;
+    static constexpr bool rowreg = ROWREG;
     static constexpr int smem = L::bytes;
-    static void *kernel() { return (void *)w22_conv_wgmma_kernel<BN, STAGES>; }
+    static void *kernel() { return (void *)w22_conv_wgmma_kernel<BN, STAGES, ROWREG>; }
 };
 typedef wg_cfg<256, 4> wg_big;
 typedef wg_cfg<128, 6> wg_mid;
+typedef wg_cfg<256, 4, true> wg_big_rr;
+typedef wg_cfg<128, 6, true> wg_mid_rr;
+
+/* W22_WGMMA_ROWS=regs: the ROWREG variant (read once per process). */
+static bool rows_in_regs(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_WGMMA_ROWS");
+        v = e && !strcmp(e, "regs");
+    }
+    return v == 1;
+}
 
 w22_status w22_cuda_wgmma_init(w22_cuda *c) {
     if (c->smem_optin < wg_big::smem)
@@ -437,6 +459,8 @@ w22_status w22_cuda_wgmma_init(w22_cuda *c) {
                         "block; the kernel needs %d", c->smem_optin, wg_big::smem);
     CU_TRY(cudaFuncSetAttribute(wg_big::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, wg_big::smem));
     CU_TRY(cudaFuncSetAttribute(wg_mid::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, wg_mid::smem));
+    CU_TRY(cudaFuncSetAttribute(wg_big_rr::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, wg_big_rr::smem));
+    CU_TRY(cudaFuncSetAttribute(wg_mid_rr::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, wg_mid_rr::smem));
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     CU_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
@@ -496,18 +520,20 @@ template <class CFG> static w22_status wg_launch(w22_cuda *c, const w22_gemm *g,
     const int tiles_n = g->N / BN;
     const long tiles = (long)((g->M + WG_BM - 1) / WG_BM) * tiles_n;
     if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
-    w22_conv_wgmma_kernel<CFG::bn, CFG::stages><<<(unsigned)tiles, WG_THREADS, CFG::smem, c->stream>>>(tb, ts, *g, main_iters, iters, tiles_n);
+    w22_conv_wgmma_kernel<CFG::bn, CFG::stages, CFG::rowreg>
+        <<<(unsigned)tiles, WG_THREADS, CFG::smem, c->stream>>>(tb, ts, *g, main_iters, iters, tiles_n);
     return W22_OK;
 }
 
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_gemm *g, const char *what) {
     w22_status s;
+    const bool rr = rows_in_regs();
     if (g->N % 256 == 0) {
-        c->last_path = "wgmma 128x256";
-        s = wg_launch<wg_big>(c, g, what);
+        c->last_path = rr ? "wgmma 128x256 rowreg" : "wgmma 128x256";
+        s = rr ? wg_launch<wg_big_rr>(c, g, what) : wg_launch<wg_big>(c, g, what);
     } else {
-        c->last_path = "wgmma 128x128";
-        s = wg_launch<wg_mid>(c, g, what);
+        c->last_path = rr ? "wgmma 128x128 rowreg" : "wgmma 128x128";
+        s = rr ? wg_launch<wg_mid_rr>(c, g, what) : wg_launch<wg_mid>(c, g, what);
     }
     if (s != W22_OK) return s;
     CU_LAUNCHED(c, what);

@@ -2,6 +2,8 @@
  * per pixel, fp32 statistics; 16-byte loads when C % 8 == 0 and the views allow, else one element per lane. The
  * pixel is read twice (sum of squares, then scale); the second read hits L1/L2. In place (out == in) is fine: a
  * lane writes only elements it has read in both passes. */
+#include <stdlib.h>
+#include <string.h>
 #include "cuda_internal.h"
 #include "cuda_ops.h"
 
@@ -52,6 +54,59 @@ __global__ void w22_rmsnorm_kernel(const bf16 *in, long isf, long ish, long isw,
     }
 }
 
+/* The same op for C = 256 NV (NV = 1, 2, 4) with 16-byte aligned views: a warp's pixel stays in registers
+ * between the sum of squares and the scaling (one read instead of two), blocks of 8 pixels along a row (grid: x
+ * blocks by F * H rows, no divisions), gamma as float4. A measurement variant (W22_NORM=v2; docs/PERF.md v5). */
+template <int NV>
+__global__ void __launch_bounds__(256) w22_rmsnorm_rows_kernel(const bf16 *in, long isf, long ish, long isw, bf16 *out,
+                                                             long osf, long osh, long osw, const float *gamma, int H,
+                                                             int W, int silu) {
+    const int x = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (x >= W) return;
+    const int fy = blockIdx.y, f = fy / H, y = fy - f * H;
+    const bf16 *ip = in + f * isf + y * ish + x * isw;
+    bf16 *op = out + f * osf + y * osh + x * osw;
+    uint4 u[NV];
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        u[i] = *(const uint4 *)(ip + (i * 32 + lane) * 8);
+        const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u[i];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float2 v = __bfloat1622float2(h2[k]);
+            ss += v.x * v.x + v.y * v.y;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float scale = sqrtf((float)(NV * 256)) / fmaxf(sqrtf(ss), 1e-12f);
+#pragma unroll
+    for (int i = 0; i < NV; i++) {
+        const int c = (i * 32 + lane) * 8;
+        const float4 g0 = *(const float4 *)(gamma + c), g1 = *(const float4 *)(gamma + c + 4);
+        const float gm[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+        __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u[i];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float2 v = __bfloat1622float2(h2[k]);
+            float a = v.x * scale * gm[2 * k], b = v.y * scale * gm[2 * k + 1];
+            if (silu) a = a / (1.f + __expf(-a)), b = b / (1.f + __expf(-b));
+            h2[k] = __floats2bfloat162_rn(a, b);
+        }
+        *(uint4 *)(op + c) = u[i];
+    }
+}
+
+static int norm_v2(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_NORM");
+        v = e && !strcmp(e, "v2");
+    }
+    return v;
+}
+
 w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22_bweight *gw, int silu) {
     w22_cuda *c = cuda_of(b);
     const w22_cuda_weight *g = (const w22_cuda_weight *)gw;
@@ -70,7 +125,19 @@ w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
     const long blocks = (pixels + warps - 1) / warps;
     const int vec = in.c % 8 == 0 && (uintptr_t)in.ptr % 16 == 0 && (uintptr_t)out.ptr % 16 == 0 && in.sf % 8 == 0 &&
                     in.sh % 8 == 0 && in.sw % 8 == 0 && out.sf % 8 == 0 && out.sh % 8 == 0 && out.sw % 8 == 0;
-    if (vec)
+    const int nv = in.c / 256;
+    if (vec && norm_v2() && in.c % 256 == 0 && (nv == 1 || nv == 2 || nv == 4) && (uintptr_t)g->dev % 16 == 0 &&
+        (long)in.f * in.h < 65536) {
+        const dim3 grid((in.w + 7) / 8, in.f * in.h);
+#define W22_NORM_ROWS(NV)                                                                                      \
+    w22_rmsnorm_rows_kernel<NV><<<grid, 256, 0, c->stream>>>((const bf16 *)in.ptr, in.sf, in.sh, in.sw,       \
+                                                             (bf16 *)out.ptr, out.sf, out.sh, out.sw,          \
+                                                             (const float *)g->dev, in.h, in.w, silu)
+        if (nv == 1) W22_NORM_ROWS(1);
+        else if (nv == 2) W22_NORM_ROWS(2);
+        else W22_NORM_ROWS(4);
+#undef W22_NORM_ROWS
+    } else if (vec)
         w22_rmsnorm_kernel<8><<<(unsigned)blocks, warps * 32, 0, c->stream>>>(
             (const bf16 *)in.ptr, in.sf, in.sh, in.sw, (bf16 *)out.ptr, out.sf, out.sh, out.sw,
             (const float *)g->dev, in.f, in.h, in.w, in.c, silu);

@@ -189,37 +189,35 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
                              "attention gather"));
     /* Causal caches: two frames of each kt=3 conv's input, kept between chunks; one allocation carved into them
      * (dozens of separate ones would each round up to the allocator's granularity: tens of MiB at 704x1248). */
-    for (int pass = 0; pass < 2; pass++) {
-    size_t cache_off = 0;
+    size_t cache_total = 0;
     for (s = 0; s < W22_STAGES; s++) {
         const w22_stage *st = &d->stages[s];
         const int H = d->rows << st->level, W = w << st->level;
         for (int l = st->layer0; l < st->layer1; l++) {
             const w22_layer *L = &m->layers[l];
-            size_t bytes[3] = {0, 0, 0};
+            w22_region *c = d->cache[l];
             switch (L->kind) {
             case W22_L_CONV_IN:
-            case W22_L_HEAD: bytes[0] = w22_frames_bytes(2, H, W, L->cin, 1, es); break;
+            case W22_L_HEAD: c[0].bytes = w22_frames_bytes(2, H, W, L->cin, 1, es); break;
             case W22_L_RESBLOCK:
-                bytes[0] = w22_frames_bytes(2, H, W, L->cin, 1, es);
-                bytes[1] = w22_frames_bytes(2, H, W, L->cout, 1, es);
+                c[0].bytes = w22_frames_bytes(2, H, W, L->cin, 1, es);
+                c[1].bytes = w22_frames_bytes(2, H, W, L->cout, 1, es);
                 break;
             case W22_L_UPSAMPLE:
-                if (L->temporal) bytes[1] = w22_frames_bytes(2, H, W, L->cin, 0, es); /* time_conv */
+                if (L->temporal) c[1].bytes = w22_frames_bytes(2, H, W, L->cin, 0, es); /* time_conv */
                 break;
             default: break;
             }
-            for (int k = 0; k < 3; k++) {
-                if (!bytes[k]) continue;
-                if (pass == 1) {
-                    d->cache[l][k].ptr = (char *)d->cache_block.ptr + cache_off;
-                    d->cache[l][k].bytes = bytes[k];
-                }
-                cache_off += align_up(bytes[k]);
-            }
+            for (int k = 0; k < 3; k++) cache_total += align_up(c[k].bytes);
         }
     }
-    if (pass == 0) W22_TRY(region_alloc(d, &d->cache_block, cache_off, "causal caches"));
-    }
+    W22_TRY(region_alloc(d, &d->cache_block, cache_total, "causal caches"));
+    size_t off = 0;
+    for (int l = 0; l < W22_MAX_LAYERS; l++)
+        for (int k = 0; k < 3; k++)
+            if (d->cache[l][k].bytes) {
+                d->cache[l][k].ptr = (char *)d->cache_block.ptr + off;
+                off += align_up(d->cache[l][k].bytes);
+            }
     return W22_OK;
 }

@@ -1,26 +1,41 @@
 #!/usr/bin/env bash
-# One device command that checks and times the kernel variants selected by environment switches against the
-# default build, side by side in one run (docs/PERF.md says what each predicts):
-#   W22_WGMMA_ROWS=regs  the wgmma producer keeps its rows' offsets in registers (56/224 register split)
-#   W22_NORM=v2          RMS norm + SiLU with the pixel kept in registers, row blocks, float4 gamma
-# Steps: conformance of the variants (cuda_ops conv and rmsnorm cases against the CPU backend), the op
-# micro-benchmark (cuda_ops --perf) without and with them, the whole f121 decode (cuda_decode --time: the
-# library alone, device to device) without and with them. Logs go to $OUT.
-# Usage (device, repo root): bench/variants_ab.sh ["W22_WGMMA_ROWS=regs W22_NORM=v2"]
+# One device command that checks and times kernel variants selected by environment switches against the default
+# build, side by side in one run (docs/PERF.md says what each predicts):
+#   W22_WGMMA_HANDOFF=early  the wgmma producer hands a stage to the consumers before it waits for a free stage
+#   W22_WGMMA_ROWS=regs      the wgmma producer keeps its rows' offsets in registers (56/224 register split)
+#   W22_NORM=v2              RMS norm + SiLU with the pixel kept in registers, row blocks, float4 gamma
+# Steps per variant set: conformance (cuda_ops conv and rmsnorm cases against the CPU backend), the op
+# micro-benchmark (cuda_ops --perf --kernel wgmma), the whole f121 decode at 1 latent frame per pass
+# (cuda_decode --time 31 1: the library alone, device to device). Then the conv micro-benchmark against cuDNN
+# (bench/conv_bench.py) under the fastest set that passed. Logs go to $OUT; the fastest set is printed last.
+# Usage (device, repo root): bench/variants_ab.sh ["SET1" "SET2" ...]   (a SET: "VAR=v VAR=v", "" = default)
 set -u
-vars=${1:-"W22_WGMMA_ROWS=regs W22_NORM=v2"}
+if [ $# -eq 0 ]; then
+    set -- "" "W22_WGMMA_HANDOFF=early" "W22_WGMMA_ROWS=regs" "W22_WGMMA_HANDOFF=early W22_WGMMA_ROWS=regs W22_NORM=v2"
+fi
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 make -j16 build/libwan22vae.so build/tests/cuda_ops build/tests/cuda_decode > "$out/make.log" 2>&1 ||
     { tail -20 "$out/make.log"; exit 1; }
-env $vars timeout 120 build/tests/cuda_ops -o conv > "$out/ops_variant_conv.txt" 2>&1; rc1=$?
-env $vars timeout 60 build/tests/cuda_ops -o rmsnorm > "$out/ops_variant_norm.txt" 2>&1; rc2=$?
-echo "conformance with $vars: conv rc $rc1 ($(tail -n 1 "$out/ops_variant_conv.txt")), rmsnorm rc $rc2 ($(tail -n 1 "$out/ops_variant_norm.txt"))"
-timeout 90 build/tests/cuda_ops --perf --kernel wgmma > "$out/perf_default.txt" 2>&1
-env $vars timeout 90 build/tests/cuda_ops --perf --kernel wgmma > "$out/perf_variant.txt" 2>&1
-paste -d '\n' <(grep '^perf' "$out/perf_default.txt" | sed 's/^/default: /') \
-              <(grep '^perf' "$out/perf_variant.txt" | sed 's/^/variant: /')
-timeout 120 build/tests/cuda_decode --time > "$out/decode_default.txt" 2>&1
-env $vars timeout 120 build/tests/cuda_decode --time > "$out/decode_variant.txt" 2>&1
-echo "f121 default:"; grep '^f' "$out/decode_default.txt"
-echo "f121 with $vars:"; grep '^f' "$out/decode_variant.txt"
+i=0; best=""; best_ms=""
+for vars in "$@"; do
+    i=$((i + 1)); name="set$i"; label=${vars:-default}
+    ok=1
+    if [ -n "$vars" ]; then
+        env $vars timeout 150 build/tests/cuda_ops -o conv > "$out/${name}_conv.txt" 2>&1 || ok=0
+        env $vars timeout 60 build/tests/cuda_ops -o rmsnorm > "$out/${name}_norm.txt" 2>&1 || ok=0
+        echo "[$label] conformance: $([ $ok = 1 ] && echo ok || echo FAIL) (conv: $(tail -n 1 "$out/${name}_conv.txt"); rmsnorm: $(tail -n 1 "$out/${name}_norm.txt"))"
+    fi
+    env $vars timeout 90 build/tests/cuda_ops --perf --kernel wgmma > "$out/${name}_perf.txt" 2>&1
+    grep '^perf' "$out/${name}_perf.txt" | sed "s/^/[$label] /"
+    env $vars timeout 120 build/tests/cuda_decode --time 31 1 > "$out/${name}_decode.txt" 2>&1
+    grep '^f' "$out/${name}_decode.txt" | sed "s/^/[$label] /"
+    ms=$(grep -m1 -o 'frames/pass 1: [0-9.]* ms, [0-9.]*' "$out/${name}_decode.txt" | awk '{print $5}')
+    if [ "$ok" = 1 ] && [ -n "$ms" ] && { [ -z "$best_ms" ] || awk "BEGIN{exit !($ms < $best_ms)}"; }; then
+        best=$vars; best_ms=$ms
+    fi
+done
+echo "fastest f121 that passed: [${best:-default}] $best_ms ms"
+env $best timeout 120 python3 bench/conv_bench.py --ours build/tests/cuda_ops --json "$out/conv_bench.json" \
+    > "$out/conv_bench.txt" 2>&1
+echo "conv_bench under [${best:-default}]:"; cat "$out/conv_bench.txt"

@@ -166,7 +166,8 @@ int main(int argc, char **argv) {
     one_case("ti2v5b T=3 4x6", real, 3, 4, 6, 1);
     }
     if (timing) {
-        /* only the standard clip f121: T = 31 at 44 x 78, device to device, at 1 and 2 latent frames per pass */
+        /* only the standard clip f121: T = 31 at 44 x 78, device to device, at 1 and 2 latent frames per pass
+         * (--time [T] [fpp]: another T, one frames-per-pass value) */
         w22_weights *w = NULL;
         CHECK_OK(w22_weights_synthetic(&real, 1, &w));
         const int T = argc > 2 ? atoi(argv[2]) : 31, h = 44, wd = 78;
@@ -178,7 +179,8 @@ int main(int argc, char **argv) {
         int F, H, W;
         w22_video_shape(&real, T, h, wd, &F, &H, &W);
         size_t nv = (size_t)3 * F * H * W;
-        for (int fpp = 1; fpp <= 2; fpp++) {
+        const int fpp_lo = argc > 3 ? atoi(argv[3]) : 1, fpp_hi = argc > 3 ? fpp_lo : 2;
+        for (int fpp = fpp_lo; fpp <= fpp_hi; fpp++) {
             double ms[2];
             size_t peak = 0;
             for (int i = 0; i < 2; i++) CHECK_OK(decode_gpu(w, NULL, fpp, z, T, h, wd, NULL, nv, &ms[i], &peak));

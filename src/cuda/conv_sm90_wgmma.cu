@@ -241,14 +241,23 @@ template <int BN, int STAGES> struct wg_layout {
     static_assert(lag >= 1, "at least 3 stages");
 };
 
-/* ROWREG: the producer keeps its 8 rows' offsets in registers for the whole tile instead of reading them from
- * shared memory every stage (a measurement variant: W22_WGMMA_ROWS=regs; docs/PERF.md v5). */
-template <int BN, int STAGES, bool ROWREG>
+/* Measurement variants (docs/PERF.md v5), bits of VAR:
+ *  WG_ROWREG (W22_WGMMA_ROWS=regs): the producer keeps its 8 rows' offsets in registers for the whole tile instead
+ *    of reading them from shared memory every stage.
+ *  WG_EARLY (W22_WGMMA_HANDOFF=early): the producer hands load it - LAG to the consumers at the top of iteration it,
+ *    before it waits for stage it to be empty, instead of after issuing load it. The consumers need load it - LAG
+ *    right after they release load it - LAG - 2; in the late order its hand-off waits for the release of load
+ *    it - STAGES = it - LAG - 2 itself plus the producer's issue of a stage (no slack: the tensor cores live on the
+ *    one stage still queued), in the early order for the release of load it - 1 - STAGES (one stage of slack). The
+ *    price: one group fewer in flight at the wait (cp.async.wait_group LAG - 1 instead of LAG). */
+enum { WG_ROWREG = 1, WG_EARLY = 2 };
+template <int BN, int STAGES, int VAR>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     w22_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_sc,
                           const w22_gemm g, int main_iters, int iters, int tiles_n) {
     typedef wg_layout<BN, STAGES> L;
     constexpr int LAG = L::lag;
+    constexpr bool ROWREG = (VAR & WG_ROWREG) != 0, EARLY = (VAR & WG_EARLY) != 0;
     extern __shared__ unsigned char smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t base = (raw + 1023u) & ~1023u;
@@ -309,6 +318,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         int s = 0, sd = 0;                  /* stage of load it, of load it - LAG */
         uint32_t ph = 0;                    /* round parity of load it */
         for (int it = 0; it < iters; it++) {
+            if (EARLY && it >= LAG) { /* load it - LAG has landed (this thread's part): hand it to the consumers */
+                cp_async_wait<LAG - 1>();
+                fence_proxy_async();
+                mbar_arrive(full0 + 8 * sd);
+                if (++sd == STAGES) sd = 0;
+            }
             if (it >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1);
             const uint32_t sa = base + s * L::stage_bytes, sb = sa + L::a_bytes, full = full0 + 8 * s;
             if (it < main_iters) {
@@ -359,7 +374,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 c0 += WG_BK;
             }
             cp_async_commit();
-            if (it >= LAG) { /* load it - LAG has landed (this thread's part): hand it to the consumers */
+            if (!EARLY && it >= LAG) { /* the same hand-off, after issuing load it */
                 cp_async_wait<LAG>();
                 fence_proxy_async();
                 mbar_arrive(full0 + 8 * sd);
@@ -431,36 +446,43 @@ typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32
                                     const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-template <int BN, int STAGES, bool ROWREG = false> struct wg_cfg {
+template <int BN, int STAGES, int VAR> struct wg_cfg {
     typedef wg_layout<BN, STAGES> L;
-    static constexpr int bn = BN, stages = STAGES;
-    static constexpr bool rowreg = ROWREG;
+    static constexpr int bn = BN, stages = STAGES, var = VAR;
     static constexpr int smem = L::bytes;
-    static void *kernel() { return (void *)w22_conv_wgmma_kernel<BN, STAGES, ROWREG>; }
+    static void *kernel() { return (void *)w22_conv_wgmma_kernel<BN, STAGES, VAR>; }
 };
-typedef wg_cfg<256, 4> wg_big;
-typedef wg_cfg<128, 6> wg_mid;
-typedef wg_cfg<256, 4, true> wg_big_rr;
-typedef wg_cfg<128, 6, true> wg_mid_rr;
+typedef wg_cfg<256, 4, 0> wg_big;
 
-/* W22_WGMMA_ROWS=regs: the ROWREG variant (read once per process). */
-static bool rows_in_regs(void) {
+/* The variant bits from W22_WGMMA_ROWS=regs and W22_WGMMA_HANDOFF=early (read once per process). */
+static int wg_variant(void) {
     static int v = -1;
     if (v < 0) {
-        const char *e = getenv("W22_WGMMA_ROWS");
-        v = e && !strcmp(e, "regs");
+        const char *r = getenv("W22_WGMMA_ROWS"), *h = getenv("W22_WGMMA_HANDOFF");
+        v = (r && !strcmp(r, "regs") ? WG_ROWREG : 0) | (h && !strcmp(h, "early") ? WG_EARLY : 0);
     }
-    return v == 1;
+    return v;
+}
+/* the path names (c->last_path) by variant * 2 + (BN == 256) */
+static const char *const wg_path_name[8] = {"wgmma 128x128", "wgmma 128x256", "wgmma 128x128 rowreg",
+                                            "wgmma 128x256 rowreg", "wgmma 128x128 early", "wgmma 128x256 early",
+                                            "wgmma 128x128 rowreg early", "wgmma 128x256 rowreg early"};
+
+/* the 2 tiles x 4 variants: each kernel may use its shared memory */
+static w22_status wg_allow_smem(void) {
+#define WG_ALLOW(BN, ST, V) CU_TRY(cudaFuncSetAttribute(wg_cfg<BN, ST, V>::kernel(), \
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, wg_cfg<BN, ST, V>::smem))
+    WG_ALLOW(256, 4, 0); WG_ALLOW(256, 4, 1); WG_ALLOW(256, 4, 2); WG_ALLOW(256, 4, 3);
+    WG_ALLOW(128, 6, 0); WG_ALLOW(128, 6, 1); WG_ALLOW(128, 6, 2); WG_ALLOW(128, 6, 3);
+#undef WG_ALLOW
+    return W22_OK;
 }
 
 w22_status w22_cuda_wgmma_init(w22_cuda *c) {
     if (c->smem_optin < wg_big::smem)
         return w22_fail(W22_ERR_UNSUPPORTED, "wgmma conv: the GPU allows %d bytes of shared memory per "
                         "block; the kernel needs %d", c->smem_optin, wg_big::smem);
-    CU_TRY(cudaFuncSetAttribute(wg_big::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, wg_big::smem));
-    CU_TRY(cudaFuncSetAttribute(wg_mid::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, wg_mid::smem));
-    CU_TRY(cudaFuncSetAttribute(wg_big_rr::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, wg_big_rr::smem));
-    CU_TRY(cudaFuncSetAttribute(wg_mid_rr::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, wg_mid_rr::smem));
+    W22_TRY(wg_allow_smem());
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     CU_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
@@ -520,20 +542,24 @@ template <class CFG> static w22_status wg_launch(w22_cuda *c, const w22_gemm *g,
     const int tiles_n = g->N / BN;
     const long tiles = (long)((g->M + WG_BM - 1) / WG_BM) * tiles_n;
     if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
-    w22_conv_wgmma_kernel<CFG::bn, CFG::stages, CFG::rowreg>
+    w22_conv_wgmma_kernel<CFG::bn, CFG::stages, CFG::var>
         <<<(unsigned)tiles, WG_THREADS, CFG::smem, c->stream>>>(tb, ts, *g, main_iters, iters, tiles_n);
     return W22_OK;
 }
 
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_gemm *g, const char *what) {
+    const int v = wg_variant(), big = g->N % 256 == 0;
+    c->last_path = wg_path_name[v * 2 + big];
     w22_status s;
-    const bool rr = rows_in_regs();
-    if (g->N % 256 == 0) {
-        c->last_path = rr ? "wgmma 128x256 rowreg" : "wgmma 128x256";
-        s = rr ? wg_launch<wg_big_rr>(c, g, what) : wg_launch<wg_big>(c, g, what);
-    } else {
-        c->last_path = rr ? "wgmma 128x128 rowreg" : "wgmma 128x128";
-        s = rr ? wg_launch<wg_mid_rr>(c, g, what) : wg_launch<wg_mid>(c, g, what);
+    switch (v * 2 + big) {
+    case 0: s = wg_launch<wg_cfg<128, 6, 0> >(c, g, what); break;
+    case 1: s = wg_launch<wg_cfg<256, 4, 0> >(c, g, what); break;
+    case 2: s = wg_launch<wg_cfg<128, 6, 1> >(c, g, what); break;
+    case 3: s = wg_launch<wg_cfg<256, 4, 1> >(c, g, what); break;
+    case 4: s = wg_launch<wg_cfg<128, 6, 2> >(c, g, what); break;
+    case 5: s = wg_launch<wg_cfg<256, 4, 2> >(c, g, what); break;
+    case 6: s = wg_launch<wg_cfg<128, 6, 3> >(c, g, what); break;
+    default: s = wg_launch<wg_cfg<256, 4, 3> >(c, g, what); break;
     }
     if (s != W22_OK) return s;
     CU_LAUNCHED(c, what);

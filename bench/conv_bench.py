@@ -18,7 +18,7 @@ import sys
 SHAPES = [(256, 352, 624), (512, 176, 312), (1024, 88, 156)]
 FRAMES = 4
 # A line of cuda_ops --perf: "perf NAME FxHxWxCin->Cout k3x3...: 1.234 ms, 567.8 TFLOP/s ..."
-OURS_LINE = re.compile(r"perf\s+(.+?)\s+(\d+)x(\d+)x(\d+)x(\d+)->(\d+)\s+k(\d+)x(\d+)\S*:\s+([\d.]+) ms,\s+([\d.]+) "
+OURS_LINE = re.compile(r"perf\s+(.+?)\s+(\d+)x(\d+)x(\d+)x(\d+)->(\d+)\s+k(\d+)x(\d+)\S*:\s+([\d.]+) ms,?\s+([\d.]+) "
                        r"TFLOP/s")
 
 

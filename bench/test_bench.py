@@ -17,6 +17,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
+import conv_bench  # noqa: E402
 import report  # noqa: E402
 
 
@@ -497,6 +498,26 @@ class Report(unittest.TestCase):
             self.assertIn("prose naming", text)
             self.assertEqual(text.count(report.history_row(r)), 1)
             self.assertIn("| f121x1 |", text)
+
+
+class ConvBench(unittest.TestCase):
+    # cuda_ops --perf's own lines (an H200 run of v5): a format change that the parser misses must fail here, not
+    # print "-" for ours in the side-by-side table (which it once did).
+    text = ("perf up_blocks.3 conv 256ch       6x352x624x256->256 k3x3: 4.652 ms 668.4 TFLOP/s [wgmma 128x256] "
+            "(cuDNN measured 709: 94%)\n"
+            "perf up_blocks.1 upsample 1024ch  4x88x156x1024->1024 k1x3 up: 3.266 ms 564.2 TFLOP/s [wgmma 128x256]\n"
+            "perf conv_out 256->12             6x352x624x256->12 k3x3: 3.596 ms 40.5 TFLOP/s [mma 128x32]\n"
+            "perf rmsnorm                      4x352x624x256 silu: 0.350 ms, 2.57 TB/s (read + write)\n")
+
+    def test_parses_the_3x3x3_convs(self):
+        got = conv_bench.parse_ours(self.text)
+        self.assertEqual(set(got), {(256, 256, 352, 624), (256, 12, 352, 624)})
+        self.assertEqual(got[(256, 256, 352, 624)], {"name": "up_blocks.3 conv 256ch", "ms": 4.652, "tflops": 668.4})
+
+    def test_every_heavy_shape_is_found(self):
+        line = "perf x {c}ch 6x{h}x{w}x{c}->{c} k3x3: 1.0 ms 700.0 TFLOP/s\n"
+        got = conv_bench.parse_ours("".join(line.format(c=c, h=h, w=w) for c, h, w in conv_bench.SHAPES))
+        self.assertEqual(sorted(got), sorted((c, c, h, w) for c, h, w in conv_bench.SHAPES))
 
 
 def built_libs():

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device command that checks and times kernel variants selected by environment switches against the default
-# build, side by side in one run (docs/PERF.md says what each predicts):
-#   W22_WGMMA_HANDOFF=early  the wgmma producer hands a stage to the consumers before it waits for a free stage
-#   W22_WGMMA_ROWS=regs      the wgmma producer keeps its rows' offsets in registers (56/224 register split)
-#   W22_NORM=v2              RMS norm + SiLU with the pixel kept in registers, row blocks, float4 gamma
+# build, side by side in one run (docs/PERF.md says what each predicted and gave). The switches of v5 (their
+# defaults are the faster paths; these select the older ones):
+#   W22_WGMMA_HANDOFF=late   the wgmma producer hands a stage to the consumers after it has a free stage
+#   W22_WGMMA_ROWS=smem      the wgmma producer reads its rows' offsets from shared memory every stage
+#   W22_NORM=v1              RMS norm + SiLU in two passes over the pixel
 # Steps per variant set: conformance (cuda_ops conv and rmsnorm cases against the CPU backend), the op
 # micro-benchmark (cuda_ops --perf --kernel wgmma), the whole f121 decode at 1 latent frame per pass
 # (cuda_decode --time 31 1: the library alone, device to device). Then the conv micro-benchmark against cuDNN
@@ -11,7 +12,7 @@
 # Usage (device, repo root): bench/variants_ab.sh ["SET1" "SET2" ...]   (a SET: "VAR=v VAR=v", "" = default)
 set -u
 if [ $# -eq 0 ]; then
-    set -- "" "W22_WGMMA_HANDOFF=early" "W22_WGMMA_ROWS=regs" "W22_WGMMA_HANDOFF=early W22_WGMMA_ROWS=regs W22_NORM=v2"
+    set -- "" "W22_WGMMA_HANDOFF=late W22_WGMMA_ROWS=smem W22_NORM=v1"
 fi
 out=${OUT:-/tmp/out}
 mkdir -p "$out"

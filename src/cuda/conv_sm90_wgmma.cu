@@ -241,15 +241,18 @@ template <int BN, int STAGES> struct wg_layout {
     static_assert(lag >= 1, "at least 3 stages");
 };
 
-/* Measurement variants (docs/PERF.md v5), bits of VAR:
- *  WG_ROWREG (W22_WGMMA_ROWS=regs): the producer keeps its 8 rows' offsets in registers for the whole tile instead
- *    of reading them from shared memory every stage.
- *  WG_EARLY (W22_WGMMA_HANDOFF=early): the producer hands load it - LAG to the consumers at the top of iteration it,
- *    before it waits for stage it to be empty, instead of after issuing load it. The consumers need load it - LAG
- *    right after they release load it - LAG - 2; in the late order its hand-off waits for the release of load
- *    it - STAGES = it - LAG - 2 itself plus the producer's issue of a stage (no slack: the tensor cores live on the
- *    one stage still queued), in the early order for the release of load it - 1 - STAGES (one stage of slack). The
- *    price: one group fewer in flight at the wait (cp.async.wait_group LAG - 1 instead of LAG). */
+/* Producer variants, bits of VAR; both on by default since v5 (docs/PERF.md: together with the norm's v2 they took
+ * the heavy convs from 535-587 to 665-747 TFLOP/s and f121 from 4159 to 3538 ms in one run). The old paths stay for
+ * A/B runs: W22_WGMMA_ROWS=smem, W22_WGMMA_HANDOFF=late.
+ *  WG_ROWREG: the producer keeps its 8 rows' offsets in registers for the whole tile instead of reading them from
+ *    shared memory every stage (alone: +12-19% on the heavy convs).
+ *  WG_EARLY: the producer hands load it - LAG to the consumers at the top of iteration it, before it waits for
+ *    stage it to be empty, instead of after issuing load it. The consumers need load it - LAG right after they
+ *    release load it - LAG - 2; in the late order its hand-off waits for the release of load it - STAGES =
+ *    it - LAG - 2 itself plus the producer's issue of a stage (no slack: the tensor cores live on the one stage
+ *    still queued), in the early order for the release of load it - 1 - STAGES (one stage of slack). The price: one
+ *    group fewer in flight at the wait (cp.async.wait_group LAG - 1 instead of LAG). Alone: +1-7%; on top of
+ *    ROWREG: +5-8%. */
 enum { WG_ROWREG = 1, WG_EARLY = 2 };
 template <int BN, int STAGES, int VAR>
 __global__ void __launch_bounds__(WG_THREADS, 1)
@@ -454,19 +457,20 @@ template <int BN, int STAGES, int VAR> struct wg_cfg {
 };
 typedef wg_cfg<256, 4, 0> wg_big;
 
-/* The variant bits from W22_WGMMA_ROWS=regs and W22_WGMMA_HANDOFF=early (read once per process). */
+/* The variant bits: both unless W22_WGMMA_ROWS=smem / W22_WGMMA_HANDOFF=late (read once per process). */
 static int wg_variant(void) {
     static int v = -1;
     if (v < 0) {
         const char *r = getenv("W22_WGMMA_ROWS"), *h = getenv("W22_WGMMA_HANDOFF");
-        v = (r && !strcmp(r, "regs") ? WG_ROWREG : 0) | (h && !strcmp(h, "early") ? WG_EARLY : 0);
+        v = (r && !strcmp(r, "smem") ? 0 : WG_ROWREG) | (h && !strcmp(h, "late") ? 0 : WG_EARLY);
     }
     return v;
 }
 /* the path names (c->last_path) by variant * 2 + (BN == 256) */
-static const char *const wg_path_name[8] = {"wgmma 128x128", "wgmma 128x256", "wgmma 128x128 rowreg",
-                                            "wgmma 128x256 rowreg", "wgmma 128x128 early", "wgmma 128x256 early",
-                                            "wgmma 128x128 rowreg early", "wgmma 128x256 rowreg early"};
+static const char *const wg_path_name[8] = {"wgmma 128x128 smem-rows late", "wgmma 128x256 smem-rows late",
+                                            "wgmma 128x128 late", "wgmma 128x256 late",
+                                            "wgmma 128x128 smem-rows", "wgmma 128x256 smem-rows",
+                                            "wgmma 128x128", "wgmma 128x256"};
 
 /* the 2 tiles x 4 variants: each kernel may use its shared memory */
 static w22_status wg_allow_smem(void) {

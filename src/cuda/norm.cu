@@ -56,7 +56,8 @@ __global__ void w22_rmsnorm_kernel(const bf16 *in, long isf, long ish, long isw,
 
 /* The same op for C = 256 NV (NV = 1, 2, 4) with 16-byte aligned views: a warp's pixel stays in registers
  * between the sum of squares and the scaling (one read instead of two), blocks of 8 pixels along a row (grid: x
- * blocks by F * H rows, no divisions), gamma as float4. A measurement variant (W22_NORM=v2; docs/PERF.md v5). */
+ * blocks by F * H rows, no divisions), gamma as float4. The default since v5 (docs/PERF.md: 2.00 -> 2.57 TB/s at
+ * 256 channels); W22_NORM=v1 selects the two-pass kernel above for A/B runs. */
 template <int NV>
 __global__ void __launch_bounds__(256) w22_rmsnorm_rows_kernel(const bf16 *in, long isf, long ish, long isw, bf16 *out,
                                                              long osf, long osh, long osw, const float *gamma, int H,
@@ -102,7 +103,7 @@ static int norm_v2(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("W22_NORM");
-        v = e && !strcmp(e, "v2");
+        v = !(e && !strcmp(e, "v1"));
     }
     return v;
 }

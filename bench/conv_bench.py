@@ -3,7 +3,7 @@
 4 frames) at the decoder's three heavy shapes, side by side with our conv (build/tests/cuda_ops --perf, when its
 path is given). FLOPs = 2 x Cin x Cout x 27 x frames x H x W (the padded taps counted, as the doc counts them).
 
-    python3 bench/conv_bench.py [--ours build/tests/cuda_ops] [--json $OUT/conv.json]
+    python3 bench/conv_bench.py [--ours build/tests/cuda_ops] [--json $OUT/conv.conv.json]   (kept as bench/results/*.conv.json)
 
 Each shape: 3 warm-ups, then the median of 10 calls timed with CUDA events; inputs random (never zeros).
 """

@@ -6,7 +6,7 @@
  *
  * ---- Design ----
  * Block = 384 threads = 3 warpgroups, one CTA per SM (__launch_bounds__(384, 1)), one output tile per CTA:
- *   warpgroup 0 (producer, setmaxnreg 40): fills a ring of STAGES shared-memory stages; per stage one K slice of
+ *   warpgroup 0 (producer, setmaxnreg 56; 40 with W22_WGMMA_ROWS=smem): fills a ring of STAGES shared-memory stages; per stage one K slice of
  *     64 channels of one tap (dt, dy, dx), or of the 1x1 shortcut's input after the main K:
  *       A [128 rows][64 bf16]: row r = output pixel m0 + r, read through the tap offset from the channels-last
  *         input with cp.async.cg 16 B (8 chunks per 128-byte row; thread p owns chunk p & 7 of rows
@@ -17,7 +17,7 @@
  *     Both land in the 128-byte swizzle (16-byte chunk c of row r at r * 128 + ((c ^ (r & 7)) << 4), tile base
  *     1024-aligned): TMA produces it by itself, the cp.async addresses compute it (the same swizzle as the mma
  *     kernel's swz()).
- *   warpgroups 1, 2 (consumers, setmaxnreg 232): rows [64 w, 64 w + 64) of the tile, all BN columns:
+ *   warpgroups 1, 2 (consumers, setmaxnreg 224; 232 with W22_WGMMA_ROWS=smem): rows [64 w, 64 w + 64) of the tile, all BN columns:
  *     per stage 4 x wgmma.m64n{BN}k16 (K = 64), fp32 accumulators in registers (BN / 2 per thread: 128 for
  *     BN = 256), one commit group per stage, wait_group 1 (one stage of wgmma in flight while the next is
  *     issued), then the stage before is released. Epilogue from registers: + bias (+ sc_bias), time-split
@@ -31,8 +31,10 @@
  * ---- Barrier protocol (shared-memory mbarriers; enum wg_arrivals) ----
  *   full[s]  (count FULL_ARRIVALS = 128 producer threads + 1): thread 0 does arrive.expect_tx(B bytes) and
  *            issues the TMA, which completes the transaction bytes; each producer thread arrives once its own
- *            cp.async copies of that stage have landed: it lets LAG = STAGES - 2 later stages' groups go in
- *            flight first (cp.async.wait_group LAG), then fence.proxy.async.shared::cta (its generic-proxy
+ *            cp.async copies of that stage have landed: at the top of iteration i (before its empty wait) it
+ *            hands off load i - LAG, LAG = STAGES - 2, letting load i - 1 stay in flight (cp.async.wait_group
+ *            LAG - 1; W22_WGMMA_HANDOFF=late: after issuing load i, wait_group LAG), then
+ *            fence.proxy.async.shared::cta (its generic-proxy
  *            writes before the consumers' async-proxy wgmma reads), then mbarrier.arrive (release). The phase
  *            completes with all 129 arrivals and the TMA's bytes: A and B of stage s are in shared memory.
  *   empty[s] (count EMPTY_ARRIVALS = 8 consumer warps): lane 0 of each consumer warp arrives after its
@@ -42,7 +44,8 @@
  *   the producer waits empty[s] (r >= 1) for parity (r - 1) & 1.
  *   No deadlock: the producer's refill of stage s for load i needs the release of load i - STAGES, which the
  *   consumers give after issuing load i - STAGES + 1, whose full barrier the producer completed at its
- *   iteration i - STAGES + 1 + LAG <= i - 1 (LAG <= STAGES - 2).
+ *   iteration i - STAGES + 1 + LAG <= i - 1 (LAG <= STAGES - 2; early: at the top of that iteration, late: at its
+ *   end, both before iteration i's empty wait).
  *
  * ---- Tile table (one place: the wg_cfg typedefs below) ----
  * | BM x BN | stages | smem   | used when     | why |
@@ -74,6 +77,9 @@
  * The epilogue (no overlap with the next tile: one tile per CTA, not persistent) costs ~1-3% at K >= 6912
  * (108 stages per tile at 256 channels); the phase convs (K = 4 cin) and the time_conv (K = 3 cin) have 4-9x
  * fewer stages per tile, so their epilogue share is larger (~5-10%): the case for a persistent grid later.
+ * v5 (2026-12-02, same tool): rows in registers and the early hand-off (VAR below) took the heavy convs to
+ * 665-675 / 703-714 / 747-751 TFLOP/s, 0.86 / 0.93 / 1.04 of cuDNN's channels-last conv3d side by side, phase convs
+ * 449 / 568, time_conv 465 (docs/PERF.md v5).
  * Why the producer waits on its own copies (cp.async.wait_group, LAG stages behind) instead of
  * cp.async.mbarrier.arrive.noinc: the proxy fence must follow the writes it orders in the writing thread, which
  * only a completed wait gives; the cost is a producer that blocks LAG stages behind its newest load.
@@ -94,7 +100,7 @@
  *  - setmaxnreg honoured (ptxas prints no C7508/C7509 warning; the build shows none);
  *  - one empty arrival per consumer warp after its wgmma.wait_group (the wgmma is one warpgroup-wide operation);
  *  - a wait that never completes traps after 2^26 try_wait calls: a hang becomes "unspecified launch failure".
- * Build facts (nvcc 13.0, -Xptxas -v): both instantiations 168 registers at entry (384 x 168 = 64512), 0 spill
+ * Build facts (nvcc 13.0, -Xptxas -v): all eight instantiations 168 registers at entry (384 x 168 = 64512), 0 spill
  * bytes, no stack frame; SASS: HGMMA.64x256x16 / 64x128x16, UTMALDG.2D, LDGSTS.E.BYPASS.128, USETMAXREG.
  */
 #include <cuda.h> /* CUtensorMap and the cuTensorMapEncodeTiled types only: no libcuda link */

@@ -173,6 +173,51 @@ static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorM
                  "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
                  : "memory");
 }
+/* The same load multicast to the CTAs of `mask` in this cluster: each receives the box at the same shared-memory
+ * offset and the bytes are completed on its own mbarrier at the offset of `bar`. */
+static __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1,
+                                                      uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+                 : "memory");
+}
+/* ---- clusters (the WG_CLUSTER variant) ---- */
+static __device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* The shared::cluster address of this CTA's shared-memory address `a` in CTA `rank` of the cluster. */
+static __device__ __forceinline__ uint32_t cluster_map(uint32_t a, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+    return r;
+}
+static __device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_addr) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+}
+static __device__ __forceinline__ bool mbar_try_cluster(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+static __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
+    for (uint32_t n = 0; !mbar_try_cluster(bar, parity);)
+        if (++n == (1u << 26)) __trap();
+}
+/* Every thread of every CTA of the cluster (not .aligned: warps arrive from divergent paths). */
+static __device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
 static __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap *map) {
     asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
 }
@@ -259,14 +304,22 @@ template <int BN, int STAGES> struct wg_layout {
  *    still queued), in the early order for the release of load it - 1 - STAGES (one stage of slack). The price: one
  *    group fewer in flight at the wait (cp.async.wait_group LAG - 1 instead of LAG). Alone: +1-7%; on top of
  *    ROWREG: +5-8%. */
-enum { WG_ROWREG = 1, WG_EARLY = 2 };
+/*  WG_CLUSTER (W22_WGMMA_CLUSTER=2; a measurement variant, 128x256 only): CTA pairs in clusters of 2 along M share
+ *    their B tiles: each CTA loads half the B box (BN / 2 rows) by TMA multicast into both CTAs' stage, so a stage
+ *    reads 16 KB of A + 16 KB of B from L2 per CTA instead of 16 + 32. Why: at 675 TFLOP/s a CTA pulls 48 KB per
+ *    1024-clock stage, 7.7 TB/s across the chip, about what Hopper's L2 delivers. The price: a stage is free only
+ *    when both CTAs' consumers released it (empty[s] counts 16 warps: 8 local, 8 remote arrivals), the pair starts
+ *    and ends together (cluster barriers), the M tiles are padded to an even count (a padded CTA loads zeros and
+ *    stores nothing), and an SM left over in a GPC with an odd count of free SMs idles. */
+enum { WG_ROWREG = 1, WG_EARLY = 2, WG_CLUSTER = 4 };
 template <int BN, int STAGES, int VAR>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     w22_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_sc,
                           const w22_gemm g, int main_iters, int iters, int tiles_n) {
     typedef wg_layout<BN, STAGES> L;
     constexpr int LAG = L::lag;
-    constexpr bool ROWREG = (VAR & WG_ROWREG) != 0, EARLY = (VAR & WG_EARLY) != 0;
+    constexpr bool ROWREG = (VAR & WG_ROWREG) != 0, EARLY = (VAR & WG_EARLY) != 0, CLUSTER = (VAR & WG_CLUSTER) != 0;
+    constexpr int CL = CLUSTER ? 2 : 1; /* CTAs that share a B tile */
     extern __shared__ unsigned char smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t base = (raw + 1023u) & ~1023u;
@@ -276,7 +329,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     int *rows_a = (int *)(gbase + L::rows_off), *rows_f = rows_a + WG_BM, *rows_s = rows_f + WG_BM;
 
     const int tid = threadIdx.x, wg = tid >> 7;
-    const int tile_n = blockIdx.x % tiles_n, tile_m = blockIdx.x / tiles_n;
+    /* cluster: the pair (blockIdx.x / 2) owns M tiles 2 q and 2 q + 1 of one N tile; rank = blockIdx.x % 2 */
+    const uint32_t crank = CLUSTER ? cluster_rank() : 0;
+    const int tile_n = CLUSTER ? (int)(blockIdx.x >> 1) % tiles_n : blockIdx.x % tiles_n;
+    const int tile_m = CLUSTER ? 2 * ((int)(blockIdx.x >> 1) / tiles_n) + (int)crank : blockIdx.x / tiles_n;
     const int m0 = tile_m * WG_BM, n0 = tile_n * BN;
     const int HW = g.H * g.W;
 
@@ -304,7 +360,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(full0 + 8 * s, FULL_ARRIVALS);
-            mbar_init(empty0 + 8 * s, EMPTY_ARRIVALS);
+            mbar_init(empty0 + 8 * s, EMPTY_ARRIVALS * CL);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         fence_proxy_async(); /* the inits, before the TMA unit (async proxy) completes bytes on them */
@@ -312,6 +368,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         if (g.sc) prefetch_tensormap(&tm_sc);
     }
     __syncthreads();
+    if (CLUSTER) cluster_sync_all(); /* the peer's barriers are initialized before any multicast or remote arrive */
 
     if (wg == 0) {
         /* ---------------- producer ---------------- */
@@ -333,13 +390,22 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 mbar_arrive(full0 + 8 * sd);
                 if (++sd == STAGES) sd = 0;
             }
-            if (it >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1);
+            if (it >= STAGES) {
+                if (CLUSTER)
+                    mbar_wait_cluster(empty0 + 8 * s, ph ^ 1);
+                else
+                    mbar_wait(empty0 + 8 * s, ph ^ 1);
+            }
             const uint32_t sa = base + s * L::stage_bytes, sb = sa + L::a_bytes, full = full0 + 8 * s;
             if (it < main_iters) {
                 const int tap = (dt * g.ks + dy) * g.ks + dx;
                 if (p == 0) {
                     mbar_arrive_expect_tx(full, L::b_bytes);
-                    tma_load_2d(sb, &tm_b, full, tap * g.cin + c0, n0);
+                    if (CLUSTER) /* this CTA's half of the B rows, into both CTAs */
+                        tma_load_2d_mc(sb + crank * (L::b_bytes / 2), &tm_b, full, tap * g.cin + c0,
+                                       n0 + (int)crank * (BN / 2), 3);
+                    else
+                        tma_load_2d(sb, &tm_b, full, tap * g.cin + c0, n0);
                 }
                 const int off = (dy - g.pad_y) * ash + (dx - g.pad_x) * asw + c0 + cc * 8;
                 if (two_frames) { /* the two frames' bases in registers: no table read per row */
@@ -371,7 +437,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             } else {
                 if (p == 0) {
                     mbar_arrive_expect_tx(full, L::b_bytes);
-                    tma_load_2d(sb, &tm_sc, full, c0, n0);
+                    if (CLUSTER)
+                        tma_load_2d_mc(sb + crank * (L::b_bytes / 2), &tm_sc, full, c0, n0 + (int)crank * (BN / 2), 3);
+                    else
+                        tma_load_2d(sb, &tm_sc, full, c0, n0);
                 }
                 const int off = c0 + cc * 8;
 #pragma unroll
@@ -406,6 +475,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < NACC; i++) acc[i] = 0.f;
         const uint64_t da0 = smem_desc(base + cw * 64 * WG_ROW_BYTES), db0 = smem_desc(base + L::a_bytes);
+        const uint32_t peer_empty0 = CLUSTER ? cluster_map(empty0, crank ^ 1) : 0;
         constexpr uint64_t STAGE_DESC = L::stage_bytes >> 4; /* a stage, in descriptor address units */
         int s = 0, sp = STAGES - 1;                          /* stage of load it, of load it - 1 */
         uint32_t ph = 0;
@@ -422,7 +492,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             }
             wgmma_commit();
             wgmma_wait<1>(); /* stage it - 1's wgmmas are done: it may be refilled */
-            if (it > 0 && lane == 0) mbar_arrive(empty0 + 8 * sp);
+            if (it > 0 && lane == 0) {
+                mbar_arrive(empty0 + 8 * sp);
+                if (CLUSTER) mbar_arrive_cluster(peer_empty0 + 8 * sp); /* the peer writes its B half here too */
+            }
             sp = s;
             if (++s == STAGES) s = 0, ph ^= 1;
         }
@@ -447,6 +520,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             }
         }
     }
+    if (CLUSTER) cluster_sync_all(); /* no CTA leaves while its peer may still arrive on its barriers */
 }
 
 /* ---- host side: tensor maps, tile configs, eligibility, launch ---- */
@@ -463,12 +537,14 @@ template <int BN, int STAGES, int VAR> struct wg_cfg {
 };
 typedef wg_cfg<256, 4, 0> wg_big;
 
-/* The variant bits: both unless W22_WGMMA_ROWS=smem / W22_WGMMA_HANDOFF=late (read once per process). */
+/* The variant bits: ROWREG and EARLY unless W22_WGMMA_ROWS=smem / W22_WGMMA_HANDOFF=late; CLUSTER with
+ * W22_WGMMA_CLUSTER=2 (read once per process). */
 static int wg_variant(void) {
     static int v = -1;
     if (v < 0) {
-        const char *r = getenv("W22_WGMMA_ROWS"), *h = getenv("W22_WGMMA_HANDOFF");
-        v = (r && !strcmp(r, "smem") ? 0 : WG_ROWREG) | (h && !strcmp(h, "late") ? 0 : WG_EARLY);
+        const char *r = getenv("W22_WGMMA_ROWS"), *h = getenv("W22_WGMMA_HANDOFF"), *k = getenv("W22_WGMMA_CLUSTER");
+        v = (r && !strcmp(r, "smem") ? 0 : WG_ROWREG) | (h && !strcmp(h, "late") ? 0 : WG_EARLY) |
+            (k && !strcmp(k, "2") ? WG_CLUSTER : 0);
     }
     return v;
 }
@@ -484,6 +560,7 @@ static w22_status wg_allow_smem(void) {
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, wg_cfg<BN, ST, V>::smem))
     WG_ALLOW(256, 4, 0); WG_ALLOW(256, 4, 1); WG_ALLOW(256, 4, 2); WG_ALLOW(256, 4, 3);
     WG_ALLOW(128, 6, 0); WG_ALLOW(128, 6, 1); WG_ALLOW(128, 6, 2); WG_ALLOW(128, 6, 3);
+    WG_ALLOW(256, 4, 7);
 #undef WG_ALLOW
     return W22_OK;
 }
@@ -540,28 +617,58 @@ static w22_status kmajor_map(w22_cuda *c, CUtensorMap *m, const bf16 *ptr, long 
 
 template <class CFG> static w22_status wg_launch(w22_cuda *c, const w22_gemm *g, const char *what) {
     const int BN = CFG::bn;
+    const bool cluster = (CFG::var & WG_CLUSTER) != 0;
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
     CUtensorMap tb, ts;
-    W22_TRY(kmajor_map(c, &tb, g->b, K, g->N, g->b_sw, BN, what));
+    const int box_rows = cluster ? BN / 2 : BN; /* cluster: each CTA of the pair loads half the B rows */
+    W22_TRY(kmajor_map(c, &tb, g->b, K, g->N, g->b_sw, box_rows, what));
     if (g->sc)
-        W22_TRY(kmajor_map(c, &ts, g->scb, g->sc_cin, g->N, g->sc_cin, BN, what));
+        W22_TRY(kmajor_map(c, &ts, g->scb, g->sc_cin, g->N, g->sc_cin, box_rows, what));
     else
         ts = tb; /* never read */
     const int main_iters = g->kt * g->ks * g->ks * (g->cin / WG_BK);
     const int iters = main_iters + (g->sc ? g->sc_cin / WG_BK : 0);
     const int tiles_n = g->N / BN;
-    const long tiles = (long)((g->M + WG_BM - 1) / WG_BM) * tiles_n;
+    long tiles_m = (g->M + WG_BM - 1) / WG_BM;
+    if (cluster) tiles_m += tiles_m & 1; /* pairs: an odd count gets one CTA that loads zeros and stores nothing */
+    const long tiles = tiles_m * tiles_n;
     if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
-    w22_conv_wgmma_kernel<CFG::bn, CFG::stages, CFG::var>
-        <<<(unsigned)tiles, WG_THREADS, CFG::smem, c->stream>>>(tb, ts, *g, main_iters, iters, tiles_n);
+    if (!cluster) {
+        w22_conv_wgmma_kernel<CFG::bn, CFG::stages, CFG::var>
+            <<<(unsigned)tiles, WG_THREADS, CFG::smem, c->stream>>>(tb, ts, *g, main_iters, iters, tiles_n);
+        return W22_OK;
+    }
+    cudaLaunchConfig_t lc;
+    memset(&lc, 0, sizeof lc);
+    cudaLaunchAttribute at[1];
+    memset(at, 0, sizeof at);
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 2;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    lc.gridDim = dim3((unsigned)tiles);
+    lc.blockDim = dim3(WG_THREADS);
+    lc.dynamicSmemBytes = CFG::smem;
+    lc.stream = c->stream;
+    lc.attrs = at;
+    lc.numAttrs = 1;
+    CU_TRY(cudaLaunchKernelEx(&lc, w22_conv_wgmma_kernel<CFG::bn, CFG::stages, CFG::var>, tb, ts, *g, main_iters,
+                              iters, tiles_n));
     return W22_OK;
 }
 
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_gemm *g, const char *what) {
     const int v = wg_variant(), big = g->N % 256 == 0;
-    c->last_path = wg_path_name[v * 2 + big];
     w22_status s;
-    switch (v * 2 + big) {
+    if ((v & WG_CLUSTER) && big && v == (WG_ROWREG | WG_EARLY | WG_CLUSTER)) { /* the one cluster instantiation */
+        c->last_path = "wgmma 128x256 cluster2";
+        s = wg_launch<wg_cfg<256, 4, 7> >(c, g, what);
+        if (s != W22_OK) return s;
+        CU_LAUNCHED(c, what);
+        return W22_OK;
+    }
+    c->last_path = wg_path_name[(v & 3) * 2 + big];
+    switch ((v & 3) * 2 + big) {
     case 0: s = wg_launch<wg_cfg<128, 6, 0> >(c, g, what); break;
     case 1: s = wg_launch<wg_cfg<256, 4, 0> >(c, g, what); break;
     case 2: s = wg_launch<wg_cfg<128, 6, 1> >(c, g, what); break;

@@ -304,7 +304,8 @@ template <int BN, int STAGES> struct wg_layout {
  *    still queued), in the early order for the release of load it - 1 - STAGES (one stage of slack). The price: one
  *    group fewer in flight at the wait (cp.async.wait_group LAG - 1 instead of LAG). Alone: +1-7%; on top of
  *    ROWREG: +5-8%. */
-/*  WG_CLUSTER (W22_WGMMA_CLUSTER=2; a measurement variant, 128x256 only): CTA pairs in clusters of 2 along M share
+/*  WG_CLUSTER (W22_WGMMA_CLUSTER=2; a measurement variant, 128x256 only; measured slower, docs/PERF.md v6: the
+ *    heavy convs 551-577 TFLOP/s against 672-754, f121 +14%, correct): CTA pairs in clusters of 2 along M share
  *    their B tiles: each CTA loads half the B box (BN / 2 rows) by TMA multicast into both CTAs' stage, so a stage
  *    reads 16 KB of A + 16 KB of B from L2 per CTA instead of 16 + 32. Why: at 675 TFLOP/s a CTA pulls 48 KB per
  *    1024-clock stage, 7.7 TB/s across the chip, about what Hopper's L2 delivers. The price: a stage is free only

@@ -5,6 +5,9 @@
 #   W22_WGMMA_HANDOFF=late   the wgmma producer hands a stage to the consumers after it has a free stage
 #   W22_WGMMA_ROWS=smem      the wgmma producer reads its rows' offsets from shared memory every stage
 #   W22_NORM=v1              RMS norm + SiLU in two passes over the pixel
+# and the later measurement variants (off by default until a run says otherwise):
+#   W22_WGMMA_CLUSTER=2      CTA pairs sharing B by TMA multicast (v6: slower)
+#   W22_CONV_ROWS=1          conv_out (N <= 16) as row tiles reusing their input across dx (v7)
 # Steps per variant set: conformance (cuda_ops conv and rmsnorm cases against the CPU backend), the op
 # micro-benchmark (cuda_ops --perf --kernel wgmma), the whole f121 decode at 1 latent frame per pass
 # (cuda_decode --time 31 1: the library alone, device to device). Then the conv micro-benchmark against cuDNN
@@ -12,7 +15,7 @@
 # Usage (device, repo root): bench/variants_ab.sh ["SET1" "SET2" ...]   (a SET: "VAR=v VAR=v", "" = default)
 set -u
 if [ $# -eq 0 ]; then
-    set -- "" "W22_WGMMA_HANDOFF=late W22_WGMMA_ROWS=smem W22_NORM=v1"
+    set -- "" "W22_CONV_ROWS=1"
 fi
 out=${OUT:-/tmp/out}
 mkdir -p "$out"

@@ -46,6 +46,12 @@ static int gpu_wgmma;                /* the backend in `gpu` was made with W22_C
 static int wgmma_qualifies(int cin, int cout, int ks, int upsample, int sc_cin) {
     return cin % 64 == 0 && cout % 128 == 0 && (!sc_cin || sc_cin % 64 == 0) && (!upsample || ks == 3);
 }
+/* The row conv (conv_rows.cu) takes these when W22_CONV_ROWS=1. */
+static int rows_qualifies(int cin, int cout, int kt, int ks, int upsample, int time_split, int sc_cin) {
+    const char *e = getenv("W22_CONV_ROWS");
+    return e && !strcmp(e, "1") && cin % 64 == 0 && cout <= 16 && cout % 2 == 0 && ks == 3 && (kt == 1 || kt == 3) &&
+           !upsample && !time_split && !sc_cin;
+}
 static const char *filter;
 static uint64_t seed = 1;
 #define TOL_BF16 (1.0 / 128.0) /* 2^-7 */
@@ -339,6 +345,11 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
             const int on = !strncmp(gpu_path(), "wgmma", 5);
             if (!on) printf("    expected the wgmma kernel, ran on [%s]: FAIL\n", gpu_path());
             CHECK(on, "conv %s on wgmma", shape);
+        }
+        if (!selftest && rows_qualifies(cin, cout, kt, ks, upsample, time_split, sc_cin)) {
+            const int on = !strncmp(gpu_path(), "rows", 4);
+            if (!on) printf("    expected the row conv, ran on [%s]: FAIL\n", gpu_path());
+            CHECK(on, "conv %s on the row conv", shape);
         }
     }
     tens_free(&in);
@@ -651,6 +662,11 @@ static void run_cases(void) {
     conv_case("wg", 128, 128, 2, 6, 11, 3, 3, 0, 0, RES_INPLACE, 64);  /* shortcut on the 128 tile, res = out */
     conv_case("wg", 256, 256, 1, 36, 40, 3, 3, 0, 0, RES_NONE, 256);   /* M = 1440: 11.25 tiles, shortcut */
     conv_case("wg", 128, 256, 3, 4, 6, 3, 1, 0, 1, RES_NONE, 0);       /* time split on the 256 tile */
+    /* N <= 16 (the row conv under W22_CONV_ROWS=1, else the mma kernel): rows of several x tiles, a partial last
+     * one, kt 1, N 2, residuals */
+    conv_case("rows", 256, 12, 1, 3, 200, 3, 3, 0, 0, RES_NONE, 0);   /* x tiles 128 + 72 */
+    conv_case("rows", 64, 16, 2, 5, 130, 1, 3, 0, 0, RES_SEPARATE, 0); /* kt 1, x tiles 128 + 2 */
+    conv_case("rows", 128, 2, 1, 4, 9, 3, 3, 0, 0, RES_INPLACE, 0);    /* N 2, one partial tile */
     /* the causal history read in place (w22_conv_args.hist): one and several output frames, each kernel, tiles
      * spanning frames (h x w < 128 rows), the time_conv, residual and shortcut */
     conv_hist = 1;
@@ -661,7 +677,8 @@ static void run_cases(void) {
     conv_case("wg", 128, 256, 3, 4, 6, 3, 1, 0, 1, RES_NONE, 0);      /* time_conv */
     conv_case("time_conv", 1024, 2048, 1, 8, 12, 3, 1, 0, 1, RES_NONE, 0);
     conv_case("conv_in", 48, 1024, 2, 8, 12, 3, 3, 0, 0, RES_NONE, 0); /* mma kernel (cin 48) */
-    conv_case("conv_out", 256, 12, 2, 16, 24, 3, 3, 0, 0, RES_NONE, 0); /* mma kernel (N 12) */
+    conv_case("conv_out", 256, 12, 2, 16, 24, 3, 3, 0, 0, RES_NONE, 0); /* mma kernel (N 12), or the row conv */
+    conv_case("rows", 256, 12, 3, 2, 140, 3, 3, 0, 0, RES_NONE, 0);      /* row conv: history, 2 x tiles */
     conv_case("edge", 4, 12, 2, 3, 5, 3, 3, 0, 0, RES_NONE, 0);         /* scalar kernel */
     conv_case("edge", 64, 64, 3, 5, 7, 3, 3, 0, 0, RES_INPLACE, 0);     /* mma kernel, one partial tile */
     conv_hist = 0;

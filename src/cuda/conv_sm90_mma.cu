@@ -256,6 +256,7 @@ w22_status w22_cuda_gemm_init(w22_cuda *c) {
      * case of cuda_ops, and the checked f121 decode, docs/PERF.md v3). W22_CONV_KERNEL=mma keeps them here. */
     const char *k = getenv("W22_CONV_KERNEL");
     if (!(k && !strcmp(k, "mma"))) W22_TRY(w22_cuda_wgmma_init(c));
+    W22_TRY(w22_cuda_rows_init(c));
     return W22_OK;
 }
 
@@ -314,6 +315,7 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what) {
         return w22_cuda_gemm_scalar(c, g, what);
     }
     if (c->use_wgmma && !w22_cuda_wgmma_blocker(g)) return w22_cuda_gemm_wgmma(c, g, what);
+    if (!w22_cuda_rows_blocker(g)) return w22_cuda_gemm_rows(c, g, what);
     const int cpt = (g->cin + BK - 1) / BK;
     const int main_iters = g->kt * g->ks * g->ks * cpt;
     const int iters = main_iters + (g->sc ? (g->sc_cin + BK - 1) / BK : 0);

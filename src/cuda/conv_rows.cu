@@ -1,0 +1,199 @@
+/* The 3x3(x3) conv with few output channels (conv_out: 256 -> 12) as row tiles that reuse their input across the
+ * three horizontal taps. A measurement variant (W22_CONV_ROWS=1; docs/PERF.md v7), off by default until measured.
+ *
+ * Why: conv_out is 4.1% of the decode's GPU time (the v5 audit: 138 of 3411 ms at f121) at ~41 TFLOP/s. With
+ * N = 12 its MMAs are nothing; the cost is the A gather: the generic kernels read 27 taps x 64-channel slices of
+ * 128 pixels, 1.7 MB per tile for 128 x 12 outputs, from L2 (~6 TB/s). Here a tile is up to 128 consecutive
+ * pixels of one output row; per (dt, dy) and 64-channel slice it loads the 130 input pixels x0 - 1 .. x0 + 128 of
+ * that input row once and runs the three dx taps on rows shifted by dx of the same shared-memory tile: a third of
+ * the A traffic, and B (3 taps x 16 rows) rides along.
+ *
+ * Block = 128 threads (4 warps), a warp = 32 output pixels x 16 channels (2 x 2 mma.sync.m16n8k16 tiles);
+ * STAGES-deep cp.async ring as the mma.sync kernel (conv_sm90_mma.cu), whose 128-byte swizzled rows and ldmatrix
+ * addressing it shares: chunk c of smem row r at r * 128 + ((c ^ (r & 7)) << 4).
+ * Stage: A [130 rows][64 bf16] (input columns x0 - 1 + i; columns past the right border W are zero-filled and feed
+ * only masked outputs), B [3 dx][16 rows][64 bf16] (rows n >= N zero). K order: (dt, dy) outer, channel slices
+ * inner. Requirements (w22_cuda_rows_blocker): ks 3, kt 1 or 3, centred pads, no upsample, no shortcut, N <= 16
+ * and even, cin % 64 == 0, weights one [N][K] block; the mma kernel's alignment and int-offset checks have passed.
+ * Epilogue: the shared one (conv_epilogue.cuh): bias, residual, time split, bf16 or fp32 pair stores. */
+#include "cuda_internal.h"
+#include "conv_epilogue.cuh"
+#include <stdlib.h>
+#include <string.h>
+
+#define CR_BM 128                 /* output pixels per tile (one row segment) */
+#define CR_AROWS (CR_BM + 2)      /* input pixels per tile: one each side for dx = 0 and dx = 2 */
+#define CR_BN 16                  /* output channels, padded */
+#define CR_ROW 128                /* bytes per smem row: 64 bf16 */
+#define CR_THREADS 128
+#define CR_STAGES 4
+#define CR_A_BYTES (CR_AROWS * CR_ROW)         /* 16640 */
+#define CR_B_BYTES (3 * CR_BN * CR_ROW)        /* 6144 */
+#define CR_STAGE_BYTES (CR_A_BYTES + CR_B_BYTES)
+#define CR_SMEM (CR_STAGES * CR_STAGE_BYTES)   /* 91136: two blocks per SM */
+
+static __device__ __forceinline__ void cr_cp_async16(uint32_t dst, const void *src, bool valid) {
+    const int bytes = valid ? 16 : 0; /* 0: no global read, 16 zero bytes */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void cr_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void cr_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+static __device__ __forceinline__ void cr_ldmatrix_x4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+static __device__ __forceinline__ void cr_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+static __device__ __forceinline__ uint32_t cr_swz(int row, int chunk) {
+    return (uint32_t)(row * CR_ROW + ((chunk ^ (row & 7)) << 4));
+}
+
+__global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_gemm g, int xtiles, int iters) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int cc = tid & 7, r0 = tid >> 3; /* loader: chunk cc of rows r0 + 16 j */
+    /* tile = (t, y, x segment): x segments fastest, so neighbouring blocks share input rows in L2 */
+    const int xt = blockIdx.x % xtiles, ty = blockIdx.x / xtiles;
+    const int t = ty / g.H, y = ty - t * g.H, x0 = xt * CR_BM;
+
+    /* The load cursor: (dt, dy) and the channel slice c0 of the next stage, by counting. */
+    int ld_it = 0, ld_c0 = 0, ld_dt = 0, ld_dy = 0;
+    auto load_stage = [&](int stage) {
+        const uint32_t sa = smem0 + stage * CR_STAGE_BYTES, sb = sa + CR_A_BYTES;
+        const bf16 *row = w22_gemm_frame(g, t + ld_dt) + (long)(y + ld_dy - g.pad_y) * g.a_sh + ld_c0 + cc * 8;
+#pragma unroll
+        for (int j = 0; j < (CR_AROWS + 15) / 16; j++) {
+            const int i = r0 + 16 * j, ix = x0 - g.pad_x + i; /* ix >= -1: the readable left border */
+            if (i < CR_AROWS) {
+                const bool ok = ix <= g.W; /* column W is the right border; past it only masked outputs read */
+                cr_cp_async16(sa + cr_swz(i, cc), ok ? row + (long)ix * g.a_sw : g.a, ok);
+            }
+        }
+        const int n = r0; /* B: rows dx * 16 + n, n = r0 (16 rows), one per dx */
+#pragma unroll
+        for (int dx = 0; dx < 3; dx++) {
+            const bool ok = n < g.N;
+            const long k = (long)((ld_dt * 3 + ld_dy) * 3 + dx) * g.cin + ld_c0 + cc * 8;
+            cr_cp_async16(sb + cr_swz(dx * CR_BN + n, cc), ok ? g.b + n * g.b_sw + k : g.b, ok);
+        }
+        ld_c0 += 64;
+        if (ld_c0 == g.cin) {
+            ld_c0 = 0;
+            if (++ld_dy == 3) ld_dy = 0, ld_dt++;
+        }
+        ld_it++;
+    };
+
+    float acc[2][2][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) acc[i][j][k] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < CR_STAGES - 1; s++) {
+        if (s < iters) load_stage(s);
+        cr_commit();
+    }
+    /* ldmatrix lanes: A rows warp * 32 + i * 16 + (lane & 15) (+ dx), chunk half lane >> 4; B rows
+     * dx * 16 + (lane & 7) + 8 (lane >> 4), chunk half (lane >> 3) & 1 (its row & 7 == lane & 7). */
+    const int a_row = warp * 32 + (lane & 15), a_half = lane >> 4;
+    const int b_row = (lane & 7) + ((lane >> 4) << 3), b_half = (lane >> 3) & 1, l7 = lane & 7;
+
+    for (int it = 0; it < iters; it++) {
+        cr_wait<CR_STAGES - 2>();
+        __syncthreads(); /* stage it is in smem for all threads; stage it - 1 is free for the next load */
+        {
+            const int nx = it + CR_STAGES - 1;
+            if (nx < iters) load_stage(nx % CR_STAGES);
+            cr_commit();
+        }
+        const uint32_t sa = smem0 + (it % CR_STAGES) * CR_STAGE_BYTES, sb = sa + CR_A_BYTES;
+#pragma unroll
+        for (int dx = 0; dx < 3; dx++) {
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t af[2][4], r[4];
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    const int ar = a_row + i * 16 + dx; /* output row r reads input row r + dx */
+                    cr_ldmatrix_x4(af[i], sa + ar * CR_ROW + (((kk * 2 + a_half) ^ (ar & 7)) << 4));
+                }
+                cr_ldmatrix_x4(r, sb + (dx * CR_BN + b_row) * CR_ROW + (((kk * 2 + b_half) ^ l7) << 4));
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    cr_mma(acc[i][0], af[i], r[0], r[1]);
+                    cr_mma(acc[i][1], af[i], r[2], r[3]);
+                }
+            }
+        }
+    }
+    cr_wait<0>();
+
+    /* Epilogue. m16n8 accumulators: rows lane / 4 (+ 8), columns 2 (lane % 4) + {0, 1}. */
+    const int HW = g.H * g.W, gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int x = x0 + warp * 32 + i * 16 + gq + 8 * h;
+            if (x >= g.W) continue;
+            long orow, rrow;
+            w22_epilogue_row(g, (t * g.H + y) * g.W + x, HW, &orow, &rrow);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int n = j * 8 + tq * 2;
+                if (n < g.N) w22_epilogue_pair(g, orow, rrow, n, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+            }
+        }
+}
+
+/* W22_CONV_ROWS=1 (read once per process). */
+static int rows_enabled(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_CONV_ROWS");
+        v = e && !strcmp(e, "1");
+    }
+    return v;
+}
+
+const char *w22_cuda_rows_blocker(const w22_gemm *g) {
+    if (!rows_enabled()) return "off (W22_CONV_ROWS=1 turns it on)";
+    if (g->upsample || g->sc) return "upsample or shortcut";
+    if (g->ks != 3 || (g->kt != 1 && g->kt != 3) || g->pad_y != 1 || g->pad_x != 1) return "not a centred 3x3(x3)";
+    if (g->N > CR_BN || g->N % 2) return "N > 16 or odd";
+    if (g->cin % 64) return "cin % 64";
+    if (g->b_w < g->N) return "weights not one [N][K] block";
+    if ((long)g->F * g->H * ((g->W + CR_BM - 1) / CR_BM) > 0x7fffffffL) return "too many tiles";
+    return NULL;
+}
+
+w22_status w22_cuda_rows_init(w22_cuda *c) {
+    if (!rows_enabled()) return W22_OK;
+    if (c->smem_optin < CR_SMEM)
+        return w22_fail(W22_ERR_UNSUPPORTED, "row conv (W22_CONV_ROWS=1): the GPU allows %d bytes of shared memory "
+                        "per block; the kernel needs %d", c->smem_optin, CR_SMEM);
+    CU_TRY(cudaFuncSetAttribute(w22_conv_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, CR_SMEM));
+    return W22_OK;
+}
+
+w22_status w22_cuda_gemm_rows(w22_cuda *c, const w22_gemm *g, const char *what) {
+    const int xtiles = (g->W + CR_BM - 1) / CR_BM;
+    const long tiles = (long)g->F * g->H * xtiles;
+    const int iters = g->kt * 3 * (g->cin / 64);
+    c->last_path = "rows 128x16";
+    w22_conv_rows_kernel<<<(unsigned)tiles, CR_THREADS, CR_SMEM, c->stream>>>(*g, xtiles, iters);
+    CU_LAUNCHED(c, what);
+    return W22_OK;
+}

@@ -662,6 +662,9 @@ static void run_cases(void) {
     conv_case("wg", 128, 128, 2, 6, 11, 3, 3, 0, 0, RES_INPLACE, 64);  /* shortcut on the 128 tile, res = out */
     conv_case("wg", 256, 256, 1, 36, 40, 3, 3, 0, 0, RES_NONE, 256);   /* M = 1440: 11.25 tiles, shortcut */
     conv_case("wg", 128, 256, 3, 4, 6, 3, 1, 0, 1, RES_NONE, 0);       /* time split on the 256 tile */
+    /* more tiles than an H200 has SMs (132): under W22_WGMMA_PERSIST=1 some CTAs run two tiles (the ring, its
+     * parities and the hand-off carried across tiles), with a shortcut and a residual */
+    conv_case("wg", 128, 128, 1, 130, 132, 3, 3, 0, 0, RES_INPLACE, 128); /* 135 tiles of 128x128 */
     /* N <= 16 (the row conv under W22_CONV_ROWS=1, else the mma kernel): rows of several x tiles, a partial last
      * one, kt 1, N 2, residuals */
     conv_case("rows", 256, 12, 1, 3, 200, 3, 3, 0, 0, RES_NONE, 0);   /* x tiles 128 + 72 */
@@ -679,6 +682,7 @@ static void run_cases(void) {
     conv_case("conv_in", 48, 1024, 2, 8, 12, 3, 3, 0, 0, RES_NONE, 0); /* mma kernel (cin 48) */
     conv_case("conv_out", 256, 12, 2, 16, 24, 3, 3, 0, 0, RES_NONE, 0); /* mma kernel (N 12), or the row conv */
     conv_case("rows", 256, 12, 3, 2, 140, 3, 3, 0, 0, RES_NONE, 0);      /* row conv: history, 2 x tiles */
+    conv_case("wg", 256, 512, 2, 48, 96, 3, 3, 0, 0, RES_NONE, 0);       /* 144 tiles of 128x256: persistent */
     conv_case("edge", 4, 12, 2, 3, 5, 3, 3, 0, 0, RES_NONE, 0);         /* scalar kernel */
     conv_case("edge", 64, 64, 3, 5, 7, 3, 3, 0, 0, RES_INPLACE, 0);     /* mma kernel, one partial tile */
     conv_hist = 0;

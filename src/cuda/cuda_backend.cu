@@ -361,6 +361,7 @@ extern "C" w22_status w22_backend_cuda_create(int device, w22_backend **out) {
     b->impl = c;
     c->device = device;
     c->smem_optin = (int)prop.sharedMemPerBlockOptin;
+    c->sms = prop.multiProcessorCount;
     const char *dbg = getenv("W22_CUDA_DEBUG");
     c->debug = dbg && dbg[0] && dbg[0] != '0';
     c->last_path = "";

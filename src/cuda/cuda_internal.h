@@ -27,6 +27,7 @@ typedef struct {
     cudaEvent_t ev_fork, ev_side_done;
     int on_side;
     int smem_optin;                  /* max dynamic shared memory per block */
+    int sms;                         /* streaming multiprocessors (a persistent grid's size) */
     int debug;                       /* W22_CUDA_DEBUG=1: sync after each op, check views against allocations */
     size_t bytes, peak;
     w22_cuda_alloc_rec *allocs;      /* live allocations (pointer -> size), for the byte count and debug checks */

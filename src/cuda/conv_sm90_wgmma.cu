@@ -704,6 +704,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     w22_epilogue_pair(g, orow, rrow, n, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
                 }
             }
+            __syncwarp(); /* the rows past M diverged: converged again before the next tile's .aligned wgmma ops */
         }
     }
 }

@@ -58,7 +58,8 @@
  * real shapes) keeps both bases in registers and picks one by bit 0 of the row's offset; a table read per row cost
  * 12-15% of the kernel's rate (docs/PERF.md v4): the producer's issue rate is one of its bounds.
  * Not measured yet: the choice is the standard Hopper GEMM tile (CUTLASS's 128x256x64 warp-specialized default);
- * 256x128 (A twice as large: twice the cp.async work per stage) and a persistent grid are the alternatives.
+ * 256x128 (A twice as large: twice the cp.async work per stage) is the alternative. A persistent grid is prepared
+ * (w22_conv_wgmma_persist_kernel below, W22_WGMMA_PERSIST=1), a B-multicast cluster measured slower (WG_CLUSTER).
  * Everything else (cin or sc_cin % 64 != 0, N % 128 != 0, upsample, weights not one [N][K] block, ...) stays on the
  * mma.sync kernel (wgmma_blocker).
  *

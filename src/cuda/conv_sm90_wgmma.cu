@@ -532,8 +532,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
  * producer's hand-off run on across tiles, so while the consumers store one tile's outputs the producer already
  * fills up to STAGES stages of the next: the pipeline's fill (a few microseconds per tile: CTA launch, barrier
  * and table setup, the first loads' latency) is paid once per SM instead of once per tile. Why: at v5 a
- * 256-channel tile is ~90 us of MMAs, a phase conv's ~26 us, a time_conv's ~40 us; the fill is a few percent of
- * the first and up to ~10% of the others. The producer works as v5's default (rows in registers, early hand-off),
+ * 256-channel tile is ~89 us of MMAs, a 512-channel phase conv's ~39 us, a time_conv's ~57 us; the fill (~2-4 us) is
+ * 2-4% of the first and 4-10% of the others. The producer works as v5's default (rows in registers, early hand-off),
  * computing its rows per tile itself (no shared tables, so no block-wide barrier per tile): the row offsets and
  * the two frames' bases in registers; tiles over more than two frames (tiny shapes only) and the shortcut's
  * stages compute their rows' frames and offsets per stage. The consumers release the tile's last stage after

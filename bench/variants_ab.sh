@@ -9,7 +9,8 @@
 #   W22_WGMMA_CLUSTER=2      CTA pairs sharing B by TMA multicast (v6: slower)
 #   W22_CONV_ROWS=1          conv_out (N <= 16) as row tiles reusing their input across dx (v7)
 #   W22_WGMMA_PERSIST=1      the wgmma conv on a persistent grid, the ring carried across tiles (v8)
-# Steps per variant set: conformance (cuda_ops conv and rmsnorm cases against the CPU backend), the op
+# Steps per variant set: conformance (cuda_ops conv and rmsnorm cases against the CPU backend, cuda_decode's whole
+# decodes against the CPU's), the op
 # micro-benchmark (cuda_ops --perf --kernel wgmma), the whole f121 decode at 1 latent frame per pass
 # (cuda_decode --time 31 1: the library alone, device to device). Then the conv micro-benchmark against cuDNN
 # (bench/conv_bench.py) under the fastest set that passed. Logs go to $OUT; the fastest set is printed last.
@@ -29,7 +30,8 @@ for vars in "$@"; do
     if [ -n "$vars" ]; then
         env $vars timeout 150 build/tests/cuda_ops -o conv > "$out/${name}_conv.txt" 2>&1 || ok=0
         env $vars timeout 60 build/tests/cuda_ops -o rmsnorm > "$out/${name}_norm.txt" 2>&1 || ok=0
-        echo "[$label] conformance: $([ $ok = 1 ] && echo ok || echo FAIL) (conv: $(tail -n 1 "$out/${name}_conv.txt"); rmsnorm: $(tail -n 1 "$out/${name}_norm.txt"))"
+        env $vars timeout 120 build/tests/cuda_decode > "$out/${name}_dec.txt" 2>&1 || ok=0
+        echo "[$label] conformance: $([ $ok = 1 ] && echo ok || echo FAIL) (conv: $(tail -n 1 "$out/${name}_conv.txt"); rmsnorm: $(tail -n 1 "$out/${name}_norm.txt"); whole decode: $(tail -n 1 "$out/${name}_dec.txt"))"
     fi
     env $vars timeout 90 build/tests/cuda_ops --perf --kernel wgmma > "$out/${name}_perf.txt" 2>&1
     grep '^perf' "$out/${name}_perf.txt" | sed "s/^/[$label] /"

@@ -104,196 +104,9 @@
  * Build facts (nvcc 13.0, -Xptxas -v): all eight instantiations 168 registers at entry (384 x 168 = 64512), 0 spill
  * bytes, no stack frame; SASS: HGMMA.64x256x16 / 64x128x16, UTMALDG.2D, LDGSTS.E.BYPASS.128, USETMAXREG.
  */
-#include <cuda.h> /* CUtensorMap and the cuTensorMapEncodeTiled types only: no libcuda link */
-#include "cuda_internal.h"
-#include "conv_epilogue.cuh"
-#include <limits.h>
-#include <stdlib.h>
-#include <string.h>
-
-#define WG_BM 128
-#define WG_BK 64                /* bf16 per stage row: 128 bytes, the swizzle span */
-#define WG_ROW_BYTES 128
-#define WG_THREADS 384          /* producer warpgroup + 2 consumer warpgroups */
-#define WG_PRODUCER_REGS 40
-#define WG_CONSUMER_REGS 232    /* 128 * 40 + 256 * 232 = 64512 <= 65536 */
-#define WG_PRODUCER_REGS_RR 56  /* ROWREG: 8 more live registers in the producer; 128 * 56 + 256 * 224 = 64512 */
-#define WG_CONSUMER_REGS_RR 224
-#define WG_PRODUCER_REGS_P 72   /* the persistent kernel: the producer's tile state needs more than 64 (ptxas spills */
-#define WG_CONSUMER_REGS_P 216  /* at 64 / 224); 128 * 72 + 256 * 216 = 64512, no spills */
-
-enum wg_arrivals {
-    FULL_ARRIVALS = 128 + 1, /* every producer thread (its cp.async landed) + thread 0's arrive.expect_tx */
-    EMPTY_ARRIVALS = 8,      /* lane 0 of each consumer warp */
-};
-
-/* ---- PTX wrappers ---- */
-
-static __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-static __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-static __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-static __device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    return done != 0;
-}
-/* Waits for the phase of parity `parity` to complete. A wait of 2^26 tries (seconds) is a protocol bug: trap, so
- * that it shows as a launch error (at once under W22_CUDA_DEBUG=1) instead of a hung GPU. */
-static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    for (uint32_t n = 0; !mbar_try(bar, parity);)
-        if (++n == (1u << 26)) __trap();
-}
-static __device__ __forceinline__ void fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
-    const int bytes = valid ? 16 : 0; /* 0: no global read, 16 zero bytes */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> static __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-/* 2D TMA tile load into this CTA's shared memory, completing `bytes` on the mbarrier (a CTA is a cluster of 1). */
-static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], "
-                 "[%2];\n" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
-                 : "memory");
-}
-/* The same load multicast to the CTAs of `mask` in this cluster: each receives the box at the same shared-memory
- * offset and the bytes are completed on its own mbarrier at the offset of `bar`. */
-static __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1,
-                                                      uint16_t mask) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-                 "[%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
-                 : "memory");
-}
-/* ---- clusters (the WG_CLUSTER variant) ---- */
-static __device__ __forceinline__ uint32_t cluster_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-/* The shared::cluster address of this CTA's shared-memory address `a` in CTA `rank` of the cluster. */
-static __device__ __forceinline__ uint32_t cluster_map(uint32_t a, uint32_t rank) {
-    uint32_t r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
-    return r;
-}
-static __device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_addr) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
-}
-static __device__ __forceinline__ bool mbar_try_cluster(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    return done != 0;
-}
-static __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-    for (uint32_t n = 0; !mbar_try_cluster(bar, parity);)
-        if (++n == (1u << 26)) __trap();
-}
-/* Every thread of every CTA of the cluster (not .aligned: warps arrive from divergent paths). */
-static __device__ __forceinline__ void cluster_sync_all() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-static __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap *map) {
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
-}
-/* Shared-memory matrix descriptor of a K-major tile with 128-byte rows in the 128B swizzle: start address >> 4
- * (bits 0-13), leading byte offset (unused for swizzled K-major, 1 by convention; bits 16-29), stride byte offset
- * 1024 >> 4 between 8-row groups (bits 32-45), base offset 0 (1024-aligned tiles; bits 49-51), layout 1 = 128B
- * swizzle (bits 62-63). */
-static __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           ((uint64_t)1 << 62);
-}
-static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-static __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N> static __device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-/* Keeps the compiler from moving reads/writes of an accumulator across the asynchronous wgmma's wait. */
-static __device__ __forceinline__ void reg_fence(float &r) { asm volatile("" : "+f"(r)::"memory"); }
-
-#define F8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-                 "+f"(d[i + 6]), "+f"(d[i + 7])
-#define F32(d, i) F8(d, i), F8(d, i + 8), F8(d, i + 16), F8(d, i + 24)
-
-/* D[64 x 256] += A[64 x 16] B[16 x 256]^T, A and B K-major in shared memory. */
-static __device__ __forceinline__ void wgmma_n256(float d[128], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, 1, 1, 1, 0, 0;\n" /* scale-d (accumulate), scale-a, scale-b, A and B not transposed */
-        "}\n"
-        : F32(d, 0), F32(d, 32), F32(d, 64), F32(d, 96)
-        : "l"(da), "l"(db));
-}
-/* D[64 x 128] += A[64 x 16] B[16 x 128]^T. */
-static __device__ __forceinline__ void wgmma_n128(float d[64], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, 1, 1, 1, 0, 0;\n"
-        "}\n"
-        : F32(d, 0), F32(d, 32)
-        : "l"(da), "l"(db));
-}
-#undef F32
-#undef F8
+#include "wgmma_common.cuh"
 
 /* ---- the kernel ---- */
-
-template <int BN, int STAGES> struct wg_layout {
-    static constexpr int a_bytes = WG_BM * WG_ROW_BYTES;            /* 16 KB */
-    static constexpr int b_bytes = BN * WG_ROW_BYTES;               /* 32 or 16 KB */
-    static constexpr int stage_bytes = a_bytes + b_bytes;           /* multiple of 1024: every tile 1024-aligned */
-    static constexpr int bars_off = STAGES * stage_bytes;           /* full[STAGES], empty[STAGES] */
-    static constexpr int ftab_off = bars_off + 2 * STAGES * 8;      /* frame pointers ftab[BM + 3] */
-    static constexpr int rows_off = ftab_off + (WG_BM + 4) * 8;     /* rows_a[BM], rows_f[BM], rows_s[BM] */
-    static constexpr int bytes = rows_off + 3 * WG_BM * 4 + 1024;   /* + slack to align the base to 1024 */
-    static constexpr int lag = STAGES - 2;                          /* cp.async stages in flight before arriving */
-    static_assert(stage_bytes % 1024 == 0, "the 128B swizzle needs 1024-aligned tiles");
-    static_assert(bytes <= 227 * 1024, "shared memory beyond the sm_90 per-block limit (227 KB)");
-    static_assert(lag >= 1, "at least 3 stages");
-};
 
 /* Producer variants, bits of VAR; both on by default since v5 (docs/PERF.md: together with the norm's v2 they took
  * the heavy convs from 535-587 to 665-747 TFLOP/s and f121 from 4159 to 3538 ms in one run). The old paths stay for
@@ -527,194 +340,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     if (CLUSTER) cluster_sync_all(); /* no CTA leaves while its peer may still arrive on its barriers */
 }
 
-/* ---- the persistent variant (W22_WGMMA_PERSIST=1; a measurement variant, docs/PERF.md v8) ----
- * One CTA per SM walks the tiles tile = blockIdx.x + k * gridDim.x; the stage ring, its parities and the
- * producer's hand-off run on across tiles, so while the consumers store one tile's outputs the producer already
- * fills up to STAGES stages of the next: the pipeline's fill (a few microseconds per tile: CTA launch, barrier
- * and table setup, the first loads' latency) is paid once per SM instead of once per tile. Why: at v5 a
- * 256-channel tile is ~89 us of MMAs, a 512-channel phase conv's ~39 us, a time_conv's ~57 us; the fill (~2-4 us) is
- * 2-4% of the first and 4-10% of the others. The producer works as v5's default (rows in registers, early hand-off),
- * computing its rows per tile itself (no shared tables, so no block-wide barrier per tile): the row offsets and
- * the two frames' bases in registers; tiles over more than two frames (tiny shapes only) and the shortcut's
- * stages compute their rows' frames and offsets per stage. The consumers release the tile's last stage after
- * its final wait (the non-persistent kernel never refills it). */
-template <int BN, int STAGES>
-__global__ void __launch_bounds__(WG_THREADS, 1)
-    w22_conv_wgmma_persist_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_sc,
-                                  const w22_gemm g, int main_iters, int iters, int tiles_n, int tiles) {
-    typedef wg_layout<BN, STAGES> L;
-    constexpr int LAG = L::lag;
-    extern __shared__ unsigned char smem_raw[];
-    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
-    const uint32_t base = (raw + 1023u) & ~1023u;
-    const uint32_t full0 = base + L::bars_off, empty0 = full0 + STAGES * 8;
-    const int tid = threadIdx.x, wg = tid >> 7;
-    const int HW = g.H * g.W;
-    if (tid == 0) {
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(full0 + 8 * s, FULL_ARRIVALS);
-            mbar_init(empty0 + 8 * s, EMPTY_ARRIVALS);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        fence_proxy_async();
-        prefetch_tensormap(&tm_b);
-        if (g.sc) prefetch_tensormap(&tm_sc);
-    }
-    __syncthreads();
-
-    if (wg == 0) {
-        /* ---------------- producer ---------------- */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS_P));
-        const int p = tid, cc = p & 7, r0 = p >> 3;
-        const uint32_t my_chunk = (uint32_t)(r0 * WG_ROW_BYTES + ((cc ^ (r0 & 7)) << 4));
-        const int ash = (int)g.a_sh, asw = (int)g.a_sw;
-        int s = 0, sd = 0, loads = 0; /* stage of the next load, of the next hand-off; loads issued so far */
-        uint32_t ph = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            const int tile_n = tile % tiles_n, m0 = (tile / tiles_n) * WG_BM, n0 = tile_n * BN;
-            const int t_lo = m0 / HW;
-            const int m_last = (m0 + WG_BM < g.M ? m0 + WG_BM : g.M) - 1;
-            const bool two_frames = m_last / HW - t_lo <= 1;
-            int ro_r[WG_BM / 16]; /* as rows_a: offset in its frame, bit 0 the frame t_lo + 1; -1 past M */
-#pragma unroll
-            for (int j = 0; j < WG_BM / 16; j++) {
-                const int m = m0 + r0 + 16 * j;
-                ro_r[j] = -1;
-                if (m < g.M) {
-                    const int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
-                    ro_r[j] = y * ash + x * asw + ((t - t_lo) & 1);
-                }
-            }
-            int c0 = 0, dt = 0, dy = 0, dx = 0;
-            for (int it = 0; it < iters; it++, loads++) {
-                if (loads >= LAG) { /* early hand-off of load `loads - LAG` (v5) */
-                    cp_async_wait<LAG - 1>();
-                    fence_proxy_async();
-                    mbar_arrive(full0 + 8 * sd);
-                    if (++sd == STAGES) sd = 0;
-                }
-                if (loads >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1);
-                const uint32_t sa = base + s * L::stage_bytes, sb = sa + L::a_bytes, full = full0 + 8 * s;
-                if (it < main_iters) {
-                    const int tap = (dt * g.ks + dy) * g.ks + dx;
-                    if (p == 0) {
-                        mbar_arrive_expect_tx(full, L::b_bytes);
-                        tma_load_2d(sb, &tm_b, full, tap * g.cin + c0, n0);
-                    }
-                    const int off = (dy - g.pad_y) * ash + (dx - g.pad_x) * asw + c0 + cc * 8;
-                    if (two_frames) {
-                        const bf16 *f0 = w22_gemm_frame(g, t_lo + dt) + off, *f1 = w22_gemm_frame(g, t_lo + dt + 1) + off;
-#pragma unroll
-                        for (int j = 0; j < WG_BM / 16; j++) {
-                            const int ro = ro_r[j];
-                            const bool ok = ro >= 0;
-                            cp_async16(sa + my_chunk + j * 16 * WG_ROW_BYTES,
-                                       ok ? ((ro & 1) ? f1 : f0) + (ro & ~1) : g.a, ok);
-                        }
-                    } else { /* tiles over more than two frames (H x W < 128): each row's frame, per stage */
-#pragma unroll
-                        for (int j = 0; j < WG_BM / 16; j++) {
-                            const int ro = ro_r[j];
-                            const bool ok = ro >= 0;
-                            const bf16 *fp = ok ? w22_gemm_frame(g, (m0 + r0 + 16 * j) / HW + dt) : g.a;
-                            cp_async16(sa + my_chunk + j * 16 * WG_ROW_BYTES, ok ? fp + (ro & ~1) + off : g.a, ok);
-                        }
-                    }
-                    c0 += WG_BK;
-                    if (c0 == g.cin) {
-                        c0 = 0;
-                        if (++dx == g.ks) {
-                            dx = 0;
-                            if (++dy == g.ks) dy = 0, dt++;
-                        }
-                    }
-                } else {
-                    if (p == 0) {
-                        mbar_arrive_expect_tx(full, L::b_bytes);
-                        tma_load_2d(sb, &tm_sc, full, c0, n0);
-                    }
-                    const int off = c0 + cc * 8;
-#pragma unroll
-                    for (int j = 0; j < WG_BM / 16; j++) {
-                        const int m = m0 + r0 + 16 * j;
-                        const bool ok = m < g.M;
-                        long os = 0;
-                        if (ok) {
-                            const int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
-                            os = t * g.sc_sf + y * g.sc_sh + x * g.sc_sw;
-                        }
-                        cp_async16(sa + my_chunk + j * 16 * WG_ROW_BYTES, g.sc + (ok ? os + off : 0), ok);
-                    }
-                    c0 += WG_BK;
-                }
-                cp_async_commit();
-                if (++s == STAGES) s = 0, ph ^= 1;
-            }
-        }
-        cp_async_wait<0>();
-        fence_proxy_async();
-        for (int k = loads < LAG ? loads : LAG; k > 0; k--) {
-            mbar_arrive(full0 + 8 * sd);
-            if (++sd == STAGES) sd = 0;
-        }
-    } else {
-        /* ---------------- consumers ---------------- */
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS_P));
-        const int cw = wg - 1, lane = tid & 31, warp4 = (tid >> 5) & 3;
-        constexpr int NACC = BN / 2;
-        const uint64_t da0 = smem_desc(base + cw * 64 * WG_ROW_BYTES), db0 = smem_desc(base + L::a_bytes);
-        constexpr uint64_t STAGE_DESC = L::stage_bytes >> 4;
-        int s = 0, sp = 0;
-        uint32_t ph = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            const int m0 = (tile / tiles_n) * WG_BM, n0 = (tile % tiles_n) * BN;
-            float acc[NACC];
-#pragma unroll
-            for (int i = 0; i < NACC; i++) acc[i] = 0.f;
-            for (int it = 0; it < iters; it++) {
-                mbar_wait(full0 + 8 * s, ph);
-                wgmma_fence();
-                const uint64_t da = da0 + s * STAGE_DESC, db = db0 + s * STAGE_DESC;
-#pragma unroll
-                for (int k = 0; k < WG_BK / 16; k++) {
-                    if (BN == 256)
-                        wgmma_n256(acc, da + 2 * k, db + 2 * k);
-                    else
-                        wgmma_n128(acc, da + 2 * k, db + 2 * k);
-                }
-                wgmma_commit();
-                wgmma_wait<1>();
-                if (it > 0 && lane == 0) mbar_arrive(empty0 + 8 * sp);
-                sp = s;
-                if (++s == STAGES) s = 0, ph ^= 1;
-            }
-            wgmma_wait<0>();
-            if (lane == 0) mbar_arrive(empty0 + 8 * sp); /* the tile's last stage: the producer refills it */
-#pragma unroll
-            for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
-            const int gq = lane >> 2, tq = lane & 3;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
-                if (m >= g.M) continue;
-                long orow, rrow;
-                w22_epilogue_row(g, m, HW, &orow, &rrow);
-#pragma unroll
-                for (int j = 0; j < BN / 8; j++) {
-                    const int n = n0 + j * 8 + tq * 2;
-                    w22_epilogue_pair(g, orow, rrow, n, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                }
-            }
-            __syncwarp(); /* the rows past M diverged: converged again before the next tile's .aligned wgmma ops */
-        }
-    }
-}
-
 /* ---- host side: tensor maps, tile configs, eligibility, launch ---- */
-
-typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
 template <int BN, int STAGES, int VAR> struct wg_cfg {
     typedef wg_layout<BN, STAGES> L;
@@ -725,16 +351,8 @@ template <int BN, int STAGES, int VAR> struct wg_cfg {
 typedef wg_cfg<256, 4, 0> wg_big;
 
 /* The variant bits: ROWREG and EARLY unless W22_WGMMA_ROWS=smem / W22_WGMMA_HANDOFF=late; CLUSTER with
- * W22_WGMMA_CLUSTER=2 (read once per process). W22_WGMMA_PERSIST=1: the persistent kernel (on top of the default
- * ROWREG | EARLY only). */
-static int wg_persist(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_WGMMA_PERSIST");
-        v = e && !strcmp(e, "1");
-    }
-    return v;
-}
+ * W22_WGMMA_CLUSTER=2 (read once per process). W22_WGMMA_PERSIST=1 (conv_sm90_wgmma_persist.cu) on top of the
+ * default ROWREG | EARLY only. */
 static int wg_variant(void) {
     static int v = -1;
     if (v < 0) {
@@ -758,10 +376,6 @@ static w22_status wg_allow_smem(void) {
     WG_ALLOW(128, 6, 0); WG_ALLOW(128, 6, 1); WG_ALLOW(128, 6, 2); WG_ALLOW(128, 6, 3);
     WG_ALLOW(256, 4, 7);
 #undef WG_ALLOW
-#define WG_ALLOW_P(BN, ST) CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_persist_kernel<BN, ST>, \
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, wg_layout<BN, ST>::bytes))
-    WG_ALLOW_P(256, 4); WG_ALLOW_P(128, 6);
-#undef WG_ALLOW_P
     return W22_OK;
 }
 
@@ -770,6 +384,7 @@ w22_status w22_cuda_wgmma_init(w22_cuda *c) {
         return w22_fail(W22_ERR_UNSUPPORTED, "wgmma conv: the GPU allows %d bytes of shared memory per "
                         "block; the kernel needs %d", c->smem_optin, wg_big::smem);
     W22_TRY(wg_allow_smem());
+    W22_TRY(w22_cuda_wgmma_persist_init(c));
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     CU_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
@@ -800,8 +415,8 @@ const char *w22_cuda_wgmma_blocker(const w22_gemm *g) {
 }
 
 /* K-major [rows][K] bf16 (row stride `stride` elements) as a 2D tensor map with {64, box_rows} boxes, 128B swizzle. */
-static w22_status kmajor_map(w22_cuda *c, CUtensorMap *m, const bf16 *ptr, long K, long rows, long stride,
-                             int box_rows, const char *what) {
+w22_status w22_wgmma_kmajor_map(w22_cuda *c, CUtensorMap *m, const bf16 *ptr, long K, long rows, long stride,
+                                int box_rows, const char *what) {
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)stride * 2};
     const cuuint32_t box[2] = {WG_BK, (cuuint32_t)box_rows};
@@ -821,9 +436,9 @@ template <class CFG> static w22_status wg_launch(w22_cuda *c, const w22_gemm *g,
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
     CUtensorMap tb, ts;
     const int box_rows = cluster ? BN / 2 : BN; /* cluster: each CTA of the pair loads half the B rows */
-    W22_TRY(kmajor_map(c, &tb, g->b, K, g->N, g->b_sw, box_rows, what));
+    W22_TRY(w22_wgmma_kmajor_map(c, &tb, g->b, K, g->N, g->b_sw, box_rows, what));
     if (g->sc)
-        W22_TRY(kmajor_map(c, &ts, g->scb, g->sc_cin, g->N, g->sc_cin, box_rows, what));
+        W22_TRY(w22_wgmma_kmajor_map(c, &ts, g->scb, g->sc_cin, g->N, g->sc_cin, box_rows, what));
     else
         ts = tb; /* never read */
     const int main_iters = g->kt * g->ks * g->ks * (g->cin / WG_BK);
@@ -857,35 +472,10 @@ template <class CFG> static w22_status wg_launch(w22_cuda *c, const w22_gemm *g,
     return W22_OK;
 }
 
-template <int BN, int STAGES> static w22_status wg_launch_persist(w22_cuda *c, const w22_gemm *g, const char *what) {
-    const long K = (long)g->kt * g->ks * g->ks * g->cin;
-    CUtensorMap tb, ts;
-    W22_TRY(kmajor_map(c, &tb, g->b, K, g->N, g->b_sw, BN, what));
-    if (g->sc)
-        W22_TRY(kmajor_map(c, &ts, g->scb, g->sc_cin, g->N, g->sc_cin, BN, what));
-    else
-        ts = tb; /* never read */
-    const int main_iters = g->kt * g->ks * g->ks * (g->cin / WG_BK);
-    const int iters = main_iters + (g->sc ? g->sc_cin / WG_BK : 0);
-    const int tiles_n = g->N / BN;
-    const long tiles = (long)((g->M + WG_BM - 1) / WG_BM) * tiles_n;
-    if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
-    const int grid = (int)(tiles < c->sms ? tiles : c->sms); /* one CTA per SM (194 KB of shared memory each) */
-    w22_conv_wgmma_persist_kernel<BN, STAGES><<<grid, WG_THREADS, wg_layout<BN, STAGES>::bytes, c->stream>>>(
-        tb, ts, *g, main_iters, iters, tiles_n, (int)tiles);
-    return W22_OK;
-}
-
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_gemm *g, const char *what) {
     const int v = wg_variant(), big = g->N % 256 == 0;
     w22_status s;
-    if (wg_persist() && v == (WG_ROWREG | WG_EARLY) && c->sms > 0) {
-        c->last_path = big ? "wgmma 128x256 persistent" : "wgmma 128x128 persistent";
-        s = big ? wg_launch_persist<256, 4>(c, g, what) : wg_launch_persist<128, 6>(c, g, what);
-        if (s != W22_OK) return s;
-        CU_LAUNCHED(c, what);
-        return W22_OK;
-    }
+    if (v == (WG_ROWREG | WG_EARLY) && w22_cuda_wgmma_persist_on(c)) return w22_cuda_gemm_wgmma_persist(c, g, what);
     if ((v & WG_CLUSTER) && big && v == (WG_ROWREG | WG_EARLY | WG_CLUSTER)) { /* the one cluster instantiation */
         c->last_path = "wgmma 128x256 cluster2";
         s = wg_launch<wg_cfg<256, 4, 7> >(c, g, what);

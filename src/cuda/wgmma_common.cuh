@@ -1,0 +1,210 @@
+/* What the wgmma conv kernels share (conv_sm90_wgmma.cu: the default kernel and its variants;
+ * conv_sm90_wgmma_persist.cu: the persistent variant): tile constants, register splits, the barrier counts, the PTX
+ * wrappers (mbarriers, cp.async, TMA, clusters, wgmma), the shared-memory layout of a stage ring, and the host's
+ * tensor-map helper. conv_sm90_wgmma.cu's opening comment is the design; docs/PERF.md v3-v8 the measurements. */
+#ifndef W22_WGMMA_COMMON_CUH
+#define W22_WGMMA_COMMON_CUH
+
+#include <cuda.h> /* CUtensorMap and the cuTensorMapEncodeTiled types only: no libcuda link */
+#include "cuda_internal.h"
+#include "conv_epilogue.cuh"
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WG_BM 128
+#define WG_BK 64                /* bf16 per stage row: 128 bytes, the swizzle span */
+#define WG_ROW_BYTES 128
+#define WG_THREADS 384          /* producer warpgroup + 2 consumer warpgroups */
+#define WG_PRODUCER_REGS 40
+#define WG_CONSUMER_REGS 232    /* 128 * 40 + 256 * 232 = 64512 <= 65536 */
+#define WG_PRODUCER_REGS_RR 56  /* ROWREG: 8 more live registers in the producer; 128 * 56 + 256 * 224 = 64512 */
+#define WG_CONSUMER_REGS_RR 224
+#define WG_PRODUCER_REGS_P 72   /* the persistent kernel: the producer's tile state needs more than 64 (ptxas spills */
+#define WG_CONSUMER_REGS_P 216  /* at 64 / 224); 128 * 72 + 256 * 216 = 64512, no spills */
+
+enum wg_arrivals {
+    FULL_ARRIVALS = 128 + 1, /* every producer thread (its cp.async landed) + thread 0's arrive.expect_tx */
+    EMPTY_ARRIVALS = 8,      /* lane 0 of each consumer warp */
+};
+
+/* ---- PTX wrappers ---- */
+
+static __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+static __device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+/* Waits for the phase of parity `parity` to complete. A wait of 2^26 tries (seconds) is a protocol bug: trap, so
+ * that it shows as a launch error (at once under W22_CUDA_DEBUG=1) instead of a hung GPU. */
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    for (uint32_t n = 0; !mbar_try(bar, parity);)
+        if (++n == (1u << 26)) __trap();
+}
+static __device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
+    const int bytes = valid ? 16 : 0; /* 0: no global read, 16 zero bytes */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+/* 2D TMA tile load into this CTA's shared memory, completing `bytes` on the mbarrier (a CTA is a cluster of 1). */
+static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], "
+                 "[%2];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
+                 : "memory");
+}
+/* The same load multicast to the CTAs of `mask` in this cluster: each receives the box at the same shared-memory
+ * offset and the bytes are completed on its own mbarrier at the offset of `bar`. */
+static __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1,
+                                                      uint16_t mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+                 : "memory");
+}
+/* ---- clusters (the WG_CLUSTER variant) ---- */
+static __device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* The shared::cluster address of this CTA's shared-memory address `a` in CTA `rank` of the cluster. */
+static __device__ __forceinline__ uint32_t cluster_map(uint32_t a, uint32_t rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
+    return r;
+}
+static __device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_addr) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+}
+static __device__ __forceinline__ bool mbar_try_cluster(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+    return done != 0;
+}
+static __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
+    for (uint32_t n = 0; !mbar_try_cluster(bar, parity);)
+        if (++n == (1u << 26)) __trap();
+}
+/* Every thread of every CTA of the cluster (not .aligned: warps arrive from divergent paths). */
+static __device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+static __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap *map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)map) : "memory");
+}
+/* Shared-memory matrix descriptor of a K-major tile with 128-byte rows in the 128B swizzle: start address >> 4
+ * (bits 0-13), leading byte offset (unused for swizzled K-major, 1 by convention; bits 16-29), stride byte offset
+ * 1024 >> 4 between 8-row groups (bits 32-45), base offset 0 (1024-aligned tiles; bits 49-51), layout 1 = 128B
+ * swizzle (bits 62-63). */
+static __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+static __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving reads/writes of an accumulator across the asynchronous wgmma's wait. */
+static __device__ __forceinline__ void reg_fence(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+
+#define F8(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                 "+f"(d[i + 6]), "+f"(d[i + 7])
+#define F32(d, i) F8(d, i), F8(d, i + 8), F8(d, i + 16), F8(d, i + 24)
+
+/* D[64 x 256] += A[64 x 16] B[16 x 256]^T, A and B K-major in shared memory. */
+static __device__ __forceinline__ void wgmma_n256(float d[128], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, 1, 1, 1, 0, 0;\n" /* scale-d (accumulate), scale-a, scale-b, A and B not transposed */
+        "}\n"
+        : F32(d, 0), F32(d, 32), F32(d, 64), F32(d, 96)
+        : "l"(da), "l"(db));
+}
+/* D[64 x 128] += A[64 x 16] B[16 x 128]^T. */
+static __device__ __forceinline__ void wgmma_n128(float d[64], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, %64, %65, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : F32(d, 0), F32(d, 32)
+        : "l"(da), "l"(db));
+}
+#undef F32
+#undef F8
+
+/* ---- the stage ring in shared memory ---- */
+
+template <int BN, int STAGES> struct wg_layout {
+    static constexpr int a_bytes = WG_BM * WG_ROW_BYTES;            /* 16 KB */
+    static constexpr int b_bytes = BN * WG_ROW_BYTES;               /* 32 or 16 KB */
+    static constexpr int stage_bytes = a_bytes + b_bytes;           /* multiple of 1024: every tile 1024-aligned */
+    static constexpr int bars_off = STAGES * stage_bytes;           /* full[STAGES], empty[STAGES] */
+    static constexpr int ftab_off = bars_off + 2 * STAGES * 8;      /* frame pointers ftab[BM + 3] */
+    static constexpr int rows_off = ftab_off + (WG_BM + 4) * 8;     /* rows_a[BM], rows_f[BM], rows_s[BM] */
+    static constexpr int bytes = rows_off + 3 * WG_BM * 4 + 1024;   /* + slack to align the base to 1024 */
+    static constexpr int lag = STAGES - 2;                          /* cp.async stages in flight before arriving */
+    static_assert(stage_bytes % 1024 == 0, "the 128B swizzle needs 1024-aligned tiles");
+    static_assert(bytes <= 227 * 1024, "shared memory beyond the sm_90 per-block limit (227 KB)");
+    static_assert(lag >= 1, "at least 3 stages");
+};
+
+typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                    CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+/* K-major [rows][K] bf16 (row stride `stride` elements) as a 2D tensor map with {64, box_rows} boxes, 128B swizzle. */
+w22_status w22_wgmma_kmajor_map(w22_cuda *c, CUtensorMap *m, const bf16 *ptr, long K, long rows, long stride,
+                                int box_rows, const char *what);
+/* conv_sm90_wgmma_persist.cu (W22_WGMMA_PERSIST=1) */
+w22_status w22_cuda_wgmma_persist_init(w22_cuda *c);
+int w22_cuda_wgmma_persist_on(const w22_cuda *c);
+w22_status w22_cuda_gemm_wgmma_persist(w22_cuda *c, const w22_gemm *g, const char *what);
+
+#endif

@@ -174,16 +174,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const int m_last = (m0 + WG_BM < g.M ? m0 + WG_BM : g.M) - 1;
     const bool two_frames = m_last / HW - t_lo <= 1; /* every real shape: H x W >= 128; else the table per row */
     if (tid < m_last / HW - t_lo + g.kt + 1) ftab[tid] = w22_gemm_frame(g, t_lo + tid); /* + 1: f1 below */
-    if (tid == 0) {
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(full0 + 8 * s, FULL_ARRIVALS);
-            mbar_init(empty0 + 8 * s, EMPTY_ARRIVALS * CL);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        fence_proxy_async(); /* the inits, before the TMA unit (async proxy) completes bytes on them */
-        prefetch_tensormap(&tm_b);
-        if (g.sc) prefetch_tensormap(&tm_sc);
-    }
+    if (tid == 0) wg_init_ring<STAGES>(full0, empty0, EMPTY_ARRIVALS * CL, &tm_b, &tm_sc, g);
     __syncthreads();
     if (CLUSTER) cluster_sync_all(); /* the peer's barriers are initialized before any multicast or remote arrive */
 
@@ -209,7 +200,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             }
             if (it >= STAGES) {
                 if (CLUSTER)
-                    mbar_wait_cluster(empty0 + 8 * s, ph ^ 1);
+                    mbar_wait<true>(empty0 + 8 * s, ph ^ 1);
                 else
                     mbar_wait(empty0 + 8 * s, ph ^ 1);
             }
@@ -298,16 +289,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         uint32_t ph = 0;
         for (int it = 0; it < iters; it++) {
             mbar_wait(full0 + 8 * s, ph);
-            wgmma_fence();
-            const uint64_t da = da0 + s * STAGE_DESC, db = db0 + s * STAGE_DESC;
-#pragma unroll
-            for (int k = 0; k < WG_BK / 16; k++) { /* +32 bytes along the swizzled row per k16 step */
-                if (BN == 256)
-                    wgmma_n256(acc, da + 2 * k, db + 2 * k);
-                else
-                    wgmma_n128(acc, da + 2 * k, db + 2 * k);
-            }
-            wgmma_commit();
+            wg_mma_stage<BN>(acc, da0 + s * STAGE_DESC, db0 + s * STAGE_DESC);
             wgmma_wait<1>(); /* stage it - 1's wgmmas are done: it may be refilled */
             if (it > 0 && lane == 0) {
                 mbar_arrive(empty0 + 8 * sp);
@@ -320,22 +302,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
 
-        /* Epilogue. Accumulator layout of m64nN: thread (warp w, lane l) holds rows 16 w + l / 4 (+ 8) and, per
-         * 8-column block j, columns 8 j + 2 (l % 4) + {0, 1}: acc[4 j + 2 h + {0, 1}] for row half h. */
-        const int gq = lane >> 2, tq = lane & 3;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
-            if (m >= g.M) continue;
-            long orow, rrow;
-            w22_epilogue_row(g, m, HW, &orow, &rrow);
-#pragma unroll
-            for (int j = 0; j < BN / 8; j++) {
-                const int n = n0 + j * 8 + tq * 2; /* N % BN == 0: always < N */
-                float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-                w22_epilogue_pair(g, orow, rrow, n, v0, v1);
-            }
-        }
+        wg_store_tile<BN>(g, acc, m0, n0, cw, warp4, lane, HW);
     }
     if (CLUSTER) cluster_sync_all(); /* no CTA leaves while its peer may still arrive on its barriers */
 }

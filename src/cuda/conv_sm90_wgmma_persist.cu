@@ -25,16 +25,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const uint32_t full0 = base + L::bars_off, empty0 = full0 + STAGES * 8;
     const int tid = threadIdx.x, wg = tid >> 7;
     const int HW = g.H * g.W;
-    if (tid == 0) {
-        for (int s = 0; s < STAGES; s++) {
-            mbar_init(full0 + 8 * s, FULL_ARRIVALS);
-            mbar_init(empty0 + 8 * s, EMPTY_ARRIVALS);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        fence_proxy_async();
-        prefetch_tensormap(&tm_b);
-        if (g.sc) prefetch_tensormap(&tm_sc);
-    }
+    if (tid == 0) wg_init_ring<STAGES>(full0, empty0, EMPTY_ARRIVALS, &tm_b, &tm_sc, g);
     __syncthreads();
 
     if (wg == 0) {
@@ -148,16 +139,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             for (int i = 0; i < NACC; i++) acc[i] = 0.f;
             for (int it = 0; it < iters; it++) {
                 mbar_wait(full0 + 8 * s, ph);
-                wgmma_fence();
-                const uint64_t da = da0 + s * STAGE_DESC, db = db0 + s * STAGE_DESC;
-#pragma unroll
-                for (int k = 0; k < WG_BK / 16; k++) {
-                    if (BN == 256)
-                        wgmma_n256(acc, da + 2 * k, db + 2 * k);
-                    else
-                        wgmma_n128(acc, da + 2 * k, db + 2 * k);
-                }
-                wgmma_commit();
+                wg_mma_stage<BN>(acc, da0 + s * STAGE_DESC, db0 + s * STAGE_DESC);
                 wgmma_wait<1>();
                 if (it > 0 && lane == 0) mbar_arrive(empty0 + 8 * sp);
                 sp = s;
@@ -167,19 +149,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             if (lane == 0) mbar_arrive(empty0 + 8 * sp); /* the tile's last stage: the producer refills it */
 #pragma unroll
             for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
-            const int gq = lane >> 2, tq = lane & 3;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
-                if (m >= g.M) continue;
-                long orow, rrow;
-                w22_epilogue_row(g, m, HW, &orow, &rrow);
-#pragma unroll
-                for (int j = 0; j < BN / 8; j++) {
-                    const int n = n0 + j * 8 + tq * 2;
-                    w22_epilogue_pair(g, orow, rrow, n, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                }
-            }
+            wg_store_tile<BN>(g, acc, m0, n0, cw, warp4, lane, HW);
             __syncwarp(); /* the rows past M diverged: converged again before the next tile's .aligned wgmma ops */
         }
     }

@@ -40,23 +40,30 @@ static __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint3
     asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                  : "memory");
 }
+/* try_wait with acquire at CTA scope, or at cluster scope (CLUSTER_SCOPE: arrivals from the peer CTA release at
+ * cluster scope). */
+template <bool CLUSTER_SCOPE = false>
 static __device__ __forceinline__ bool mbar_try(uint32_t bar, uint32_t parity) {
     uint32_t done;
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
+    if (CLUSTER_SCOPE)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    else
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
     return done != 0;
 }
 /* Waits for the phase of parity `parity` to complete. A wait of 2^26 tries (seconds) is a protocol bug: trap, so
  * that it shows as a launch error (at once under W22_CUDA_DEBUG=1) instead of a hung GPU. */
+template <bool CLUSTER_SCOPE = false>
 static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    for (uint32_t n = 0; !mbar_try(bar, parity);)
+    for (uint32_t n = 0; !mbar_try<CLUSTER_SCOPE>(bar, parity);)
         if (++n == (1u << 26)) __trap();
 }
 static __device__ __forceinline__ void fence_proxy_async() {
@@ -100,23 +107,6 @@ static __device__ __forceinline__ uint32_t cluster_map(uint32_t a, uint32_t rank
 }
 static __device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_addr) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
-}
-static __device__ __forceinline__ bool mbar_try_cluster(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    return done != 0;
-}
-static __device__ __forceinline__ void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
-    for (uint32_t n = 0; !mbar_try_cluster(bar, parity);)
-        if (++n == (1u << 26)) __trap();
 }
 /* Every thread of every CTA of the cluster (not .aligned: warps arrive from divergent paths). */
 static __device__ __forceinline__ void cluster_sync_all() {
@@ -195,6 +185,59 @@ template <int BN, int STAGES> struct wg_layout {
     static_assert(bytes <= 227 * 1024, "shared memory beyond the sm_90 per-block limit (227 KB)");
     static_assert(lag >= 1, "at least 3 stages");
 };
+
+/* ---- pieces of the kernels ---- */
+
+/* Thread 0: the ring's barriers (empty[s] counts `empty_arrivals`), made visible to the TMA unit, and the tensor
+ * maps prefetched (the shortcut's where g has one). The caller synchronizes the block after. */
+template <int STAGES>
+static __device__ __forceinline__ void wg_init_ring(uint32_t full0, uint32_t empty0, int empty_arrivals,
+                                                    const CUtensorMap *tm_b, const CUtensorMap *tm_sc, const w22_gemm &g) {
+    for (int s = 0; s < STAGES; s++) {
+        mbar_init(full0 + 8 * s, FULL_ARRIVALS);
+        mbar_init(empty0 + 8 * s, empty_arrivals);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_proxy_async(); /* the inits, before the TMA unit (async proxy) completes bytes on them */
+    prefetch_tensormap(tm_b);
+    if (g.sc) prefetch_tensormap(tm_sc);
+}
+
+/* One stage of a consumer warpgroup: 4 x wgmma (K = 64; +32 bytes along the swizzled row per k16 step), one
+ * commit group. */
+template <int BN>
+static __device__ __forceinline__ void wg_mma_stage(float *acc, uint64_t da, uint64_t db) {
+    wgmma_fence();
+#pragma unroll
+    for (int k = 0; k < WG_BK / 16; k++) {
+        if (BN == 256)
+            wgmma_n256(acc, da + 2 * k, db + 2 * k);
+        else
+            wgmma_n128(acc, da + 2 * k, db + 2 * k);
+    }
+    wgmma_commit();
+}
+
+/* The epilogue of consumer warpgroup cw from its registers. Accumulator layout of m64nN: thread (warp w, lane l)
+ * holds rows 16 w + l / 4 (+ 8) and, per 8-column block j, columns 8 j + 2 (l % 4) + {0, 1}: acc[4 j + 2 h + {0, 1}]
+ * for row half h. N % BN == 0: every column is < N. */
+template <int BN>
+static __device__ __forceinline__ void wg_store_tile(const w22_gemm &g, const float *acc, int m0, int n0, int cw,
+                                                     int warp4, int lane, int HW) {
+    const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
+        if (m >= g.M) continue;
+        long orow, rrow;
+        w22_epilogue_row(g, m, HW, &orow, &rrow);
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+            const int n = n0 + j * 8 + tq * 2;
+            w22_epilogue_pair(g, orow, rrow, n, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+        }
+    }
+}
 
 typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                     const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,

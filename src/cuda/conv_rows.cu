@@ -18,42 +18,20 @@
  * Epilogue: the shared one (conv_epilogue.cuh): bias, residual, time split, bf16 or fp32 pair stores. */
 #include "cuda_internal.h"
 #include "conv_epilogue.cuh"
+#include "mma_sync.cuh"
 #include <stdlib.h>
 #include <string.h>
 
 #define CR_BM 128                 /* output pixels per tile (one row segment) */
 #define CR_AROWS (CR_BM + 2)      /* input pixels per tile: one each side for dx = 0 and dx = 2 */
 #define CR_BN 16                  /* output channels, padded */
-#define CR_ROW 128                /* bytes per smem row: 64 bf16 */
+#define CR_ROW ROW_BYTES           /* bytes per smem row: 64 bf16 (mma_sync.cuh) */
 #define CR_THREADS 128
 #define CR_STAGES 4
 #define CR_A_BYTES (CR_AROWS * CR_ROW)         /* 16640 */
 #define CR_B_BYTES (3 * CR_BN * CR_ROW)        /* 6144 */
 #define CR_STAGE_BYTES (CR_A_BYTES + CR_B_BYTES)
 #define CR_SMEM (CR_STAGES * CR_STAGE_BYTES)   /* 91136: two blocks per SM */
-
-static __device__ __forceinline__ void cr_cp_async16(uint32_t dst, const void *src, bool valid) {
-    const int bytes = valid ? 16 : 0; /* 0: no global read, 16 zero bytes */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void cr_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> static __device__ __forceinline__ void cr_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-static __device__ __forceinline__ void cr_ldmatrix_x4(uint32_t r[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-static __device__ __forceinline__ void cr_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-static __device__ __forceinline__ uint32_t cr_swz(int row, int chunk) {
-    return (uint32_t)(row * CR_ROW + ((chunk ^ (row & 7)) << 4));
-}
 
 __global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_gemm g, int xtiles, int iters) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -74,7 +52,7 @@ __global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_
             const int i = r0 + 16 * j, ix = x0 - g.pad_x + i; /* ix >= -1: the readable left border */
             if (i < CR_AROWS) {
                 const bool ok = ix <= g.W; /* column W is the right border; past it only masked outputs read */
-                cr_cp_async16(sa + cr_swz(i, cc), ok ? row + (long)ix * g.a_sw : g.a, ok);
+                cp_async16(sa + swz(i, cc), ok ? row + (long)ix * g.a_sw : g.a, ok);
             }
         }
         const int n = r0; /* B: rows dx * 16 + n, n = r0 (16 rows), one per dx */
@@ -82,7 +60,7 @@ __global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_
         for (int dx = 0; dx < 3; dx++) {
             const bool ok = n < g.N;
             const long k = (long)((ld_dt * 3 + ld_dy) * 3 + dx) * g.cin + ld_c0 + cc * 8;
-            cr_cp_async16(sb + cr_swz(dx * CR_BN + n, cc), ok ? g.b + n * g.b_sw + k : g.b, ok);
+            cp_async16(sb + swz(dx * CR_BN + n, cc), ok ? g.b + n * g.b_sw + k : g.b, ok);
         }
         ld_c0 += 64;
         if (ld_c0 == g.cin) {
@@ -103,7 +81,7 @@ __global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_
 #pragma unroll
     for (int s = 0; s < CR_STAGES - 1; s++) {
         if (s < iters) load_stage(s);
-        cr_commit();
+        cp_async_commit();
     }
     /* ldmatrix lanes: A rows warp * 32 + i * 16 + (lane & 15) (+ dx), chunk half lane >> 4; B rows
      * dx * 16 + (lane & 7) + 8 (lane >> 4), chunk half (lane >> 3) & 1 (its row & 7 == lane & 7). */
@@ -111,12 +89,12 @@ __global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_
     const int b_row = (lane & 7) + ((lane >> 4) << 3), b_half = (lane >> 3) & 1, l7 = lane & 7;
 
     for (int it = 0; it < iters; it++) {
-        cr_wait<CR_STAGES - 2>();
+        cp_async_wait<CR_STAGES - 2>();
         __syncthreads(); /* stage it is in smem for all threads; stage it - 1 is free for the next load */
         {
             const int nx = it + CR_STAGES - 1;
             if (nx < iters) load_stage(nx % CR_STAGES);
-            cr_commit();
+            cp_async_commit();
         }
         const uint32_t sa = smem0 + (it % CR_STAGES) * CR_STAGE_BYTES, sb = sa + CR_A_BYTES;
 #pragma unroll
@@ -127,18 +105,18 @@ __global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
                     const int ar = a_row + i * 16 + dx; /* output row r reads input row r + dx */
-                    cr_ldmatrix_x4(af[i], sa + ar * CR_ROW + (((kk * 2 + a_half) ^ (ar & 7)) << 4));
+                    ldmatrix_x4(af[i], sa + ar * CR_ROW + (((kk * 2 + a_half) ^ (ar & 7)) << 4));
                 }
-                cr_ldmatrix_x4(r, sb + (dx * CR_BN + b_row) * CR_ROW + (((kk * 2 + b_half) ^ l7) << 4));
+                ldmatrix_x4(r, sb + (dx * CR_BN + b_row) * CR_ROW + (((kk * 2 + b_half) ^ l7) << 4));
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
-                    cr_mma(acc[i][0], af[i], r[0], r[1]);
-                    cr_mma(acc[i][1], af[i], r[2], r[3]);
+                    mma_bf16(acc[i][0], af[i], r[0], r[1]);
+                    mma_bf16(acc[i][1], af[i], r[2], r[3]);
                 }
             }
         }
     }
-    cr_wait<0>();
+    cp_async_wait<0>();
 
     /* Epilogue. m16n8 accumulators: rows lane / 4 (+ 8), columns 2 (lane % 4) + {0, 1}. */
     const int HW = g.H * g.W, gq = lane >> 2, tq = lane & 3;

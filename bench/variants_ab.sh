@@ -9,6 +9,7 @@
 #   W22_WGMMA_CLUSTER=2      CTA pairs sharing B by TMA multicast (v6: slower)
 #   W22_CONV_ROWS=1          conv_out (N <= 16) as row tiles reusing their input across dx (v7)
 #   W22_WGMMA_PERSIST=1      the wgmma conv on a persistent grid, the ring carried across tiles (v8)
+#   W22_WGMMA_LOAD=tma       the wgmma conv's pixels by the TMA's im2col mode, per-frame tiles (v9)
 # Steps per variant set: conformance (cuda_ops conv and rmsnorm cases against the CPU backend, cuda_decode's whole
 # decodes against the CPU's), the op
 # micro-benchmark (cuda_ops --perf --kernel wgmma), the whole f121 decode at 1 latent frame per pass
@@ -17,7 +18,7 @@
 # Usage (device, repo root): bench/variants_ab.sh ["SET1" "SET2" ...]   (a SET: "VAR=v VAR=v", "" = default)
 set -u
 if [ $# -eq 0 ]; then
-    set -- "" "W22_CONV_ROWS=1" "W22_WGMMA_PERSIST=1" "W22_CONV_ROWS=1 W22_WGMMA_PERSIST=1"
+    set -- "" "W22_WGMMA_LOAD=tma" "W22_WGMMA_LOAD=tma W22_WGMMA_PERSIST=1" "W22_CONV_ROWS=1" "W22_WGMMA_PERSIST=1"
 fi
 out=${OUT:-/tmp/out}
 mkdir -p "$out"

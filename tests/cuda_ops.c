@@ -342,10 +342,14 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
     if (both_ok("conv", shape, s1, cerr, s2)) {
         compare("conv", shape, &out, 0, oc, TOL_BF16, 1e-5, 0, gpu_path());
         if (gpu_wgmma && !selftest && wgmma_qualifies(cin, cout, ks, upsample, sc_cin)) {
-            const char *pe = getenv("W22_WGMMA_PERSIST"); /* the persistent variant, when switched on */
-            const int want_p = pe && !strcmp(pe, "1");
-            const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || strstr(gpu_path(), "persistent"));
-            if (!on) printf("    expected the wgmma kernel%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "", gpu_path());
+            /* the variants, when switched on: the persistent grid, the TMA's im2col loads */
+            const char *pe = getenv("W22_WGMMA_PERSIST"), *le = getenv("W22_WGMMA_LOAD");
+            const int want_p = pe && !strcmp(pe, "1"), want_t = le && !strcmp(le, "tma");
+            const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || strstr(gpu_path(), "persistent")) &&
+                           (!want_t || strstr(gpu_path(), " tma"));
+            if (!on)
+                printf("    expected the wgmma kernel%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
+                       want_t ? " (tma)" : "", gpu_path());
             CHECK(on, "conv %s on wgmma", shape);
         }
         if (!selftest && rows_qualifies(cin, cout, kt, ks, upsample, time_split, sc_cin)) {

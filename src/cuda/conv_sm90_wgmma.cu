@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const int m_last = (m0 + WG_BM < g.M ? m0 + WG_BM : g.M) - 1;
     const bool two_frames = m_last / HW - t_lo <= 1; /* every real shape: H x W >= 128; else the table per row */
     if (tid < m_last / HW - t_lo + g.kt + 1) ftab[tid] = w22_gemm_frame(g, t_lo + tid); /* + 1: f1 below */
-    if (tid == 0) wg_init_ring<STAGES>(full0, empty0, EMPTY_ARRIVALS * CL, &tm_b, &tm_sc, g);
+    if (tid == 0) wg_init_ring<STAGES>(full0, empty0, FULL_ARRIVALS, EMPTY_ARRIVALS * CL, &tm_b, &tm_sc, g);
     __syncthreads();
     if (CLUSTER) cluster_sync_all(); /* the peer's barriers are initialized before any multicast or remote arrive */
 
@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
 
-        wg_store_tile<BN>(g, acc, m0, n0, cw, warp4, lane, HW);
+        wg_store_tile<BN>(g, acc, m0, g.M, n0, cw, warp4, lane, HW);
     }
     if (CLUSTER) cluster_sync_all(); /* no CTA leaves while its peer may still arrive on its barriers */
 }
@@ -352,6 +352,7 @@ w22_status w22_cuda_wgmma_init(w22_cuda *c) {
                         "block; the kernel needs %d", c->smem_optin, wg_big::smem);
     W22_TRY(wg_allow_smem());
     W22_TRY(w22_cuda_wgmma_persist_init(c));
+    W22_TRY(w22_cuda_wgmma_tma_init(c));
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     CU_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
@@ -442,6 +443,8 @@ template <class CFG> static w22_status wg_launch(w22_cuda *c, const w22_gemm *g,
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_gemm *g, const char *what) {
     const int v = wg_variant(), big = g->N % 256 == 0;
     w22_status s;
+    if (v == (WG_ROWREG | WG_EARLY) && w22_cuda_wgmma_tma_on(c) && !w22_cuda_wgmma_tma_blocker(g))
+        return w22_cuda_gemm_wgmma_tma(c, g, what); /* with W22_WGMMA_PERSIST=1 on a persistent grid */
     if (v == (WG_ROWREG | WG_EARLY) && w22_cuda_wgmma_persist_on(c)) return w22_cuda_gemm_wgmma_persist(c, g, what);
     if ((v & WG_CLUSTER) && big && v == (WG_ROWREG | WG_EARLY | WG_CLUSTER)) { /* the one cluster instantiation */
         c->last_path = "wgmma 128x256 cluster2";

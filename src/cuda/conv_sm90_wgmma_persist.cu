@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const uint32_t full0 = base + L::bars_off, empty0 = full0 + STAGES * 8;
     const int tid = threadIdx.x, wg = tid >> 7;
     const int HW = g.H * g.W;
-    if (tid == 0) wg_init_ring<STAGES>(full0, empty0, EMPTY_ARRIVALS, &tm_b, &tm_sc, g);
+    if (tid == 0) wg_init_ring<STAGES>(full0, empty0, FULL_ARRIVALS, EMPTY_ARRIVALS, &tm_b, &tm_sc, g);
     __syncthreads();
 
     if (wg == 0) {
@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             if (lane == 0) mbar_arrive(empty0 + 8 * sp); /* the tile's last stage: the producer refills it */
 #pragma unroll
             for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
-            wg_store_tile<BN>(g, acc, m0, n0, cw, warp4, lane, HW);
+            wg_store_tile<BN>(g, acc, m0, g.M, n0, cw, warp4, lane, HW);
             __syncwarp(); /* the rows past M diverged: converged again before the next tile's .aligned wgmma ops */
         }
     }

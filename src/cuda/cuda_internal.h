@@ -40,6 +40,7 @@ typedef struct {
      * tensor maps are made by the driver's cuTensorMapEncodeTiled (entry point fetched through cudart). */
     int use_wgmma;
     void *tmap_encode;
+    void *tmap_im2col; /* cuTensorMapEncodeIm2col, for W22_WGMMA_LOAD=tma (conv_sm90_wgmma_tma.cu); NULL: none */
 } w22_cuda;
 
 /* A weight in this backend's layout. Conv: [cout][kt][kh][kw][cin] bf16 (the GEMM's B operand, K-major);

@@ -84,6 +84,15 @@ static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorM
                  "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1)
                  : "memory");
 }
+/* 4D im2col TMA load (conv_sm90_wgmma_tma.cu): the map's pixelsPerColumn pixels from (c, w, h, n) on, walking the
+ * map's bounding box in (w, h, n) order, each read at (w + ow, h + oh); outside the tensor: zeros. */
+static __device__ __forceinline__ void tma_load_im2col(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c, int w,
+                                                       int h, int n, uint16_t ow, uint16_t oh) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes [%0], [%1, {%3, "
+                 "%4, %5, %6}], [%2], {%7, %8};\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(n), "h"(ow), "h"(oh)
+                 : "memory");
+}
 /* The same load multicast to the CTAs of `mask` in this cluster: each receives the box at the same shared-memory
  * offset and the bytes are completed on its own mbarrier at the offset of `bar`. */
 static __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1,
@@ -188,13 +197,14 @@ template <int BN, int STAGES> struct wg_layout {
 
 /* ---- pieces of the kernels ---- */
 
-/* Thread 0: the ring's barriers (empty[s] counts `empty_arrivals`), made visible to the TMA unit, and the tensor
- * maps prefetched (the shortcut's where g has one). The caller synchronizes the block after. */
+/* Thread 0: the ring's barriers (full[s] counts `full_arrivals`, empty[s] `empty_arrivals`), made visible to the
+ * TMA unit, and the tensor maps prefetched (the shortcut's where g has one). The caller synchronizes the block after. */
 template <int STAGES>
-static __device__ __forceinline__ void wg_init_ring(uint32_t full0, uint32_t empty0, int empty_arrivals,
-                                                    const CUtensorMap *tm_b, const CUtensorMap *tm_sc, const w22_gemm &g) {
+static __device__ __forceinline__ void wg_init_ring(uint32_t full0, uint32_t empty0, int full_arrivals,
+                                                    int empty_arrivals, const CUtensorMap *tm_b,
+                                                    const CUtensorMap *tm_sc, const w22_gemm &g) {
     for (int s = 0; s < STAGES; s++) {
-        mbar_init(full0 + 8 * s, FULL_ARRIVALS);
+        mbar_init(full0 + 8 * s, full_arrivals);
         mbar_init(empty0 + 8 * s, empty_arrivals);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -218,17 +228,17 @@ static __device__ __forceinline__ void wg_mma_stage(float *acc, uint64_t da, uin
     wgmma_commit();
 }
 
-/* The epilogue of consumer warpgroup cw from its registers. Accumulator layout of m64nN: thread (warp w, lane l)
- * holds rows 16 w + l / 4 (+ 8) and, per 8-column block j, columns 8 j + 2 (l % 4) + {0, 1}: acc[4 j + 2 h + {0, 1}]
- * for row half h. N % BN == 0: every column is < N. */
+/* The epilogue of consumer warpgroup cw from its registers: rows m0 + r below m_end. Accumulator layout of m64nN:
+ * thread (warp w, lane l) holds rows 16 w + l / 4 (+ 8) and, per 8-column block j, columns 8 j + 2 (l % 4) + {0, 1}:
+ * acc[4 j + 2 h + {0, 1}] for row half h. N % BN == 0: every column is < N. */
 template <int BN>
-static __device__ __forceinline__ void wg_store_tile(const w22_gemm &g, const float *acc, int m0, int n0, int cw,
-                                                     int warp4, int lane, int HW) {
+static __device__ __forceinline__ void wg_store_tile(const w22_gemm &g, const float *acc, int m0, int m_end, int n0,
+                                                     int cw, int warp4, int lane, int HW) {
     const int gq = lane >> 2, tq = lane & 3;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
-        if (m >= g.M) continue;
+        if (m >= m_end) continue;
         long orow, rrow;
         w22_epilogue_row(g, m, HW, &orow, &rrow);
 #pragma unroll
@@ -245,9 +255,19 @@ typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32
 /* K-major [rows][K] bf16 (row stride `stride` elements) as a 2D tensor map with {64, box_rows} boxes, 128B swizzle. */
 w22_status w22_wgmma_kmajor_map(w22_cuda *c, CUtensorMap *m, const bf16 *ptr, long K, long rows, long stride,
                                 int box_rows, const char *what);
+typedef CUresult (*encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                     const cuuint64_t *, const int *, const int *, cuuint32_t, cuuint32_t,
+                                     const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                     CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 /* conv_sm90_wgmma_persist.cu (W22_WGMMA_PERSIST=1) */
 w22_status w22_cuda_wgmma_persist_init(w22_cuda *c);
 int w22_cuda_wgmma_persist_on(const w22_cuda *c);
 w22_status w22_cuda_gemm_wgmma_persist(w22_cuda *c, const w22_gemm *g, const char *what);
+/* conv_sm90_wgmma_tma.cu (W22_WGMMA_LOAD=tma): init (sets c->tmap_im2col), whether the switch is on, why a GEMM the
+ * default wgmma kernel takes does not qualify (NULL: it does), the launch */
+w22_status w22_cuda_wgmma_tma_init(w22_cuda *c);
+int w22_cuda_wgmma_tma_on(const w22_cuda *c);
+const char *w22_cuda_wgmma_tma_blocker(const w22_gemm *g);
+w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what);
 
 #endif

@@ -1,0 +1,240 @@
+/* The wgmma conv with its pixels loaded by the TMA too (W22_WGMMA_LOAD=tma; a measurement variant, docs/PERF.md v9,
+ * off by default until measured). Same GEMM, stage ring, consumers and epilogue as the default kernel
+ * (conv_sm90_wgmma.cu, whose opening comment is the design); what differs is below.
+ *
+ * A by the TMA's im2col mode: one instruction loads a stage's 128 rows x 64 channels. The tensor map describes the
+ * input's frames as a 4D tensor {C, W, H, frames} (with the border: {C, W + 2, H + 2, frames} from pixel (-1, -1));
+ * its bounding box is the H x W grid of tap (0, 0)'s reads, which the load walks in (x, y, frame) order from the
+ * tile's first pixel, each pixel read at (x + dx, y + dy) of the frame: the row wraps that made a fixed box
+ * impossible for the tiled mode (the default kernel's note) are the im2col mode's own. Why: the default producer
+ * issues 1024 cp.async per 1024-clock stage from 128 threads, and its issue rate was measured to bound the kernel
+ * (v4: a table read per row cost 12-15%; v5: rows in registers gave +12-19%); here one thread issues two TMA
+ * instructions per stage, as in a plain GEMM, and the consumers get the registers (232). The price: a tile may not
+ * span two frames, whose sources differ (the causal history frames live in the caches: one map per source, chosen
+ * per tap), so the tiles are per frame: ceil(H W / 128) of them (the last one partial: its rows run on into the next
+ * frame or past the tensor, where the TMA reads zeros, and are not stored). Every real shape has H W % 128 == 0 or
+ * wastes under 1% (44 x 78: 27 tiles for 26.8).
+ * Coordinates: with the border (ks > 1) the map starts at pixel (-1, -1), so input pixel (iy, ix) is (ix + 1, iy + 1)
+ * and output pixel (y, x)'s tap (dy, dx) reads (x + dx + 1 - pad_x, y + dy + 1 - pad_y): the load starts at
+ * (x + 1 - pad_x, y + 1 - pad_y) with offsets (dx, dy), the bounding box's corners are 1 - pad (lower) and -1 - pad
+ * (upper, from the far edge), H x W pixels. The border rows are read as stored (zeros, or a neighbour rank's halo
+ * rows): the TMA's own zero fill is not used for padding. Without a border (ks = 1): the map starts at (0, 0),
+ * corners 0. The 1x1 shortcut: the same with ks = 1 over g.sc.
+ * The tiles run on a persistent grid under W22_WGMMA_PERSIST=1 (one CTA per SM, the ring carried across tiles, as
+ * conv_sm90_wgmma_persist.cu), else one tile per CTA. */
+#include "wgmma_common.cuh"
+
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(WG_THREADS, 1)
+    w22_conv_wgmma_tma_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_scb,
+                              const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_h0,
+                              const __grid_constant__ CUtensorMap tm_h1, const __grid_constant__ CUtensorMap tm_sca,
+                              const w22_gemm g, int tpf, int cx, int cy, int main_iters, int iters, int tiles_n,
+                              int tiles) {
+    typedef wg_layout<BN, STAGES> L;
+    extern __shared__ unsigned char smem_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    const uint32_t full0 = base + L::bars_off, empty0 = full0 + STAGES * 8;
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int HW = g.H * g.W;
+    if (tid == 0) { /* full[s]: the producer's one arrive.expect_tx; the TMA completes both loads' bytes */
+        wg_init_ring<STAGES>(full0, empty0, 1, EMPTY_ARRIVALS, &tm_b, &tm_scb, g);
+        prefetch_tensormap(&tm_a);
+        if (g.hist_n) prefetch_tensormap(&tm_h0), prefetch_tensormap(&tm_h1);
+        if (g.sc) prefetch_tensormap(&tm_sca);
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        /* ---------------- producer: one thread ---------------- */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS));
+        if (tid == 0) {
+            int s = 0, loads = 0; /* stage of the next load; loads issued so far */
+            uint32_t ph = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const int tm = tile / tiles_n, n0 = (tile - tm * tiles_n) * BN;
+                const int t = tm / tpf, r0 = (tm - t * tpf) * WG_BM, y0 = r0 / g.W, x0 = r0 - y0 * g.W;
+                int c0 = 0, dt = 0, dy = 0, dx = 0;
+                for (int it = 0; it < iters; it++, loads++) {
+                    if (loads >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1);
+                    const uint32_t sa = base + s * L::stage_bytes, sb = sa + L::a_bytes, full = full0 + 8 * s;
+                    mbar_arrive_expect_tx(full, L::stage_bytes);
+                    if (it < main_iters) {
+                        const int j = t + dt; /* the input frame of this tap: a history frame or a new one */
+                        const bool nw = j >= g.hist_n;
+                        tma_load_im2col(sa, nw ? &tm_a : j == 0 ? &tm_h0 : &tm_h1, full, c0, x0 + cx, y0 + cy,
+                                        nw ? j - g.hist_n : 0, (uint16_t)dx, (uint16_t)dy);
+                        tma_load_2d(sb, &tm_b, full, ((dt * g.ks + dy) * g.ks + dx) * g.cin + c0, n0);
+                        c0 += WG_BK;
+                        if (c0 == g.cin) { /* next tap; after the last one c0 restarts for the shortcut's channels */
+                            c0 = 0;
+                            if (++dx == g.ks) {
+                                dx = 0;
+                                if (++dy == g.ks) dy = 0, dt++;
+                            }
+                        }
+                    } else {
+                        tma_load_im2col(sa, &tm_sca, full, c0, x0, y0, t, 0, 0);
+                        tma_load_2d(sb, &tm_scb, full, c0, n0);
+                        c0 += WG_BK;
+                    }
+                    if (++s == STAGES) s = 0, ph ^= 1;
+                }
+            }
+        }
+    } else {
+        /* ---------------- consumers (as the persistent kernel's) ---------------- */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS));
+        const int cw = wg - 1, lane = tid & 31, warp4 = (tid >> 5) & 3;
+        constexpr int NACC = BN / 2;
+        const uint64_t da0 = smem_desc(base + cw * 64 * WG_ROW_BYTES), db0 = smem_desc(base + L::a_bytes);
+        constexpr uint64_t STAGE_DESC = L::stage_bytes >> 4;
+        int s = 0, sp = 0;
+        uint32_t ph = 0;
+        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            const int tm = tile / tiles_n, n0 = (tile - tm * tiles_n) * BN;
+            const int t = tm / tpf, m0 = t * HW + (tm - t * tpf) * WG_BM;
+            const int m_end = m0 + WG_BM < (t + 1) * HW ? m0 + WG_BM : (t + 1) * HW; /* this frame's rows only */
+            float acc[NACC];
+#pragma unroll
+            for (int i = 0; i < NACC; i++) acc[i] = 0.f;
+            for (int it = 0; it < iters; it++) {
+                mbar_wait(full0 + 8 * s, ph);
+                wg_mma_stage<BN>(acc, da0 + s * STAGE_DESC, db0 + s * STAGE_DESC);
+                wgmma_wait<1>(); /* stage it - 1's wgmmas are done: it may be refilled */
+                if (it > 0 && lane == 0) mbar_arrive(empty0 + 8 * sp);
+                sp = s;
+                if (++s == STAGES) s = 0, ph ^= 1;
+            }
+            wgmma_wait<0>();
+            if (lane == 0) mbar_arrive(empty0 + 8 * sp); /* the tile's last stage: the next tile's loads refill it */
+#pragma unroll
+            for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
+            wg_store_tile<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW);
+            __syncwarp(); /* the rows past m_end diverged: converged again before the next tile's .aligned wgmma ops */
+        }
+    }
+}
+
+/* ---- host side ---- */
+
+/* W22_WGMMA_LOAD=tma (read once per process) */
+static int tma_enabled(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_WGMMA_LOAD");
+        v = e && !strcmp(e, "tma");
+    }
+    return v;
+}
+
+int w22_cuda_wgmma_tma_on(const w22_cuda *c) { return tma_enabled() && c->tmap_im2col != NULL; }
+
+w22_status w22_cuda_wgmma_tma_init(w22_cuda *c) {
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                wg_layout<256, 4>::bytes));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<128, 6>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                wg_layout<128, 6>::bytes));
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    CU_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &fn, 12000, cudaEnableDefault, &q));
+    if ((!fn || q != cudaDriverEntryPointSuccess) && tma_enabled())
+        return w22_fail(W22_ERR_CUDA, "W22_WGMMA_LOAD=tma: the driver has no cuTensorMapEncodeIm2col (query %d)",
+                        (int)q);
+    c->tmap_im2col = q == cudaDriverEntryPointSuccess ? fn : NULL;
+    return W22_OK;
+}
+
+static int al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+static int st16(long stride_elems) { return stride_elems > 0 && stride_elems % 8 == 0; }
+
+/* A view's origin for the map: pixel (-1, -1) with the border (ks > 1), else (0, 0). */
+static const bf16 *map_origin(const bf16 *p, long sh, long sw, int border) { return border ? p - sh - sw : p; }
+
+/* NULL when this kernel takes a GEMM that the default wgmma kernel takes, else why not. */
+const char *w22_cuda_wgmma_tma_blocker(const w22_gemm *g) {
+    const int border = g->ks > 1;
+    if (border) {
+        /* taps read rows y + dy - pad in [-1, H]: the one-pixel border */
+        if (g->pad_y < 0 || g->pad_y > 1 || g->ks - 1 - g->pad_y < 0 || g->ks - 1 - g->pad_y > 1) return "pad_y";
+        if (g->pad_x < 0 || g->pad_x > 1 || g->ks - 1 - g->pad_x < 0 || g->ks - 1 - g->pad_x > 1) return "pad_x";
+    } else if (g->pad_y || g->pad_x)
+        return "pad with ks 1";
+    if (g->hist_n != 0 && g->hist_n != 2) return "hist_n";
+    if (g->H <= 0 || g->W <= 0 || g->M % (g->H * g->W)) return "M not frames x H x W";
+    const int F = g->M / (g->H * g->W); /* a frame stride is only stepped on with two frames or more */
+    if (!st16(g->a_sw) || !st16(g->a_sh) || (F + g->kt - 1 - g->hist_n > 1 && !st16(g->a_sf)) || g->a_sw < g->cin)
+        return "A strides not TMA-able";
+    if (!al16(map_origin(g->a, g->a_sh, g->a_sw, border))) return "A not 16-byte aligned";
+    for (int k = 0; k < g->hist_n; k++)
+        if (!al16(map_origin(g->a_hist[k], g->a_sh, g->a_sw, border))) return "history frame not 16-byte aligned";
+    if (g->sc && (!st16(g->sc_sw) || !st16(g->sc_sh) || (F > 1 && !st16(g->sc_sf)) || !al16(g->sc) ||
+                  g->sc_sw < g->sc_cin))
+        return "shortcut input not TMA-able";
+    return NULL;
+}
+
+/* frames of a channels-last view (C channels of pixel stride sw, rows sh, frames sf) as an im2col map: 128 pixels x
+ * 64 channels per load, 128B swizzle (the layout the consumers' descriptors expect) */
+static w22_status im2col_map(w22_cuda *c, CUtensorMap *m, const bf16 *p, long sw, long sh, long sf, int C, int W, int H,
+                             int frames, int border, int pad_y, int pad_x, const char *what) {
+    const int b = border ? 1 : 0;
+    if (frames == 1) sf = sh * (H + 2 * b); /* never stepped on (past it: zeros); any valid stride */
+    const cuuint64_t dims[4] = {(cuuint64_t)C, (cuuint64_t)(W + 2 * b), (cuuint64_t)(H + 2 * b), (cuuint64_t)frames};
+    const cuuint64_t strides[3] = {(cuuint64_t)sw * 2, (cuuint64_t)sh * 2, (cuuint64_t)sf * 2};
+    const int lower[2] = {b ? 1 - pad_x : 0, b ? 1 - pad_y : 0}; /* {W, H} */
+    const int upper[2] = {b ? -1 - pad_x : 0, b ? -1 - pad_y : 0};
+    const cuuint32_t estr[4] = {1, 1, 1, 1};
+    const CUresult r = ((encode_im2col_fn)c->tmap_im2col)(
+        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)map_origin(p, sh, sw, border), dims, strides, lower, upper,
+        WG_BK, WG_BM, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return w22_fail(W22_ERR_CUDA, "%s: cuTensorMapEncodeIm2col (C %d, %dx%d, %d frames, strides %ld/%ld/%ld, "
+                        "border %d, pad %d,%d) failed: %d", what, C, H, W, frames, sw, sh, sf, b, pad_y, pad_x, (int)r);
+    return W22_OK;
+}
+
+template <int BN, int STAGES> static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, const char *what) {
+    const long K = (long)g->kt * g->ks * g->ks * g->cin;
+    const int HW = g->H * g->W, F = g->M / HW, border = g->ks > 1;
+    CUtensorMap tb, ts, ta, th0, th1, tsa;
+    W22_TRY(w22_wgmma_kmajor_map(c, &tb, g->b, K, g->N, g->b_sw, BN, what));
+    /* the window's frames after the history: F + kt - 1 in all */
+    W22_TRY(im2col_map(c, &ta, g->a, g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H, F + g->kt - 1 - g->hist_n, border,
+                       g->pad_y, g->pad_x, what));
+    th0 = th1 = ta; /* never read without history */
+    if (g->hist_n) {
+        W22_TRY(im2col_map(c, &th0, g->a_hist[0], g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H, 1, border, g->pad_y,
+                           g->pad_x, what));
+        W22_TRY(im2col_map(c, &th1, g->a_hist[1], g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H, 1, border, g->pad_y,
+                           g->pad_x, what));
+    }
+    ts = tb, tsa = ta; /* never read without a shortcut */
+    if (g->sc) {
+        W22_TRY(w22_wgmma_kmajor_map(c, &ts, g->scb, g->sc_cin, g->N, g->sc_cin, BN, what));
+        W22_TRY(im2col_map(c, &tsa, g->sc, g->sc_sw, g->sc_sh, g->sc_sf, g->sc_cin, g->W, g->H, F, 0, 0, 0, what));
+    }
+    const int main_iters = g->kt * g->ks * g->ks * (g->cin / WG_BK);
+    const int iters = main_iters + (g->sc ? g->sc_cin / WG_BK : 0);
+    const int tiles_n = g->N / BN, tpf = (HW + WG_BM - 1) / WG_BM;
+    const long tiles = (long)F * tpf * tiles_n;
+    if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
+    const int grid = (int)(persist && tiles > c->sms ? c->sms : tiles);
+    const int cx = border ? 1 - g->pad_x : 0, cy = border ? 1 - g->pad_y : 0;
+    w22_conv_wgmma_tma_kernel<BN, STAGES><<<grid, WG_THREADS, wg_layout<BN, STAGES>::bytes, c->stream>>>(
+        tb, ts, ta, th0, th1, tsa, *g, tpf, cx, cy, main_iters, iters, tiles_n, (int)tiles);
+    return W22_OK;
+}
+
+w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
+    const int big = g->N % 256 == 0, persist = w22_cuda_wgmma_persist_on(c);
+    static const char *const names[4] = {"wgmma 128x128 tma", "wgmma 128x256 tma", "wgmma 128x128 tma persistent",
+                                         "wgmma 128x256 tma persistent"};
+    c->last_path = names[persist * 2 + big];
+    const w22_status s = big ? launch<256, 4>(c, g, persist, what) : launch<128, 6>(c, g, persist, what);
+    if (s != W22_OK) return s;
+    CU_LAUNCHED(c, what);
+    return W22_OK;
+}

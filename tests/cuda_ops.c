@@ -46,10 +46,10 @@ static int gpu_wgmma;                /* the backend in `gpu` was made with W22_C
 static int wgmma_qualifies(int cin, int cout, int ks, int upsample, int sc_cin) {
     return cin % 64 == 0 && cout % 128 == 0 && (!sc_cin || sc_cin % 64 == 0) && (!upsample || ks == 3);
 }
-/* The row conv (conv_rows.cu) takes these when W22_CONV_ROWS=1. */
+/* The row conv (conv_rows.cu) takes these unless W22_CONV_ROWS=0. */
 static int rows_qualifies(int cin, int cout, int kt, int ks, int upsample, int time_split, int sc_cin) {
     const char *e = getenv("W22_CONV_ROWS");
-    return e && !strcmp(e, "1") && cin % 64 == 0 && cout <= 16 && cout % 2 == 0 && ks == 3 && (kt == 1 || kt == 3) &&
+    return !(e && !strcmp(e, "0")) && cin % 64 == 0 && cout <= 16 && cout % 2 == 0 && ks == 3 && (kt == 1 || kt == 3) &&
            !upsample && !time_split && !sc_cin;
 }
 static const char *filter;
@@ -342,9 +342,12 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
     if (both_ok("conv", shape, s1, cerr, s2)) {
         compare("conv", shape, &out, 0, oc, TOL_BF16, 1e-5, 0, gpu_path());
         if (gpu_wgmma && !selftest && wgmma_qualifies(cin, cout, ks, upsample, sc_cin)) {
-            /* the variants, when switched on: the persistent grid, the TMA's im2col loads */
+            /* the variants: the TMA's im2col loads unless W22_WGMMA_LOAD=cpasync; the persistent grid with them
+             * unless W22_WGMMA_PERSIST=0, with the cp.async loads when W22_WGMMA_PERSIST=1 */
             const char *pe = getenv("W22_WGMMA_PERSIST"), *le = getenv("W22_WGMMA_LOAD");
-            const int want_p = pe && !strcmp(pe, "1"), want_t = le && !strcmp(le, "tma");
+            const int want_t = !(le && !strcmp(le, "cpasync")) && !getenv("W22_WGMMA_ROWS") &&
+                               !getenv("W22_WGMMA_HANDOFF") && !getenv("W22_WGMMA_CLUSTER"); /* v5/v6 switches */
+            const int want_p = want_t ? !(pe && !strcmp(pe, "0")) : pe && !strcmp(pe, "1");
             const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || strstr(gpu_path(), "persistent")) &&
                            (!want_t || strstr(gpu_path(), " tma"));
             if (!on)

@@ -136,18 +136,18 @@ __global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_
         }
 }
 
-/* W22_CONV_ROWS=1 (read once per process). */
+/* On unless W22_CONV_ROWS=0 (read once per process; the default since v7's run, docs/PERF.md). */
 static int rows_enabled(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("W22_CONV_ROWS");
-        v = e && !strcmp(e, "1");
+        v = !(e && !strcmp(e, "0"));
     }
     return v;
 }
 
 const char *w22_cuda_rows_blocker(const w22_gemm *g) {
-    if (!rows_enabled()) return "off (W22_CONV_ROWS=1 turns it on)";
+    if (!rows_enabled()) return "off (W22_CONV_ROWS=0)";
     if (g->upsample || g->sc) return "upsample or shortcut";
     if (g->ks != 3 || (g->kt != 1 && g->kt != 3) || g->pad_y != 1 || g->pad_x != 1) return "not a centred 3x3(x3)";
     if (g->N > CR_BN || g->N % 2) return "N > 16 or odd";

@@ -155,17 +155,18 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     }
 }
 
-/* W22_WGMMA_PERSIST=1 (read once per process) */
-static int persist_enabled(void) {
-    static int v = -1;
-    if (v < 0) {
+/* W22_WGMMA_PERSIST: 1 or 0, -1 when unset (read once per process) */
+int w22_wgmma_persist_env(void) {
+    static int v = -2;
+    if (v == -2) {
         const char *e = getenv("W22_WGMMA_PERSIST");
-        v = e && !strcmp(e, "1");
+        v = !e ? -1 : !strcmp(e, "1") ? 1 : !strcmp(e, "0") ? 0 : -1;
     }
     return v;
 }
 
-int w22_cuda_wgmma_persist_on(const w22_cuda *c) { return persist_enabled() && c->sms > 0; }
+/* this kernel (the cp.async loads' persistent variant): only when asked for, W22_WGMMA_PERSIST=1 (v8: slower) */
+int w22_cuda_wgmma_persist_on(const w22_cuda *c) { return w22_wgmma_persist_env() == 1 && c->sms > 0; }
 
 w22_status w22_cuda_wgmma_persist_init(w22_cuda *c) {
     (void)c;

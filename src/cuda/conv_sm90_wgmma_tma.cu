@@ -119,12 +119,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 
 /* ---- host side ---- */
 
-/* W22_WGMMA_LOAD=tma (read once per process) */
+/* On unless W22_WGMMA_LOAD=cpasync (read once per process; the default since v9's run, docs/PERF.md) */
 static int tma_enabled(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("W22_WGMMA_LOAD");
-        v = e && !strcmp(e, "tma");
+        v = !(e && !strcmp(e, "cpasync"));
     }
     return v;
 }
@@ -229,7 +229,8 @@ template <int BN, int STAGES> static w22_status launch(w22_cuda *c, const w22_ge
 }
 
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
-    const int big = g->N % 256 == 0, persist = w22_cuda_wgmma_persist_on(c);
+    /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
+    const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
     static const char *const names[4] = {"wgmma 128x128 tma", "wgmma 128x256 tma", "wgmma 128x128 tma persistent",
                                          "wgmma 128x256 tma persistent"};
     c->last_path = names[persist * 2 + big];

@@ -262,6 +262,7 @@ typedef CUresult (*encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint3
 /* conv_sm90_wgmma_persist.cu (W22_WGMMA_PERSIST=1) */
 w22_status w22_cuda_wgmma_persist_init(w22_cuda *c);
 int w22_cuda_wgmma_persist_on(const w22_cuda *c);
+int w22_wgmma_persist_env(void); /* W22_WGMMA_PERSIST: 1, 0, or -1 when unset */
 w22_status w22_cuda_gemm_wgmma_persist(w22_cuda *c, const w22_gemm *g, const char *what);
 /* conv_sm90_wgmma_tma.cu (W22_WGMMA_LOAD=tma): init (sets c->tmap_im2col), whether the switch is on, why a GEMM the
  * default wgmma kernel takes does not qualify (NULL: it does), the launch */

@@ -5,11 +5,11 @@
 #   W22_WGMMA_HANDOFF=late   the wgmma producer hands a stage to the consumers after it has a free stage
 #   W22_WGMMA_ROWS=smem      the wgmma producer reads its rows' offsets from shared memory every stage
 #   W22_NORM=v1              RMS norm + SiLU in two passes over the pixel
-# and the later measurement variants (off by default until a run says otherwise):
-#   W22_WGMMA_CLUSTER=2      CTA pairs sharing B by TMA multicast (v6: slower)
-#   W22_CONV_ROWS=1          conv_out (N <= 16) as row tiles reusing their input across dx (v7)
-#   W22_WGMMA_PERSIST=1      the wgmma conv on a persistent grid, the ring carried across tiles (v8)
-#   W22_WGMMA_LOAD=tma       the wgmma conv's pixels by the TMA's im2col mode, per-frame tiles (v9)
+# the later ones (defaults since v9's run: TMA loads on a persistent grid, conv_out on the row conv):
+#   W22_WGMMA_CLUSTER=2      CTA pairs sharing B by TMA multicast, on the cp.async kernel (v6: slower)
+#   W22_CONV_ROWS=0          conv_out on the mma kernel instead of the row conv (v7)
+#   W22_WGMMA_LOAD=cpasync   the wgmma conv's pixels by v5's cp.async gathers instead of TMA im2col (v9)
+#   W22_WGMMA_PERSIST=0      the TMA-loaded conv one tile per CTA; =1 with cpasync: v8's persistent kernel (slower)
 # Steps per variant set: conformance (cuda_ops conv and rmsnorm cases against the CPU backend, cuda_decode's whole
 # decodes against the CPU's), the op
 # micro-benchmark (cuda_ops --perf --kernel wgmma), the whole f121 decode at 1 latent frame per pass
@@ -18,7 +18,7 @@
 # Usage (device, repo root): bench/variants_ab.sh ["SET1" "SET2" ...]   (a SET: "VAR=v VAR=v", "" = default)
 set -u
 if [ $# -eq 0 ]; then
-    set -- "" "W22_WGMMA_LOAD=tma" "W22_WGMMA_LOAD=tma W22_WGMMA_PERSIST=1" "W22_CONV_ROWS=1" "W22_WGMMA_PERSIST=1"
+    set -- "" "W22_WGMMA_PERSIST=0" "W22_WGMMA_LOAD=cpasync W22_CONV_ROWS=0"
 fi
 out=${OUT:-/tmp/out}
 mkdir -p "$out"

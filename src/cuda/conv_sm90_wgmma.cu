@@ -1,8 +1,9 @@
 /* The conv's implicit GEMM on Hopper's own instructions: wgmma.mma_async (bf16 x bf16 -> fp32, both operands in
  * shared memory), a warp-specialized producer/consumer pipeline on mbarriers, the weights by the tensor-memory
  * accelerator (TMA), the pixels by 16-byte cp.async gathers. Same GEMM, same semantics, same epilogue as the
- * mma.sync kernel (conv_sm90_mma.cu; w22_gemm in cuda_internal.h); a subset of its shapes (below). The default
- * for the shapes it takes (W22_CONV_KERNEL=mma falls back to the mma.sync kernel).
+ * mma.sync kernel (conv_sm90_mma.cu; w22_gemm in cuda_internal.h); a subset of its shapes (below). Since v9
+ * the default for its shapes is the variant that loads the pixels by TMA too (conv_sm90_wgmma_tma.cu); this kernel
+ * runs with W22_WGMMA_LOAD=cpasync or where that one's checks fail (W22_CONV_KERNEL=mma: the mma.sync kernel).
  *
  * ---- Design ----
  * Block = 384 threads = 3 warpgroups, one CTA per SM (__launch_bounds__(384, 1)), one output tile per CTA:

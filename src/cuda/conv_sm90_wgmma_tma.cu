@@ -1,5 +1,5 @@
-/* The wgmma conv with its pixels loaded by the TMA too (W22_WGMMA_LOAD=tma; a measurement variant, docs/PERF.md v9,
- * off by default until measured). Same GEMM, stage ring, consumers and epilogue as the default kernel
+/* The wgmma conv with its pixels loaded by the TMA too: the default since v9's run (docs/PERF.md v9: f121 -2.8% with
+ * the persistent grid; W22_WGMMA_LOAD=cpasync selects conv_sm90_wgmma.cu's kernel). Same GEMM, stage ring, consumers and epilogue as the default kernel
  * (conv_sm90_wgmma.cu, whose opening comment is the design); what differs is below.
  *
  * A by the TMA's im2col mode: one instruction loads a stage's 128 rows x 64 channels. The tensor map describes the
@@ -20,8 +20,8 @@
  * (upper, from the far edge), H x W pixels. The border rows are read as stored (zeros, or a neighbour rank's halo
  * rows): the TMA's own zero fill is not used for padding. Without a border (ks = 1): the map starts at (0, 0),
  * corners 0. The 1x1 shortcut: the same with ks = 1 over g.sc.
- * The tiles run on a persistent grid under W22_WGMMA_PERSIST=1 (one CTA per SM, the ring carried across tiles, as
- * conv_sm90_wgmma_persist.cu), else one tile per CTA. */
+ * The tiles run on a persistent grid (one CTA per SM, the ring carried across tiles, as conv_sm90_wgmma_persist.cu;
+ * v9's run: -0.6% on f121), or one tile per CTA with W22_WGMMA_PERSIST=0. */
 #include "wgmma_common.cuh"
 
 template <int BN, int STAGES>

@@ -348,11 +348,14 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
             const int want_t = !(le && !strcmp(le, "cpasync")) && !getenv("W22_WGMMA_ROWS") &&
                                !getenv("W22_WGMMA_HANDOFF") && !getenv("W22_WGMMA_CLUSTER"); /* v5/v6 switches */
             const int want_p = want_t ? !(pe && !strcmp(pe, "0")) : pe && !strcmp(pe, "1");
+            /* the tma kernel's 16-byte epilogue unless W22_WGMMA_EPI=v1: every case here is aligned for it */
+            const char *ee = getenv("W22_WGMMA_EPI");
+            const int want_v = want_t && !(ee && (!strcmp(ee, "v1") || !strcmp(ee, "none")));
             const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || strstr(gpu_path(), "persistent")) &&
-                           (!want_t || strstr(gpu_path(), " tma"));
+                           (!want_t || strstr(gpu_path(), " tma")) && (!want_v || strstr(gpu_path(), " vec"));
             if (!on)
-                printf("    expected the wgmma kernel%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
-                       want_t ? " (tma)" : "", gpu_path());
+                printf("    expected the wgmma kernel%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
+                       want_t ? " (tma)" : "", want_v ? " (vec epilogue)" : "", gpu_path());
             CHECK(on, "conv %s on wgmma", shape);
         }
         if (!selftest && rows_qualifies(cin, cout, kt, ks, upsample, time_split, sc_cin)) {

@@ -35,4 +35,59 @@ static __device__ __forceinline__ void w22_epilogue_pair(const w22_gemm &g, long
         *(__nv_bfloat162 *)((bf16 *)g.out + orow + ocol) = __floats2bfloat162_rn(v0, v1);
 }
 
+/* The same for eight adjacent output channels n .. n + 7 (n % 8 == 0) in v[0..7], with 16-byte accesses: the caller
+ * checked that bias, residual and output rows are 16-byte aligned and that split_c % 8 == 0 (w22_epilogue_vec_ok),
+ * so the eight channels share one split column and one aligned vector of each operand. Same arithmetic and one
+ * rounding, as the pair store. */
+static __device__ __forceinline__ void w22_epilogue_vec8(const w22_gemm &g, long orow, long rrow, int n, float v[8]) {
+    if (g.bias) {
+        const float4 b0 = *(const float4 *)(g.bias + n), b1 = *(const float4 *)(g.bias + n + 4);
+        v[0] += b0.x, v[1] += b0.y, v[2] += b0.z, v[3] += b0.w, v[4] += b1.x, v[5] += b1.y, v[6] += b1.z, v[7] += b1.w;
+    }
+    if (g.sc_bias) {
+        const float4 b0 = *(const float4 *)(g.sc_bias + n), b1 = *(const float4 *)(g.sc_bias + n + 4);
+        v[0] += b0.x, v[1] += b0.y, v[2] += b0.z, v[3] += b0.w, v[4] += b1.x, v[5] += b1.y, v[6] += b1.z, v[7] += b1.w;
+    }
+    long ocol = n, rcol = n;
+    if (g.split_c) {
+        const int q = n / g.split_c, nn = n - q * g.split_c;
+        ocol = q * g.o_sf + nn;
+        rcol = q * g.r_sf + nn;
+    }
+    if (g.res) {
+        const uint4 r = *(const uint4 *)(g.res + rrow + rcol);
+        const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __bfloat1622float2(*(const __nv_bfloat162 *)&w[i]);
+            v[2 * i] += f.x;
+            v[2 * i + 1] += f.y;
+        }
+    }
+    if (g.out_f32) {
+        float *o = (float *)g.out + orow + ocol;
+        *(float4 *)o = make_float4(v[0], v[1], v[2], v[3]);
+        *(float4 *)(o + 4) = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+            w[i] = *(const uint32_t *)&b;
+        }
+        *(uint4 *)((bf16 *)g.out + orow + ocol) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
+
+/* Host: whether a GEMM's epilogue may store eight channels at a time (w22_epilogue_vec8's conditions). */
+static inline int w22_epilogue_vec_ok(const w22_gemm *g) {
+    const long el = g->out_f32 ? 4 : 8; /* elements per 16 bytes */
+#define W22_AL16(p) (((uintptr_t)(p) & 15) == 0)
+    int ok = W22_AL16(g->out) && g->o_sf % el == 0 && g->o_sh % el == 0 && g->o_sw % el == 0 && g->N % 8 == 0 &&
+             g->split_c % 8 == 0 && W22_AL16(g->bias) && W22_AL16(g->sc_bias);
+    if (g->res) ok = ok && W22_AL16(g->res) && g->r_sf % 8 == 0 && g->r_sh % 8 == 0 && g->r_sw % 8 == 0;
+#undef W22_AL16
+    return ok;
+}
+
 #endif

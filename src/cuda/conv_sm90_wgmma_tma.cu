@@ -24,13 +24,19 @@
  * v9's run: -0.6% on f121), or one tile per CTA with W22_WGMMA_PERSIST=0. */
 #include "wgmma_common.cuh"
 
+/* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs), and two
+ * measurement switches that make the results wrong and exist to time parts of the kernel by leaving them out
+ * (W22_WGMMA_EPI=none: no stores; W22_WGMMA_LOAD=none: no loads, the consumers multiply whatever shared memory
+ * holds). */
+enum { MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4 };
+
 template <int BN, int STAGES>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     w22_conv_wgmma_tma_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_scb,
                               const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_h0,
                               const __grid_constant__ CUtensorMap tm_h1, const __grid_constant__ CUtensorMap tm_sca,
                               const w22_gemm g, int tpf, int cx, int cy, int main_iters, int iters, int tiles_n,
-                              int tiles) {
+                              int tiles, int mode) {
     typedef wg_layout<BN, STAGES> L;
     extern __shared__ unsigned char smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -59,25 +65,28 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 for (int it = 0; it < iters; it++, loads++) {
                     if (loads >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1);
                     const uint32_t sa = base + s * L::stage_bytes, sb = sa + L::a_bytes, full = full0 + 8 * s;
-                    mbar_arrive_expect_tx(full, L::stage_bytes);
-                    if (it < main_iters) {
+                    if (mode & MODE_NO_LOAD) { /* measurement: the stage is "full" at once */
+                        mbar_arrive(full);
+                    } else if (it < main_iters) {
+                        mbar_arrive_expect_tx(full, L::stage_bytes);
                         const int j = t + dt; /* the input frame of this tap: a history frame or a new one */
                         const bool nw = j >= g.hist_n;
                         tma_load_im2col(sa, nw ? &tm_a : j == 0 ? &tm_h0 : &tm_h1, full, c0, x0 + cx, y0 + cy,
                                         nw ? j - g.hist_n : 0, (uint16_t)dx, (uint16_t)dy);
                         tma_load_2d(sb, &tm_b, full, ((dt * g.ks + dy) * g.ks + dx) * g.cin + c0, n0);
-                        c0 += WG_BK;
-                        if (c0 == g.cin) { /* next tap; after the last one c0 restarts for the shortcut's channels */
-                            c0 = 0;
-                            if (++dx == g.ks) {
-                                dx = 0;
-                                if (++dy == g.ks) dy = 0, dt++;
-                            }
-                        }
                     } else {
+                        mbar_arrive_expect_tx(full, L::stage_bytes);
                         tma_load_im2col(sa, &tm_sca, full, c0, x0, y0, t, 0, 0);
                         tma_load_2d(sb, &tm_scb, full, c0, n0);
-                        c0 += WG_BK;
+                    }
+                    /* the next stage's channels and tap; after the last tap c0 restarts for the shortcut's */
+                    c0 += WG_BK;
+                    if (it < main_iters && c0 == g.cin) {
+                        c0 = 0;
+                        if (++dx == g.ks) {
+                            dx = 0;
+                            if (++dy == g.ks) dy = 0, dt++;
+                        }
                     }
                     if (++s == STAGES) s = 0, ph ^= 1;
                 }
@@ -111,7 +120,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             if (lane == 0) mbar_arrive(empty0 + 8 * sp); /* the tile's last stage: the next tile's loads refill it */
 #pragma unroll
             for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
-            wg_store_tile<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW);
+            if (mode & MODE_EPI_VEC)
+                wg_store_tile_vec<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW);
+            else if (!(mode & MODE_NO_EPI))
+                wg_store_tile<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW);
             __syncwarp(); /* the rows past m_end diverged: converged again before the next tile's .aligned wgmma ops */
         }
     }
@@ -125,6 +137,18 @@ static int tma_enabled(void) {
     if (v < 0) {
         const char *e = getenv("W22_WGMMA_LOAD");
         v = !(e && !strcmp(e, "cpasync"));
+    }
+    return v;
+}
+
+/* W22_WGMMA_EPI (v2, the default: 16-byte vectors; v1: pairs; none) and W22_WGMMA_LOAD=none as mode bits; read
+ * once. */
+static int env_mode(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_WGMMA_EPI"), *l = getenv("W22_WGMMA_LOAD");
+        v = e && !strcmp(e, "v1") ? 0 : e && !strcmp(e, "none") ? MODE_NO_EPI : MODE_EPI_VEC;
+        if (l && !strcmp(l, "none")) v |= MODE_NO_LOAD;
     }
     return v;
 }
@@ -196,7 +220,8 @@ static w22_status im2col_map(w22_cuda *c, CUtensorMap *m, const bf16 *p, long sw
     return W22_OK;
 }
 
-template <int BN, int STAGES> static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, const char *what) {
+template <int BN, int STAGES>
+static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, const char *what) {
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
     const int HW = g->H * g->W, F = g->M / HW, border = g->ks > 1;
     CUtensorMap tb, ts, ta, th0, th1, tsa;
@@ -224,17 +249,21 @@ template <int BN, int STAGES> static w22_status launch(w22_cuda *c, const w22_ge
     const int grid = (int)(persist && tiles > c->sms ? c->sms : tiles);
     const int cx = border ? 1 - g->pad_x : 0, cy = border ? 1 - g->pad_y : 0;
     w22_conv_wgmma_tma_kernel<BN, STAGES><<<grid, WG_THREADS, wg_layout<BN, STAGES>::bytes, c->stream>>>(
-        tb, ts, ta, th0, th1, tsa, *g, tpf, cx, cy, main_iters, iters, tiles_n, (int)tiles);
+        tb, ts, ta, th0, th1, tsa, *g, tpf, cx, cy, main_iters, iters, tiles_n, (int)tiles, mode);
     return W22_OK;
 }
 
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
     /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
     const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
-    static const char *const names[4] = {"wgmma 128x128 tma", "wgmma 128x256 tma", "wgmma 128x128 tma persistent",
-                                         "wgmma 128x256 tma persistent"};
-    c->last_path = names[persist * 2 + big];
-    const w22_status s = big ? launch<256, 4>(c, g, persist, what) : launch<128, 6>(c, g, persist, what);
+    int mode = env_mode();
+    if ((mode & MODE_EPI_VEC) && !w22_epilogue_vec_ok(g)) mode &= ~MODE_EPI_VEC; /* unaligned: the pair store */
+    static const char *const names[8] = {"wgmma 128x128 tma", "wgmma 128x256 tma", "wgmma 128x128 tma persistent",
+                                         "wgmma 128x256 tma persistent", "wgmma 128x128 tma vec",
+                                         "wgmma 128x256 tma vec", "wgmma 128x128 tma persistent vec",
+                                         "wgmma 128x256 tma persistent vec"};
+    c->last_path = names[(mode & MODE_EPI_VEC ? 4 : 0) + persist * 2 + big];
+    const w22_status s = big ? launch<256, 4>(c, g, persist, mode, what) : launch<128, 6>(c, g, persist, mode, what);
     if (s != W22_OK) return s;
     CU_LAUNCHED(c, what);
     return W22_OK;

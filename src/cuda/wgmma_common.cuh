@@ -249,6 +249,54 @@ static __device__ __forceinline__ void wg_store_tile(const w22_gemm &g, const fl
     }
 }
 
+/* Within each quad of lanes (the four that hold one accumulator row's 8-column blocks as pairs), a 4 x 4 transpose of
+ * pairs: before, v[2 b + e] is this lane's pair (columns 2 tq + e) of block b of a group of four; after, it is lane
+ * b's pair of block tq: the lane holds block tq's 8 adjacent columns. Two butterfly steps (xor 1, xor 2), each
+ * sending the two pairs whose block index differs from the lane's in that bit; every lane of the warp takes part. */
+static __device__ __forceinline__ void wg_quad_transpose(float v[8], int tq) {
+#pragma unroll
+    for (int bit = 1; bit <= 2; bit <<= 1) {
+        const bool mine = tq & bit;
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int lo = bit == 1 ? 2 * k : k, hi = lo + bit; /* the two blocks that differ in `bit` */
+            float x0 = mine ? v[2 * lo] : v[2 * hi], x1 = mine ? v[2 * lo + 1] : v[2 * hi + 1];
+            x0 = __shfl_xor_sync(0xffffffffu, x0, bit);
+            x1 = __shfl_xor_sync(0xffffffffu, x1, bit);
+            if (mine) v[2 * lo] = x0, v[2 * lo + 1] = x1;
+            else v[2 * hi] = x0, v[2 * hi + 1] = x1;
+        }
+    }
+}
+
+/* wg_store_tile with 16-byte accesses (W22_WGMMA_EPI=v2; the GEMM passed w22_epilogue_vec_ok): per group of four
+ * 8-column blocks the quad transposes its pairs, then each lane adds bias and residual to 8 adjacent channels and
+ * stores them as one vector. A quarter of the memory instructions of the pair store, and whole 32-byte sectors.
+ * Every lane runs the shuffles; only rows below m_end touch memory. */
+template <int BN>
+static __device__ __forceinline__ void wg_store_tile_vec(const w22_gemm &g, const float *acc, int m0, int m_end,
+                                                         int n0, int cw, int warp4, int lane, int HW) {
+    const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
+        const bool live = m < m_end;
+        long orow = 0, rrow = 0;
+        if (live) w22_epilogue_row(g, m, HW, &orow, &rrow);
+#pragma unroll
+        for (int jg = 0; jg < BN / 32; jg++) {
+            float v[8];
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                v[2 * b] = acc[4 * (4 * jg + b) + 2 * h];
+                v[2 * b + 1] = acc[4 * (4 * jg + b) + 2 * h + 1];
+            }
+            wg_quad_transpose(v, tq);
+            if (live) w22_epilogue_vec8(g, orow, rrow, n0 + (4 * jg + tq) * 8, v);
+        }
+    }
+}
+
 typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                     const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);

@@ -11,7 +11,7 @@ mkdir -p "$out"
 sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
           --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy)
 # ours: the first shape of --perf is this one; skip its two warm-up launches
-timeout 240 ncu --clock-control none "${sections[@]}" -k regex:w22_conv_wgmma --launch-skip 2 --launch-count 1 \
+timeout 120 ncu --clock-control none "${sections[@]}" -k regex:w22_conv_wgmma --launch-skip 2 --launch-count 1 \
     build/tests/cuda_ops --perf --kernel wgmma > "$out/ncu_ours.txt" 2>&1
 echo "ncu ours: exit $? ($(grep -c 'Section:' "$out/ncu_ours.txt") sections)"
 cat > "$out/ncu_cudnn.py" <<'EOF'
@@ -28,6 +28,6 @@ torch.cuda.synchronize()
 print("cudnn conv3d out", tuple(y.shape))
 EOF
 # cuDNN's conv kernel (names vary by version: match the implicit-GEMM kernels, skip torch's fills)
-timeout 240 ncu --clock-control none "${sections[@]}" -k 'regex:xmma|cutlass|implicit|fprop|conv|sm90' \
+timeout 120 ncu --clock-control none "${sections[@]}" -k 'regex:xmma|cutlass|implicit|fprop|conv|sm90' \
     --launch-skip 3 --launch-count 1 python3 "$out/ncu_cudnn.py" > "$out/ncu_cudnn.txt" 2>&1
 echo "ncu cuDNN: exit $? ($(grep -c 'Section:' "$out/ncu_cudnn.txt") sections)"

@@ -57,53 +57,71 @@ __global__ void w22_rmsnorm_kernel(const bf16 *in, long isf, long ish, long isw,
 /* The same op for C = 256 NV (NV = 1, 2, 4) with 16-byte aligned views: a warp's pixel stays in registers
  * between the sum of squares and the scaling (one read instead of two), blocks of 8 pixels along a row (grid: x
  * blocks by F * H rows, no divisions), gamma as float4. The default since v5 (docs/PERF.md: 2.00 -> 2.57 TB/s at
- * 256 channels); W22_NORM=v1 selects the two-pass kernel above for A/B runs. */
-template <int NV>
+ * 256 channels); W22_NORM=v1 selects the two-pass kernel above for A/B runs. In place (out == in) is fine:
+ * a lane reads its elements of all P pixels before writing any. */
+template <int NV, int P>
 __global__ void __launch_bounds__(256) w22_rmsnorm_rows_kernel(const bf16 *in, long isf, long ish, long isw, bf16 *out,
                                                              long osf, long osh, long osw, const float *gamma, int H,
                                                              int W, int silu) {
-    const int x = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (x >= W) return;
+    /* P adjacent pixels per warp (v10: P = 2): all their loads are issued before the first reduction, P times the
+     * bytes in flight per warp of v5's one pixel (P = 1, W22_NORM=v2) */
+    const int x0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * P, lane = threadIdx.x & 31;
+    if (x0 >= W) return;
     const int fy = blockIdx.y, f = fy / H, y = fy - f * H;
-    const bf16 *ip = in + f * isf + y * ish + x * isw;
-    bf16 *op = out + f * osf + y * osh + x * osw;
-    uint4 u[NV];
-    float ss = 0.f;
+    const bf16 *ip = in + f * isf + y * ish + x0 * isw;
+    bf16 *op = out + f * osf + y * osh + x0 * osw;
+    uint4 u[P][NV];
+    float ss[P];
 #pragma unroll
-    for (int i = 0; i < NV; i++) {
-        u[i] = *(const uint4 *)(ip + (i * 32 + lane) * 8);
-        const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u[i];
+    for (int p = 0; p < P; p++)
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float2 v = __bfloat1622float2(h2[k]);
-            ss += v.x * v.x + v.y * v.y;
+        for (int i = 0; i < NV; i++)
+            u[p][i] = x0 + p < W ? *(const uint4 *)(ip + p * isw + (i * 32 + lane) * 8) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        ss[p] = 0.f;
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u[p][i];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float2 v = __bfloat1622float2(h2[k]);
+                ss[p] += v.x * v.x + v.y * v.y;
+            }
         }
     }
 #pragma unroll
-    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    const float scale = sqrtf((float)(NV * 256)) / fmaxf(sqrtf(ss), 1e-12f);
+    for (int o = 16; o; o >>= 1)
+#pragma unroll
+        for (int p = 0; p < P; p++) ss[p] += __shfl_xor_sync(0xffffffffu, ss[p], o);
 #pragma unroll
     for (int i = 0; i < NV; i++) {
         const int c = (i * 32 + lane) * 8;
         const float4 g0 = *(const float4 *)(gamma + c), g1 = *(const float4 *)(gamma + c + 4);
         const float gm[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-        __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u[i];
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float2 v = __bfloat1622float2(h2[k]);
-            float a = v.x * scale * gm[2 * k], b = v.y * scale * gm[2 * k + 1];
-            if (silu) a = a / (1.f + __expf(-a)), b = b / (1.f + __expf(-b));
-            h2[k] = __floats2bfloat162_rn(a, b);
+        for (int p = 0; p < P; p++) {
+            if (x0 + p >= W) continue;
+            const float scale = sqrtf((float)(NV * 256)) / fmaxf(sqrtf(ss[p]), 1e-12f);
+            __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u[p][i];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float2 v = __bfloat1622float2(h2[k]);
+                float a = v.x * scale * gm[2 * k], b = v.y * scale * gm[2 * k + 1];
+                if (silu) a = a / (1.f + __expf(-a)), b = b / (1.f + __expf(-b));
+                h2[k] = __floats2bfloat162_rn(a, b);
+            }
+            *(uint4 *)(op + p * osw + c) = u[p][i];
         }
-        *(uint4 *)(op + c) = u[i];
     }
 }
 
-static int norm_v2(void) {
+/* W22_NORM: v1 the two-pass kernel, v2 the rows kernel with one pixel per warp (v5), else (default) two (v10) */
+static int norm_version(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("W22_NORM");
-        v = !(e && !strcmp(e, "v1"));
+        v = e && !strcmp(e, "v1") ? 1 : e && !strcmp(e, "v2") ? 2 : 3;
     }
     return v;
 }
@@ -127,16 +145,23 @@ w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
     const int vec = in.c % 8 == 0 && (uintptr_t)in.ptr % 16 == 0 && (uintptr_t)out.ptr % 16 == 0 && in.sf % 8 == 0 &&
                     in.sh % 8 == 0 && in.sw % 8 == 0 && out.sf % 8 == 0 && out.sh % 8 == 0 && out.sw % 8 == 0;
     const int nv = in.c / 256;
-    if (vec && norm_v2() && in.c % 256 == 0 && (nv == 1 || nv == 2 || nv == 4) && (uintptr_t)g->dev % 16 == 0 &&
-        (long)in.f * in.h < 65536) {
-        const dim3 grid((in.w + 7) / 8, in.f * in.h);
-#define W22_NORM_ROWS(NV)                                                                                      \
-    w22_rmsnorm_rows_kernel<NV><<<grid, 256, 0, c->stream>>>((const bf16 *)in.ptr, in.sf, in.sh, in.sw,       \
-                                                             (bf16 *)out.ptr, out.sf, out.sh, out.sw,          \
-                                                             (const float *)g->dev, in.h, in.w, silu)
-        if (nv == 1) W22_NORM_ROWS(1);
-        else if (nv == 2) W22_NORM_ROWS(2);
-        else W22_NORM_ROWS(4);
+    if (vec && norm_version() >= 2 && in.c % 256 == 0 && (nv == 1 || nv == 2 || nv == 4) &&
+        (uintptr_t)g->dev % 16 == 0 && (long)in.f * in.h < 65536) {
+        const int P = norm_version() == 2 ? 1 : 2;
+        const dim3 grid((in.w + 8 * P - 1) / (8 * P), in.f * in.h);
+#define W22_NORM_ROWS(NV, P)                                                                                   \
+    w22_rmsnorm_rows_kernel<NV, P><<<grid, 256, 0, c->stream>>>((const bf16 *)in.ptr, in.sf, in.sh, in.sw,    \
+                                                                (bf16 *)out.ptr, out.sf, out.sh, out.sw,       \
+                                                                (const float *)g->dev, in.h, in.w, silu)
+        if (P == 1) {
+            if (nv == 1) W22_NORM_ROWS(1, 1);
+            else if (nv == 2) W22_NORM_ROWS(2, 1);
+            else W22_NORM_ROWS(4, 1);
+        } else {
+            if (nv == 1) W22_NORM_ROWS(1, 2);
+            else if (nv == 2) W22_NORM_ROWS(2, 2);
+            else W22_NORM_ROWS(4, 2);
+        }
 #undef W22_NORM_ROWS
     } else if (vec)
         w22_rmsnorm_kernel<8><<<(unsigned)blocks, warps * 32, 0, c->stream>>>(

@@ -14,16 +14,23 @@ static __device__ __forceinline__ void w22_epilogue_row(const w22_gemm &g, int m
     *rrow = tf * g.r_sf + y * g.r_sh + x * g.r_sw;
 }
 
+/* Output and residual column offsets of channel n: with a time split, channels [q split_c, (q + 1) split_c) go to
+ * output frame 2t + q. */
+static __device__ __forceinline__ void w22_epilogue_cols(const w22_gemm &g, int n, long *ocol, long *rcol) {
+    *ocol = *rcol = n;
+    if (g.split_c) {
+        const int q = n / g.split_c, nn = n - q * g.split_c;
+        *ocol = q * g.o_sf + nn;
+        *rcol = q * g.r_sf + nn;
+    }
+}
+
 static __device__ __forceinline__ void w22_epilogue_pair(const w22_gemm &g, long orow, long rrow, int n, float v0,
                                                          float v1) {
     if (g.bias) v0 += g.bias[n], v1 += g.bias[n + 1];
     if (g.sc_bias) v0 += g.sc_bias[n], v1 += g.sc_bias[n + 1];
-    long ocol = n, rcol = n;
-    if (g.split_c) {
-        const int q = n / g.split_c, nn = n - q * g.split_c;
-        ocol = q * g.o_sf + nn;
-        rcol = q * g.r_sf + nn;
-    }
+    long ocol, rcol;
+    w22_epilogue_cols(g, n, &ocol, &rcol);
     if (g.res) {
         const float2 r = __bfloat1622float2(*(const __nv_bfloat162 *)(g.res + rrow + rcol));
         v0 += r.x;
@@ -35,25 +42,20 @@ static __device__ __forceinline__ void w22_epilogue_pair(const w22_gemm &g, long
         *(__nv_bfloat162 *)((bf16 *)g.out + orow + ocol) = __floats2bfloat162_rn(v0, v1);
 }
 
+static __device__ __forceinline__ void w22_add8(float v[8], const float *p) {
+    const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+    v[0] += a.x, v[1] += a.y, v[2] += a.z, v[3] += a.w, v[4] += b.x, v[5] += b.y, v[6] += b.z, v[7] += b.w;
+}
+
 /* The same for eight adjacent output channels n .. n + 7 (n % 8 == 0) in v[0..7], with 16-byte accesses: the caller
  * checked that bias, residual and output rows are 16-byte aligned and that split_c % 8 == 0 (w22_epilogue_vec_ok),
  * so the eight channels share one split column and one aligned vector of each operand. Same arithmetic and one
  * rounding, as the pair store. */
 static __device__ __forceinline__ void w22_epilogue_vec8(const w22_gemm &g, long orow, long rrow, int n, float v[8]) {
-    if (g.bias) {
-        const float4 b0 = *(const float4 *)(g.bias + n), b1 = *(const float4 *)(g.bias + n + 4);
-        v[0] += b0.x, v[1] += b0.y, v[2] += b0.z, v[3] += b0.w, v[4] += b1.x, v[5] += b1.y, v[6] += b1.z, v[7] += b1.w;
-    }
-    if (g.sc_bias) {
-        const float4 b0 = *(const float4 *)(g.sc_bias + n), b1 = *(const float4 *)(g.sc_bias + n + 4);
-        v[0] += b0.x, v[1] += b0.y, v[2] += b0.z, v[3] += b0.w, v[4] += b1.x, v[5] += b1.y, v[6] += b1.z, v[7] += b1.w;
-    }
-    long ocol = n, rcol = n;
-    if (g.split_c) {
-        const int q = n / g.split_c, nn = n - q * g.split_c;
-        ocol = q * g.o_sf + nn;
-        rcol = q * g.r_sf + nn;
-    }
+    if (g.bias) w22_add8(v, g.bias + n);
+    if (g.sc_bias) w22_add8(v, g.sc_bias + n);
+    long ocol, rcol;
+    w22_epilogue_cols(g, n, &ocol, &rcol);
     if (g.res) {
         const uint4 r = *(const uint4 *)(g.res + rrow + rcol);
         const uint32_t w[4] = {r.x, r.y, r.z, r.w};

@@ -147,21 +147,16 @@ w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
     const int nv = in.c / 256;
     if (vec && norm_version() >= 2 && in.c % 256 == 0 && (nv == 1 || nv == 2 || nv == 4) &&
         (uintptr_t)g->dev % 16 == 0 && (long)in.f * in.h < 65536) {
-        const int P = norm_version() == 2 ? 1 : 2;
-        const dim3 grid((in.w + 8 * P - 1) / (8 * P), in.f * in.h);
+        const int pix = norm_version() == 2 ? 1 : 2; /* pixels per warp */
+        const dim3 grid((in.w + 8 * pix - 1) / (8 * pix), in.f * in.h);
 #define W22_NORM_ROWS(NV, P)                                                                                   \
     w22_rmsnorm_rows_kernel<NV, P><<<grid, 256, 0, c->stream>>>((const bf16 *)in.ptr, in.sf, in.sh, in.sw,    \
                                                                 (bf16 *)out.ptr, out.sf, out.sh, out.sw,       \
                                                                 (const float *)g->dev, in.h, in.w, silu)
-        if (P == 1) {
-            if (nv == 1) W22_NORM_ROWS(1, 1);
-            else if (nv == 2) W22_NORM_ROWS(2, 1);
-            else W22_NORM_ROWS(4, 1);
-        } else {
-            if (nv == 1) W22_NORM_ROWS(1, 2);
-            else if (nv == 2) W22_NORM_ROWS(2, 2);
-            else W22_NORM_ROWS(4, 2);
-        }
+#define W22_NORM_NV(P) (nv == 1 ? W22_NORM_ROWS(1, P) : nv == 2 ? W22_NORM_ROWS(2, P) : W22_NORM_ROWS(4, P))
+        if (pix == 1) W22_NORM_NV(1);
+        else W22_NORM_NV(2);
+#undef W22_NORM_NV
 #undef W22_NORM_ROWS
     } else if (vec)
         w22_rmsnorm_kernel<8><<<(unsigned)blocks, warps * 32, 0, c->stream>>>(

@@ -348,14 +348,18 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
             const int want_t = !(le && !strcmp(le, "cpasync")) && !getenv("W22_WGMMA_ROWS") &&
                                !getenv("W22_WGMMA_HANDOFF") && !getenv("W22_WGMMA_CLUSTER"); /* v5/v6 switches */
             const int want_p = want_t ? !(pe && !strcmp(pe, "0")) : pe && !strcmp(pe, "1");
-            /* the tma kernel's 16-byte epilogue unless W22_WGMMA_EPI=v1: every case here is aligned for it */
+            /* the tma kernel's overlapped epilogue (W22_WGMMA_EPI unset or defer), or its 16-byte one (v2): every
+             * case here is aligned for both */
             const char *ee = getenv("W22_WGMMA_EPI");
-            const int want_v = want_t && !(ee && (!strcmp(ee, "v1") || !strcmp(ee, "none")));
+            const int want_d = want_t && (!ee || !strcmp(ee, "defer"));
+            const int want_v = want_t && ee && !strcmp(ee, "v2");
             const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || strstr(gpu_path(), "persistent")) &&
-                           (!want_t || strstr(gpu_path(), " tma")) && (!want_v || strstr(gpu_path(), " vec"));
+                           (!want_t || strstr(gpu_path(), " tma")) && (!want_v || strstr(gpu_path(), " vec")) &&
+                           (!want_d || strstr(gpu_path(), " defer"));
             if (!on)
                 printf("    expected the wgmma kernel%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
-                       want_t ? " (tma)" : "", want_v ? " (vec epilogue)" : "", gpu_path());
+                       want_t ? " (tma)" : "", want_d ? " (deferred epilogue)" : want_v ? " (vec epilogue)" : "",
+                       gpu_path());
             CHECK(on, "conv %s on wgmma", shape);
         }
         if (!selftest && rows_qualifies(cin, cout, kt, ks, upsample, time_split, sc_cin)) {
@@ -677,6 +681,9 @@ static void run_cases(void) {
     /* more tiles than an H200 has SMs (132): under W22_WGMMA_PERSIST=1 some CTAs run two tiles (the ring, its
      * parities and the hand-off carried across tiles), with a shortcut and a residual */
     conv_case("wg", 128, 128, 1, 130, 132, 3, 3, 0, 0, RES_INPLACE, 128); /* 135 tiles of 128x128 */
+    /* the overlapped epilogue stores a tile during the next one's first 16 (8) stages: here tiles of one stage
+     * (1x1, cin 64), so the stores run on past the next tile's loop; two N tiles, 146 tiles, a residual */
+    conv_case("wg", 64, 512, 1, 70, 132, 1, 1, 0, 0, RES_SEPARATE, 0);
     /* N <= 16 (the row conv under W22_CONV_ROWS=1, else the mma kernel): rows of several x tiles, a partial last
      * one, kt 1, N 2, residuals */
     conv_case("rows", 256, 12, 1, 3, 200, 3, 3, 0, 0, RES_NONE, 0);   /* x tiles 128 + 72 */

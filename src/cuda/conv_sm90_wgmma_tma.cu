@@ -21,14 +21,31 @@
  * rows): the TMA's own zero fill is not used for padding. Without a border (ks = 1): the map starts at (0, 0),
  * corners 0. The 1x1 shortcut: the same with ks = 1 over g.sc.
  * The tiles run on a persistent grid (one CTA per SM, the ring carried across tiles, as conv_sm90_wgmma_persist.cu;
- * v9's run: -0.6% on f121), or one tile per CTA with W22_WGMMA_PERSIST=0. */
+ * v9's run: -0.6% on f121), or one tile per CTA with W22_WGMMA_PERSIST=0.
+ * The epilogue (v11): a tile's outputs are packed into registers in its tail and stored during the next tile's first
+ * stages (wgmma_common.cuh, "the overlapped epilogue"), so the stores overlap the MMAs; W22_WGMMA_EPI=v2 stores them
+ * in the tail (v10). */
 #include "wgmma_common.cuh"
 
 /* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs), and two
  * measurement switches that make the results wrong and exist to time parts of the kernel by leaving them out
  * (W22_WGMMA_EPI=none: no stores; W22_WGMMA_LOAD=none: no loads, the consumers multiply whatever shared memory
  * holds). */
-enum { MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4 };
+enum { MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8 };
+
+/* One stage of a consumer warpgroup in the tile's main loop: wait for the stage, issue its wgmmas, wait for the
+ * previous stage's (it may be refilled: released by lane 0 of each warp), step the ring. */
+template <int BN, int STAGES>
+static __device__ __forceinline__ void wg_consume(float *acc, int it, int &s, int &sp, uint32_t &ph, uint32_t full0,
+                                                  uint32_t empty0, uint64_t da0, uint64_t db0, int lane) {
+    constexpr uint64_t STAGE_DESC = wg_layout<BN, STAGES>::stage_bytes >> 4;
+    mbar_wait_nt(full0 + 8 * s, ph);
+    wg_mma_stage<BN>(acc, da0 + s * STAGE_DESC, db0 + s * STAGE_DESC);
+    wgmma_wait<1>(); /* stage it - 1's wgmmas are done: it may be refilled */
+    if (it > 0 && lane == 0) mbar_arrive(empty0 + 8 * sp);
+    sp = s;
+    if (++s == STAGES) s = 0, ph ^= 1;
+}
 
 template <int BN, int STAGES>
 __global__ void __launch_bounds__(WG_THREADS, 1)
@@ -42,7 +59,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t base = (raw + 1023u) & ~1023u;
     const uint32_t full0 = base + L::bars_off, empty0 = full0 + STAGES * 8;
-    const int tid = threadIdx.x, wg = tid >> 7;
+    const int tid = threadIdx.x, wg = tid >> 7; /* 0, 1: consumers; 2: the producer warp */
     const int HW = g.H * g.W;
     if (tid == 0) { /* full[s]: the producer's one arrive.expect_tx; the TMA completes both loads' bytes */
         wg_init_ring<STAGES>(full0, empty0, 1, EMPTY_ARRIVALS, &tm_b, &tm_scb, g);
@@ -95,10 +112,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     } else {
         /* ---------------- consumers (as the persistent kernel's) ---------------- */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS));
-        const int cw = wg - 1, lane = tid & 31, warp4 = (tid >> 5) & 3;
+        const int cw = wg - 1, lane = tid & 31, warp4 = (tid >> 5) & 3, tq = lane & 3;
         constexpr int NACC = BN / 2;
         const uint64_t da0 = smem_desc(base + cw * 64 * WG_ROW_BYTES), db0 = smem_desc(base + L::a_bytes);
-        constexpr uint64_t STAGE_DESC = L::stage_bytes >> 4;
+        const bool defer = mode & MODE_EPI_DEFER;
+        wg_defer<BN> dq; /* the previous tile's outputs, stored during this tile's first stages */
+        dq.m[0] = dq.m[1] = -1;
+        dq.n0 = 0;
         int s = 0, sp = 0;
         uint32_t ph = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -109,23 +129,47 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
             for (int i = 0; i < NACC; i++) acc[i] = 0.f;
             for (int it = 0; it < iters; it++) {
-                mbar_wait(full0 + 8 * s, ph);
-                wg_mma_stage<BN>(acc, da0 + s * STAGE_DESC, db0 + s * STAGE_DESC);
-                wgmma_wait<1>(); /* stage it - 1's wgmmas are done: it may be refilled */
-                if (it > 0 && lane == 0) mbar_arrive(empty0 + 8 * sp);
-                sp = s;
-                if (++s == STAGES) s = 0, ph ^= 1;
+                long orow = 0, ocol[WG_DEFER_VPS];
+                uint4 r[WG_DEFER_VPS];
+                bool st = false;
+                if (defer && it < wg_defer<BN>::STEPS) /* a switch on it: the held registers take constant indices */
+#pragma unroll
+                    for (int j = 0; j < wg_defer<BN>::STEPS; j++)
+                        if (j == it) st = wg_defer_load<BN>(dq, g, j, tq, HW, &orow, ocol, r);
+                wg_consume<BN, STAGES>(acc, it, s, sp, ph, full0, empty0, da0, db0, lane);
+                if (st)
+#pragma unroll
+                    for (int j = 0; j < wg_defer<BN>::STEPS; j++)
+                        if (j == it) wg_defer_store<BN>(dq, g, j, orow, ocol, r);
+                __syncwarp(); /* converged before the next .aligned wgmma */
             }
+            if (defer && iters < wg_defer<BN>::STEPS) /* a tile of fewer stages than the store's steps: the rest now */
+#pragma unroll
+                for (int j = 0; j < wg_defer<BN>::STEPS; j++) {
+                    long orow = 0, ocol[WG_DEFER_VPS];
+                    uint4 r[WG_DEFER_VPS];
+                    if (j >= iters && wg_defer_load<BN>(dq, g, j, tq, HW, &orow, ocol, r))
+                        wg_defer_store<BN>(dq, g, j, orow, ocol, r);
+                }
             wgmma_wait<0>();
             if (lane == 0) mbar_arrive(empty0 + 8 * sp); /* the tile's last stage: the next tile's loads refill it */
 #pragma unroll
             for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
-            if (mode & MODE_EPI_VEC)
+            if (defer)
+                wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane);
+            else if (mode & MODE_EPI_VEC)
                 wg_store_tile_vec<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW);
             else if (!(mode & MODE_NO_EPI))
                 wg_store_tile<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW);
             __syncwarp(); /* the rows past m_end diverged: converged again before the next tile's .aligned wgmma ops */
         }
+        if (defer) /* the CTA's last tile: nothing left to overlap with */
+#pragma unroll
+            for (int j = 0; j < wg_defer<BN>::STEPS; j++) {
+                long orow = 0, ocol[WG_DEFER_VPS];
+                uint4 r[WG_DEFER_VPS];
+                if (wg_defer_load<BN>(dq, g, j, tq, HW, &orow, ocol, r)) wg_defer_store<BN>(dq, g, j, orow, ocol, r);
+            }
     }
 }
 
@@ -141,13 +185,16 @@ static int tma_enabled(void) {
     return v;
 }
 
-/* W22_WGMMA_EPI (v2, the default: 16-byte vectors; v1: pairs; none) and W22_WGMMA_LOAD=none as mode bits; read
- * once. */
+/* W22_WGMMA_EPI (defer, the default: stores overlapped with the next tile; v2: 16-byte vectors in the tile's tail;
+ * v1: pairs; none) and W22_WGMMA_LOAD=none as mode bits; read once. */
 static int env_mode(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("W22_WGMMA_EPI"), *l = getenv("W22_WGMMA_LOAD");
-        v = e && !strcmp(e, "v1") ? 0 : e && !strcmp(e, "none") ? MODE_NO_EPI : MODE_EPI_VEC;
+        v = !e || !strcmp(e, "defer") ? MODE_EPI_DEFER | MODE_EPI_VEC
+            : !strcmp(e, "v1")       ? 0
+            : !strcmp(e, "none")     ? MODE_NO_EPI
+                                     : MODE_EPI_VEC;
         if (l && !strcmp(l, "none")) v |= MODE_NO_LOAD;
     }
     return v;
@@ -257,12 +304,15 @@ w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *w
     /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
     const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
     int mode = env_mode();
-    if ((mode & MODE_EPI_VEC) && !w22_epilogue_vec_ok(g)) mode &= ~MODE_EPI_VEC; /* unaligned: the pair store */
-    static const char *const names[8] = {"wgmma 128x128 tma", "wgmma 128x256 tma", "wgmma 128x128 tma persistent",
-                                         "wgmma 128x256 tma persistent", "wgmma 128x128 tma vec",
-                                         "wgmma 128x256 tma vec", "wgmma 128x128 tma persistent vec",
-                                         "wgmma 128x256 tma persistent vec"};
-    c->last_path = names[(mode & MODE_EPI_VEC ? 4 : 0) + persist * 2 + big];
+    if ((mode & MODE_EPI_VEC) && !w22_epilogue_vec_ok(g)) mode &= ~(MODE_EPI_VEC | MODE_EPI_DEFER); /* the pairs */
+    if (g->out_f32) mode &= ~MODE_EPI_DEFER; /* the deferred store holds bf16 */
+    static const char *const names[3][4] = {
+        {"wgmma 128x128 tma", "wgmma 128x256 tma", "wgmma 128x128 tma persistent", "wgmma 128x256 tma persistent"},
+        {"wgmma 128x128 tma vec", "wgmma 128x256 tma vec", "wgmma 128x128 tma persistent vec",
+         "wgmma 128x256 tma persistent vec"},
+        {"wgmma 128x128 tma defer", "wgmma 128x256 tma defer", "wgmma 128x128 tma persistent defer",
+         "wgmma 128x256 tma persistent defer"}};
+    c->last_path = names[mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0][persist * 2 + big];
     const w22_status s = big ? launch<256, 4>(c, g, persist, mode, what) : launch<128, 6>(c, g, persist, mode, what);
     if (s != W22_OK) return s;
     CU_LAUNCHED(c, what);

@@ -66,6 +66,13 @@ static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) 
     for (uint32_t n = 0; !mbar_try<CLUSTER_SCOPE>(bar, parity);)
         if (++n == (1u << 26)) __trap();
 }
+/* The same without the trap, for kernels whose consumers need more registers than the launch bound's: a trap in
+ * the consumers' code makes ptxas (13.0) compile them for the launch bound (168 at 384 threads) instead of their
+ * setmaxnreg count (the overlapped epilogue then spilled 700+ bytes). A protocol bug hangs instead of trapping. */
+static __device__ __forceinline__ void mbar_wait_nt(uint32_t bar, uint32_t parity) {
+    while (!mbar_try<false>(bar, parity)) {
+    }
+}
 static __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
@@ -294,6 +301,120 @@ static __device__ __forceinline__ void wg_store_tile_vec(const w22_gemm &g, cons
             wg_quad_transpose(v, tq);
             if (live) w22_epilogue_vec8(g, orow, rrow, n0 + (4 * jg + tq) * 8, v);
         }
+    }
+}
+
+/* ---- the overlapped epilogue (W22_WGMMA_EPI=defer, the TMA kernel's default since v11) ----
+ * Why: with the stores in the tile's tail the tensor cores idle while the consumers add and store (v10's EPI=none:
+ * 10% of a 256-channel conv, 20% of a phase conv). Here a tile's tail only packs its accumulators: + bias (+ shortcut
+ * bias) in fp32, rounded to bf16 pairs, transposed within the quad (8 adjacent channels per lane, as
+ * wg_store_tile_vec), held in 64 registers; the residual add and the 16-byte stores run during the next tile's
+ * first WG_DEFER_STEPS stages, between each stage's wgmma issue and its wait (the residual's load issued before the
+ * stage's barrier wait), so they overlap the MMAs. The residual is added to the bf16-rounded conv output and rounded
+ * again (as diffusers' bf16 decode does; the vec store rounds once). bf16 outputs only (out_f32: the vec store). */
+#define WG_DEFER_VPS 1 /* 16-byte vectors stored per stage: the step never spans two row halves (BN / 32 % 2 == 0) */
+
+template <int BN> struct wg_defer {
+    static constexpr int NV = BN / 16;            /* vectors per thread per tile: 2 row halves x BN / 32 */
+    static constexpr int STEPS = NV / WG_DEFER_VPS; /* stages of the next tile that store them: 8 (256) or 4 (128) */
+    uint32_t pk[NV][4];                           /* [h * BN / 32 + jg]: channels n0 + (4 jg + tq) * 8 .. + 7 */
+    int m[2];                                     /* the rows of the two halves; -1: nothing to store */
+    int n0;
+};
+
+/* 4 x 4 transpose of packed pairs within a quad (wg_quad_transpose with one register per pair): before, v[b] is
+ * this lane's pair of block b; after, lane b's pair of block tq. Half the shuffles of the fp32 transpose. */
+static __device__ __forceinline__ void wg_quad_transpose_u32(uint32_t v[4], int tq) {
+#pragma unroll
+    for (int bit = 1; bit <= 2; bit <<= 1) {
+        const bool mine = tq & bit;
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int lo = bit == 1 ? 2 * k : k, hi = lo + bit;
+            uint32_t x = mine ? v[lo] : v[hi];
+            x = __shfl_xor_sync(0xffffffffu, x, bit);
+            if (mine) v[lo] = x;
+            else v[hi] = x;
+        }
+    }
+}
+
+static __device__ __forceinline__ uint32_t wg_pack_bf16(float a, float b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *(const uint32_t *)&h;
+}
+
+/* The tile's tail: accumulators (+ biases) into d, rows m0 + r below m_end marked for storing. Every lane runs the
+ * shuffles. */
+template <int BN>
+static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_gemm &g, const float *acc, int m0,
+                                                     int m_end, int n0, int cw, int warp4, int lane) {
+    const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
+        d.m[h] = m < m_end ? m : -1;
+    }
+    d.n0 = n0;
+#pragma unroll
+    for (int jg = 0; jg < BN / 32; jg++) {
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            const int n = n0 + (4 * jg + b) * 8 + 2 * tq;
+            float2 bs = make_float2(0.f, 0.f);
+            if (g.bias) bs = *(const float2 *)(g.bias + n);
+            if (g.sc_bias) {
+                const float2 sb = *(const float2 *)(g.sc_bias + n);
+                bs.x += sb.x, bs.y += sb.y;
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int a = 4 * (4 * jg + b) + 2 * h;
+                d.pk[h * (BN / 32) + jg][b] = wg_pack_bf16(acc[a] + bs.x, acc[a + 1] + bs.y);
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) wg_quad_transpose_u32(d.pk[h * (BN / 32) + jg], tq);
+    }
+}
+
+/* Step `step` of the deferred store, first half: the output and residual offsets of its vectors, and their
+ * residual loaded into r (issued before the caller's barrier wait and MMAs; used by wg_defer_store). */
+template <int BN>
+static __device__ __forceinline__ bool wg_defer_load(const wg_defer<BN> &d, const w22_gemm &g, int step, int tq, int HW,
+                                                     long *orow, long ocol[WG_DEFER_VPS], uint4 r[WG_DEFER_VPS]) {
+    const int v0 = step * WG_DEFER_VPS, m = v0 < BN / 32 ? d.m[0] : d.m[1];
+    if (m < 0) return false;
+    long rrow;
+    w22_epilogue_row(g, m, HW, orow, &rrow);
+#pragma unroll
+    for (int i = 0; i < WG_DEFER_VPS; i++) {
+        const int jg = (v0 + i) % (BN / 32);
+        long rcol;
+        w22_epilogue_cols(g, d.n0 + (4 * jg + tq) * 8, &ocol[i], &rcol);
+        if (g.res) r[i] = *(const uint4 *)(g.res + rrow + rcol);
+    }
+    return true;
+}
+
+/* Second half: + residual (bf16 + bf16 in fp32, rounded), one 16-byte store per vector. */
+template <int BN>
+static __device__ __forceinline__ void wg_defer_store(const wg_defer<BN> &d, const w22_gemm &g, int step, long orow,
+                                                      const long ocol[WG_DEFER_VPS], const uint4 r[WG_DEFER_VPS]) {
+#pragma unroll
+    for (int i = 0; i < WG_DEFER_VPS; i++) {
+        const uint32_t *p = d.pk[step * WG_DEFER_VPS + i]; /* step: a constant where inlined (the caller's switch) */
+        uint32_t w[4] = {p[0], p[1], p[2], p[3]};
+        if (g.res) {
+            const uint32_t q[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&w[k]);
+                const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)&q[k]);
+                w[k] = wg_pack_bf16(a.x + b.x, a.y + b.y);
+            }
+        }
+        *(uint4 *)((bf16 *)g.out + orow + ocol[i]) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 

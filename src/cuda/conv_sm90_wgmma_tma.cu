@@ -33,14 +33,18 @@
  * holds). */
 enum { MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8 };
 
-/* One stage of a consumer warpgroup in the tile's main loop: wait for the stage, issue its wgmmas, wait for the
- * previous stage's (it may be refilled: released by lane 0 of each warp), step the ring. */
+/* One stage of a consumer warpgroup in the tile's main loop, in two halves (the overlapped epilogue's step runs
+ * between them): wait for the stage and issue its wgmmas; then wait for the previous stage's wgmmas (that stage may
+ * be refilled: released by lane 0 of each warp) and step the ring. */
 template <int BN, int STAGES>
-static __device__ __forceinline__ void wg_consume(float *acc, int it, int &s, int &sp, uint32_t &ph, uint32_t full0,
-                                                  uint32_t empty0, uint64_t da0, uint64_t db0, int lane) {
+static __device__ __forceinline__ void wg_issue(float *acc, int s, uint32_t ph, uint32_t full0, uint64_t da0,
+                                                uint64_t db0) {
     constexpr uint64_t STAGE_DESC = wg_layout<BN, STAGES>::stage_bytes >> 4;
     mbar_wait_nt(full0 + 8 * s, ph);
     wg_mma_stage<BN>(acc, da0 + s * STAGE_DESC, db0 + s * STAGE_DESC);
+}
+template <int STAGES>
+static __device__ __forceinline__ void wg_retire(int it, int &s, int &sp, uint32_t &ph, uint32_t empty0, int lane) {
     wgmma_wait<1>(); /* stage it - 1's wgmmas are done: it may be refilled */
     if (it > 0 && lane == 0) mbar_arrive(empty0 + 8 * sp);
     sp = s;
@@ -117,7 +121,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         const uint64_t da0 = smem_desc(base + cw * 64 * WG_ROW_BYTES), db0 = smem_desc(base + L::a_bytes);
         const bool defer = mode & MODE_EPI_DEFER;
         wg_defer<BN> dq; /* the previous tile's outputs, stored during this tile's first stages */
-        dq.m[0] = dq.m[1] = -1;
+        dq.orow[0] = dq.orow[1] = dq.rrow[0] = dq.rrow[1] = -1;
         dq.n0 = 0;
         int s = 0, sp = 0;
         uint32_t ph = 0;
@@ -129,34 +133,25 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
             for (int i = 0; i < NACC; i++) acc[i] = 0.f;
             for (int it = 0; it < iters; it++) {
-                long orow = 0, ocol[WG_DEFER_VPS];
-                uint4 r[WG_DEFER_VPS];
-                bool st = false;
-                if (defer && it < wg_defer<BN>::STEPS) /* a switch on it: the held registers take constant indices */
-#pragma unroll
-                    for (int j = 0; j < wg_defer<BN>::STEPS; j++)
-                        if (j == it) st = wg_defer_load<BN>(dq, g, j, tq, HW, &orow, ocol, r);
-                wg_consume<BN, STAGES>(acc, it, s, sp, ph, full0, empty0, da0, db0, lane);
-                if (st)
-#pragma unroll
-                    for (int j = 0; j < wg_defer<BN>::STEPS; j++)
-                        if (j == it) wg_defer_store<BN>(dq, g, j, orow, ocol, r);
+                wg_issue<BN, STAGES>(acc, s, ph, full0, da0, db0);
+                if (defer && it < wg_defer<BN>::STEPS) {
+                    wg_defer_step<BN>(dq, g, it, tq);
+                    wg_defer_shift<BN>(dq);
+                }
+                wg_retire<STAGES>(it, s, sp, ph, empty0, lane);
                 __syncwarp(); /* converged before the next .aligned wgmma */
             }
-            if (defer && iters < wg_defer<BN>::STEPS) /* a tile of fewer stages than the store's steps: the rest now */
-#pragma unroll
-                for (int j = 0; j < wg_defer<BN>::STEPS; j++) {
-                    long orow = 0, ocol[WG_DEFER_VPS];
-                    uint4 r[WG_DEFER_VPS];
-                    if (j >= iters && wg_defer_load<BN>(dq, g, j, tq, HW, &orow, ocol, r))
-                        wg_defer_store<BN>(dq, g, j, orow, ocol, r);
+            if (defer) /* a tile of fewer stages than the store's steps: the rest now */
+                for (int j = iters; j < wg_defer<BN>::STEPS; j++) {
+                    wg_defer_step<BN>(dq, g, j, tq);
+                    wg_defer_shift<BN>(dq);
                 }
             wgmma_wait<0>();
             if (lane == 0) mbar_arrive(empty0 + 8 * sp); /* the tile's last stage: the next tile's loads refill it */
 #pragma unroll
             for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
             if (defer)
-                wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane);
+                wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane, HW);
             else if (mode & MODE_EPI_VEC)
                 wg_store_tile_vec<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW);
             else if (!(mode & MODE_NO_EPI))
@@ -164,11 +159,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             __syncwarp(); /* the rows past m_end diverged: converged again before the next tile's .aligned wgmma ops */
         }
         if (defer) /* the CTA's last tile: nothing left to overlap with */
-#pragma unroll
             for (int j = 0; j < wg_defer<BN>::STEPS; j++) {
-                long orow = 0, ocol[WG_DEFER_VPS];
-                uint4 r[WG_DEFER_VPS];
-                if (wg_defer_load<BN>(dq, g, j, tq, HW, &orow, ocol, r)) wg_defer_store<BN>(dq, g, j, orow, ocol, r);
+                wg_defer_step<BN>(dq, g, j, tq);
+                wg_defer_shift<BN>(dq);
             }
     }
 }
@@ -300,12 +293,21 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     return W22_OK;
 }
 
+/* Whether every output and residual row offset of g fits the overlapped epilogue's int (the last frame's last row;
+ * the time split's second output frame adds o_sf, and the columns come on top, as long). */
+static int defer_offsets_fit(const w22_gemm *g) {
+    const long F = g->M / (g->H * (long)g->W), tf = g->split_c ? 2 * F : F;
+    const long last_o = tf * g->o_sf + (long)g->H * g->o_sh + (long)g->W * g->o_sw;
+    const long last_r = g->res ? tf * g->r_sf + (long)g->H * g->r_sh + (long)g->W * g->r_sw : 0;
+    return last_o < INT_MAX && last_r < INT_MAX;
+}
+
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
     /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
     const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
     int mode = env_mode();
     if ((mode & MODE_EPI_VEC) && !w22_epilogue_vec_ok(g)) mode &= ~(MODE_EPI_VEC | MODE_EPI_DEFER); /* the pairs */
-    if (g->out_f32) mode &= ~MODE_EPI_DEFER; /* the deferred store holds bf16 */
+    if (g->out_f32 || !defer_offsets_fit(g)) mode &= ~MODE_EPI_DEFER; /* it holds bf16 and int row offsets */
     static const char *const names[3][4] = {
         {"wgmma 128x128 tma", "wgmma 128x256 tma", "wgmma 128x128 tma persistent", "wgmma 128x256 tma persistent"},
         {"wgmma 128x128 tma vec", "wgmma 128x256 tma vec", "wgmma 128x128 tma persistent vec",

@@ -315,13 +315,16 @@ static __device__ __forceinline__ void wg_store_tile_vec(const w22_gemm &g, cons
 #define WG_DEFER_VPS 1 /* 16-byte vectors stored per stage: the step never spans two row halves (BN / 32 % 2 == 0) */
 
 template <int BN> struct wg_defer {
-    static constexpr int NV = BN / 16;            /* vectors per thread per tile: 2 row halves x BN / 32 */
-    static constexpr int STEPS = NV / WG_DEFER_VPS; /* stages of the next tile that store them: 8 (256) or 4 (128) */
-    uint32_t pk[NV][4];                           /* [h * BN / 32 + jg]: channels n0 + (4 jg + tq) * 8 .. + 7 */
-    int m[2];                                     /* the rows of the two halves; -1: nothing to store */
+    static constexpr int NV = BN / 32;            /* vectors per thread held: row half 1 (half 0: the tail) */
+    static constexpr int STEPS = NV / WG_DEFER_VPS; /* stages of the next tile that store them: 16 (256) or 8 (128) */
+    uint32_t pk[NV][4]; /* the vectors still to store, next first (each step stores pk[0] and shifts the rest down:
+                         * register arrays take no runtime index, and one copy of the step's code keeps the loop
+                         * small; a first version picked pk[step] through a 16-way branch and ran slower than the
+                         * tail store: v11 in docs/PERF.md) */
+    int orow[2]; /* output row offset of each half (elements: the host checks that they fit); -1: past the tile */
+    int rrow[2]; /* residual row offset */
     int n0;
 };
-
 /* 4 x 4 transpose of packed pairs within a quad (wg_quad_transpose with one register per pair): before, v[b] is
  * this lane's pair of block b; after, lane b's pair of block tq. Half the shuffles of the fp32 transpose. */
 static __device__ __forceinline__ void wg_quad_transpose_u32(uint32_t v[4], int tq) {
@@ -348,16 +351,25 @@ static __device__ __forceinline__ uint32_t wg_pack_bf16(float a, float b) {
  * shuffles. */
 template <int BN>
 static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_gemm &g, const float *acc, int m0,
-                                                     int m_end, int n0, int cw, int warp4, int lane) {
+                                                     int m_end, int n0, int cw, int warp4, int lane, int HW) {
     const int gq = lane >> 2, tq = lane & 3;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
-        d.m[h] = m < m_end ? m : -1;
+        d.orow[h] = d.rrow[h] = -1;
+        if (m < m_end) {
+            long orow, rrow;
+            w22_epilogue_row(g, m, HW, &orow, &rrow);
+            d.orow[h] = (int)orow;
+            d.rrow[h] = (int)rrow;
+        }
     }
     d.n0 = n0;
+    const int row0 = d.orow[0], rrow0 = d.rrow[0]; /* half 0: stored here, in the tail */
+    d.orow[0] = -1;
 #pragma unroll
     for (int jg = 0; jg < BN / 32; jg++) {
+        uint32_t p0[4];
 #pragma unroll
         for (int b = 0; b < 4; b++) {
             const int n = n0 + (4 * jg + b) * 8 + 2 * tq;
@@ -367,55 +379,50 @@ static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_
                 const float2 sb = *(const float2 *)(g.sc_bias + n);
                 bs.x += sb.x, bs.y += sb.y;
             }
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int a = 4 * (4 * jg + b) + 2 * h;
-                d.pk[h * (BN / 32) + jg][b] = wg_pack_bf16(acc[a] + bs.x, acc[a + 1] + bs.y);
-            }
+            const int a = 4 * (4 * jg + b);
+            p0[b] = wg_pack_bf16(acc[a] + bs.x, acc[a + 1] + bs.y);
+            d.pk[jg][b] = wg_pack_bf16(acc[a + 2] + bs.x, acc[a + 3] + bs.y);
         }
-#pragma unroll
-        for (int h = 0; h < 2; h++) wg_quad_transpose_u32(d.pk[h * (BN / 32) + jg], tq);
+        wg_quad_transpose_u32(p0, tq);
+        wg_quad_transpose_u32(d.pk[jg], tq);
+        if (row0 >= 0) wg_defer_store_vec(g, p0, row0, rrow0, d.n0 + (4 * jg + tq) * 8);
     }
 }
 
-/* Step `step` of the deferred store, first half: the output and residual offsets of its vectors, and their
- * residual loaded into r (issued before the caller's barrier wait and MMAs; used by wg_defer_store). */
-template <int BN>
-static __device__ __forceinline__ bool wg_defer_load(const wg_defer<BN> &d, const w22_gemm &g, int step, int tq, int HW,
-                                                     long *orow, long ocol[WG_DEFER_VPS], uint4 r[WG_DEFER_VPS]) {
-    const int v0 = step * WG_DEFER_VPS, m = v0 < BN / 32 ? d.m[0] : d.m[1];
-    if (m < 0) return false;
-    long rrow;
-    w22_epilogue_row(g, m, HW, orow, &rrow);
+/* One vector of 8 channels from n on (packed bf16 pairs) + residual (bf16 + bf16 in fp32, rounded), one 16-byte
+ * store. */
+static __device__ __forceinline__ void wg_defer_store_vec(const w22_gemm &g, const uint32_t p[4], int orow, int rrow,
+                                                          int n) {
+    long ocol, rcol;
+    w22_epilogue_cols(g, n, &ocol, &rcol);
+    uint32_t w[4] = {p[0], p[1], p[2], p[3]};
+    if (g.res) {
+        const uint4 r = *(const uint4 *)(g.res + rrow + rcol);
+        const uint32_t q[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
-    for (int i = 0; i < WG_DEFER_VPS; i++) {
-        const int jg = (v0 + i) % (BN / 32);
-        long rcol;
-        w22_epilogue_cols(g, d.n0 + (4 * jg + tq) * 8, &ocol[i], &rcol);
-        if (g.res) r[i] = *(const uint4 *)(g.res + rrow + rcol);
+        for (int k = 0; k < 4; k++) {
+            const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&w[k]);
+            const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)&q[k]);
+            w[k] = wg_pack_bf16(a.x + b.x, a.y + b.y);
+        }
     }
-    return true;
+    *(uint4 *)((bf16 *)g.out + orow + ocol) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/* Second half: + residual (bf16 + bf16 in fp32, rounded), one 16-byte store per vector. */
+/* Step `step` (0 .. STEPS - 1, in order) of the deferred store: pk[0], the held half's vector of channel group
+ * `step`, unless its row is past the tile. Called right after a stage's wgmmas are issued, while the previous
+ * stage's still run: two stages of MMAs cover its latency (the residual's load included). */
 template <int BN>
-static __device__ __forceinline__ void wg_defer_store(const wg_defer<BN> &d, const w22_gemm &g, int step, long orow,
-                                                      const long ocol[WG_DEFER_VPS], const uint4 r[WG_DEFER_VPS]) {
+static __device__ __forceinline__ void wg_defer_step(const wg_defer<BN> &d, const w22_gemm &g, int step, int tq) {
+    if (d.orow[1] >= 0) wg_defer_store_vec(g, d.pk[0], d.orow[1], d.rrow[1], d.n0 + (4 * step + tq) * 8);
+}
+
+/* After each step (every lane, stored or not): the next vector to pk[0]. */
+template <int BN> static __device__ __forceinline__ void wg_defer_shift(wg_defer<BN> &d) {
 #pragma unroll
-    for (int i = 0; i < WG_DEFER_VPS; i++) {
-        const uint32_t *p = d.pk[step * WG_DEFER_VPS + i]; /* step: a constant where inlined (the caller's switch) */
-        uint32_t w[4] = {p[0], p[1], p[2], p[3]};
-        if (g.res) {
-            const uint32_t q[4] = {r[i].x, r[i].y, r[i].z, r[i].w};
+    for (int v = 0; v + 1 < wg_defer<BN>::NV; v++)
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&w[k]);
-                const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)&q[k]);
-                w[k] = wg_pack_bf16(a.x + b.x, a.y + b.y);
-            }
-        }
-        *(uint4 *)((bf16 *)g.out + orow + ocol[i]) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
+        for (int k = 0; k < 4; k++) d.pk[v][k] = d.pk[v + 1][k];
 }
 
 typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,

@@ -306,13 +306,14 @@ static __device__ __forceinline__ void wg_store_tile_vec(const w22_gemm &g, cons
 
 /* ---- the overlapped epilogue (W22_WGMMA_EPI=defer, the TMA kernel's default since v11) ----
  * Why: with the stores in the tile's tail the tensor cores idle while the consumers add and store (v10's EPI=none:
- * 10% of a 256-channel conv, 20% of a phase conv). Here a tile's tail only packs its accumulators: + bias (+ shortcut
+ * 10% of a 256-channel conv, 20% of a phase conv). Here a tile's tail packs its accumulators: + bias (+ shortcut
  * bias) in fp32, rounded to bf16 pairs, transposed within the quad (8 adjacent channels per lane, as
- * wg_store_tile_vec), held in 64 registers; the residual add and the 16-byte stores run during the next tile's
- * first WG_DEFER_STEPS stages, between each stage's wgmma issue and its wait (the residual's load issued before the
- * stage's barrier wait), so they overlap the MMAs. The residual is added to the bf16-rounded conv output and rounded
- * again (as diffusers' bf16 decode does; the vec store rounds once). bf16 outputs only (out_f32: the vec store). */
-#define WG_DEFER_VPS 1 /* 16-byte vectors stored per stage: the step never spans two row halves (BN / 32 % 2 == 0) */
+ * wg_store_tile_vec); row half 0 is stored at once, row half 1 is held (32 registers: with 128 accumulators the
+ * consumers' 232 have no room for both halves, which spilled) and stored one 16-byte vector per stage during the next
+ * tile's first BN / 32 stages, between each stage's wgmma issue and its wait, so those stores overlap the MMAs
+ * (docs/PERF.md v11). The residual is added to the bf16-rounded conv output and rounded again (as diffusers' bf16
+ * decode does; the vec store rounds once). bf16 outputs only (out_f32: the vec store). */
+#define WG_DEFER_VPS 1 /* 16-byte vectors stored per stage */
 
 template <int BN> struct wg_defer {
     static constexpr int NV = BN / 32;            /* vectors per thread held: row half 1 (half 0: the tail) */

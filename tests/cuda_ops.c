@@ -348,18 +348,19 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
             const int want_t = !(le && !strcmp(le, "cpasync")) && !getenv("W22_WGMMA_ROWS") &&
                                !getenv("W22_WGMMA_HANDOFF") && !getenv("W22_WGMMA_CLUSTER"); /* v5/v6 switches */
             const int want_p = want_t ? !(pe && !strcmp(pe, "0")) : pe && !strcmp(pe, "1");
-            /* the tma kernel's overlapped epilogue (W22_WGMMA_EPI unset or defer), or its 16-byte one (v2): every
-             * case here is aligned for both */
+            /* the tma kernel's overlapped epilogue (W22_WGMMA_EPI unset or defer), its half-overlapped one (half),
+             * or its 16-byte tail store (v2): every case here is aligned for each */
             const char *ee = getenv("W22_WGMMA_EPI");
-            const int want_d = want_t && (!ee || !strcmp(ee, "defer"));
-            const int want_v = want_t && ee && !strcmp(ee, "v2");
+            const char *want_e = !want_t ? NULL
+                                 : !ee || !strcmp(ee, "defer") ? " defer"
+                                 : !strcmp(ee, "half")         ? " half"
+                                 : !strcmp(ee, "v2")           ? " vec"
+                                                               : NULL;
             const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || strstr(gpu_path(), "persistent")) &&
-                           (!want_t || strstr(gpu_path(), " tma")) && (!want_v || strstr(gpu_path(), " vec")) &&
-                           (!want_d || strstr(gpu_path(), " defer"));
+                           (!want_t || strstr(gpu_path(), " tma")) && (!want_e || strstr(gpu_path(), want_e));
             if (!on)
-                printf("    expected the wgmma kernel%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
-                       want_t ? " (tma)" : "", want_d ? " (deferred epilogue)" : want_v ? " (vec epilogue)" : "",
-                       gpu_path());
+                printf("    expected the wgmma kernel%s%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
+                       want_t ? " (tma)" : "", want_e ? " with the epilogue" : "", want_e ? want_e : "", gpu_path());
             CHECK(on, "conv %s on wgmma", shape);
         }
         if (!selftest && rows_qualifies(cin, cout, kt, ks, upsample, time_split, sc_cin)) {

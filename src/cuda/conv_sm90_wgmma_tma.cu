@@ -31,7 +31,15 @@
  * measurement switches that make the results wrong and exist to time parts of the kernel by leaving them out
  * (W22_WGMMA_EPI=none: no stores; W22_WGMMA_LOAD=none: no loads, the consumers multiply whatever shared memory
  * holds). */
-enum { MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8 };
+enum { MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16 };
+
+/* The stage ring (wg_layout) and, where the cp.async kernels keep their row tables, the overlapped epilogue's staging
+ * of row half 0 (MODE_EPI_SMEM): BN / 32 vectors of 16 bytes per consumer thread. */
+template <int BN, int STAGES> struct tma_layout {
+    static constexpr int epi_off = wg_layout<BN, STAGES>::ftab_off;
+    static constexpr int bytes = epi_off + BN / 32 * WG_EPI_STRIDE + 1024; /* + slack to align the base */
+    static_assert(bytes <= 227 * 1024, "shared memory beyond the sm_90 per-block limit (227 KB)");
+};
 
 /* One stage of a consumer warpgroup in the tile's main loop, in two halves (the overlapped epilogue's step runs
  * between them): wait for the stage and issue its wgmmas; then wait for the previous stage's wgmmas (that stage may
@@ -49,6 +57,17 @@ static __device__ __forceinline__ void wg_retire(int it, int &s, int &sp, uint32
     if (it > 0 && lane == 0) mbar_arrive(empty0 + 8 * sp);
     sp = s;
     if (++s == STAGES) s = 0, ph ^= 1;
+}
+
+/* Deferred-store step j: the held half 1 first (from registers, shifted down), then half 0 (from the staging). */
+template <int BN>
+static __device__ __forceinline__ void defer_step(wg_defer<BN> &dq, const w22_gemm &g, int j, int tq, uint32_t epi) {
+    if (j < BN / 32) {
+        wg_defer_step<BN>(dq, g, j, tq);
+        wg_defer_shift<BN>(dq);
+    } else {
+        wg_defer_step_smem<BN>(dq, g, j - BN / 32, tq, epi);
+    }
 }
 
 template <int BN, int STAGES>
@@ -120,6 +139,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         constexpr int NACC = BN / 2;
         const uint64_t da0 = smem_desc(base + cw * 64 * WG_ROW_BYTES), db0 = smem_desc(base + L::a_bytes);
         const bool defer = mode & MODE_EPI_DEFER;
+        /* this thread's staging (MODE_EPI_SMEM), else 0: half 0 stored in the tail */
+        const uint32_t epi = mode & MODE_EPI_SMEM ? base + tma_layout<BN, STAGES>::epi_off + (tid - 128) * 16 : 0;
+        const int steps = epi ? 2 * (BN / 32) : BN / 32; /* stages of the next tile that store the held outputs */
         wg_defer<BN> dq; /* the previous tile's outputs, stored during this tile's first stages */
         dq.orow[0] = dq.orow[1] = dq.rrow[0] = dq.rrow[1] = -1;
         dq.n0 = 0;
@@ -134,24 +156,18 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             for (int i = 0; i < NACC; i++) acc[i] = 0.f;
             for (int it = 0; it < iters; it++) {
                 wg_issue<BN, STAGES>(acc, s, ph, full0, da0, db0);
-                if (defer && it < wg_defer<BN>::STEPS) {
-                    wg_defer_step<BN>(dq, g, it, tq);
-                    wg_defer_shift<BN>(dq);
-                }
+                if (defer && it < steps) defer_step<BN>(dq, g, it, tq, epi);
                 wg_retire<STAGES>(it, s, sp, ph, empty0, lane);
                 __syncwarp(); /* converged before the next .aligned wgmma */
             }
             if (defer) /* a tile of fewer stages than the store's steps: the rest now */
-                for (int j = iters; j < wg_defer<BN>::STEPS; j++) {
-                    wg_defer_step<BN>(dq, g, j, tq);
-                    wg_defer_shift<BN>(dq);
-                }
+                for (int j = iters; j < steps; j++) defer_step<BN>(dq, g, j, tq, epi);
             wgmma_wait<0>();
             if (lane == 0) mbar_arrive(empty0 + 8 * sp); /* the tile's last stage: the next tile's loads refill it */
 #pragma unroll
             for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
             if (defer)
-                wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane, HW);
+                wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane, HW, epi);
             else if (mode & MODE_EPI_VEC)
                 wg_store_tile_vec<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW);
             else if (!(mode & MODE_NO_EPI))
@@ -159,10 +175,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             __syncwarp(); /* the rows past m_end diverged: converged again before the next tile's .aligned wgmma ops */
         }
         if (defer) /* the CTA's last tile: nothing left to overlap with */
-            for (int j = 0; j < wg_defer<BN>::STEPS; j++) {
-                wg_defer_step<BN>(dq, g, j, tq);
-                wg_defer_shift<BN>(dq);
-            }
+            for (int j = 0; j < steps; j++) defer_step<BN>(dq, g, j, tq, epi);
     }
 }
 
@@ -178,13 +191,14 @@ static int tma_enabled(void) {
     return v;
 }
 
-/* W22_WGMMA_EPI (defer, the default: stores overlapped with the next tile; v2: 16-byte vectors in the tile's tail;
- * v1: pairs; none) and W22_WGMMA_LOAD=none as mode bits; read once. */
+/* W22_WGMMA_EPI (defer, the default: stores overlapped with the next tile, v12; half: only row half 1's, v11; v2:
+ * 16-byte vectors in the tile's tail, v10; v1: pairs; none) and W22_WGMMA_LOAD=none as mode bits; read once. */
 static int env_mode(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("W22_WGMMA_EPI"), *l = getenv("W22_WGMMA_LOAD");
-        v = !e || !strcmp(e, "defer") ? MODE_EPI_DEFER | MODE_EPI_VEC
+        v = !e || !strcmp(e, "defer") ? MODE_EPI_DEFER | MODE_EPI_SMEM | MODE_EPI_VEC
+            : !strcmp(e, "half")     ? MODE_EPI_DEFER | MODE_EPI_VEC
             : !strcmp(e, "v1")       ? 0
             : !strcmp(e, "none")     ? MODE_NO_EPI
                                      : MODE_EPI_VEC;
@@ -197,9 +211,9 @@ int w22_cuda_wgmma_tma_on(const w22_cuda *c) { return tma_enabled() && c->tmap_i
 
 w22_status w22_cuda_wgmma_tma_init(w22_cuda *c) {
     CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                wg_layout<256, 4>::bytes));
+                                tma_layout<256, 4>::bytes));
     CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<128, 6>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                wg_layout<128, 6>::bytes));
+                                tma_layout<128, 6>::bytes));
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     CU_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &fn, 12000, cudaEnableDefault, &q));
@@ -288,7 +302,7 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
     const int grid = (int)(persist && tiles > c->sms ? c->sms : tiles);
     const int cx = border ? 1 - g->pad_x : 0, cy = border ? 1 - g->pad_y : 0;
-    w22_conv_wgmma_tma_kernel<BN, STAGES><<<grid, WG_THREADS, wg_layout<BN, STAGES>::bytes, c->stream>>>(
+    w22_conv_wgmma_tma_kernel<BN, STAGES><<<grid, WG_THREADS, tma_layout<BN, STAGES>::bytes, c->stream>>>(
         tb, ts, ta, th0, th1, tsa, *g, tpf, cx, cy, main_iters, iters, tiles_n, (int)tiles, mode);
     return W22_OK;
 }
@@ -307,14 +321,18 @@ w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *w
     const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
     int mode = env_mode();
     if ((mode & MODE_EPI_VEC) && !w22_epilogue_vec_ok(g)) mode &= ~(MODE_EPI_VEC | MODE_EPI_DEFER); /* the pairs */
-    if (g->out_f32 || !defer_offsets_fit(g)) mode &= ~MODE_EPI_DEFER; /* it holds bf16 and int row offsets */
-    static const char *const names[3][4] = {
+    if (g->out_f32 || !defer_offsets_fit(g)) mode &= ~(MODE_EPI_DEFER | MODE_EPI_SMEM); /* bf16, int offsets */
+    if (!(mode & MODE_EPI_DEFER)) mode &= ~MODE_EPI_SMEM;
+    static const char *const names[4][4] = {
         {"wgmma 128x128 tma", "wgmma 128x256 tma", "wgmma 128x128 tma persistent", "wgmma 128x256 tma persistent"},
         {"wgmma 128x128 tma vec", "wgmma 128x256 tma vec", "wgmma 128x128 tma persistent vec",
          "wgmma 128x256 tma persistent vec"},
+        {"wgmma 128x128 tma half", "wgmma 128x256 tma half", "wgmma 128x128 tma persistent half",
+         "wgmma 128x256 tma persistent half"},
         {"wgmma 128x128 tma defer", "wgmma 128x256 tma defer", "wgmma 128x128 tma persistent defer",
          "wgmma 128x256 tma persistent defer"}};
-    c->last_path = names[mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0][persist * 2 + big];
+    const int epi = mode & MODE_EPI_SMEM ? 3 : mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0;
+    c->last_path = names[epi][persist * 2 + big];
     const w22_status s = big ? launch<256, 4>(c, g, persist, mode, what) : launch<128, 6>(c, g, persist, mode, what);
     if (s != W22_OK) return s;
     CU_LAUNCHED(c, what);

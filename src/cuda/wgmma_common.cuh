@@ -308,12 +308,14 @@ static __device__ __forceinline__ void wg_store_tile_vec(const w22_gemm &g, cons
  * Why: with the stores in the tile's tail the tensor cores idle while the consumers add and store (v10's EPI=none:
  * 10% of a 256-channel conv, 20% of a phase conv). Here a tile's tail packs its accumulators: + bias (+ shortcut
  * bias) in fp32, rounded to bf16 pairs, transposed within the quad (8 adjacent channels per lane, as
- * wg_store_tile_vec); row half 0 is stored at once, row half 1 is held (32 registers: with 128 accumulators the
- * consumers' 232 have no room for both halves, which spilled) and stored one 16-byte vector per stage during the next
- * tile's first BN / 32 stages, between each stage's wgmma issue and its wait, so those stores overlap the MMAs
- * (docs/PERF.md v11). The residual is added to the bf16-rounded conv output and rounded again (as diffusers' bf16
+ * wg_store_tile_vec); row half 1 is held in registers (32: with 128 accumulators the consumers' 232 have no room
+ * for both halves, which spilled) and row half 0 staged in shared memory (the 32 KB the stage ring leaves; v12,
+ * W22_WGMMA_EPI=half stores it in the tail as v11 did); both are stored one 16-byte vector per stage during the next
+ * tile's first BN / 16 stages, between each stage's wgmma issue and its wait, so the stores overlap the MMAs
+ * (docs/PERF.md v11, v12). The residual is added to the bf16-rounded conv output and rounded again (as diffusers' bf16
  * decode does; the vec store rounds once). bf16 outputs only (out_f32: the vec store). */
 #define WG_DEFER_VPS 1 /* 16-byte vectors stored per stage */
+#define WG_EPI_STRIDE (256 * 16) /* staging: vector v of consumer thread t at v * 4 KB + t * 16 (lanes side by side) */
 
 template <int BN> struct wg_defer {
     static constexpr int NV = BN / 32;            /* vectors per thread held: row half 1 (half 0: the tail) */
@@ -348,48 +350,6 @@ static __device__ __forceinline__ uint32_t wg_pack_bf16(float a, float b) {
     return *(const uint32_t *)&h;
 }
 
-/* The tile's tail: accumulators (+ biases) into d, rows m0 + r below m_end marked for storing. Every lane runs the
- * shuffles. */
-template <int BN>
-static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_gemm &g, const float *acc, int m0,
-                                                     int m_end, int n0, int cw, int warp4, int lane, int HW) {
-    const int gq = lane >> 2, tq = lane & 3;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
-        d.orow[h] = d.rrow[h] = -1;
-        if (m < m_end) {
-            long orow, rrow;
-            w22_epilogue_row(g, m, HW, &orow, &rrow);
-            d.orow[h] = (int)orow;
-            d.rrow[h] = (int)rrow;
-        }
-    }
-    d.n0 = n0;
-    const int row0 = d.orow[0], rrow0 = d.rrow[0]; /* half 0: stored here, in the tail */
-    d.orow[0] = -1;
-#pragma unroll
-    for (int jg = 0; jg < BN / 32; jg++) {
-        uint32_t p0[4];
-#pragma unroll
-        for (int b = 0; b < 4; b++) {
-            const int n = n0 + (4 * jg + b) * 8 + 2 * tq;
-            float2 bs = make_float2(0.f, 0.f);
-            if (g.bias) bs = *(const float2 *)(g.bias + n);
-            if (g.sc_bias) {
-                const float2 sb = *(const float2 *)(g.sc_bias + n);
-                bs.x += sb.x, bs.y += sb.y;
-            }
-            const int a = 4 * (4 * jg + b);
-            p0[b] = wg_pack_bf16(acc[a] + bs.x, acc[a + 1] + bs.y);
-            d.pk[jg][b] = wg_pack_bf16(acc[a + 2] + bs.x, acc[a + 3] + bs.y);
-        }
-        wg_quad_transpose_u32(p0, tq);
-        wg_quad_transpose_u32(d.pk[jg], tq);
-        if (row0 >= 0) wg_defer_store_vec(g, p0, row0, rrow0, d.n0 + (4 * jg + tq) * 8);
-    }
-}
-
 /* One vector of 8 channels from n on (packed bf16 pairs) + residual (bf16 + bf16 in fp32, rounded), one 16-byte
  * store. */
 static __device__ __forceinline__ void wg_defer_store_vec(const w22_gemm &g, const uint32_t p[4], int orow, int rrow,
@@ -410,12 +370,74 @@ static __device__ __forceinline__ void wg_defer_store_vec(const w22_gemm &g, con
     *(uint4 *)((bf16 *)g.out + orow + ocol) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+/* The tile's tail: accumulators (+ biases) into d, rows m0 + r below m_end marked for storing. Every lane runs the
+ * shuffles. */
+template <int BN>
+static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_gemm &g, const float *acc, int m0,
+                                                     int m_end, int n0, int cw, int warp4, int lane, int HW,
+                                                     uint32_t epi) {
+    const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
+        d.orow[h] = d.rrow[h] = -1;
+        if (m < m_end) {
+            long orow, rrow;
+            w22_epilogue_row(g, m, HW, &orow, &rrow);
+            d.orow[h] = (int)orow;
+            d.rrow[h] = (int)rrow;
+        }
+    }
+    d.n0 = n0;
+    const int row0 = d.orow[0], rrow0 = d.rrow[0]; /* half 0: stored here, in the tail, or staged (epi) */
+    if (!epi) d.orow[0] = -1;
+#pragma unroll
+    for (int jg = 0; jg < BN / 32; jg++) {
+        uint32_t p0[4];
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            const int n = n0 + (4 * jg + b) * 8 + 2 * tq;
+            float2 bs = make_float2(0.f, 0.f);
+            if (g.bias) bs = *(const float2 *)(g.bias + n);
+            if (g.sc_bias) {
+                const float2 sb = *(const float2 *)(g.sc_bias + n);
+                bs.x += sb.x, bs.y += sb.y;
+            }
+            const int a = 4 * (4 * jg + b);
+            p0[b] = wg_pack_bf16(acc[a] + bs.x, acc[a + 1] + bs.y);
+            d.pk[jg][b] = wg_pack_bf16(acc[a + 2] + bs.x, acc[a + 3] + bs.y);
+        }
+        wg_quad_transpose_u32(p0, tq);
+        wg_quad_transpose_u32(d.pk[jg], tq);
+        if (epi)
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(epi + jg * WG_EPI_STRIDE), "r"(p0[0]),
+                         "r"(p0[1]), "r"(p0[2]), "r"(p0[3])
+                         : "memory");
+        else if (row0 >= 0)
+            wg_defer_store_vec(g, p0, row0, rrow0, d.n0 + (4 * jg + tq) * 8);
+    }
+}
+
 /* Step `step` (0 .. STEPS - 1, in order) of the deferred store: pk[0], the held half's vector of channel group
  * `step`, unless its row is past the tile. Called right after a stage's wgmmas are issued, while the previous
  * stage's still run: two stages of MMAs cover its latency (the residual's load included). */
 template <int BN>
 static __device__ __forceinline__ void wg_defer_step(const wg_defer<BN> &d, const w22_gemm &g, int step, int tq) {
     if (d.orow[1] >= 0) wg_defer_store_vec(g, d.pk[0], d.orow[1], d.rrow[1], d.n0 + (4 * step + tq) * 8);
+}
+
+/* Step BN / 32 + v (v11's second half, W22_WGMMA_EPI=defer): half 0's vector of channel group v, staged in shared
+ * memory by wg_defer_pack (each thread reads back only what it wrote: no barrier). */
+template <int BN>
+static __device__ __forceinline__ void wg_defer_step_smem(const wg_defer<BN> &d, const w22_gemm &g, int v, int tq,
+                                                          uint32_t epi) {
+    if (d.orow[0] < 0) return;
+    uint32_t p[4];
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(p[0]), "=r"(p[1]), "=r"(p[2]), "=r"(p[3])
+                 : "r"(epi + v * WG_EPI_STRIDE)
+                 : "memory");
+    wg_defer_store_vec(g, p, d.orow[0], d.rrow[0], d.n0 + (4 * v + tq) * 8);
 }
 
 /* After each step (every lane, stored or not): the next vector to pk[0]. */

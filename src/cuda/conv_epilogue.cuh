@@ -42,6 +42,17 @@ static __device__ __forceinline__ void w22_epilogue_pair(const w22_gemm &g, long
         *(__nv_bfloat162 *)((bf16 *)g.out + orow + ocol) = __floats2bfloat162_rn(v0, v1);
 }
 
+/* v[0..7] += eight bf16 values packed in r */
+static __device__ __forceinline__ void w22_add_bf16x8(float v[8], const uint4 r) {
+    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(*(const __nv_bfloat162 *)&w[i]);
+        v[2 * i] += f.x;
+        v[2 * i + 1] += f.y;
+    }
+}
+
 static __device__ __forceinline__ void w22_add8(float v[8], const float *p) {
     const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
     v[0] += a.x, v[1] += a.y, v[2] += a.z, v[3] += a.w, v[4] += b.x, v[5] += b.y, v[6] += b.z, v[7] += b.w;
@@ -56,16 +67,7 @@ static __device__ __forceinline__ void w22_epilogue_vec8(const w22_gemm &g, long
     if (g.sc_bias) w22_add8(v, g.sc_bias + n);
     long ocol, rcol;
     w22_epilogue_cols(g, n, &ocol, &rcol);
-    if (g.res) {
-        const uint4 r = *(const uint4 *)(g.res + rrow + rcol);
-        const uint32_t w[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const float2 f = __bfloat1622float2(*(const __nv_bfloat162 *)&w[i]);
-            v[2 * i] += f.x;
-            v[2 * i + 1] += f.y;
-        }
-    }
+    if (g.res) w22_add_bf16x8(v, *(const uint4 *)(g.res + rrow + rcol));
     if (g.out_f32) {
         float *o = (float *)g.out + orow + ocol;
         *(float4 *)o = make_float4(v[0], v[1], v[2], v[3]);

@@ -256,23 +256,36 @@ static __device__ __forceinline__ void wg_store_tile(const w22_gemm &g, const fl
     }
 }
 
-/* Within each quad of lanes (the four that hold one accumulator row's 8-column blocks as pairs), a 4 x 4 transpose of
- * pairs: before, v[2 b + e] is this lane's pair (columns 2 tq + e) of block b of a group of four; after, it is lane
- * b's pair of block tq: the lane holds block tq's 8 adjacent columns. Two butterfly steps (xor 1, xor 2), each
- * sending the two pairs whose block index differs from the lane's in that bit; every lane of the warp takes part. */
-static __device__ __forceinline__ void wg_quad_transpose(float v[8], int tq) {
+/* 4 x 4 transpose of one register per lane and block within a quad: before, v[b] is this lane's pair (packed) of
+ * block b of a group of four; after, it is lane b's pair of block tq. Two butterfly steps (xor 1, xor 2), each
+ * sending the two registers whose block index differs from the lane's in that bit; every lane of the warp takes
+ * part. */
+static __device__ __forceinline__ void wg_quad_transpose_u32(uint32_t v[4], int tq) {
 #pragma unroll
     for (int bit = 1; bit <= 2; bit <<= 1) {
         const bool mine = tq & bit;
 #pragma unroll
         for (int k = 0; k < 2; k++) {
-            const int lo = bit == 1 ? 2 * k : k, hi = lo + bit; /* the two blocks that differ in `bit` */
-            float x0 = mine ? v[2 * lo] : v[2 * hi], x1 = mine ? v[2 * lo + 1] : v[2 * hi + 1];
-            x0 = __shfl_xor_sync(0xffffffffu, x0, bit);
-            x1 = __shfl_xor_sync(0xffffffffu, x1, bit);
-            if (mine) v[2 * lo] = x0, v[2 * lo + 1] = x1;
-            else v[2 * hi] = x0, v[2 * hi + 1] = x1;
+            const int lo = bit == 1 ? 2 * k : k, hi = lo + bit;
+            uint32_t x = mine ? v[lo] : v[hi];
+            x = __shfl_xor_sync(0xffffffffu, x, bit);
+            if (mine) v[lo] = x;
+            else v[hi] = x;
         }
+    }
+}
+
+/* Within each quad of lanes (the four that hold one accumulator row's 8-column blocks as pairs), a 4 x 4 transpose of
+ * pairs: before, v[2 b + e] is this lane's pair (columns 2 tq + e) of block b of a group of four; after, it is lane
+ * b's pair of block tq: the lane holds block tq's 8 adjacent columns. As two transposes of one register per pair. */
+static __device__ __forceinline__ void wg_quad_transpose(float v[8], int tq) {
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        uint32_t u[4] = {__float_as_uint(v[e]), __float_as_uint(v[2 + e]), __float_as_uint(v[4 + e]),
+                         __float_as_uint(v[6 + e])};
+        wg_quad_transpose_u32(u, tq);
+#pragma unroll
+        for (int b = 0; b < 4; b++) v[2 * b + e] = __uint_as_float(u[b]);
     }
 }
 
@@ -328,23 +341,6 @@ template <int BN> struct wg_defer {
     int rrow[2]; /* residual row offset */
     int n0;
 };
-/* 4 x 4 transpose of packed pairs within a quad (wg_quad_transpose with one register per pair): before, v[b] is
- * this lane's pair of block b; after, lane b's pair of block tq. Half the shuffles of the fp32 transpose. */
-static __device__ __forceinline__ void wg_quad_transpose_u32(uint32_t v[4], int tq) {
-#pragma unroll
-    for (int bit = 1; bit <= 2; bit <<= 1) {
-        const bool mine = tq & bit;
-#pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const int lo = bit == 1 ? 2 * k : k, hi = lo + bit;
-            uint32_t x = mine ? v[lo] : v[hi];
-            x = __shfl_xor_sync(0xffffffffu, x, bit);
-            if (mine) v[lo] = x;
-            else v[hi] = x;
-        }
-    }
-}
-
 static __device__ __forceinline__ uint32_t wg_pack_bf16(float a, float b) {
     const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
     return *(const uint32_t *)&h;
@@ -358,14 +354,15 @@ static __device__ __forceinline__ void wg_defer_store_vec(const w22_gemm &g, con
     w22_epilogue_cols(g, n, &ocol, &rcol);
     uint32_t w[4] = {p[0], p[1], p[2], p[3]};
     if (g.res) {
-        const uint4 r = *(const uint4 *)(g.res + rrow + rcol);
-        const uint32_t q[4] = {r.x, r.y, r.z, r.w};
+        float f[8];
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&w[k]);
-            const float2 b = __bfloat1622float2(*(const __nv_bfloat162 *)&q[k]);
-            w[k] = wg_pack_bf16(a.x + b.x, a.y + b.y);
+            f[2 * k] = a.x, f[2 * k + 1] = a.y;
         }
+        w22_add_bf16x8(f, *(const uint4 *)(g.res + rrow + rcol));
+#pragma unroll
+        for (int k = 0; k < 4; k++) w[k] = wg_pack_bf16(f[2 * k], f[2 * k + 1]);
     }
     *(uint4 *)((bf16 *)g.out + orow + ocol) = make_uint4(w[0], w[1], w[2], w[3]);
 }

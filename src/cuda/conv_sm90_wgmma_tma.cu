@@ -22,12 +22,13 @@
  * corners 0. The 1x1 shortcut: the same with ks = 1 over g.sc.
  * The tiles run on a persistent grid (one CTA per SM, the ring carried across tiles, as conv_sm90_wgmma_persist.cu;
  * v9's run: -0.6% on f121), or one tile per CTA with W22_WGMMA_PERSIST=0.
- * The epilogue (v11): a tile's outputs are packed into registers in its tail and stored during the next tile's first
- * stages (wgmma_common.cuh, "the overlapped epilogue"), so the stores overlap the MMAs; W22_WGMMA_EPI=v2 stores them
- * in the tail (v10). */
+ * The epilogue (v11-v12): a tile's outputs are packed in its tail (half in registers, half in shared memory) and
+ * stored during the next tile's first stages (wgmma_common.cuh, "the overlapped epilogue"), so the stores overlap
+ * the MMAs; W22_WGMMA_EPI=half / v2 give v11 / v10. */
 #include "wgmma_common.cuh"
 
-/* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs), and two
+/* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs;
+ * MODE_EPI_DEFER: row half 1 overlapped with the next tile, MODE_EPI_SMEM: row half 0 too, through shared memory), and two
  * measurement switches that make the results wrong and exist to time parts of the kernel by leaving them out
  * (W22_WGMMA_EPI=none: no stores; W22_WGMMA_LOAD=none: no loads, the consumers multiply whatever shared memory
  * holds). */
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t base = (raw + 1023u) & ~1023u;
     const uint32_t full0 = base + L::bars_off, empty0 = full0 + STAGES * 8;
-    const int tid = threadIdx.x, wg = tid >> 7; /* 0, 1: consumers; 2: the producer warp */
+    const int tid = threadIdx.x, wg = tid >> 7; /* 0: the producer warpgroup; 1, 2: consumers */
     const int HW = g.H * g.W;
     if (tid == 0) { /* full[s]: the producer's one arrive.expect_tx; the TMA completes both loads' bytes */
         wg_init_ring<STAGES>(full0, empty0, 1, EMPTY_ARRIVALS, &tm_b, &tm_scb, g);
@@ -320,9 +321,8 @@ w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *w
     /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
     const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
     int mode = env_mode();
-    if ((mode & MODE_EPI_VEC) && !w22_epilogue_vec_ok(g)) mode &= ~(MODE_EPI_VEC | MODE_EPI_DEFER); /* the pairs */
+    if ((mode & MODE_EPI_VEC) && !w22_epilogue_vec_ok(g)) mode &= ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM);
     if (g->out_f32 || !defer_offsets_fit(g)) mode &= ~(MODE_EPI_DEFER | MODE_EPI_SMEM); /* bf16, int offsets */
-    if (!(mode & MODE_EPI_DEFER)) mode &= ~MODE_EPI_SMEM;
     static const char *const names[4][4] = {
         {"wgmma 128x128 tma", "wgmma 128x256 tma", "wgmma 128x128 tma persistent", "wgmma 128x256 tma persistent"},
         {"wgmma 128x128 tma vec", "wgmma 128x256 tma vec", "wgmma 128x128 tma persistent vec",

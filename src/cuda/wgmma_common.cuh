@@ -319,7 +319,7 @@ static __device__ __forceinline__ void wg_store_tile_vec(const w22_gemm &g, cons
     }
 }
 
-/* ---- the overlapped epilogue (W22_WGMMA_EPI=defer, the TMA kernel's default since v11) ----
+/* ---- the overlapped epilogue (W22_WGMMA_EPI=defer, the TMA kernel's default since v12; half: v11) ----
  * Why: with the stores in the tile's tail the tensor cores idle while the consumers add and store (v10's EPI=none:
  * 10% of a 256-channel conv, 20% of a phase conv). Here a tile's tail packs its accumulators: + bias (+ shortcut
  * bias) in fp32, rounded to bf16 pairs, transposed within the quad (8 adjacent channels per lane, as
@@ -329,12 +329,10 @@ static __device__ __forceinline__ void wg_store_tile_vec(const w22_gemm &g, cons
  * tile's first BN / 16 stages, between each stage's wgmma issue and its wait, so the stores overlap the MMAs
  * (docs/PERF.md v11, v12). The residual is added to the bf16-rounded conv output and rounded again (as diffusers' bf16
  * decode does; the vec store rounds once). bf16 outputs only (out_f32: the vec store). */
-#define WG_DEFER_VPS 1 /* 16-byte vectors stored per stage */
 #define WG_EPI_STRIDE (256 * 16) /* staging: vector v of consumer thread t at v * 4 KB + t * 16 (lanes side by side) */
 
 template <int BN> struct wg_defer {
-    static constexpr int NV = BN / 32;            /* vectors per thread held: row half 1 (half 0: the tail) */
-    static constexpr int STEPS = NV / WG_DEFER_VPS; /* stages of the next tile that store them: 16 (256) or 8 (128) */
+    static constexpr int NV = BN / 32; /* vectors per thread held in registers: row half 1 */
     uint32_t pk[NV][4]; /* the vectors still to store, next first (each step stores pk[0] and shifts the rest down:
                          * register arrays take no runtime index, and one copy of the step's code keeps the loop
                          * small; a first version picked pk[step] through a 16-way branch and ran slower than the
@@ -388,8 +386,6 @@ static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_
         }
     }
     d.n0 = n0;
-    const int row0 = d.orow[0], rrow0 = d.rrow[0]; /* half 0: stored here, in the tail, or staged (epi) */
-    if (!epi) d.orow[0] = -1;
 #pragma unroll
     for (int jg = 0; jg < BN / 32; jg++) {
         uint32_t p0[4];
@@ -412,12 +408,12 @@ static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_
             asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(epi + jg * WG_EPI_STRIDE), "r"(p0[0]),
                          "r"(p0[1]), "r"(p0[2]), "r"(p0[3])
                          : "memory");
-        else if (row0 >= 0)
-            wg_defer_store_vec(g, p0, row0, rrow0, d.n0 + (4 * jg + tq) * 8);
+        else if (d.orow[0] >= 0) /* half 0 stored here, in the tail (v11) */
+            wg_defer_store_vec(g, p0, d.orow[0], d.rrow[0], n0 + (4 * jg + tq) * 8);
     }
 }
 
-/* Step `step` (0 .. STEPS - 1, in order) of the deferred store: pk[0], the held half's vector of channel group
+/* Step `step` (0 .. BN / 32 - 1, in order) of the deferred store: pk[0], the held half's vector of channel group
  * `step`, unless its row is past the tile. Called right after a stage's wgmmas are issued, while the previous
  * stage's still run: two stages of MMAs cover its latency (the residual's load included). */
 template <int BN>
@@ -425,7 +421,7 @@ static __device__ __forceinline__ void wg_defer_step(const wg_defer<BN> &d, cons
     if (d.orow[1] >= 0) wg_defer_store_vec(g, d.pk[0], d.orow[1], d.rrow[1], d.n0 + (4 * step + tq) * 8);
 }
 
-/* Step BN / 32 + v (v11's second half, W22_WGMMA_EPI=defer): half 0's vector of channel group v, staged in shared
+/* Step BN / 32 + v (v12, W22_WGMMA_EPI=defer): half 0's vector of channel group v, staged in shared
  * memory by wg_defer_pack (each thread reads back only what it wrote: no barrier). */
 template <int BN>
 static __device__ __forceinline__ void wg_defer_step_smem(const wg_defer<BN> &d, const w22_gemm &g, int v, int tq,

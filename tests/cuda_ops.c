@@ -605,6 +605,42 @@ static void copy_case(int f, int h, int w, int c, int dc, int c0) {
     tens_free(&d);
 }
 
+/* The video delivery's plane copies (decoder.c deliver_device): channel k of a staging laid out [h][f][3][w] into
+ * plane k of an NCDHW video, one-channel views whose pixels are adjacent along the row (the copy folds them into
+ * rows of w channels: 16-byte accesses when w % 8 == 0 and the planes are aligned, one element otherwise). The
+ * video is NaN before; every element must arrive exactly. */
+static void plane_copy_case(int f, int h, int w) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "%d frames of %dx%d, 3 planes", f, h, w);
+    if (!selected("copy")) return;
+    const size_t n = (size_t)3 * f * h * w, es = gpu->ops->elem_size;
+    float *src = malloc(n * 4), *dst = malloc(n * 4);
+    t_fill_uniform(src, n, seed++, -1, 1);
+    for (size_t i = 0; i < n; i++) src[i] = bf16r(src[i]);
+    t_fill_nan(dst, n);
+    void *gs = NULL, *gd = NULL;
+    int ok = gpu->ops->alloc(gpu, n * es, &gs) == W22_OK && gpu->ops->alloc(gpu, n * es, &gd) == W22_OK &&
+             upload(gpu, gs, src, n) && upload(gpu, gd, dst, n);
+    for (int k = 0; k < 3 && ok; k++) {
+        w22_view vs = {(char *)gs + (size_t)k * w * es, f, h, w, 1, 3L * w, (long)f * 3 * w, 1, (int)es};
+        w22_view vd = {(char *)gd + (size_t)k * f * h * w * es, f, h, w, 1, (long)h * w, w, 1, (int)es};
+        ok = gpu->ops->copy(gpu, vd, vs) == W22_OK;
+    }
+    ok = ok && gpu->ops->sync(gpu) == W22_OK && download(gpu, dst, gd, n);
+    long bad = 0;
+    for (int k = 0; k < 3 && ok; k++)
+        for (int t = 0; t < f; t++)
+            for (int y = 0; y < h; y++)
+                for (int x = 0; x < w; x++)
+                    bad += !(dst[(((size_t)k * f + t) * h + y) * w + x] == src[(((size_t)y * f + t) * 3 + k) * w + x]);
+    printf("%-10s %-46s %s (%ld of %zu differ)\n", "copy", shape, ok && !bad ? "ok" : "FAIL", bad, n);
+    CHECK(ok && !bad, "plane copy %s: %s", shape, ok ? "elements differ" : w22_last_error());
+    if (gs) gpu->ops->free(gpu, gs);
+    if (gd) gpu->ops->free(gpu, gd);
+    free(src);
+    free(dst);
+}
+
 static void bytes_case(void) {
     if (!selected("bytes")) return;
     const size_t n = 1 << 20;
@@ -743,6 +779,9 @@ static void run_cases(void) {
     copy_case(2, 5, 7, 48, 48, 0);
     copy_case(2, 5, 7, 16, 64, 32);
     copy_case(1, 3, 5, 5, 12, 3);
+    plane_copy_case(3, 5, 16); /* folded, 16-byte accesses */
+    plane_copy_case(2, 4, 12); /* folded, planes 8-byte aligned: one element per thread */
+    plane_copy_case(2, 3, 7);
 }
 
 /* ---- perf ---- */
@@ -853,7 +892,7 @@ static void perf_conv(const char *name, int cin, int cout, int F, int h, int w, 
 /* Times attention at the real frame (44 x 78, C = 1024), and rmsnorm's bandwidth at 256ch 352x624 x 4. */
 static void perf_other(void) {
     const int C = 1024, H = 44, W = 78, P = H * W;
-    void *qkv = NULL, *out = NULL, *big = NULL;
+    void *qkv = NULL, *out = NULL;
     w22_status s = gpu->ops->alloc(gpu, (size_t)P * 3 * C * 2, &qkv);
     if (s == W22_OK) s = gpu->ops->alloc(gpu, (size_t)P * C * 2, &out);
     if (s != W22_OK) {
@@ -880,16 +919,28 @@ static void perf_other(void) {
     gpu->ops->free(gpu, qkv);
     gpu->ops->free(gpu, out);
 
-    const int F = 4, h = 352, w = 624, c = 256;
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
+/* RMS norm + SiLU of F frames h x w x c, bytes read + written per second (the copy's 4.24 TB/s is the ceiling) */
+static void perf_norm(int F, int h, int w, int c) {
+    cudaStream_t st = (cudaStream_t)w22_backend_cuda_stream(gpu);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float ms = 0;
+    void *big = NULL;
     const size_t n = (size_t)F * h * w * c;
     w22_bweight *gm = NULL;
     float *gh = malloc(c * 4);
     for (int i = 0; i < c; i++) gh[i] = 1.0f;
     int64_t g1[1] = {c};
-    s = gpu->ops->alloc(gpu, n * 2 * 2, &big);
+    w22_status s = gpu->ops->alloc(gpu, n * 2 * 2, &big);
     if (s == W22_OK) s = gpu->ops->weight_upload(gpu, W22_WK_VECTOR, gh, g1, 1, &gm);
     if (s != W22_OK) {
         printf("perf rmsnorm setup failed: %s\n", w22_last_error());
+        free(gh);
         return;
     }
     fill_bf16_random(big, n);
@@ -921,6 +972,9 @@ static void run_perf(void) {
     perf_conv("up_blocks.1 time_conv", 1024, 2048, 2, 88, 156, 3, 1, 0, 1, 0);
     perf_conv("conv_out 256->12", 256, 12, 4, 352, 624, 3, 3, 0, 0, 0);
     perf_other();
+    perf_norm(4, 352, 624, 256);
+    perf_norm(4, 176, 312, 512);
+    perf_norm(4, 88, 156, 1024);
 }
 
 int main(int argc, char **argv) {

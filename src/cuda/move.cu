@@ -30,6 +30,14 @@ static int vec8_ok(const w22_view *v) {
     return v->c % 8 == 0 && (uintptr_t)v->ptr % 16 == 0 && v->sf % 8 == 0 && v->sh % 8 == 0 && v->sw % 8 == 0;
 }
 
+/* A view of one channel whose pixels are adjacent along the row (sw == 1: the video's planes) as rows of W
+ * channels: the same elements, but 16-byte accesses where W allows (the video delivery's 121 x 3 plane copies ran
+ * one element per thread, 12.6 ms of f121 at ~0.1 TB/s). */
+static w22_view fold_row(w22_view v) {
+    if (v.c == 1 && v.sw == 1) v.c = v.w, v.w = 1, v.sw = v.c;
+    return v;
+}
+
 static unsigned grid_for(long total, int threads) {
     long b = (total + threads - 1) / threads;
     return (unsigned)(b < 1 ? 1 : b > 65536L * 16 ? 65536L * 16 : b); /* grid-stride loops cover the rest */
@@ -46,6 +54,11 @@ static w22_status copy_or_zero(w22_cuda *c, w22_view dst, const w22_view *src) {
     if (src) W22_TRY(w22_cuda_check_view(c, src, 0, "copy src"));
     const long elems = (long)dst.f * dst.h * dst.w * dst.c;
     if (elems <= 0) return W22_OK;
+    w22_view fd = fold_row(dst), fs = src ? fold_row(*src) : fd;
+    if (fd.c != dst.c && (!src || fs.c != src->c)) { /* both folded (the same W): copy rows of W channels */
+        dst = fd;
+        if (src) src = &fs;
+    }
     const int vec = vec8_ok(&dst) && (!src || vec8_ok(src));
     const bf16 *sp = src ? (const bf16 *)src->ptr : NULL;
     const long ssf = src ? src->sf : 0, ssh = src ? src->sh : 0, ssw = src ? src->sw : 0;

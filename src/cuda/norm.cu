@@ -116,12 +116,13 @@ __global__ void __launch_bounds__(256) w22_rmsnorm_rows_kernel(const bf16 *in, l
     }
 }
 
-/* W22_NORM: v1 the two-pass kernel, v2 the rows kernel with one pixel per warp (v5), else (default) two (v10) */
+/* W22_NORM: v1 the two-pass kernel, v2 the rows kernel with one pixel per warp (v5), v4 four (v13's trial), else
+ * (default) two (v10) */
 static int norm_version(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("W22_NORM");
-        v = e && !strcmp(e, "v1") ? 1 : e && !strcmp(e, "v2") ? 2 : 3;
+        v = e && !strcmp(e, "v1") ? 1 : e && !strcmp(e, "v2") ? 2 : e && !strcmp(e, "v4") ? 4 : 3;
     }
     return v;
 }
@@ -147,7 +148,7 @@ w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
     const int nv = in.c / 256;
     if (vec && norm_version() >= 2 && in.c % 256 == 0 && (nv == 1 || nv == 2 || nv == 4) &&
         (uintptr_t)g->dev % 16 == 0 && (long)in.f * in.h < 65536) {
-        const int pix = norm_version() == 2 ? 1 : 2; /* pixels per warp */
+        const int pix = norm_version() == 2 ? 1 : norm_version() == 4 ? 4 : 2; /* pixels per warp */
         const dim3 grid((in.w + 8 * pix - 1) / (8 * pix), in.f * in.h);
 #define W22_NORM_ROWS(NV, P)                                                                                   \
     w22_rmsnorm_rows_kernel<NV, P><<<grid, 256, 0, c->stream>>>((const bf16 *)in.ptr, in.sf, in.sh, in.sw,    \
@@ -155,6 +156,7 @@ w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
                                                                 (const float *)g->dev, in.h, in.w, silu)
 #define W22_NORM_NV(P) (nv == 1 ? W22_NORM_ROWS(1, P) : nv == 2 ? W22_NORM_ROWS(2, P) : W22_NORM_ROWS(4, P))
         if (pix == 1) W22_NORM_NV(1);
+        else if (pix == 4) W22_NORM_NV(4);
         else W22_NORM_NV(2);
 #undef W22_NORM_NV
 #undef W22_NORM_ROWS

@@ -52,6 +52,18 @@ static int rows_qualifies(int cin, int cout, int kt, int ks, int upsample, int t
     return !(e && !strcmp(e, "0")) && cin % 64 == 0 && cout <= 16 && cout % 2 == 0 && ks == 3 && (kt == 1 || kt == 3) &&
            !upsample && !time_split && !sc_cin;
 }
+/* The TMA kernel's split tail (conv_sm90_wgmma_tma.cu, w22_wgmma_split_of, restated): on a persistent grid of
+ * `sms` CTAs, the last round's R = tiles % sms tiles run as min(3, sms / R) pieces of K when that is 2 or more,
+ * each piece of 8 stages or more and R (pieces - 1) <= 88 partial slots. */
+static int gpu_sms;
+static int split_expected(int tiles, int iters) {
+    const char *e = getenv("W22_WGMMA_SPLIT");
+    if ((e && !strcmp(e, "0")) || gpu_sms <= 0 || tiles <= gpu_sms || tiles % gpu_sms == 0) return 0;
+    const int r = tiles % gpu_sms;
+    int s = gpu_sms / r < 3 ? gpu_sms / r : 3;
+    while (s > 1 && (iters / s < 8 || r * (s - 1) > 88)) s--;
+    return s > 1;
+}
 static const char *filter;
 static uint64_t seed = 1;
 #define TOL_BF16 (1.0 / 128.0) /* 2^-7 */
@@ -356,11 +368,18 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
                                  : !strcmp(ee, "half")         ? " half"
                                  : !strcmp(ee, "v2")           ? " vec"
                                                                : NULL;
+            /* the split tail on the TMA kernel's persistent grid: per GEMM (an upsample's four phase GEMMs are
+             * alike: ks 2 on the low-resolution grid) */
+            const int bn = cout % 256 == 0 ? 256 : 128, tpf = (h * w + 127) / 128;
+            const int iters = upsample ? 4 * (cin / 64) : kt * ks * ks * (cin / 64) + sc_cin / 64;
+            const int want_s = want_t && want_p && split_expected(F * tpf * (cout / bn), iters);
             const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || strstr(gpu_path(), "persistent")) &&
-                           (!want_t || strstr(gpu_path(), " tma")) && (!want_e || strstr(gpu_path(), want_e));
+                           (!want_t || strstr(gpu_path(), " tma")) && (!want_e || strstr(gpu_path(), want_e)) &&
+                           !want_s == !strstr(gpu_path(), " split");
             if (!on)
-                printf("    expected the wgmma kernel%s%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
-                       want_t ? " (tma)" : "", want_e ? " with the epilogue" : "", want_e ? want_e : "", gpu_path());
+                printf("    expected the wgmma kernel%s%s%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
+                       want_t ? " (tma)" : "", want_e ? " with the epilogue" : "", want_e ? want_e : "",
+                       want_s ? " (split tail)" : " (no split)", gpu_path());
             CHECK(on, "conv %s on wgmma", shape);
         }
         if (!selftest && rows_qualifies(cin, cout, kt, ks, upsample, time_split, sc_cin)) {
@@ -721,6 +740,12 @@ static void run_cases(void) {
     /* the overlapped epilogue stores a tile during the next one's first 16 (8) stages: here tiles of one stage
      * (1x1, cin 64), so the stores run on past the next tile's loop; two N tiles, 146 tiles, a residual */
     conv_case("wg", 64, 512, 1, 70, 132, 1, 1, 0, 0, RES_SEPARATE, 0);
+    /* the split tail (132 SMs): the last round's tiles as pieces of K, the owner adding the others' partials: 152
+     * tiles (20 in 3 pieces of 9 stages), 192 tiles of 128x256 (60 in 2 pieces, the second running on into the
+     * shortcut's K), 182 tiles of 128x128 (50 in 2); residuals */
+    conv_case("wg", 64, 256, 1, 76, 256, 3, 3, 0, 0, RES_SEPARATE, 0);
+    conv_case("wg", 128, 512, 1, 64, 192, 3, 3, 0, 0, RES_INPLACE, 64);
+    conv_case("wg", 64, 128, 1, 91, 256, 3, 3, 0, 0, RES_NONE, 0);
     /* N <= 16 (the row conv under W22_CONV_ROWS=1, else the mma kernel): rows of several x tiles, a partial last
      * one, kt 1, N 2, residuals */
     conv_case("rows", 256, 12, 1, 3, 200, 3, 3, 0, 0, RES_NONE, 0);   /* x tiles 128 + 72 */
@@ -971,6 +996,11 @@ static void run_perf(void) {
     perf_conv("up_blocks.1 upsample 1024ch", 1024, 1024, 4, 88, 156, 1, 3, 1, 0, 0);
     perf_conv("up_blocks.1 time_conv", 1024, 2048, 2, 88, 156, 3, 1, 0, 1, 0);
     perf_conv("conv_out 256->12", 256, 12, 4, 352, 624, 3, 3, 0, 0, 0);
+    /* one frame, as the decode runs stages 1-3 (one-frame chunks): 432 / 858 / 1716 tiles on 132 SMs */
+    perf_conv("up_blocks.1 conv 1024ch 1f", 1024, 1024, 1, 88, 156, 3, 3, 0, 0, 0);
+    perf_conv("up_blocks.2 conv 512ch 1f", 512, 512, 1, 176, 312, 3, 3, 0, 0, 0);
+    perf_conv("up_blocks.2 upsample 1f", 512, 512, 1, 176, 312, 1, 3, 1, 0, 0);
+    perf_conv("up_blocks.3 conv 256ch 1f", 256, 256, 1, 352, 624, 3, 3, 0, 0, 0);
     perf_other();
     perf_norm(4, 352, 624, 256);
     perf_norm(4, 176, 312, 512);
@@ -1023,6 +1053,7 @@ int main(int argc, char **argv) {
         else if (kernel_mode) setenv("W22_CONV_KERNEL", "mma", 1);
         const char *k = getenv("W22_CONV_KERNEL");
         const int wg = !(k && !strcmp(k, "mma")); /* wgmma is the default where a GEMM qualifies */
+        if (cudaDeviceGetAttribute(&gpu_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) gpu_sms = 0;
         w22_status s = w22_backend_cuda_create(device, &made[i]);
         if (s != W22_OK) {
             printf("cuda_ops: w22_backend_cuda_create(%d)%s: %s: %s\n", device, wg ? " (wgmma)" : " with W22_CONV_KERNEL=mma",

@@ -71,13 +71,84 @@ static __device__ __forceinline__ void defer_step(wg_defer<BN> &dq, const w22_ge
     }
 }
 
+/* ---- the split tail (v13) ----
+ * Why: the persistent grid runs ceil(tiles / SMs) rounds of equal tiles, and with one-frame chunks the last round
+ * of stages 1-2 is part-empty: 432 tiles of a 1024-channel conv at 88 x 156 take 4 rounds for 3.27 of work, 858 of
+ * a 512-channel one at 176 x 312 take 7 for 6.5. So the R tiles of the last round, when R <= SMs / 2, run as
+ * `split` pieces of K each (contiguous stage ranges) on R x split CTAs of that round. Work item w < whole is tile
+ * w; past it, piece p of tile whole + (w - whole) / split. Piece 0 owns the tile: it waits until the other pieces
+ * have stored their fp32 accumulators (each thread its own registers' values, float4 per thread side by side),
+ * adds them, and runs the epilogue. Only owners wait, and only for pieces that never wait, so the pieces finish
+ * whatever the order the CTAs run in. */
+struct wg_item {
+    int tile, k0, k1; /* the tile and its stage range [k0, k1) */
+    int piece;        /* -1: the whole tile; else the piece (0: the owner) */
+};
+static __device__ __forceinline__ wg_item wg_item_of(int w, int whole, int split, int iters) {
+    wg_item r;
+    if (w < whole) {
+        r.tile = w, r.k0 = 0, r.k1 = iters, r.piece = -1;
+        return r;
+    }
+    const int q = w - whole, p = q % split;
+    r.tile = whole + q / split, r.piece = p;
+    r.k0 = p * iters / split, r.k1 = (p + 1) * iters / split;
+    return r;
+}
+
+/* The producer's channel slice and tap at stage k0 (the main taps, then the shortcut's channels). */
+static __device__ __forceinline__ void wg_k_start(const w22_gemm &g, int k0, int main_iters, int &c0, int &dt,
+                                                  int &dy, int &dx) {
+    if (k0 < main_iters) {
+        const int cs = g.cin / WG_BK, tap = k0 / cs;
+        c0 = (k0 - tap * cs) * WG_BK;
+        dx = tap % g.ks, dy = tap / g.ks % g.ks, dt = tap / (g.ks * g.ks);
+    } else {
+        c0 = (k0 - main_iters) * WG_BK, dt = g.kt, dy = dx = 0;
+    }
+}
+
+/* A non-owner piece: its accumulators to partial slot `slot`, then (after every consumer thread's stores) the flag. */
+template <int NACC>
+static __device__ __forceinline__ void wg_split_put(float *part, int *flags, int slot, int epoch, const float *acc,
+                                                    int ct) {
+    float4 *dst = (float4 *)part + (size_t)slot * (NACC / 4) * 256 + ct;
+#pragma unroll
+    for (int v = 0; v < NACC / 4; v++)
+        __stcg(dst + v * 256, make_float4(acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]));
+    __threadfence();
+    asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* the two consumer warpgroups */
+    if (ct == 0) asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(flags + slot), "r"(epoch) : "memory");
+}
+
+/* The owner: waits for slots slot0 .. slot0 + n - 1 and adds them to its accumulators. */
+template <int NACC>
+static __device__ __forceinline__ void wg_split_add(const float *part, const int *flags, int slot0, int n, int epoch,
+                                                    float *acc, int ct) {
+    for (int k = 0; k < n; k++) {
+        const int slot = slot0 + k;
+        for (uint32_t tries = 0;; ) {
+            int f;
+            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(f) : "l"(flags + slot) : "memory");
+            if (f == epoch) break;
+            if (++tries == (1u << 26)) wg_hang_trap();
+        }
+        const float4 *src = (const float4 *)part + (size_t)slot * (NACC / 4) * 256 + ct;
+#pragma unroll
+        for (int v = 0; v < NACC / 4; v++) {
+            const float4 x = __ldcg(src + v * 256);
+            acc[4 * v] += x.x, acc[4 * v + 1] += x.y, acc[4 * v + 2] += x.z, acc[4 * v + 3] += x.w;
+        }
+    }
+}
+
 template <int BN, int STAGES>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     w22_conv_wgmma_tma_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_scb,
                               const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_h0,
                               const __grid_constant__ CUtensorMap tm_h1, const __grid_constant__ CUtensorMap tm_sca,
                               const w22_gemm g, int tpf, int cx, int cy, int main_iters, int iters, int tiles_n,
-                              int tiles, int mode) {
+                              int whole, int split, int items, float *part, int *flags, int epoch, int mode) {
     typedef wg_layout<BN, STAGES> L;
     extern __shared__ unsigned char smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -99,11 +170,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         if (tid == 0) {
             int s = 0, loads = 0; /* stage of the next load; loads issued so far */
             uint32_t ph = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const int tm = tile / tiles_n, n0 = (tile - tm * tiles_n) * BN;
+            for (int w = blockIdx.x; w < items; w += gridDim.x) {
+                const wg_item wi = wg_item_of(w, whole, split, iters);
+                const int tm = wi.tile / tiles_n, n0 = (wi.tile - tm * tiles_n) * BN;
                 const int t = tm / tpf, r0 = (tm - t * tpf) * WG_BM, y0 = r0 / g.W, x0 = r0 - y0 * g.W;
-                int c0 = 0, dt = 0, dy = 0, dx = 0;
-                for (int it = 0; it < iters; it++, loads++) {
+                int c0, dt, dy, dx;
+                wg_k_start(g, wi.k0, main_iters, c0, dt, dy, dx);
+                for (int it = wi.k0; it < wi.k1; it++, loads++) {
                     if (loads >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1);
                     const uint32_t sa = base + s * L::stage_bytes, sb = sa + L::a_bytes, full = full0 + 8 * s;
                     if (mode & MODE_NO_LOAD) { /* measurement: the stage is "full" at once */
@@ -148,25 +221,37 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         dq.n0 = 0;
         int s = 0, sp = 0;
         uint32_t ph = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            const int tm = tile / tiles_n, n0 = (tile - tm * tiles_n) * BN;
+        for (int w = blockIdx.x; w < items; w += gridDim.x) {
+            const wg_item wi = wg_item_of(w, whole, split, iters);
+            const int tm = wi.tile / tiles_n, n0 = (wi.tile - tm * tiles_n) * BN;
             const int t = tm / tpf, m0 = t * HW + (tm - t * tpf) * WG_BM;
             const int m_end = m0 + WG_BM < (t + 1) * HW ? m0 + WG_BM : (t + 1) * HW; /* this frame's rows only */
+            const int n_it = wi.k1 - wi.k0;
             float acc[NACC];
 #pragma unroll
             for (int i = 0; i < NACC; i++) acc[i] = 0.f;
-            for (int it = 0; it < iters; it++) {
+            for (int it = 0; it < n_it; it++) {
                 wg_issue<BN, STAGES>(acc, s, ph, full0, da0, db0);
                 if (defer && it < steps) defer_step<BN>(dq, g, it, tq, epi);
                 wg_retire<STAGES>(it, s, sp, ph, empty0, lane);
                 __syncwarp(); /* converged before the next .aligned wgmma */
             }
             if (defer) /* a tile of fewer stages than the store's steps: the rest now */
-                for (int j = iters; j < steps; j++) defer_step<BN>(dq, g, j, tq, epi);
+                for (int j = n_it; j < steps; j++) defer_step<BN>(dq, g, j, tq, epi);
             wgmma_wait<0>();
             if (lane == 0) mbar_arrive(empty0 + 8 * sp); /* the tile's last stage: the next tile's loads refill it */
 #pragma unroll
             for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
+            if (wi.piece >= 0) { /* a split tile (its pieces run in the grid's last round) */
+                const int slot0 = (wi.tile - whole) * (split - 1);
+                if (wi.piece > 0) { /* its part to the owner; nothing of this item to store */
+                    wg_split_put<NACC>(part, flags, slot0 + wi.piece - 1, epoch, acc, tid - 128);
+                    dq.orow[0] = dq.orow[1] = -1;
+                    __syncwarp();
+                    continue;
+                }
+                wg_split_add<NACC>(part, flags, slot0, split - 1, epoch, acc, tid - 128);
+            }
             if (defer)
                 wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane, HW, epi);
             else if (mode & MODE_EPI_VEC)
@@ -275,8 +360,38 @@ static w22_status im2col_map(w22_cuda *c, CUtensorMap *m, const bf16 *p, long sw
     return W22_OK;
 }
 
+/* The split tail's pieces per tile for `tiles` tiles of `iters` stages on a persistent grid of `grid` CTAs: the
+ * last round's R tiles are split when R <= grid / 2, into grid / R pieces (at most SPLIT_MAX, each of 8 stages or
+ * more); 1: no split. W22_WGMMA_SPLIT=0 turns it off (read once). */
+#define SPLIT_MAX 3
+#define SPLIT_SLOTS 88 /* partial slots: R (split - 1) <= 88 for split <= 3 and R split <= 132 SMs; more SMs: fewer pieces */
+#define SPLIT_PART_BYTES ((size_t)SPLIT_SLOTS * 128 * 256 * 4) /* 128 fp32 accumulators per consumer thread */
+int w22_wgmma_split_of(int tiles, int iters, int grid) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("W22_WGMMA_SPLIT");
+        on = !(e && !strcmp(e, "0"));
+    }
+    if (!on || grid <= 0 || tiles <= grid) return 1;
+    const int r = tiles % grid;
+    if (r == 0) return 1;
+    int s = grid / r < SPLIT_MAX ? grid / r : SPLIT_MAX;
+    while (s > 1 && (iters / s < 8 || r * (s - 1) > SPLIT_SLOTS)) s--;
+    return s;
+}
+
+/* The partial slots and flags, at the first split launch (11.5 MB; the flags zeroed: launch numbers start at 1). */
+static w22_status split_buffers(w22_cuda *c) {
+    if (c->split_part) return W22_OK;
+    const size_t bytes = SPLIT_PART_BYTES + SPLIT_SLOTS * sizeof(int);
+    W22_TRY(w22_cuda_malloc(c, bytes, &c->split_part, "the TMA conv's split tail (partial accumulators)"));
+    CU_TRY(cudaMemsetAsync((char *)c->split_part + SPLIT_PART_BYTES, 0, SPLIT_SLOTS * sizeof(int), c->stream));
+    c->split_epoch = 0;
+    return W22_OK;
+}
+
 template <int BN, int STAGES>
-static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, const char *what) {
+static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, int *split_used, const char *what) {
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
     const int HW = g->H * g->W, F = g->M / HW, border = g->ks > 1;
     CUtensorMap tb, ts, ta, th0, th1, tsa;
@@ -303,8 +418,20 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
     const int grid = (int)(persist && tiles > c->sms ? c->sms : tiles);
     const int cx = border ? 1 - g->pad_x : 0, cy = border ? 1 - g->pad_y : 0;
+    int whole = (int)tiles, split = 1;
+    if (persist && !c->on_side) split = w22_wgmma_split_of((int)tiles, iters, grid);
+    if (split > 1) {
+        whole = (int)tiles - (int)tiles % grid;
+        W22_TRY(split_buffers(c));
+        c->split_epoch++;
+    }
+    *split_used = split;
+    const int items = whole + ((int)tiles - whole) * split;
+    float *part = (float *)c->split_part;
+    int *flags = (int *)((char *)c->split_part + SPLIT_PART_BYTES);
     w22_conv_wgmma_tma_kernel<BN, STAGES><<<grid, WG_THREADS, tma_layout<BN, STAGES>::bytes, c->stream>>>(
-        tb, ts, ta, th0, th1, tsa, *g, tpf, cx, cy, main_iters, iters, tiles_n, (int)tiles, mode);
+        tb, ts, ta, th0, th1, tsa, *g, tpf, cx, cy, main_iters, iters, tiles_n, whole, split, items, part, flags,
+        c->split_epoch, mode);
     return W22_OK;
 }
 
@@ -323,18 +450,24 @@ w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *w
     int mode = env_mode();
     if ((mode & MODE_EPI_VEC) && !w22_epilogue_vec_ok(g)) mode &= ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM);
     if (g->out_f32 || !defer_offsets_fit(g)) mode &= ~(MODE_EPI_DEFER | MODE_EPI_SMEM); /* bf16, int offsets */
-    static const char *const names[4][4] = {
-        {"wgmma 128x128 tma", "wgmma 128x256 tma", "wgmma 128x128 tma persistent", "wgmma 128x256 tma persistent"},
-        {"wgmma 128x128 tma vec", "wgmma 128x256 tma vec", "wgmma 128x128 tma persistent vec",
-         "wgmma 128x256 tma persistent vec"},
-        {"wgmma 128x128 tma half", "wgmma 128x256 tma half", "wgmma 128x128 tma persistent half",
-         "wgmma 128x256 tma persistent half"},
-        {"wgmma 128x128 tma defer", "wgmma 128x256 tma defer", "wgmma 128x128 tma persistent defer",
-         "wgmma 128x256 tma persistent defer"}};
+    static const char *const names[2][4][4] = {
+        {{"wgmma 128x128 tma", "wgmma 128x256 tma", "wgmma 128x128 tma persistent", "wgmma 128x256 tma persistent"},
+         {"wgmma 128x128 tma vec", "wgmma 128x256 tma vec", "wgmma 128x128 tma persistent vec",
+          "wgmma 128x256 tma persistent vec"},
+         {"wgmma 128x128 tma half", "wgmma 128x256 tma half", "wgmma 128x128 tma persistent half",
+          "wgmma 128x256 tma persistent half"},
+         {"wgmma 128x128 tma defer", "wgmma 128x256 tma defer", "wgmma 128x128 tma persistent defer",
+          "wgmma 128x256 tma persistent defer"}},
+        {{"", "", "wgmma 128x128 tma persistent split", "wgmma 128x256 tma persistent split"},
+         {"", "", "wgmma 128x128 tma persistent vec split", "wgmma 128x256 tma persistent vec split"},
+         {"", "", "wgmma 128x128 tma persistent half split", "wgmma 128x256 tma persistent half split"},
+         {"", "", "wgmma 128x128 tma persistent defer split", "wgmma 128x256 tma persistent defer split"}}};
     const int epi = mode & MODE_EPI_SMEM ? 3 : mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0;
-    c->last_path = names[epi][persist * 2 + big];
-    const w22_status s = big ? launch<256, 4>(c, g, persist, mode, what) : launch<128, 6>(c, g, persist, mode, what);
+    int split = 1;
+    const w22_status s = big ? launch<256, 4>(c, g, persist, mode, &split, what)
+                             : launch<128, 6>(c, g, persist, mode, &split, what);
     if (s != W22_OK) return s;
+    c->last_path = names[split > 1][epi][persist * 2 + big];
     CU_LAUNCHED(c, what);
     return W22_OK;
 }

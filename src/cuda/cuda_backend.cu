@@ -274,6 +274,7 @@ static void op_destroy(w22_backend *b) {
         cudaSetDevice(c->device);
         cudaStreamSynchronize(c->stream);
         w22_cuda_free_ptr(c, c->attn_scratch);
+        w22_cuda_free_ptr(c, c->split_part);
         if (c->side) {
             cudaStreamSynchronize(c->side);
             cudaStreamDestroy(c->side);

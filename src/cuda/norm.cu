@@ -7,6 +7,11 @@
 #include "cuda_internal.h"
 #include "cuda_ops.h"
 
+/* SiLU with the fast reciprocal: the IEEE division (a check and a slow-path call per element) made the norm
+ * instruction-bound at ~3 TB/s (docs/PERF.md v13). Exact to a few ulp of fp32, far below the bf16 rounding after;
+ * below a of about -88, exp(-a) is inf and the result 0 (the limit). */
+static __device__ __forceinline__ float w22_silu(float a) { return __fdividef(a, 1.f + __expf(-a)); }
+
 template <int VEC>
 __global__ void w22_rmsnorm_kernel(const bf16 *in, long isf, long ish, long isw, bf16 *out, long osf, long osh, long osw,
                                const float *gamma, int F, int H, int W, int C, int silu) {
@@ -42,13 +47,13 @@ __global__ void w22_rmsnorm_kernel(const bf16 *in, long isf, long ish, long isw,
             for (int k = 0; k < 4; k++) {
                 float2 v = __bfloat1622float2(h2[k]);
                 float a = v.x * scale * gamma[c + 2 * k], b = v.y * scale * gamma[c + 2 * k + 1];
-                if (silu) a = a / (1.f + __expf(-a)), b = b / (1.f + __expf(-b));
+                if (silu) a = w22_silu(a), b = w22_silu(b);
                 h2[k] = __floats2bfloat162_rn(a, b);
             }
             *(uint4 *)(op + c) = u;
         } else {
             float a = __bfloat162float(ip[c]) * scale * gamma[c];
-            if (silu) a = a / (1.f + __expf(-a));
+            if (silu) a = w22_silu(a);
             op[c] = __float2bfloat16_rn(a);
         }
     }
@@ -108,7 +113,7 @@ __global__ void __launch_bounds__(256) w22_rmsnorm_rows_kernel(const bf16 *in, l
             for (int k = 0; k < 4; k++) {
                 const float2 v = __bfloat1622float2(h2[k]);
                 float a = v.x * scale * gm[2 * k], b = v.y * scale * gm[2 * k + 1];
-                if (silu) a = a / (1.f + __expf(-a)), b = b / (1.f + __expf(-b));
+                if (silu) a = w22_silu(a), b = w22_silu(b);
                 h2[k] = __floats2bfloat162_rn(a, b);
             }
             *(uint4 *)(op + p * osw + c) = u[p][i];
@@ -116,13 +121,13 @@ __global__ void __launch_bounds__(256) w22_rmsnorm_rows_kernel(const bf16 *in, l
     }
 }
 
-/* W22_NORM: v1 the two-pass kernel, v2 the rows kernel with one pixel per warp (v5), v4 four (v13's trial), else
- * (default) two (v10) */
+/* W22_NORM: v1 the two-pass kernel, v2 the rows kernel with one pixel per warp (v5), else (default) two (v10; four
+ * per warp ran slower at 512 and 1024 channels: docs/PERF.md v13) */
 static int norm_version(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("W22_NORM");
-        v = e && !strcmp(e, "v1") ? 1 : e && !strcmp(e, "v2") ? 2 : e && !strcmp(e, "v4") ? 4 : 3;
+        v = e && !strcmp(e, "v1") ? 1 : e && !strcmp(e, "v2") ? 2 : 3;
     }
     return v;
 }
@@ -148,7 +153,7 @@ w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
     const int nv = in.c / 256;
     if (vec && norm_version() >= 2 && in.c % 256 == 0 && (nv == 1 || nv == 2 || nv == 4) &&
         (uintptr_t)g->dev % 16 == 0 && (long)in.f * in.h < 65536) {
-        const int pix = norm_version() == 2 ? 1 : norm_version() == 4 ? 4 : 2; /* pixels per warp */
+        const int pix = norm_version() == 2 ? 1 : 2; /* pixels per warp */
         const dim3 grid((in.w + 8 * pix - 1) / (8 * pix), in.f * in.h);
 #define W22_NORM_ROWS(NV, P)                                                                                   \
     w22_rmsnorm_rows_kernel<NV, P><<<grid, 256, 0, c->stream>>>((const bf16 *)in.ptr, in.sf, in.sh, in.sw,    \
@@ -156,7 +161,6 @@ w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
                                                                 (const float *)g->dev, in.h, in.w, silu)
 #define W22_NORM_NV(P) (nv == 1 ? W22_NORM_ROWS(1, P) : nv == 2 ? W22_NORM_ROWS(2, P) : W22_NORM_ROWS(4, P))
         if (pix == 1) W22_NORM_NV(1);
-        else if (pix == 4) W22_NORM_NV(4);
         else W22_NORM_NV(2);
 #undef W22_NORM_NV
 #undef W22_NORM_ROWS

@@ -464,5 +464,6 @@ w22_status w22_cuda_wgmma_tma_init(w22_cuda *c);
 int w22_cuda_wgmma_tma_on(const w22_cuda *c);
 const char *w22_cuda_wgmma_tma_blocker(const w22_gemm *g);
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what);
+int w22_wgmma_split_of(int tiles, int iters, int grid); /* the split tail's pieces per tile (1: none) */
 
 #endif

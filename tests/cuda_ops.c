@@ -54,14 +54,14 @@ static int rows_qualifies(int cin, int cout, int kt, int ks, int upsample, int t
 }
 /* The TMA kernel's split tail (conv_sm90_wgmma_tma.cu, w22_wgmma_split_of, restated): on a persistent grid of
  * `sms` CTAs, the last round's R = tiles % sms tiles run as min(3, sms / R) pieces of K when that is 2 or more,
- * each piece of 8 stages or more and R (pieces - 1) <= 88 partial slots. */
+ * each piece of 8 stages or more and R x pieces <= 132 partial slots. */
 static int gpu_sms;
 static int split_expected(int tiles, int iters) {
     const char *e = getenv("W22_WGMMA_SPLIT");
     if ((e && !strcmp(e, "0")) || gpu_sms <= 0 || tiles <= gpu_sms || tiles % gpu_sms == 0) return 0;
     const int r = tiles % gpu_sms;
     int s = gpu_sms / r < 3 ? gpu_sms / r : 3;
-    while (s > 1 && (iters / s < 8 || r * (s - 1) > 88)) s--;
+    while (s > 1 && (iters / s < 8 || r * s > 132)) s--;
     return s > 1;
 }
 static const char *filter;
@@ -742,7 +742,7 @@ static void run_cases(void) {
     conv_case("wg", 64, 512, 1, 70, 132, 1, 1, 0, 0, RES_SEPARATE, 0);
     /* the split tail (132 SMs): the last round's tiles as pieces of K, the owner adding the others' partials: 152
      * tiles (20 in 3 pieces of 9 stages), 192 tiles of 128x256 (60 in 2 pieces, the second running on into the
-     * shortcut's K), 182 tiles of 128x128 (50 in 2); residuals */
+     * shortcut's K), 182 tiles of 128x128 (50 in 2); residuals. Whichever piece arrives last runs the epilogue. */
     conv_case("wg", 64, 256, 1, 76, 256, 3, 3, 0, 0, RES_SEPARATE, 0);
     conv_case("wg", 128, 512, 1, 64, 192, 3, 3, 0, 0, RES_INPLACE, 64);
     conv_case("wg", 64, 128, 1, 91, 256, 3, 3, 0, 0, RES_NONE, 0);

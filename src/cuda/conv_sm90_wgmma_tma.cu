@@ -38,7 +38,8 @@ enum { MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8, 
  * of row half 0 (MODE_EPI_SMEM): BN / 32 vectors of 16 bytes per consumer thread. */
 template <int BN, int STAGES> struct tma_layout {
     static constexpr int epi_off = wg_layout<BN, STAGES>::ftab_off;
-    static constexpr int bytes = epi_off + BN / 32 * WG_EPI_STRIDE + 1024; /* + slack to align the base */
+    static constexpr int word_off = epi_off + BN / 32 * WG_EPI_STRIDE; /* the split tail's "arrived last" */
+    static constexpr int bytes = word_off + 16 + 1024; /* + slack to align the base */
     static_assert(bytes <= 227 * 1024, "shared memory beyond the sm_90 per-block limit (227 KB)");
 };
 
@@ -76,13 +77,13 @@ static __device__ __forceinline__ void defer_step(wg_defer<BN> &dq, const w22_ge
  * of stages 1-2 is part-empty: 432 tiles of a 1024-channel conv at 88 x 156 take 4 rounds for 3.27 of work, 858 of
  * a 512-channel one at 176 x 312 take 7 for 6.5. So the R tiles of the last round, when R <= SMs / 2, run as
  * `split` pieces of K each (contiguous stage ranges) on R x split CTAs of that round. Work item w < whole is tile
- * w; past it, piece p of tile whole + (w - whole) / split. Piece 0 owns the tile: it waits until the other pieces
- * have stored their fp32 accumulators (each thread its own registers' values, float4 per thread side by side),
- * adds them, and runs the epilogue. Only owners wait, and only for pieces that never wait, so the pieces finish
- * whatever the order the CTAs run in. */
+ * w; past it, piece p of tile whole + (w - whole) / split. Each piece stores its fp32 accumulators (each thread its
+ * own registers' values, float4s of the 256 consumer threads side by side) and counts itself in; the piece that
+ * arrives last adds the others' and runs the epilogue. Nobody waits, so the pieces finish whatever the order the
+ * CTAs run in (two grids sharing the GPU included). */
 struct wg_item {
     int tile, k0, k1; /* the tile and its stage range [k0, k1) */
-    int piece;        /* -1: the whole tile; else the piece (0: the owner) */
+    int piece;        /* -1: the whole tile; else the piece */
 };
 static __device__ __forceinline__ wg_item wg_item_of(int w, int whole, int split, int iters) {
     wg_item r;
@@ -108,32 +109,36 @@ static __device__ __forceinline__ void wg_k_start(const w22_gemm &g, int k0, int
     }
 }
 
-/* A non-owner piece: its accumulators to partial slot `slot`, then (after every consumer thread's stores) the flag. */
+/* A piece's accumulators to its partial slot, then (after every consumer thread's stores) the tile's count:
+ * atomicInc wraps it to 0 at the last arrival, ready for the next launch. Whether this piece arrived last (the
+ * answer passes through the shared word `word`). */
 template <int NACC>
-static __device__ __forceinline__ void wg_split_put(float *part, int *flags, int slot, int epoch, const float *acc,
-                                                    int ct) {
+static __device__ __forceinline__ bool wg_split_arrive(float *part, unsigned *count, int slot, int split,
+                                                       const float *acc, int ct, uint32_t word) {
     float4 *dst = (float4 *)part + (size_t)slot * (NACC / 4) * 256 + ct;
 #pragma unroll
     for (int v = 0; v < NACC / 4; v++)
         __stcg(dst + v * 256, make_float4(acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]));
     __threadfence();
     asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* the two consumer warpgroups */
-    if (ct == 0) asm volatile("st.release.gpu.global.s32 [%0], %1;\n" ::"l"(flags + slot), "r"(epoch) : "memory");
+    if (ct == 0) {
+        const unsigned last = atomicInc(count, (unsigned)split - 1) == (unsigned)split - 1;
+        __threadfence(); /* the other pieces' partials, before this CTA reads them */
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(word), "r"(last) : "memory");
+    }
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    uint32_t last;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(last) : "r"(word) : "memory");
+    return last != 0;
 }
 
-/* The owner: waits for slots slot0 .. slot0 + n - 1 and adds them to its accumulators. */
+/* The last piece: the other pieces' partials (slots slot0 .. slot0 + split - 1 but its own) into its accumulators. */
 template <int NACC>
-static __device__ __forceinline__ void wg_split_add(const float *part, const int *flags, int slot0, int n, int epoch,
-                                                    float *acc, int ct) {
-    for (int k = 0; k < n; k++) {
-        const int slot = slot0 + k;
-        for (uint32_t tries = 0;; ) {
-            int f;
-            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(f) : "l"(flags + slot) : "memory");
-            if (f == epoch) break;
-            if (++tries == (1u << 26)) wg_hang_trap();
-        }
-        const float4 *src = (const float4 *)part + (size_t)slot * (NACC / 4) * 256 + ct;
+static __device__ __forceinline__ void wg_split_add(const float *part, int slot0, int split, int piece, float *acc,
+                                                    int ct) {
+    for (int k = 0; k < split; k++) {
+        if (k == piece) continue;
+        const float4 *src = (const float4 *)part + (size_t)(slot0 + k) * (NACC / 4) * 256 + ct;
 #pragma unroll
         for (int v = 0; v < NACC / 4; v++) {
             const float4 x = __ldcg(src + v * 256);
@@ -148,7 +153,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                               const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_h0,
                               const __grid_constant__ CUtensorMap tm_h1, const __grid_constant__ CUtensorMap tm_sca,
                               const w22_gemm g, int tpf, int cx, int cy, int main_iters, int iters, int tiles_n,
-                              int whole, int split, int items, float *part, int *flags, int epoch, int mode) {
+                              int whole, int split, int items, float *part, unsigned *count, int mode) {
     typedef wg_layout<BN, STAGES> L;
     extern __shared__ unsigned char smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -243,14 +248,14 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
             for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
             if (wi.piece >= 0) { /* a split tile (its pieces run in the grid's last round) */
-                const int slot0 = (wi.tile - whole) * (split - 1);
-                if (wi.piece > 0) { /* its part to the owner; nothing of this item to store */
-                    wg_split_put<NACC>(part, flags, slot0 + wi.piece - 1, epoch, acc, tid - 128);
-                    dq.orow[0] = dq.orow[1] = -1;
+                const int ti = wi.tile - whole;
+                if (!wg_split_arrive<NACC>(part, count + ti, ti * split + wi.piece, split, acc, tid - 128,
+                                           base + tma_layout<BN, STAGES>::word_off)) {
+                    dq.orow[0] = dq.orow[1] = -1; /* not the last piece: nothing of this item to store */
                     __syncwarp();
                     continue;
                 }
-                wg_split_add<NACC>(part, flags, slot0, split - 1, epoch, acc, tid - 128);
+                wg_split_add<NACC>(part, ti * split, split, wi.piece, acc, tid - 128);
             }
             if (defer)
                 wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane, HW, epi);
@@ -362,9 +367,9 @@ static w22_status im2col_map(w22_cuda *c, CUtensorMap *m, const bf16 *p, long sw
 
 /* The split tail's pieces per tile for `tiles` tiles of `iters` stages on a persistent grid of `grid` CTAs: the
  * last round's R tiles are split when R <= grid / 2, into grid / R pieces (at most SPLIT_MAX, each of 8 stages or
- * more); 1: no split. W22_WGMMA_SPLIT=0 turns it off (read once). */
+ * more, R x pieces within the slots); 1: no split. W22_WGMMA_SPLIT=0 turns it off (read once). */
 #define SPLIT_MAX 3
-#define SPLIT_SLOTS 88 /* partial slots: R (split - 1) <= 88 for split <= 3 and R split <= 132 SMs; more SMs: fewer pieces */
+#define SPLIT_SLOTS 132 /* partial slots, one per piece: R split <= the grid (132 on an H200; more SMs: fewer pieces) */
 #define SPLIT_PART_BYTES ((size_t)SPLIT_SLOTS * 128 * 256 * 4) /* 128 fp32 accumulators per consumer thread */
 int w22_wgmma_split_of(int tiles, int iters, int grid) {
     static int on = -1;
@@ -376,17 +381,17 @@ int w22_wgmma_split_of(int tiles, int iters, int grid) {
     const int r = tiles % grid;
     if (r == 0) return 1;
     int s = grid / r < SPLIT_MAX ? grid / r : SPLIT_MAX;
-    while (s > 1 && (iters / s < 8 || r * (s - 1) > SPLIT_SLOTS)) s--;
+    while (s > 1 && (iters / s < 8 || r * s > SPLIT_SLOTS)) s--;
     return s;
 }
 
-/* The partial slots and flags, at the first split launch (11.5 MB; the flags zeroed: launch numbers start at 1). */
+/* The partial slots and the tiles' arrival counts, at the first split launch (16.5 MB; the counts zeroed once:
+ * each launch leaves them at 0). */
 static w22_status split_buffers(w22_cuda *c) {
     if (c->split_part) return W22_OK;
-    const size_t bytes = SPLIT_PART_BYTES + SPLIT_SLOTS * sizeof(int);
+    const size_t bytes = SPLIT_PART_BYTES + SPLIT_SLOTS * sizeof(unsigned);
     W22_TRY(w22_cuda_malloc(c, bytes, &c->split_part, "the TMA conv's split tail (partial accumulators)"));
-    CU_TRY(cudaMemsetAsync((char *)c->split_part + SPLIT_PART_BYTES, 0, SPLIT_SLOTS * sizeof(int), c->stream));
-    c->split_epoch = 0;
+    CU_TRY(cudaMemsetAsync((char *)c->split_part + SPLIT_PART_BYTES, 0, SPLIT_SLOTS * sizeof(unsigned), c->stream));
     return W22_OK;
 }
 
@@ -423,15 +428,14 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     if (split > 1) {
         whole = (int)tiles - (int)tiles % grid;
         W22_TRY(split_buffers(c));
-        c->split_epoch++;
     }
     *split_used = split;
     const int items = whole + ((int)tiles - whole) * split;
     float *part = (float *)c->split_part;
-    int *flags = (int *)((char *)c->split_part + SPLIT_PART_BYTES);
+    unsigned *count = (unsigned *)((char *)c->split_part + SPLIT_PART_BYTES);
     w22_conv_wgmma_tma_kernel<BN, STAGES><<<grid, WG_THREADS, tma_layout<BN, STAGES>::bytes, c->stream>>>(
-        tb, ts, ta, th0, th1, tsa, *g, tpf, cx, cy, main_iters, iters, tiles_n, whole, split, items, part, flags,
-        c->split_epoch, mode);
+        tb, ts, ta, th0, th1, tsa, *g, tpf, cx, cy, main_iters, iters, tiles_n, whole, split, items, part, count,
+        mode);
     return W22_OK;
 }
 

@@ -36,11 +36,9 @@ typedef struct {
     void *attn_scratch;
     size_t attn_bytes;
     const char *last_path; /* the kernel the last GEMM ran on (static string) */
-    /* The TMA conv's split tail (conv_sm90_wgmma_tma.cu): partial accumulators of the split tiles and, after them,
-     * their flags; a flag holds the number of the launch that wrote its partial (split_epoch: no reset between
-     * launches). Allocated at the first split launch. */
+    /* The TMA conv's split tail (conv_sm90_wgmma_tma.cu): partial accumulators of the split tiles' pieces and,
+     * after them, the tiles' arrival counts. Allocated at the first split launch. */
     void *split_part;
-    int split_epoch;
     /* Unless W22_CONV_KERNEL=mma at create: qualifying GEMMs run on the wgmma kernel (conv_sm90_wgmma.cu), whose
      * tensor maps are made by the driver's cuTensorMapEncodeTiled (entry point fetched through cudart). */
     int use_wgmma;

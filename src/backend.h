@@ -40,6 +40,12 @@ typedef struct {
      * h, w, c, sh and sw (and border, when ks = 3), anywhere in backend memory: the plan's causal caches, read in
      * place instead of copied in front of the new frames. */
     w22_view hist[2];
+    /* upsample only (NULL: none): + DupUp(dup_in) as dupup_add adds it (below: out (F, 2h, 2w, cout) from dup_in
+     * (f, h, w, cin), dup_ft = 1 or 2 time copies, dup_first_single), after the bias, with one rounding where the
+     * backend can (the up blocks' avg_shortcut fused into their upsampler's conv: one pass over the high-resolution
+     * output instead of two). Not with residual or time_split. */
+    const w22_view *dup_in;
+    int dup_ft, dup_first_single;
 } w22_conv_args;
 
 /* Where unpatchified video frames go: element (c, f, y, x) at ptr + c*sc + f*sf + y*sy + x*sx (elements of
@@ -86,6 +92,7 @@ typedef struct {
      * frame 0 of in gives one frame, the last copy). Output channel o, time copy t, sub-row i, sub-col j takes
      * input channel (o*ft*4 + t*4 + i*2 + j) / (cout*ft*4 / cin). */
     w22_status (*dupup_add)(w22_backend *b, w22_view out, w22_view in, int ft, int first_single);
+    /* (w22_dupup_frame and w22_dupup_channel below spell the map out; w22_dupup_check the shapes.) */
     /* Unpatchify (p = patch_size) and clamp to [-1, 1]: in (f, h, w, 3 p^2) to dst frames [0, f), rows
      * [0, p h), cols [0, p w) (dst already offset). Channel c*p*p + p1*p + p2 goes to row p y + p2, col p x + p1. */
     w22_status (*unpatchify)(w22_backend *b, w22_view in, int p, w22_video_dst dst);
@@ -139,5 +146,25 @@ static inline w22_view w22_view_channels(w22_view v, int c0, int nc) {
     v.c = nc;
     return v;
 }
+
+/* DupUp (dupup_add): output frame fo of ft time copies per input frame (first_single: input frame 0 gives one, its
+ * last copy) is time copy *t of input frame *s. */
+static inline void w22_dupup_frame(int fo, int ft, int first_single, int *s, int *t) {
+    const int k = fo + (first_single ? ft - 1 : 0); /* the frames as if frame 0 had all ft copies */
+    *s = k / ft;
+    *t = k % ft;
+}
+/* Output frames of a DupUp of f input frames. */
+static inline int w22_dupup_frames(int f, int ft, int first_single) {
+    return first_single ? (f > 0 ? 1 + (f - 1) * ft : 0) : f * ft;
+}
+/* The input channel that output channel o of time copy t, sub-row i (Y & 1) and sub-col j (X & 1) reads; r =
+ * cout * ft * 4 / cin (DupUp3D's repeat_interleave, then its view/permute). */
+static inline int w22_dupup_channel(int o, int t, int i, int j, int ft, int r) {
+    return (o * ft * 4 + t * 4 + i * 2 + j) / r;
+}
+/* W22_OK when out (F, 2h, 2w, cout) can take DupUp(in) with ft time copies: ft 1 or 2, F the DupUp's frames, cout * ft
+ * * 4 a multiple of in.c; else W22_ERR_BAD_SHAPE with a message that starts with `who` (src/backend.c). */
+w22_status w22_dupup_check(const char *who, const w22_view *out, const w22_view *in, int ft, int first_single);
 
 #endif

@@ -285,6 +285,33 @@ enum { RES_NONE, RES_SEPARATE, RES_INPLACE };
  * the window's first two frames is poisoned, so a kernel that reads them there fails. */
 static int conv_hist;
 
+/* The last GEMM ran on the wgmma kernel the environment selects: the TMA's im2col loads unless W22_WGMMA_LOAD=cpasync;
+ * the persistent grid with them unless W22_WGMMA_PERSIST=0, with the cp.async loads when W22_WGMMA_PERSIST=1. */
+static void check_wgmma_path(const char *op, const char *shape, int split) {
+    const char *pe = getenv("W22_WGMMA_PERSIST"), *le = getenv("W22_WGMMA_LOAD");
+    const int want_t = !(le && !strcmp(le, "cpasync")) && !getenv("W22_WGMMA_ROWS") &&
+                       !getenv("W22_WGMMA_HANDOFF") && !getenv("W22_WGMMA_CLUSTER"); /* v5/v6 switches */
+    const int want_p = want_t ? !(pe && !strcmp(pe, "0")) : pe && !strcmp(pe, "1");
+    /* the tma kernel's overlapped epilogue (W22_WGMMA_EPI unset or defer), its half-overlapped one (half),
+     * or its 16-byte tail store (v2): every case here is aligned for each */
+    const char *ee = getenv("W22_WGMMA_EPI");
+    const char *want_e = !want_t ? NULL
+                         : !ee || !strcmp(ee, "defer") ? " defer"
+                         : !strcmp(ee, "half")         ? " half"
+                         : !strcmp(ee, "v2")           ? " vec"
+                                                       : NULL;
+    /* the split tail on the TMA kernel's persistent grid, where the caller's tile count calls for it */
+    const int want_s = want_t && want_p && split;
+    const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || strstr(gpu_path(), "persistent")) &&
+                   (!want_t || strstr(gpu_path(), " tma")) && (!want_e || strstr(gpu_path(), want_e)) &&
+                   !want_s == !strstr(gpu_path(), " split");
+    if (!on)
+        printf("    expected the wgmma kernel%s%s%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
+               want_t ? " (tma)" : "", want_e ? " with the epilogue" : "", want_e ? want_e : "",
+               want_s ? " (split tail)" : " (no split)", gpu_path());
+    CHECK(on, "%s %s on wgmma", op, shape);
+}
+
 /* A conv of F output (conv) frames at h x w (input size) cin -> cout. */
 static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, int kt, int ks, int upsample,
                       int time_split, int res, int sc_cin) {
@@ -354,33 +381,10 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
     if (both_ok("conv", shape, s1, cerr, s2)) {
         compare("conv", shape, &out, 0, oc, TOL_BF16, 1e-5, 0, gpu_path());
         if (gpu_wgmma && !selftest && wgmma_qualifies(cin, cout, ks, upsample, sc_cin)) {
-            /* the variants: the TMA's im2col loads unless W22_WGMMA_LOAD=cpasync; the persistent grid with them
-             * unless W22_WGMMA_PERSIST=0, with the cp.async loads when W22_WGMMA_PERSIST=1 */
-            const char *pe = getenv("W22_WGMMA_PERSIST"), *le = getenv("W22_WGMMA_LOAD");
-            const int want_t = !(le && !strcmp(le, "cpasync")) && !getenv("W22_WGMMA_ROWS") &&
-                               !getenv("W22_WGMMA_HANDOFF") && !getenv("W22_WGMMA_CLUSTER"); /* v5/v6 switches */
-            const int want_p = want_t ? !(pe && !strcmp(pe, "0")) : pe && !strcmp(pe, "1");
-            /* the tma kernel's overlapped epilogue (W22_WGMMA_EPI unset or defer), its half-overlapped one (half),
-             * or its 16-byte tail store (v2): every case here is aligned for each */
-            const char *ee = getenv("W22_WGMMA_EPI");
-            const char *want_e = !want_t ? NULL
-                                 : !ee || !strcmp(ee, "defer") ? " defer"
-                                 : !strcmp(ee, "half")         ? " half"
-                                 : !strcmp(ee, "v2")           ? " vec"
-                                                               : NULL;
-            /* the split tail on the TMA kernel's persistent grid: per GEMM (an upsample's four phase GEMMs are
-             * alike: ks 2 on the low-resolution grid) */
+            /* the split tail: per GEMM (an upsample's four phase GEMMs are alike: ks 2 on the low-resolution grid) */
             const int bn = cout % 256 == 0 ? 256 : 128, tpf = (h * w + 127) / 128;
             const int iters = upsample ? 4 * (cin / 64) : kt * ks * ks * (cin / 64) + sc_cin / 64;
-            const int want_s = want_t && want_p && split_expected(F * tpf * (cout / bn), iters);
-            const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || strstr(gpu_path(), "persistent")) &&
-                           (!want_t || strstr(gpu_path(), " tma")) && (!want_e || strstr(gpu_path(), want_e)) &&
-                           !want_s == !strstr(gpu_path(), " split");
-            if (!on)
-                printf("    expected the wgmma kernel%s%s%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
-                       want_t ? " (tma)" : "", want_e ? " with the epilogue" : "", want_e ? want_e : "",
-                       want_s ? " (split tail)" : " (no split)", gpu_path());
-            CHECK(on, "conv %s on wgmma", shape);
+            check_wgmma_path("conv", shape, split_expected(F * tpf * (cout / bn), iters));
         }
         if (!selftest && rows_qualifies(cin, cout, kt, ks, upsample, time_split, sc_cin)) {
             const int on = !strncmp(gpu_path(), "rows", 4);
@@ -398,6 +402,65 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
     wpair_free(&bias);
     wpair_free(&scw);
     wpair_free(&scb);
+}
+
+/* The upsample conv (C -> C, nearest 2x + 3x3) with the up block's DupUp as its residual (w22_conv_args.dup_in, what
+ * the plan runs at the end of an up block) on the GPU, against the CPU's conv and then its dupup_add (the separate
+ * order: the reference does not share the fused code). The DupUp input has f frames of h x w x cd (a margin of
+ * dborder around each frame: other strides), ft copies; the conv has its F output frames.
+ * expect: where the last phase GEMM must run with the DupUp fused: "wgmma" (the kernel check_wgmma_path names; mma
+ * under --kernel mma), "mma", "scalar"; or "separate": a DupUp map the GEMM epilogue does not take, so the conv and
+ * then the separate dupup_add kernel (so under W22_NO_PHASES too). Tolerance as conv_case's: the output is conv +
+ * DupUp input (|.| <= 1) with one bf16 rounding, or two on the TMA kernel's deferred store (the conv's, then the
+ * sum's, as the separate pass does): <= 2^-9 (max|conv| + max|ref|) <= 2^-9 (2 max|ref| + 1), inside 2^-7 max|ref|
+ * for max|ref| >= 0.5 (conv outputs here are of unit size). */
+static void dupconv_case(const char *tag, int C, int cd, int ft, int first_single, int f, int h, int w, int dborder,
+                         const char *expect) {
+    char shape[160];
+    const int F = w22_dupup_frames(f, ft, first_single);
+    snprintf(shape, sizeof shape, "%s %dx%dx%dx%d->%d up + dupup %dx%d ft%d%s%s", tag, F, h, w, C, C, f, cd, ft,
+             first_single ? " first" : "", dborder ? " strided" : "");
+    if (!selected("conv") && !selected("dupup")) return;
+    if (getenv("W22_NO_PHASES")) expect = "separate"; /* one GEMM of high-resolution rows: not fused */
+    tens in, out, din;
+    const float a = sqrtf(3.0f / (C * 9));
+    wpair wt, bias;
+    int64_t wshape[4] = {C, C, 3, 3}, b1[1] = {C};
+    if (!tens_new(&in, F, h, w, C, 1, FILL_RANDOM, -1, 1) || !tens_new(&out, F, 2 * h, 2 * w, C, 1, FILL_POISON, 0, 0) ||
+        !tens_new(&din, f, h, w, cd, dborder, FILL_RANDOM, -1, 1) || !wpair_new(&wt, W22_WK_CONV, wshape, 4, -a, a) ||
+        !wpair_new(&bias, W22_WK_VECTOR, b1, 1, -0.5f, 0.5f)) {
+        CHECK(0, "dupconv setup %s", shape);
+        return;
+    }
+    w22_conv_args ac = {.in = in.cv, .out = out.cv, .weight = wt.c, .bias = bias.c, .kt = 1, .ks = 3, .upsample = 1};
+    w22_conv_args ag = {.in = in.gv, .out = out.gv, .weight = wt.g, .bias = bias.g, .kt = 1, .ks = 3, .upsample = 1,
+                        .dup_in = &din.gv, .dup_ft = ft, .dup_first_single = first_single};
+    w22_status s1 = cpu->ops->conv(cpu, &ac);
+    if (s1 == W22_OK) s1 = cpu->ops->dupup_add(cpu, out.cv, din.cv, ft, first_single);
+    char cerr[512];
+    snprintf(cerr, sizeof cerr, "%s", w22_last_error());
+    w22_status s2 = gpu->ops->conv(gpu, &ag);
+    const char *path = gpu_path(); /* before the sync: a static string */
+    if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
+    if (both_ok("conv+dupup", shape, s1, cerr, s2)) {
+        compare("conv+dupup", shape, &out, 0, C, TOL_BF16, 1e-5, 0, path);
+        if (!selftest) {
+            const int sep = !strcmp(expect, "separate"), wg = !strcmp(expect, "wgmma");
+            const char *want = sep ? "separate" : wg && !gpu_wgmma ? "mma" : expect;
+            const int fused = !strstr(path, "separate");
+            int on = sep ? !fused : fused && (wg && gpu_wgmma ? 1 : !strncmp(path, want, strlen(want)));
+            if (!on) printf("    expected %s (DupUp %s), ran on [%s]: FAIL\n", want, sep ? "separate" : "fused", path);
+            CHECK(on, "conv+dupup %s on %s", shape, want);
+            if (on && wg && gpu_wgmma) /* the phase GEMMs: F frames of h x w, 4 taps of C */
+                check_wgmma_path("conv+dupup", shape,
+                                 split_expected(F * ((h * w + 127) / 128) * (C % 256 ? C / 128 : C / 256), 4 * (C / 64)));
+        }
+    }
+    tens_free(&in);
+    tens_free(&out);
+    tens_free(&din);
+    wpair_free(&wt);
+    wpair_free(&bias);
 }
 
 /* Attention over frames of kh x kw pixels, queries = rows [qy0, qy0 + qrows); q, k, v channel slices of one
@@ -767,6 +830,23 @@ static void run_cases(void) {
     conv_case("edge", 4, 12, 2, 3, 5, 3, 3, 0, 0, RES_NONE, 0);         /* scalar kernel */
     conv_case("edge", 64, 64, 3, 5, 7, 3, 3, 0, 0, RES_INPLACE, 0);     /* mma kernel, one partial tile */
     conv_hist = 0;
+    /* the upsample conv with the DupUp fused (w22_conv_args.dup_in): the model's two maps (ft 2, cd = C: channel o;
+     * ft 1, cd = 2C: channel 2o + py) at reduced size, first_single on and off, on each kernel the phase GEMMs reach,
+     * frames of 45 pixels (tiles span frames: the frame map per row), a strided DupUp input; and a map that runs
+     * separately (ft 2, cd = 2C: the channel offset is the time copy) */
+    dupconv_case("up1", 1024, 1024, 2, 1, 2, 4, 6, 0, "wgmma");  /* up_blocks.1: the 128x256 tile */
+    dupconv_case("up2", 512, 1024, 1, 0, 2, 8, 12, 0, "wgmma");  /* up_blocks.2: two input channels per output */
+    dupconv_case("wg", 128, 128, 2, 0, 3, 5, 9, 0, "wgmma");     /* 128x128 tile, tiles spanning frames */
+    dupconv_case("wg", 128, 128, 2, 1, 3, 5, 9, 1, "wgmma");     /* first_single, strided DupUp input */
+    dupconv_case("wg", 256, 512, 1, 1, 2, 5, 9, 1, "wgmma");     /* 2o + py on the 256 tile, strided */
+    dupconv_case("wg", 128, 256, 1, 0, 1, 12, 20, 0, "wgmma");   /* several tiles per frame */
+    dupconv_case("split", 512, 1024, 1, 0, 1, 64, 192, 0, "wgmma"); /* 192 tiles per phase: the split tail */
+    dupconv_case("mma", 64, 64, 2, 1, 2, 5, 7, 0, "mma");        /* N 64: the mma kernel's pair store */
+    dupconv_case("mma", 32, 64, 1, 0, 2, 5, 7, 1, "mma");        /* N 32: 2o + py as two scalar loads */
+    dupconv_case("scalar", 4, 8, 1, 1, 2, 3, 5, 0, "scalar");    /* cin 4: the scalar kernel */
+    dupconv_case("scalar", 4, 4, 2, 1, 2, 3, 5, 0, "scalar");
+    dupconv_case("sep", 128, 256, 2, 1, 2, 5, 9, 0, "separate"); /* offset = time copy: the separate kernel */
+    dupconv_case("sep", 32, 16, 1, 0, 2, 3, 5, 0, "separate");   /* cd = C / 2: cs 4 */
     /* attention */
     attention_case(1024, 1, 6, 13, 0, 6, 1);
     attention_case(1024, 2, 6, 13, 2, 3, 1); /* a rank's rows */

@@ -1,7 +1,14 @@
 /* The CPU backend's conv with its causal history read in place (w22_conv_args.hist, what the plan does with its
  * caches) against the same conv over one contiguous window: random inputs and weights, the window's own first two
  * frames poisoned in the hist call, outputs poisoned before each call. Same arithmetic in the same order, so the
- * results must be bitwise equal. Also: the misuses the op must refuse. */
+ * results must be bitwise equal. Also: the misuses the op must refuse.
+ *
+ * The upsample conv with a fused DupUp residual (w22_conv_args.dup_in, what the plan does at the end of an up
+ * block) against the conv and then dupup_add, and dupup_add itself against DupUp3D written out literally
+ * (repeat_interleave, view, permute, first-chunk cut): both maps of the model (ft 2 with cin = cout, ft 1 with
+ * cin = 2 cout), one the CUDA backend runs separately (ft 2, cin = 2 cout), with and without first_single, a
+ * DupUp input that is a channel slice. The fused sum is the separate one's (conv + bias, then + DupUp, in fp32),
+ * so equality is bitwise; the literal DupUp adds to zero, so it is exact too. */
 #include <stdlib.h>
 #include <string.h>
 #include "backend.h"
@@ -88,6 +95,87 @@ static void one(const char *name, int F, int h, int w, int cin, int cout, int ks
     free(in), free(in2), free(h0), free(h1), free(o1), free(o2), free(res), free(sc), free(wd), free(bd), free(scw);
 }
 
+/* DupUp3D of in (f, h, w, cin) as diffusers computes it: channels repeat_interleave'd r times, viewed as
+ * [cout][ft][2][2], permuted to (frame s ft + t, row 2 y + i, col 2 x + j), the first ft - 1 frames dropped with
+ * first_single. Into ref (F, 2h, 2w, cout), dense. */
+static void dupup_literal(w22_view in, int cout, int ft, int first_single, float *ref) {
+    const int r = cout * ft * 4 / in.c, H = 2 * in.h, W = 2 * in.w, cut = first_single ? ft - 1 : 0;
+    for (int s = 0; s < in.f; s++)
+        for (int t = 0; t < ft; t++) {
+            const int fo = s * ft + t - cut;
+            if (fo < 0) continue;
+            for (int y = 0; y < in.h; y++)
+                for (int i = 0; i < 2; i++)
+                    for (int x = 0; x < in.w; x++)
+                        for (int j = 0; j < 2; j++)
+                            for (int o = 0; o < cout; o++) {
+                                const int rep = ((o * ft + t) * 2 + i) * 2 + j; /* the viewed channel */
+                                ref[(((size_t)fo * H + 2 * y + i) * W + 2 * x + j) * cout + o] =
+                                    *(const float *)w22_view_at(in, s, y, x, rep / r);
+                            }
+        }
+}
+
+/* Upsample conv (C -> C, 3x3) of F = DupUp frames of f, h x w -> 2h x 2w, + DupUp of a (f, h, w, cd) input with ft
+ * copies; the DupUp input a channel slice (pixel stride cd + pad_c) when pad_c > 0. */
+static void dup_one(const char *name, int C, int cd, int ft, int first_single, int f, int h, int w, int pad_c) {
+    const int F = w22_dupup_frames(f, ft, first_single), H = 2 * h, W = 2 * w;
+    const long fin = (long)(h + 2) * (w + 2) * C;
+    float *in = fresh_buf(fin * F, 0);
+    w22_view vin = view_in(in, F, h, w, C, 0);
+    const long dsw = cd + pad_c;
+    float *dbuf = fresh_buf((size_t)f * h * w * dsw, 0);
+    w22_view vd = {dbuf, f, h, w, cd, (long)h * w * dsw, (long)w * dsw, dsw, 4};
+    const size_t nout = (size_t)F * H * W * C;
+    float *o1 = fresh_buf(nout, 1), *o2 = fresh_buf(nout, 1), *o3 = malloc(nout * 4), *ref = fresh_buf(nout, 1);
+    memset(o3, 0, nout * 4);
+    w22_view vo1 = {o1, F, H, W, C, (long)H * W * C, (long)W * C, C, 4}, vo2 = vo1, vo3 = vo1;
+    vo2.ptr = o2;
+    vo3.ptr = o3;
+    const int64_t ws[5] = {C, C, 1, 3, 3}, bs[1] = {C};
+    float *wd = fresh_buf((size_t)C * C * 9, 0), *bd = fresh_buf(C, 0);
+    w22_bweight *Wt = NULL, *B = NULL;
+    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_CONV, wd, ws, 5, &Wt));
+    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_VECTOR, bd, bs, 1, &B));
+
+    w22_conv_args a = {.in = vin, .out = vo1, .weight = Wt, .bias = B, .kt = 1, .ks = 3, .upsample = 1,
+                       .dup_in = &vd, .dup_ft = ft, .dup_first_single = first_single};
+    CHECK_OK(cpu->ops->conv(cpu, &a));
+    w22_conv_args b = a;
+    b.out = vo2;
+    b.dup_in = NULL;
+    CHECK_OK(cpu->ops->conv(cpu, &b));
+    CHECK_OK(cpu->ops->dupup_add(cpu, vo2, vd, ft, first_single));
+    t_diff d = t_compare(o1, o2, nout);
+    printf("%-34s max|d| %.3g, %zu not finite\n", name, d.max_abs, d.nonfinite);
+    CHECK(d.nonfinite == 0 && memcmp(o1, o2, nout * 4) == 0, "%s: fused DupUp differs from conv + dupup_add", name);
+    /* dupup_add alone (onto zeros) against the literal DupUp3D */
+    CHECK_OK(cpu->ops->dupup_add(cpu, vo3, vd, ft, first_single));
+    dupup_literal(vd, C, ft, first_single, ref);
+    d = t_compare(o3, ref, nout);
+    CHECK(d.nonfinite == 0 && memcmp(o3, ref, nout * 4) == 0, "%s: dupup_add differs from DupUp3D (max|d| %g)", name,
+          d.max_abs);
+
+    /* misuse: dup_in without upsample, with a residual, of the wrong frame count, ft 3 */
+    if (!strcmp(name, "upsample + DupUp ft2 first")) {
+        w22_conv_args bad = a;
+        bad.upsample = 0;
+        CHECK(cpu->ops->conv(cpu, &bad) != W22_OK, "dup_in without upsample accepted");
+        bad = a;
+        bad.residual = &vo2;
+        CHECK(cpu->ops->conv(cpu, &bad) != W22_OK, "dup_in with a residual accepted");
+        bad = a;
+        bad.dup_first_single = !first_single;
+        CHECK(cpu->ops->conv(cpu, &bad) != W22_OK, "dup_in of the wrong frame count accepted");
+        bad = a;
+        bad.dup_ft = 3;
+        CHECK(cpu->ops->conv(cpu, &bad) != W22_OK, "dup_ft 3 accepted");
+    }
+    cpu->ops->weight_free(cpu, Wt);
+    cpu->ops->weight_free(cpu, B);
+    free(in), free(dbuf), free(o1), free(o2), free(o3), free(ref), free(wd), free(bd);
+}
+
 int main(void) {
     CHECK_OK(w22_backend_cpu_create(1, &cpu));
     if (!cpu) return t_finish("test_conv");
@@ -96,6 +184,12 @@ int main(void) {
     one("3x3x3 shortcut", 2, 3, 5, 16, 16, 3, 0, 1, 8, 0);
     one("3x3x3 row path (channel slice)", 2, 4, 5, 16, 8, 3, 0, 0, 0, 8);
     one("time_conv (3x1x1, split)", 3, 4, 6, 16, 32, 1, 1, 0, 0, 0);
+    dup_one("upsample + DupUp ft2", 16, 16, 2, 0, 2, 3, 5, 0);
+    dup_one("upsample + DupUp ft2 first", 16, 16, 2, 1, 3, 3, 5, 0);
+    dup_one("upsample + DupUp ft1 cin 2C", 8, 16, 1, 0, 2, 4, 3, 0);
+    dup_one("upsample + DupUp ft1 first, slice", 8, 16, 1, 1, 2, 3, 4, 8);
+    dup_one("upsample + DupUp ft2 cin 2C first", 8, 16, 2, 1, 2, 3, 3, 0);
+    dup_one("upsample + DupUp ft2 slice", 16, 16, 2, 0, 1, 2, 3, 4);
     cpu->ops->destroy(cpu);
     return t_finish("test_conv");
 }

@@ -152,24 +152,21 @@ static w22_status cpu_attention(w22_backend *b, w22_view q, w22_view k, w22_view
     return W22_OK;
 }
 
+/* out += DupUp(in), by backend.h's map (the conv's fused dup_in uses the same helpers). */
 static w22_status cpu_dupup_add(w22_backend *b, w22_view out, w22_view in, int ft, int first_single) {
     (void)b;
-    const int cin = in.c, cout = out.c, r = cout * ft * 4 / cin;
-    int fo = 0;
-    for (int f = 0; f < in.f; f++) {
-        int t0 = (first_single && f == 0) ? ft - 1 : 0; /* frame 0 keeps only the last time copy */
-        for (int t = t0; t < ft; t++, fo++) {
-            if (fo >= out.f) return w22_fail(W22_ERR_INTERNAL, "dupup: %d output frames, more needed", out.f);
-            for (int y = 0; y < out.h; y++)
-                for (int x = 0; x < out.w; x++) {
-                    float *o = w22_view_at(out, fo, y, x, 0);
-                    const float *i = w22_view_at(in, f, y >> 1, x >> 1, 0);
-                    int sub = t * 4 + (y & 1) * 2 + (x & 1);
-                    for (int c = 0; c < cout; c++) o[c] += i[(c * ft * 4 + sub) / r];
-                }
-        }
+    W22_TRY(w22_dupup_check("cpu dupup_add", &out, &in, ft, first_single));
+    const int r = out.c * ft * 4 / in.c;
+    for (int fo = 0; fo < out.f; fo++) {
+        int s, t;
+        w22_dupup_frame(fo, ft, first_single, &s, &t);
+        for (int y = 0; y < out.h; y++)
+            for (int x = 0; x < out.w; x++) {
+                float *o = w22_view_at(out, fo, y, x, 0);
+                const float *i = w22_view_at(in, s, y >> 1, x >> 1, 0);
+                for (int c = 0; c < out.c; c++) o[c] += i[w22_dupup_channel(c, t, y & 1, x & 1, ft, r)];
+            }
     }
-    if (fo != out.f) return w22_fail(W22_ERR_INTERNAL, "dupup: made %d frames, the view has %d", fo, out.f);
     return W22_OK;
 }
 

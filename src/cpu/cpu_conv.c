@@ -1,7 +1,8 @@
 /* The CPU backend's convolution: one GEMM per kernel tap, accumulated. Rows of a bordered channels-last buffer
  * are evenly strided, so a whole frame is one GEMM over "flat" positions p = y * RS + x (RS = the row stride in
  * pixels): a tap (dy, dx) is the same matrix shifted by (dy - 1) * RS + dx - 1 pixels. Positions with x >= w are
- * computed and thrown away. An upsampling conv first writes its nearest-2x input with its border. */
+ * computed and thrown away. An upsampling conv first writes its nearest-2x input with its border; its DupUp residual
+ * (dup_in) is added with the bias, by the same index map as dupup_add (backend.h's w22_dupup_frame/_channel). */
 #include <stdlib.h>
 #include <string.h>
 #include "backend.h"
@@ -47,6 +48,16 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
                         "cpu conv: in %dx%dx%dx%d, out %dx%dx%dx%d, weight %dx%dx%dx%dx%d, kt %d ks %d up %d split %d",
                         src.f, src.h, src.w, src.c, out.f, out.h, out.w, out.c, cout, cin, W->kt, W->kh, W->kw, kt,
                         ks, a->upsample, a->time_split);
+    const w22_view *dup = a->dup_in;
+    int dup_r = 0;
+    if (dup) {
+        if (!a->upsample || a->residual || a->time_split)
+            return w22_fail(W22_ERR_INVALID_ARG, "cpu conv: a DupUp residual (dup_in) needs upsample, and no residual "
+                            "or time_split (upsample %d, residual %d, time_split %d)", a->upsample,
+                            a->residual != NULL, a->time_split);
+        W22_TRY(w22_dupup_check("cpu conv (dup_in)", &out, dup, a->dup_ft, a->dup_first_single));
+        dup_r = out.c * a->dup_ft * 4 / dup->c;
+    }
     float *ubuf = NULL;
     if (a->upsample) W22_TRY(upsample_input(src, &ubuf, &src));
     /* Flat GEMMs need evenly strided rows with contiguous pixels; else one GEMM per output row. */
@@ -62,6 +73,8 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
     /* input frame j of the window: the history views first (when given), then src's frames */
 #define FRAME(j) (hist && (j) < 2 ? a->hist[(j)] : w22_view_frames(src, hist ? (j) - 2 : (j), 1))
     for (int t = 0; t < nconv; t++) {
+        int ds = 0, dcopy = 0; /* DupUp: input frame and time copy of output frame t */
+        if (dup) w22_dupup_frame(t, a->dup_ft, a->dup_first_single, &ds, &dcopy);
         memset(tmp, 0, sizeof(float) * (size_t)M * cout);
         for (int dt = 0; dt < kt; dt++)
             for (int dy = 0; dy < ks; dy++)
@@ -94,6 +107,9 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
                     int fo = a->time_split ? 2 * t + co / C : t, c = co % C;
                     float *o = w22_view_at(out, fo, y, x, c);
                     if (a->residual) v += *(const float *)w22_view_at(*a->residual, fo, y, x, c);
+                    if (dup) /* as dupup_add after the conv: the same sum in the same order */
+                        v += *(const float *)w22_view_at(*dup, ds, y >> 1, x >> 1,
+                                                         w22_dupup_channel(co, dcopy, y & 1, x & 1, a->dup_ft, dup_r));
                     *o = v;
                 }
             }

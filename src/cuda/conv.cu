@@ -1,5 +1,7 @@
 /* The conv op: checks a w22_conv_args against backend.h's contract and lowers it to the implicit GEMM
- * (w22_gemm: conv_sm90_mma.cu, or conv_scalar.cu for shapes the tensor cores do not take). */
+ * (w22_gemm: conv_sm90_mma.cu, or conv_scalar.cu for shapes the tensor cores do not take). An upsampling conv's
+ * DupUp residual (dup_in) becomes the phase GEMMs' residual where its channel map allows (dup_phase), else the
+ * separate dupup_add kernel runs after the conv. */
 #include <stdlib.h>
 #include "cuda_internal.h"
 #include "cuda_ops.h"
@@ -11,6 +13,28 @@ static w22_status bad(const char *fmt_what, long got, long want) {
     do {                                                          \
         if ((long)(got) != (long)(want)) return bad(what, got, want); \
     } while (0)
+
+/* The DupUp residual of upsample phase (py, px) as w22_gemm's r_tsh .. r_coff (cuda_internal.h), or 0 when the
+ * epilogue cannot take this DupUp. The phase GEMM's row (T, y, x) is the DupUp input pixel (y, x) of frame (T + ft - 1)
+ * >> 1 with first_single, else T >> 1 (ft 2; T with ft 1), time copy the rest, and output channel o reads input channel
+ * (o ft 4 + tc 4 + py 2 + px) / r (backend.h), r = cout ft 4 / cin. When r divides ft 4 that is o cs + (tc 4 + py 2 +
+ * px) / r with cs = ft 4 / r; the epilogue takes cs 1 or 2 and an offset that no time copy changes (one GEMM row
+ * serves every time copy of its frame only through T). The model's two: ft 2, r 8 (cin = cout): o; ft 1, r 2
+ * (cin = 2 cout): 2 o + py. Others (cs 4 or 8, or ft 2 with r 4: the offset is tc) run the separate kernel. */
+static int dup_phase(const w22_conv_args *a, int py, int px, w22_gemm *q) {
+    const int ft = a->dup_ft, r = a->out.c * ft * 4 / a->dup_in->c, sub = py * 2 + px;
+    if ((ft * 4) % r) return 0;
+    const int cs = ft * 4 / r, coff = sub / r;
+    if (cs > 2) return 0;
+    for (int tc = 1; tc < ft; tc++)
+        if ((tc * 4 + sub) / r != coff) return 0;
+    if (cs == 1 && coff) return 0; /* never (cs 1: r = ft 4 > sub); the pair store's bf16x2 load needs it */
+    q->res = (const bf16 *)a->dup_in->ptr; /* the vector loads' base: r_coff is applied in the pick */
+    q->r_sf = a->dup_in->sf, q->r_sh = a->dup_in->sh, q->r_sw = a->dup_in->sw;
+    q->r_tsh = ft == 2, q->r_toff = a->dup_first_single ? ft - 1 : 0;
+    q->r_csh = cs == 2, q->r_coff = coff;
+    return 1;
+}
 
 w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     w22_cuda *c = cuda_of(b);
@@ -82,6 +106,16 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
             EXPECT("sc_bias length", scb->n, w->cout);
         }
     }
+    const w22_view *dup = a->dup_in;
+    if (dup) {
+        if (!a->upsample || a->residual || a->time_split)
+            return w22_fail(W22_ERR_INVALID_ARG, "cuda conv: a DupUp residual (dup_in) needs upsample, and no residual "
+                            "or time_split (upsample %d, residual %d, time_split %d)", a->upsample,
+                            a->residual != NULL, a->time_split);
+        EXPECT("dup_in.es", dup->es, 2);
+        W22_TRY(w22_dupup_check("cuda conv (dup_in)", &a->out, dup, a->dup_ft, a->dup_first_single));
+        W22_TRY(w22_cuda_check_view(c, dup, 0, "conv dup_in"));
+    }
     W22_TRY(w22_cuda_check_view(c, &a->in, a->ks == 3 ? 1 : 0, "conv in"));
     W22_TRY(w22_cuda_check_view(c, &a->out, 0, "conv out"));
     if (a->residual) W22_TRY(w22_cuda_check_view(c, a->residual, 0, "conv residual"));
@@ -120,7 +154,14 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
         g.res = (const bf16 *)a->residual->ptr;
         g.r_sf = a->residual->sf, g.r_sh = a->residual->sh, g.r_sw = a->residual->sw;
     }
-    if (a->upsample && w->dev_phase && !getenv("W22_NO_PHASES")) {
+    const int phases = a->upsample && w->dev_phase && !getenv("W22_NO_PHASES");
+    /* the DupUp fused when every phase takes it; W22_NO_PHASES's one GEMM has high-resolution rows: not there */
+    int fuse = dup && phases;
+    for (int p = 0; p < 4 && fuse; p++) {
+        w22_gemm q = g;
+        fuse = dup_phase(a, p >> 1, p & 1, &q);
+    }
+    if (phases) {
         /* nearest-2x + 3x3 as four 2x2 phase convs on the low-resolution grid (cuda_internal.h) */
         const int kv = 4 * w->cin;
         for (int py = 0; py < 2; py++)
@@ -140,9 +181,15 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
                     q.sc = (const bf16 *)a->sc_in->ptr + py * a->sc_in->sh + px * a->sc_in->sw;
                     q.sc_sh = 2 * a->sc_in->sh, q.sc_sw = 2 * a->sc_in->sw;
                 }
-                W22_TRY(w22_cuda_gemm(c, &q, "conv (upsample phase)"));
+                if (fuse) dup_phase(a, py, px, &q); /* rows are the DupUp's input pixels: its own strides */
+                W22_TRY(w22_cuda_gemm(c, &q, fuse ? "conv (upsample phase + DupUp)" : "conv (upsample phase)"));
             }
-        return W22_OK;
+    } else {
+        W22_TRY(w22_cuda_gemm(c, &g, "conv"));
     }
-    return w22_cuda_gemm(c, &g, "conv");
+    if (dup && !fuse) {
+        W22_TRY(w22_cuda_dupup_add(b, a->out, *dup, a->dup_ft, a->dup_first_single));
+        c->last_path = "conv, then the separate dupup_add";
+    }
+    return W22_OK;
 }

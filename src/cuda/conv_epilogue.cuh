@@ -1,23 +1,26 @@
 /* The conv GEMMs' epilogue, shared by the mma.sync and wgmma kernels: where an output pixel's row starts, and the
  * store of two adjacent output channels (n, n + 1) of it: + bias (+ shortcut bias), the time-split column,
- * + residual (which may be the output itself: read then written by the same thread), bf16 pair or fp32 store. */
+ * + residual (which may be the output itself: read then written by the same thread; or a DupUp source, r_tsh ..
+ * r_coff in cuda_internal.h), bf16 pair or fp32 store. */
 #ifndef W22_CONV_EPILOGUE_CUH
 #define W22_CONV_EPILOGUE_CUH
 
 #include "cuda_internal.h"
 
-/* Output and residual offsets of GEMM row m (pixel (t, y, x) of the F x H x W grid; HW = H * W). */
+/* Output and residual offsets of GEMM row m (pixel (t, y, x) of the F x H x W grid; HW = H * W). A DupUp residual's
+ * frame is (T + r_toff) >> r_tsh (0 and 0 otherwise: T). */
 static __device__ __forceinline__ void w22_epilogue_row(const w22_gemm &g, int m, int HW, long *orow, long *rrow) {
     const int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
     const int tf = g.split_c ? 2 * t : t;
     *orow = tf * g.o_sf + y * g.o_sh + x * g.o_sw;
-    *rrow = tf * g.r_sf + y * g.r_sh + x * g.r_sw;
+    *rrow = ((tf + g.r_toff) >> g.r_tsh) * g.r_sf + y * g.r_sh + x * g.r_sw;
 }
 
 /* Output and residual column offsets of channel n: with a time split, channels [q split_c, (q + 1) split_c) go to
- * output frame 2t + q. */
+ * output frame 2t + q. A DupUp residual's channel is (n << r_csh) + r_coff (0 and 0 otherwise: n). */
 static __device__ __forceinline__ void w22_epilogue_cols(const w22_gemm &g, int n, long *ocol, long *rcol) {
-    *ocol = *rcol = n;
+    *ocol = n;
+    *rcol = ((long)n << g.r_csh) + g.r_coff;
     if (g.split_c) {
         const int q = n / g.split_c, nn = n - q * g.split_c;
         *ocol = q * g.o_sf + nn;
@@ -31,7 +34,10 @@ static __device__ __forceinline__ void w22_epilogue_pair(const w22_gemm &g, long
     if (g.sc_bias) v0 += g.sc_bias[n], v1 += g.sc_bias[n + 1];
     long ocol, rcol;
     w22_epilogue_cols(g, n, &ocol, &rcol);
-    if (g.res) {
+    if (g.res && g.r_csh) { /* DupUp, two residual channels per output channel: n + 1 reads rcol + 2 */
+        v0 += __bfloat162float(g.res[rrow + rcol]);
+        v1 += __bfloat162float(g.res[rrow + rcol + 2]);
+    } else if (g.res) {
         const float2 r = __bfloat1622float2(*(const __nv_bfloat162 *)(g.res + rrow + rcol));
         v0 += r.x;
         v1 += r.y;
@@ -53,6 +59,21 @@ static __device__ __forceinline__ void w22_add_bf16x8(float v[8], const uint4 r)
     }
 }
 
+/* v[0..7] += the residual of eight adjacent output channels n .. n + 7 (n % 8 == 0), whose first is at res + off
+ * (off = rrow + rcol). One 16-byte load; a DupUp residual with r_csh = 1 reads channels 2n + r_coff, 2n + 2 + r_coff,
+ * ..: the two aligned 16-byte vectors from 2n on, and each pair's low (r_coff 0) or high (1) half. */
+static __device__ __forceinline__ void w22_add_res8(const w22_gemm &g, long off, float v[8]) {
+    if (!g.r_csh) {
+        w22_add_bf16x8(v, *(const uint4 *)(g.res + off));
+        return;
+    }
+    const uint4 *p = (const uint4 *)(g.res + off - g.r_coff);
+    const uint4 a = p[0], b = p[1];
+    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] += __uint_as_float(g.r_coff ? w[k] & 0xffff0000u : w[k] << 16); /* bf16 bits */
+}
+
 static __device__ __forceinline__ void w22_add8(float v[8], const float *p) {
     const float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
     v[0] += a.x, v[1] += a.y, v[2] += a.z, v[3] += a.w, v[4] += b.x, v[5] += b.y, v[6] += b.z, v[7] += b.w;
@@ -67,7 +88,7 @@ static __device__ __forceinline__ void w22_epilogue_vec8(const w22_gemm &g, long
     if (g.sc_bias) w22_add8(v, g.sc_bias + n);
     long ocol, rcol;
     w22_epilogue_cols(g, n, &ocol, &rcol);
-    if (g.res) w22_add_bf16x8(v, *(const uint4 *)(g.res + rrow + rcol));
+    if (g.res) w22_add_res8(g, rrow + rcol, v);
     if (g.out_f32) {
         float *o = (float *)g.out + orow + ocol;
         *(float4 *)o = make_float4(v[0], v[1], v[2], v[3]);
@@ -83,7 +104,8 @@ static __device__ __forceinline__ void w22_epilogue_vec8(const w22_gemm &g, long
     }
 }
 
-/* Host: whether a GEMM's epilogue may store eight channels at a time (w22_epilogue_vec8's conditions). */
+/* Host: whether a GEMM's epilogue may store eight channels at a time (w22_epilogue_vec8's conditions). A DupUp
+ * residual's vectors start at rrow + (n << r_csh), r_coff applied in the pick: the same alignment conditions. */
 static inline int w22_epilogue_vec_ok(const w22_gemm *g) {
     const long el = g->out_f32 ? 4 : 8; /* elements per 16 bytes */
 #define W22_AL16(p) (((uintptr_t)(p) & 15) == 0)

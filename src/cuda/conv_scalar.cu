@@ -28,7 +28,9 @@ __global__ void w22_conv_scalar_kernel(const w22_gemm g) {
     if (g.sc_bias) acc += g.sc_bias[n];
     long tf = t, nn = n;
     if (g.split_c) tf = 2L * t + n / g.split_c, nn = n % g.split_c;
-    if (g.res) acc += __bfloat162float(g.res[tf * g.r_sf + y * g.r_sh + x * g.r_sw + nn]);
+    if (g.res) /* a DupUp residual: frame (T + r_toff) >> r_tsh, channel (n << r_csh) + r_coff (cuda_internal.h) */
+        acc += __bfloat162float(g.res[((tf + g.r_toff) >> g.r_tsh) * g.r_sf + y * g.r_sh + x * g.r_sw +
+                                      (nn << g.r_csh) + g.r_coff]);
     const long o = tf * g.o_sf + y * g.o_sh + x * g.o_sw + nn;
     if (g.out_f32)
         ((float *)g.out)[o] = acc;

@@ -440,11 +440,12 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
 }
 
 /* Whether every output and residual row offset of g fits the overlapped epilogue's int (the last frame's last row;
- * the time split's second output frame adds o_sf, and the columns come on top, as long). */
+ * the time split's second output frame adds o_sf, a DupUp residual has its own frame map, and the columns come on
+ * top, as long). */
 static int defer_offsets_fit(const w22_gemm *g) {
-    const long F = g->M / (g->H * (long)g->W), tf = g->split_c ? 2 * F : F;
+    const long F = g->M / (g->H * (long)g->W), tf = g->split_c ? 2 * F : F, rf = (tf + g->r_toff) >> g->r_tsh;
     const long last_o = tf * g->o_sf + (long)g->H * g->o_sh + (long)g->W * g->o_sw;
-    const long last_r = g->res ? tf * g->r_sf + (long)g->H * g->r_sh + (long)g->W * g->r_sw : 0;
+    const long last_r = g->res ? rf * g->r_sf + (long)g->H * g->r_sh + (long)g->W * g->r_sw : 0;
     return last_o < INT_MAX && last_r < INT_MAX;
 }
 

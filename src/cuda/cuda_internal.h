@@ -120,6 +120,11 @@ typedef struct {
     int split_c;
     const bf16 *res; /* residual with out's geometry (may alias out), or NULL */
     long r_sf, r_sh, r_sw;
+    /* The residual as a DupUp source (conv.cu's fused upsampler + avg_shortcut; all 0 otherwise, which is the plain
+     * residual above): row (t, y, x) reads residual frame (T + r_toff) >> r_tsh (T as for out), and channel n reads
+     * residual channel (n << r_csh) + r_coff (r_csh 0 or 1; r_coff 0 with r_csh 0, else 0 or 1). The 16-byte paths
+     * load the aligned channels from n << r_csh on and pick from them (w22_epilogue_vec_ok's alignment holds). */
+    int r_tsh, r_toff, r_csh, r_coff;
 } w22_gemm;
 
 /* Input frame j of a GEMM's window (see a_hist). */

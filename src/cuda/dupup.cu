@@ -49,15 +49,10 @@ __global__ void w22_dupup_kernel(bf16 *out, long osf, long osh, long osw, const 
 
 w22_status w22_cuda_dupup_add(w22_backend *b, w22_view out, w22_view in, int ft, int first_single) {
     w22_cuda *c = cuda_of(b);
-    if (ft != 1 && ft != 2) return w22_fail(W22_ERR_INVALID_ARG, "cuda dupup_add: ft %d, expected 1 or 2", ft);
-    const int want_f = first_single ? (in.f > 0 ? 1 + (in.f - 1) * ft : 0) : in.f * ft;
-    if (out.es != 2 || in.es != 2 || out.f != want_f || out.h != 2 * in.h || out.w != 2 * in.w || in.c <= 0 ||
-        (out.c * ft * 4) % in.c != 0)
-        return w22_fail(W22_ERR_BAD_SHAPE,
-                        "cuda dupup_add: out (%d,%d,%d,%d) from in (%d,%d,%d,%d), ft %d, first_single %d: expected "
-                        "out (%d,%d,%d,c) with c*ft*4 a multiple of %d",
-                        out.f, out.h, out.w, out.c, in.f, in.h, in.w, in.c, ft, first_single, want_f, 2 * in.h,
-                        2 * in.w, in.c);
+    if (out.es != 2 || in.es != 2)
+        return w22_fail(W22_ERR_BAD_SHAPE, "cuda dupup_add: element sizes out %d, in %d, expected 2 (bf16)", out.es,
+                        in.es);
+    W22_TRY(w22_dupup_check("cuda dupup_add", &out, &in, ft, first_single));
     CU_ENTER(c);
     W22_TRY(w22_cuda_check_view(c, &out, 0, "dupup out"));
     W22_TRY(w22_cuda_check_view(c, &in, 0, "dupup in"));

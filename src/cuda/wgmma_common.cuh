@@ -360,7 +360,7 @@ static __device__ __forceinline__ void wg_defer_store_vec(const w22_gemm &g, con
             const float2 a = __bfloat1622float2(*(const __nv_bfloat162 *)&w[k]);
             f[2 * k] = a.x, f[2 * k + 1] = a.y;
         }
-        w22_add_bf16x8(f, *(const uint4 *)(g.res + rrow + rcol));
+        w22_add_res8(g, rrow + rcol, f);
 #pragma unroll
         for (int k = 0; k < 4; k++) w[k] = wg_pack_bf16(f[2 * k], f[2 * k + 1]);
     }

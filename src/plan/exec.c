@@ -43,6 +43,7 @@ typedef struct {
     w22_view x;        /* the stage's input frames of this chunk */
     w22_view cur;      /* the activation now */
     w22_view blockin;  /* the up block's input (DupUp source) */
+    int dup_fused;     /* the upsampler's conv added the DupUp: the W22_L_DUPUP layer after it has nothing to do */
     int nout;          /* frames handed to the next stage */
     w22_view zeroed;   /* the fresh view whose border was zeroed last in this chunk (ptr NULL: none) */
 } chunk_ctx;
@@ -256,8 +257,20 @@ static w22_status run_attention(chunk_ctx *k, int li) {
     return W22_OK;
 }
 
+/* Whether the upsampler's conv adds the up block's DupUp (w22_conv_args.dup_in) instead of a dupup_add pass over its
+ * output after it: on unless W22_DUPUP=separate (the old order, for measuring), read once. */
+static int dupup_fused(void) {
+    static int fused = -1;
+    if (fused < 0) {
+        const char *e = getenv("W22_DUPUP");
+        fused = !(e && !strcmp(e, "separate"));
+    }
+    return fused;
+}
+
 /* [time_conv, two frames per input frame but the decode's first] then nearest 2x + 3x3 conv into the next
- * stage's queue. */
+ * stage's queue, with the block's DupUp as the conv's residual when the layer after is that DupUp (model.c puts it
+ * right after the upsampler) and W22_DUPUP is not separate. */
 static w22_status run_upsample(chunk_ctx *k, int li) {
     w22_decoder *d = k->d;
     w22_backend *b = d->backend;
@@ -292,7 +305,14 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
     w22_view out = mkview(d->queue[k->s + 1].ptr, nu, 2 * k->H, 2 * k->W, L->cout, 0, k->es);
     w22_conv_args a = {.in = u, .out = out, .weight = d->wt[L->w[W22_WS_CONV1_W]],
                        .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 1, .ks = 3, .upsample = 1};
+    const w22_layer *next = li + 1 < d->model.nlayers ? &d->model.layers[li + 1] : NULL;
+    if (next && next->kind == W22_L_DUPUP && k->blockin.ptr && dupup_fused()) {
+        a.dup_in = &k->blockin;
+        a.dup_ft = next->temporal ? 2 : 1;
+        a.dup_first_single = k->first && next->temporal; /* as the W22_L_DUPUP case in run_chunk */
+    }
     W22_TRY(b->ops->conv(b, &a));
+    k->dup_fused = a.dup_in != NULL;
     k->cur = out;
     k->nout = nu;
     return W22_OK;
@@ -382,7 +402,9 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
         case W22_L_BLOCK_BEGIN: k.blockin = k.cur; break;
         case W22_L_UPSAMPLE: W22_TRY(run_upsample(&k, li)); break;
         case W22_L_DUPUP:
-            W22_TRY(b->ops->dupup_add(b, k.cur, k.blockin, L->temporal ? 2 : 1, k.first && L->temporal));
+            if (!k.dup_fused) /* else run_upsample's conv added it */
+                W22_TRY(b->ops->dupup_add(b, k.cur, k.blockin, L->temporal ? 2 : 1, k.first && L->temporal));
+            k.dup_fused = 0;
             break;
         case W22_L_HEAD: W22_TRY(run_head(&k, li)); break;
         }

@@ -1,0 +1,18 @@
+/* What every backend shares of the op contract in backend.h beyond the inline view helpers: the DupUp shape check
+ * (dupup_add, and the conv's fused DupUp residual), so that both backends refuse the same shapes with the same
+ * words. */
+#include "backend.h"
+#include "common.h"
+
+w22_status w22_dupup_check(const char *who, const w22_view *out, const w22_view *in, int ft, int first_single) {
+    if (ft != 1 && ft != 2) return w22_fail(W22_ERR_INVALID_ARG, "%s: DupUp ft %d, expected 1 or 2", who, ft);
+    const int want_f = w22_dupup_frames(in->f, ft, first_single);
+    if (out->f != want_f || out->h != 2 * in->h || out->w != 2 * in->w || in->c <= 0 || out->c <= 0 ||
+        ((long)out->c * ft * 4) % in->c != 0)
+        return w22_fail(W22_ERR_BAD_SHAPE,
+                        "%s: DupUp out (%d,%d,%d,%d) from in (%d,%d,%d,%d), ft %d, first_single %d: expected out "
+                        "(%d,%d,%d,c) with c*ft*4 a multiple of %d",
+                        who, out->f, out->h, out->w, out->c, in->f, in->h, in->w, in->c, ft, first_single, want_f,
+                        2 * in->h, 2 * in->w, in->c);
+    return W22_OK;
+}

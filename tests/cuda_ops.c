@@ -463,6 +463,50 @@ static void dupconv_case(const char *tag, int C, int cd, int ft, int first_singl
     wpair_free(&bias);
 }
 
+/* The same conv run `reps` times on the GPU must give the same bits each time: the split tail's last piece adds
+ * the pieces in piece order whichever CTA arrives last (the bench's agreement check saw 0.016 between calls when it
+ * added them in arrival order). The output is NaN before each run. */
+static void repeat_case(int cin, int cout, int h, int w, int reps) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "3x%dx%dx%d->%d k3x3 x%d runs", h, w, cin, cout, reps);
+    if (!selected("conv") || selftest) return;
+    tens in, out;
+    wpair wt, bias;
+    const float a = sqrtf(3.0f / (cin * 27));
+    int64_t wshape[5] = {cout, cin, 3, 3, 3}, b1[1] = {cout};
+    if (!tens_new(&in, 3, h, w, cin, 1, FILL_RANDOM, -1, 1) || !tens_new(&out, 1, h, w, cout, 1, FILL_POISON, 0, 0) ||
+        !wpair_new(&wt, W22_WK_CONV, wshape, 5, -a, a) || !wpair_new(&bias, W22_WK_VECTOR, b1, 1, -0.5f, 0.5f)) {
+        CHECK(0, "repeat setup %s", shape);
+        return;
+    }
+    w22_conv_args ag = {.in = in.gv, .out = out.gv, .weight = wt.g, .bias = bias.g, .kt = 3, .ks = 3};
+    float *first = malloc(out.n * sizeof(float)), *now = malloc(out.n * sizeof(float));
+    long differ = 0, nan = 0;
+    int ok = first && now;
+    for (int r = 0; r < reps && ok; r++) {
+        ok = upload(gpu, out.gbuf, out.host, out.n) && gpu->ops->conv(gpu, &ag) == W22_OK &&
+             gpu->ops->sync(gpu) == W22_OK && download(gpu, r ? now : first, out.gbuf, out.n);
+        if (ok && r)
+            for (size_t i = 0; i < out.n; i++) differ += memcmp(&first[i], &now[i], sizeof(float)) != 0;
+    }
+    /* the interior is written (not NaN) */
+    for (int y = 0; ok && y < h; y++)
+        for (int x = 0; x < w; x++)
+            for (int c = 0; c < cout; c++) nan += isnan(first[((size_t)(y + 1) * (w + 2) + x + 1) * cout + c]);
+    printf("%-10s %-46s %s (%ld elements differ between runs, %ld unwritten) [%s]\n", "conv", shape,
+           ok && !differ && !nan ? "ok" : "FAIL", differ, nan, gpu_path());
+    CHECK(ok && !differ && !nan, "conv %s repeats bit for bit", shape);
+    if (gpu_wgmma)
+        check_wgmma_path("conv", shape,
+                         split_expected((h * w + 127) / 128 * (cout % 256 ? cout / 128 : cout / 256), 27 * (cin / 64)));
+    free(first);
+    free(now);
+    tens_free(&in);
+    tens_free(&out);
+    wpair_free(&wt);
+    wpair_free(&bias);
+}
+
 /* Attention over frames of kh x kw pixels, queries = rows [qy0, qy0 + qrows); q, k, v channel slices of one
  * [3C] buffer (as the plan lays out to_qkv's output) or three separate buffers. */
 static void attention_case(int C, int F, int kh, int kw, int qy0, int qrows, int packed) {
@@ -809,6 +853,7 @@ static void run_cases(void) {
     conv_case("wg", 64, 256, 1, 76, 256, 3, 3, 0, 0, RES_SEPARATE, 0);
     conv_case("wg", 128, 512, 1, 64, 192, 3, 3, 0, 0, RES_INPLACE, 64);
     conv_case("wg", 64, 128, 1, 91, 256, 3, 3, 0, 0, RES_NONE, 0);
+    repeat_case(64, 256, 76, 256, 6); /* 20 tiles in 3 pieces: the last to arrive varies from run to run */
     /* N <= 16 (the row conv under W22_CONV_ROWS=1, else the mma kernel): rows of several x tiles, a partial last
      * one, kt 1, N 2, residuals */
     conv_case("rows", 256, 12, 1, 3, 200, 3, 3, 0, 0, RES_NONE, 0);   /* x tiles 128 + 72 */

@@ -79,8 +79,8 @@ static __device__ __forceinline__ void defer_step(wg_defer<BN> &dq, const w22_ge
  * `split` pieces of K each (contiguous stage ranges) on R x split CTAs of that round. Work item w < whole is tile
  * w; past it, piece p of tile whole + (w - whole) / split. Each piece stores its fp32 accumulators (each thread its
  * own registers' values, float4s of the 256 consumer threads side by side) and counts itself in; the piece that
- * arrives last adds the others' and runs the epilogue. Nobody waits, so the pieces finish whatever the order the
- * CTAs run in (two grids sharing the GPU included). */
+ * arrives last adds the others' (in piece order: the same sum whichever arrives last) and runs the epilogue. Nobody
+ * waits, so the pieces finish whatever the order the CTAs run in (two grids sharing the GPU included). */
 struct wg_item {
     int tile, k0, k1; /* the tile and its stage range [k0, k1) */
     int piece;        /* -1: the whole tile; else the piece */
@@ -132,16 +132,27 @@ static __device__ __forceinline__ bool wg_split_arrive(float *part, unsigned *co
     return last != 0;
 }
 
-/* The last piece: the other pieces' partials (slots slot0 .. slot0 + split - 1 but its own) into its accumulators. */
+/* The last piece (`piece`, its own part in acc): the tile's sum as ((P0 + P1) + P2) whichever piece arrived last, so
+ * that the decode's output does not depend on the CTAs' timing (fp32 addition is commutative, not associative): the
+ * parts before its own summed from their slots first, then its own, then the later ones in order. */
 template <int NACC>
 static __device__ __forceinline__ void wg_split_add(const float *part, int slot0, int split, int piece, float *acc,
                                                     int ct) {
-    for (int k = 0; k < split; k++) {
-        if (k == piece) continue;
-        const float4 *src = (const float4 *)part + (size_t)(slot0 + k) * (NACC / 4) * 256 + ct;
+    const float4 *src = (const float4 *)part + (size_t)slot0 * (NACC / 4) * 256 + ct;
+    const size_t slot = (size_t)(NACC / 4) * 256; /* float4s per slot */
 #pragma unroll
-        for (int v = 0; v < NACC / 4; v++) {
-            const float4 x = __ldcg(src + v * 256);
+    for (int v = 0; v < NACC / 4; v++) {
+        const float4 *p = src + v * 256;
+        if (piece > 0) {
+            float4 pre = __ldcg(p);
+            for (int k = 1; k < piece; k++) {
+                const float4 x = __ldcg(p + k * slot);
+                pre.x += x.x, pre.y += x.y, pre.z += x.z, pre.w += x.w;
+            }
+            acc[4 * v] += pre.x, acc[4 * v + 1] += pre.y, acc[4 * v + 2] += pre.z, acc[4 * v + 3] += pre.w;
+        }
+        for (int k = piece + 1; k < split; k++) {
+            const float4 x = __ldcg(p + k * slot);
             acc[4 * v] += x.x, acc[4 * v + 1] += x.y, acc[4 * v + 2] += x.z, acc[4 * v + 3] += x.w;
         }
     }

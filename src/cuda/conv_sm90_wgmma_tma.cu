@@ -132,27 +132,24 @@ static __device__ __forceinline__ bool wg_split_arrive(float *part, unsigned *co
     return last != 0;
 }
 
-/* The last piece (`piece`, its own part in acc): the tile's sum as ((P0 + P1) + P2) whichever piece arrived last, so
- * that the decode's output does not depend on the CTAs' timing (fp32 addition is commutative, not associative): the
- * parts before its own summed from their slots first, then its own, then the later ones in order. */
+/* The last piece: the tile's sum read back from every piece's slot, its own included, as ((P0 + P1) + P2) whichever
+ * piece arrived last, so that the decode's output does not depend on the CTAs' timing (fp32 addition is not
+ * associative). Two copies of the unrolled slot loop (the first slot, then the rest in order): a fold that kept the
+ * piece's own part in registers doubled the kernel's code (7772de2). */
 template <int NACC>
-static __device__ __forceinline__ void wg_split_add(const float *part, int slot0, int split, int piece, float *acc,
-                                                    int ct) {
+static __device__ __forceinline__ void wg_split_sum(const float *part, int slot0, int split, float *acc, int ct) {
     const float4 *src = (const float4 *)part + (size_t)slot0 * (NACC / 4) * 256 + ct;
-    const size_t slot = (size_t)(NACC / 4) * 256; /* float4s per slot */
 #pragma unroll
     for (int v = 0; v < NACC / 4; v++) {
-        const float4 *p = src + v * 256;
-        if (piece > 0) {
-            float4 pre = __ldcg(p);
-            for (int k = 1; k < piece; k++) {
-                const float4 x = __ldcg(p + k * slot);
-                pre.x += x.x, pre.y += x.y, pre.z += x.z, pre.w += x.w;
-            }
-            acc[4 * v] += pre.x, acc[4 * v + 1] += pre.y, acc[4 * v + 2] += pre.z, acc[4 * v + 3] += pre.w;
-        }
-        for (int k = piece + 1; k < split; k++) {
-            const float4 x = __ldcg(p + k * slot);
+        const float4 x = __ldcg(src + v * 256);
+        acc[4 * v] = x.x, acc[4 * v + 1] = x.y, acc[4 * v + 2] = x.z, acc[4 * v + 3] = x.w;
+    }
+#pragma unroll 1
+    for (int k = 1; k < split; k++) {
+        const float4 *p = src + (size_t)k * (NACC / 4) * 256;
+#pragma unroll
+        for (int v = 0; v < NACC / 4; v++) {
+            const float4 x = __ldcg(p + v * 256);
             acc[4 * v] += x.x, acc[4 * v + 1] += x.y, acc[4 * v + 2] += x.z, acc[4 * v + 3] += x.w;
         }
     }
@@ -266,7 +263,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                     __syncwarp();
                     continue;
                 }
-                wg_split_add<NACC>(part, ti * split, split, wi.piece, acc, tid - 128);
+                wg_split_sum<NACC>(part, ti * split, split, acc, tid - 128);
             }
             if (defer)
                 wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane, HW, epi);

@@ -285,12 +285,25 @@ enum { RES_NONE, RES_SEPARATE, RES_INPLACE };
  * the window's first two frames is poisoned, so a kernel that reads them there fails. */
 static int conv_hist;
 
+/* Whether the wgmma GEMMs run on the TMA kernel: unless W22_WGMMA_LOAD=cpasync or a v5/v6 switch selects another. */
+static int want_tma(void) {
+    const char *le = getenv("W22_WGMMA_LOAD");
+    return !(le && !strcmp(le, "cpasync")) && !getenv("W22_WGMMA_ROWS") && !getenv("W22_WGMMA_HANDOFF") &&
+           !getenv("W22_WGMMA_CLUSTER");
+}
+/* Whether an upsample conv's four phase GEMMs (on the wgmma kernel) run as one launch of the TMA kernel ("phases4",
+ * 4x the tiles of one phase) rather than four: unless W22_PHASES=separate. */
+static int phases_one(void) {
+    const char *e = getenv("W22_PHASES");
+    return want_tma() && !(e && !strcmp(e, "separate"));
+}
+
 /* The last GEMM ran on the wgmma kernel the environment selects: the TMA's im2col loads unless W22_WGMMA_LOAD=cpasync;
- * the persistent grid with them unless W22_WGMMA_PERSIST=0, with the cp.async loads when W22_WGMMA_PERSIST=1. */
-static void check_wgmma_path(const char *op, const char *shape, int split) {
-    const char *pe = getenv("W22_WGMMA_PERSIST"), *le = getenv("W22_WGMMA_LOAD");
-    const int want_t = !(le && !strcmp(le, "cpasync")) && !getenv("W22_WGMMA_ROWS") &&
-                       !getenv("W22_WGMMA_HANDOFF") && !getenv("W22_WGMMA_CLUSTER"); /* v5/v6 switches */
+ * the persistent grid with them unless W22_WGMMA_PERSIST=0, with the cp.async loads when W22_WGMMA_PERSIST=1.
+ * phases: the GEMM is an upsample's four phases, one launch where phases_one(). */
+static void check_wgmma_path(const char *op, const char *shape, int split, int phases) {
+    const char *pe = getenv("W22_WGMMA_PERSIST");
+    const int want_t = want_tma();
     const int want_p = want_t ? !(pe && !strcmp(pe, "0")) : pe && !strcmp(pe, "1");
     /* the tma kernel's overlapped epilogue (W22_WGMMA_EPI unset or defer), its half-overlapped one (half),
      * or its 16-byte tail store (v2): every case here is aligned for each */
@@ -302,13 +315,14 @@ static void check_wgmma_path(const char *op, const char *shape, int split) {
                                                        : NULL;
     /* the split tail on the TMA kernel's persistent grid, where the caller's tile count calls for it */
     const int want_s = want_t && want_p && split;
+    const int want_4 = phases && phases_one();
     const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || strstr(gpu_path(), "persistent")) &&
                    (!want_t || strstr(gpu_path(), " tma")) && (!want_e || strstr(gpu_path(), want_e)) &&
-                   !want_s == !strstr(gpu_path(), " split");
+                   !want_s == !strstr(gpu_path(), " split") && !want_4 == !strstr(gpu_path(), " phases4");
     if (!on)
-        printf("    expected the wgmma kernel%s%s%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
+        printf("    expected the wgmma kernel%s%s%s%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
                want_t ? " (tma)" : "", want_e ? " with the epilogue" : "", want_e ? want_e : "",
-               want_s ? " (split tail)" : " (no split)", gpu_path());
+               want_s ? " (split tail)" : " (no split)", want_4 ? " (four phases in one launch)" : "", gpu_path());
     CHECK(on, "%s %s on wgmma", op, shape);
 }
 
@@ -381,10 +395,12 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
     if (both_ok("conv", shape, s1, cerr, s2)) {
         compare("conv", shape, &out, 0, oc, TOL_BF16, 1e-5, 0, gpu_path());
         if (gpu_wgmma && !selftest && wgmma_qualifies(cin, cout, ks, upsample, sc_cin)) {
-            /* the split tail: per GEMM (an upsample's four phase GEMMs are alike: ks 2 on the low-resolution grid) */
+            /* the split tail: per launch (an upsample's four phase GEMMs are alike: ks 2 on the low-resolution grid,
+             * one launch of 4x the tiles unless W22_PHASES=separate) */
             const int bn = cout % 256 == 0 ? 256 : 128, tpf = (h * w + 127) / 128;
             const int iters = upsample ? 4 * (cin / 64) : kt * ks * ks * (cin / 64) + sc_cin / 64;
-            check_wgmma_path("conv", shape, split_expected(F * tpf * (cout / bn), iters));
+            const int launches = upsample && phases_one() ? 4 : 1;
+            check_wgmma_path("conv", shape, split_expected(launches * F * tpf * (cout / bn), iters), upsample);
         }
         if (!selftest && rows_qualifies(cin, cout, kt, ks, upsample, time_split, sc_cin)) {
             const int on = !strncmp(gpu_path(), "rows", 4);
@@ -451,9 +467,12 @@ static void dupconv_case(const char *tag, int C, int cd, int ft, int first_singl
             int on = sep ? !fused : fused && (wg && gpu_wgmma ? 1 : !strncmp(path, want, strlen(want)));
             if (!on) printf("    expected %s (DupUp %s), ran on [%s]: FAIL\n", want, sep ? "separate" : "fused", path);
             CHECK(on, "conv+dupup %s on %s", shape, want);
-            if (on && wg && gpu_wgmma) /* the phase GEMMs: F frames of h x w, 4 taps of C */
+            if (on && wg && gpu_wgmma) /* the phase GEMMs: F frames of h x w, 4 taps of C; 4 in one launch */
                 check_wgmma_path("conv+dupup", shape,
-                                 split_expected(F * ((h * w + 127) / 128) * (C % 256 ? C / 128 : C / 256), 4 * (C / 64)));
+                                 split_expected((phases_one() ? 4 : 1) * F * ((h * w + 127) / 128) *
+                                                    (C % 256 ? C / 128 : C / 256),
+                                                4 * (C / 64)),
+                                 1);
         }
     }
     tens_free(&in);
@@ -498,7 +517,8 @@ static void repeat_case(int cin, int cout, int h, int w, int reps) {
     CHECK(ok && !differ && !nan, "conv %s repeats bit for bit", shape);
     if (gpu_wgmma)
         check_wgmma_path("conv", shape,
-                         split_expected((h * w + 127) / 128 * (cout % 256 ? cout / 128 : cout / 256), 27 * (cin / 64)));
+                         split_expected((h * w + 127) / 128 * (cout % 256 ? cout / 128 : cout / 256), 27 * (cin / 64)),
+                         0);
     free(first);
     free(now);
     tens_free(&in);
@@ -838,6 +858,11 @@ static void run_cases(void) {
     conv_case("wg", 64, 128, 2, 3, 7, 1, 1, 0, 0, RES_NONE, 0);        /* 1x1x1, one K step */
     conv_case("wg", 128, 128, 2, 5, 9, 1, 3, 1, 0, RES_NONE, 0);       /* 4 phase convs ks 2, pads (1,1) .. (0,0) */
     conv_case("wg", 256, 256, 1, 5, 9, 1, 3, 1, 0, RES_INPLACE, 0);    /* phases on the 256 tile, res = out */
+    /* the four phases in one launch (phase-major tiles, each phase's output and residual offsets): 50 x 100 pixels
+     * are 40 tiles per phase, the last of 8 rows; 160 in one launch leave 28 for the split tail (2 pieces of 8
+     * stages); a residual of its own. On the 128 tile: 2 frames of 135 pixels (2 tiles each, the second of 7 rows) */
+    conv_case("wg", 256, 256, 1, 50, 100, 1, 3, 1, 0, RES_SEPARATE, 0);
+    conv_case("wg", 128, 128, 2, 9, 15, 1, 3, 1, 0, RES_SEPARATE, 0);
     conv_case("wg", 128, 128, 2, 6, 11, 3, 3, 0, 0, RES_INPLACE, 64);  /* shortcut on the 128 tile, res = out */
     conv_case("wg", 256, 256, 1, 36, 40, 3, 3, 0, 0, RES_NONE, 256);   /* M = 1440: 11.25 tiles, shortcut */
     conv_case("wg", 128, 256, 3, 4, 6, 3, 1, 0, 1, RES_NONE, 0);       /* time split on the 256 tile */
@@ -885,7 +910,13 @@ static void run_cases(void) {
     dupconv_case("wg", 128, 128, 2, 1, 3, 5, 9, 1, "wgmma");     /* first_single, strided DupUp input */
     dupconv_case("wg", 256, 512, 1, 1, 2, 5, 9, 1, "wgmma");     /* 2o + py on the 256 tile, strided */
     dupconv_case("wg", 128, 256, 1, 0, 1, 12, 20, 0, "wgmma");   /* several tiles per frame */
-    dupconv_case("split", 512, 1024, 1, 0, 1, 64, 192, 0, "wgmma"); /* 192 tiles per phase: the split tail */
+    /* the split tail: 192 tiles per phase (W22_PHASES=separate: split) are 768 in one launch (no split); 2500 pixels
+     * are 20 tiles (the last of 68 rows), 2 N tiles: 160 in one launch, 28 split in 3 pieces, each phase its own
+     * DupUp channel (2o + py); 3 frames of 1520 pixels on the 256 tile (ft 2, first_single): 144 tiles, 12 split in
+     * 2 pieces */
+    dupconv_case("split", 512, 1024, 1, 0, 1, 64, 192, 0, "wgmma");
+    dupconv_case("split", 512, 1024, 1, 0, 1, 50, 50, 0, "wgmma");
+    dupconv_case("split", 256, 256, 2, 1, 2, 40, 38, 1, "wgmma");
     dupconv_case("mma", 64, 64, 2, 1, 2, 5, 7, 0, "mma");        /* N 64: the mma kernel's pair store */
     dupconv_case("mma", 32, 64, 1, 0, 2, 5, 7, 1, "mma");        /* N 32: 2o + py as two scalar loads */
     dupconv_case("scalar", 4, 8, 1, 1, 2, 3, 5, 0, "scalar");    /* cin 4: the scalar kernel */
@@ -1125,6 +1156,9 @@ static void run_perf(void) {
     perf_conv("up_blocks.1 conv 1024ch 1f", 1024, 1024, 1, 88, 156, 3, 3, 0, 0, 0);
     perf_conv("up_blocks.2 conv 512ch 1f", 512, 512, 1, 176, 312, 3, 3, 0, 0, 0);
     perf_conv("up_blocks.2 upsample 1f", 512, 512, 1, 176, 312, 1, 3, 1, 0, 0);
+    /* the other upsample convs as the decode runs them: 2 frames (time_conv's) per chunk at stages 0 and 1 */
+    perf_conv("up_blocks.1 upsample 2f", 1024, 1024, 2, 88, 156, 1, 3, 1, 0, 0);
+    perf_conv("up_blocks.0 upsample 2f", 1024, 1024, 2, 44, 78, 1, 3, 1, 0, 0);
     perf_conv("up_blocks.3 conv 256ch 1f", 256, 256, 1, 352, 624, 3, 3, 0, 0, 0);
     perf_other();
     perf_norm(4, 352, 624, 256);

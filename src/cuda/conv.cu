@@ -1,7 +1,9 @@
 /* The conv op: checks a w22_conv_args against backend.h's contract and lowers it to the implicit GEMM
- * (w22_gemm: conv_sm90_mma.cu, or conv_scalar.cu for shapes the tensor cores do not take). An upsampling conv's
- * DupUp residual (dup_in) becomes the phase GEMMs' residual where its channel map allows (dup_phase), else the
- * separate dupup_add kernel runs after the conv. */
+ * (w22_gemm: conv_sm90_mma.cu, or conv_scalar.cu for shapes the tensor cores do not take). An upsampling conv is four
+ * phase GEMMs (2x2 convs on the low-resolution grid), run as one launch of the TMA wgmma kernel where it takes them
+ * (w22_cuda_gemm_phases: one ramp and one part-empty last round instead of four), else as four GEMMs
+ * (W22_PHASES=separate: always). Its DupUp residual (dup_in) becomes the phase GEMMs' residual where its channel
+ * map allows (dup_phase), else the separate dupup_add kernel runs after the conv. */
 #include <stdlib.h>
 #include "cuda_internal.h"
 #include "cuda_ops.h"
@@ -34,6 +36,16 @@ static int dup_phase(const w22_conv_args *a, int py, int px, w22_gemm *q) {
     q->r_tsh = ft == 2, q->r_toff = a->dup_first_single ? ft - 1 : 0;
     q->r_csh = cs == 2, q->r_coff = coff;
     return 1;
+}
+
+/* W22_PHASES=separate: the four phase GEMMs as four launches, for A/B timing against their one launch (read once) */
+static int phases_one_launch(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_PHASES");
+        v = !(e && !strcmp(e, "separate"));
+    }
+    return v;
 }
 
 w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
@@ -164,26 +176,32 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     if (phases) {
         /* nearest-2x + 3x3 as four 2x2 phase convs on the low-resolution grid (cuda_internal.h) */
         const int kv = 4 * w->cin;
+        w22_gemm q[4];
         for (int py = 0; py < 2; py++)
             for (int px = 0; px < 2; px++) {
-                w22_gemm q = g;
-                q.H = a->in.h, q.W = a->in.w, q.M = nf * a->in.h * a->in.w;
-                q.ks = 2, q.upsample = 0, q.pad_y = 1 - py, q.pad_x = 1 - px;
-                q.b = (const bf16 *)w->dev_phase + (size_t)(py * 2 + px) * w->cout * kv;
-                q.b_sw = kv;
-                q.out = (char *)a->out.ptr + (py * a->out.sh + px * a->out.sw) * 2;
-                q.o_sh = 2 * a->out.sh, q.o_sw = 2 * a->out.sw;
+                w22_gemm *p = &q[py * 2 + px];
+                *p = g;
+                p->H = a->in.h, p->W = a->in.w, p->M = nf * a->in.h * a->in.w;
+                p->ks = 2, p->upsample = 0, p->pad_y = 1 - py, p->pad_x = 1 - px;
+                p->b = (const bf16 *)w->dev_phase + (size_t)(py * 2 + px) * w->cout * kv; /* phases contiguous */
+                p->b_sw = kv;
+                p->out = (char *)a->out.ptr + (py * a->out.sh + px * a->out.sw) * 2;
+                p->o_sh = 2 * a->out.sh, p->o_sw = 2 * a->out.sw;
                 if (a->residual) {
-                    q.res = (const bf16 *)a->residual->ptr + py * a->residual->sh + px * a->residual->sw;
-                    q.r_sh = 2 * a->residual->sh, q.r_sw = 2 * a->residual->sw;
+                    p->res = (const bf16 *)a->residual->ptr + py * a->residual->sh + px * a->residual->sw;
+                    p->r_sh = 2 * a->residual->sh, p->r_sw = 2 * a->residual->sw;
                 }
                 if (a->sc_in) {
-                    q.sc = (const bf16 *)a->sc_in->ptr + py * a->sc_in->sh + px * a->sc_in->sw;
-                    q.sc_sh = 2 * a->sc_in->sh, q.sc_sw = 2 * a->sc_in->sw;
+                    p->sc = (const bf16 *)a->sc_in->ptr + py * a->sc_in->sh + px * a->sc_in->sw;
+                    p->sc_sh = 2 * a->sc_in->sh, p->sc_sw = 2 * a->sc_in->sw;
                 }
-                if (fuse) dup_phase(a, py, px, &q); /* rows are the DupUp's input pixels: its own strides */
-                W22_TRY(w22_cuda_gemm(c, &q, fuse ? "conv (upsample phase + DupUp)" : "conv (upsample phase)"));
+                if (fuse) dup_phase(a, py, px, p); /* rows are the DupUp's input pixels: its own strides */
             }
+        const char *what = fuse ? "conv (upsample phases + DupUp)" : "conv (upsample phases)";
+        if (phases_one_launch())
+            W22_TRY(w22_cuda_gemm_phases(c, q, what));
+        else
+            for (int p = 0; p < 4; p++) W22_TRY(w22_cuda_gemm(c, &q[p], what));
     } else {
         W22_TRY(w22_cuda_gemm(c, &g, "conv"));
     }

@@ -61,17 +61,20 @@ static __device__ __forceinline__ void w22_add_bf16x8(float v[8], const uint4 r)
 
 /* v[0..7] += the residual of eight adjacent output channels n .. n + 7 (n % 8 == 0), whose first is at res + off
  * (off = rrow + rcol). One 16-byte load; a DupUp residual with r_csh = 1 reads channels 2n + r_coff, 2n + 2 + r_coff,
- * ..: the two aligned 16-byte vectors from 2n on, and each pair's low (r_coff 0) or high (1) half. */
+ * ..: the two aligned 16-byte vectors from 2n on, and each pair's low (r_coff 0) or high (1) half. The r_coff is
+ * taken from off, whose other terms are multiples of 8 (w22_epilogue_vec_ok): the phases of one launch (w22_gemm
+ * .phases) carry theirs in the row offset. */
 static __device__ __forceinline__ void w22_add_res8(const w22_gemm &g, long off, float v[8]) {
     if (!g.r_csh) {
         w22_add_bf16x8(v, *(const uint4 *)(g.res + off));
         return;
     }
-    const uint4 *p = (const uint4 *)(g.res + off - g.r_coff);
+    const int coff = (int)(off & 7);
+    const uint4 *p = (const uint4 *)(g.res + off - coff);
     const uint4 a = p[0], b = p[1];
     const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
 #pragma unroll
-    for (int k = 0; k < 8; k++) v[k] += __uint_as_float(g.r_coff ? w[k] & 0xffff0000u : w[k] << 16); /* bf16 bits */
+    for (int k = 0; k < 8; k++) v[k] += __uint_as_float(coff ? w[k] & 0xffff0000u : w[k] << 16); /* bf16 bits */
 }
 
 static __device__ __forceinline__ void w22_add8(float v[8], const float *p) {

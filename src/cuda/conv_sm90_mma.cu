@@ -309,3 +309,12 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what) {
     CU_LAUNCHED(c, what);
     return W22_OK;
 }
+
+w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_gemm q[4], const char *what) {
+    int one = c->use_wgmma; /* every phase on the wgmma kernel, as w22_cuda_gemm would route it */
+    for (int p = 0; p < 4 && one; p++)
+        one = q[p].M > 0 && q[p].N > 0 && !mma_blocker(&q[p]) && !w22_cuda_wgmma_blocker(&q[p]);
+    if (one && !w22_cuda_wgmma_phases_blocker(c, q)) return w22_cuda_gemm_wgmma_phases(c, q, what);
+    for (int p = 0; p < 4; p++) W22_TRY(w22_cuda_gemm(c, &q[p], what));
+    return W22_OK;
+}

@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 #pragma unroll
         for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
 
-        wg_store_tile<BN>(g, acc, m0, g.M, n0, cw, warp4, lane, HW);
+        wg_store_tile<BN>(g, acc, m0, g.M, n0, cw, warp4, lane, HW, 0, 0);
     }
     if (CLUSTER) cluster_sync_all(); /* no CTA leaves while its peer may still arrive on its barriers */
 }
@@ -439,6 +439,13 @@ template <class CFG> static w22_status wg_launch(w22_cuda *c, const w22_gemm *g,
     CU_TRY(cudaLaunchKernelEx(&lc, w22_conv_wgmma_kernel<CFG::bn, CFG::stages, CFG::var>, tb, ts, *g, main_iters,
                               iters, tiles_n));
     return W22_OK;
+}
+
+/* The phases' one launch is the TMA kernel's (the default variant's, as w22_cuda_gemm_wgmma routes). */
+const char *w22_cuda_wgmma_phases_blocker(const w22_cuda *c, const w22_gemm q[4]) {
+    if (wg_variant() != (WG_ROWREG | WG_EARLY)) return "phases: a W22_WGMMA_ROWS / HANDOFF / CLUSTER variant";
+    if (!w22_cuda_wgmma_tma_on(c)) return "phases: not the TMA kernel (W22_WGMMA_LOAD=cpasync)";
+    return w22_cuda_wgmma_tma_phases_blocker(q);
 }
 
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_gemm *g, const char *what) {

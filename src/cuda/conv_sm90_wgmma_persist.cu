@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             if (lane == 0) mbar_arrive(empty0 + 8 * sp); /* the tile's last stage: the producer refills it */
 #pragma unroll
             for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
-            wg_store_tile<BN>(g, acc, m0, g.M, n0, cw, warp4, lane, HW);
+            wg_store_tile<BN>(g, acc, m0, g.M, n0, cw, warp4, lane, HW, 0, 0);
             __syncwarp(); /* the rows past M diverged: converged again before the next tile's .aligned wgmma ops */
         }
     }

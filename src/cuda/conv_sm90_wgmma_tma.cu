@@ -24,7 +24,16 @@
  * v9's run: -0.6% on f121), or one tile per CTA with W22_WGMMA_PERSIST=0.
  * The epilogue (v11-v12): a tile's outputs are packed in its tail (half in registers, half in shared memory) and
  * stored during the next tile's first stages (wgmma_common.cuh, "the overlapped epilogue"), so the stores overlap
- * the MMAs; W22_WGMMA_EPI=half / v2 give v11 / v10. */
+ * the MMAs; W22_WGMMA_EPI=half / v2 give v11 / v10.
+ * An upsample conv's four phase GEMMs (conv.cu) run as one launch (w22_gemm.phases): one ramp and one part-empty
+ * last round instead of four (858 tiles per phase at 176 x 312, 6.5 rounds each, are 3432 in 26). Tiles are
+ * phase-major (tile / tiles-per-phase; a phase's weights stay in L2 while its tiles run); the producer takes phase
+ * p's A map (p = 0: tm_a; 1-3 in the history's and the shortcut's slots, which a phase GEMM never has), its load
+ * corner (x + px, y + py: the pads 1 - px, 1 - py) and its B rows (p N on, the phases' weights being one block);
+ * the consumers add the phase's output and residual offsets (ph_o, ph_r; ph_r carries the DupUp residual's channel
+ * offset of that phase) to the rows they pack, so the deferred store, which runs during the next tile (maybe of the
+ * next phase), needs nothing of the phase. The split tail splits the combined last round. W22_PHASES=separate gives
+ * four launches. */
 #include "wgmma_common.cuh"
 
 /* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs;
@@ -160,8 +169,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     w22_conv_wgmma_tma_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_scb,
                               const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_h0,
                               const __grid_constant__ CUtensorMap tm_h1, const __grid_constant__ CUtensorMap tm_sca,
-                              const w22_gemm g, int tpf, int cx, int cy, int main_iters, int iters, int tiles_n,
-                              int whole, int split, int items, float *part, unsigned *count, int mode) {
+                              const __grid_constant__ w22_gemm g, int tpf, int cx, int cy, int main_iters, int iters,
+                              int tiles_n, int tpp, int whole, int split, int items, float *part, unsigned *count,
+                              int mode) {
     typedef wg_layout<BN, STAGES> L;
     extern __shared__ unsigned char smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -172,8 +182,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     if (tid == 0) { /* full[s]: the producer's one arrive.expect_tx; the TMA completes both loads' bytes */
         wg_init_ring<STAGES>(full0, empty0, 1, EMPTY_ARRIVALS, &tm_b, &tm_scb, g);
         prefetch_tensormap(&tm_a);
-        if (g.hist_n) prefetch_tensormap(&tm_h0), prefetch_tensormap(&tm_h1);
-        if (g.sc) prefetch_tensormap(&tm_sca);
+        if (g.hist_n || g.phases) prefetch_tensormap(&tm_h0), prefetch_tensormap(&tm_h1);
+        if (g.sc || g.phases) prefetch_tensormap(&tm_sca);
     }
     __syncthreads();
 
@@ -185,8 +195,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             uint32_t ph = 0;
             for (int w = blockIdx.x; w < items; w += gridDim.x) {
                 const wg_item wi = wg_item_of(w, whole, split, iters);
-                const int tm = wi.tile / tiles_n, n0 = (wi.tile - tm * tiles_n) * BN;
+                const int p = wi.tile / tpp, tile = wi.tile - p * tpp; /* the phase (0 for a single GEMM) */
+                const int tm = tile / tiles_n, n0 = (tile - tm * tiles_n) * BN;
                 const int t = tm / tpf, r0 = (tm - t * tpf) * WG_BM, y0 = r0 / g.W, x0 = r0 - y0 * g.W;
+                /* phase p = py 2 + px: its A map (phases 1-3's in the history's and shortcut's slots, which a phase
+                 * GEMM does not use), its load corner (+ (px, py): its pads are phase 0's - (py, px)), its B rows */
+                const CUtensorMap *ma = p == 0 ? &tm_a : p == 1 ? &tm_h0 : p == 2 ? &tm_h1 : &tm_sca;
+                const int xa = x0 + cx + (p & 1), ya = y0 + cy + (p >> 1), nb = n0 + p * g.N;
                 int c0, dt, dy, dx;
                 wg_k_start(g, wi.k0, main_iters, c0, dt, dy, dx);
                 for (int it = wi.k0; it < wi.k1; it++, loads++) {
@@ -198,9 +213,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                         mbar_arrive_expect_tx(full, L::stage_bytes);
                         const int j = t + dt; /* the input frame of this tap: a history frame or a new one */
                         const bool nw = j >= g.hist_n;
-                        tma_load_im2col(sa, nw ? &tm_a : j == 0 ? &tm_h0 : &tm_h1, full, c0, x0 + cx, y0 + cy,
+                        tma_load_im2col(sa, nw ? ma : j == 0 ? &tm_h0 : &tm_h1, full, c0, xa, ya,
                                         nw ? j - g.hist_n : 0, (uint16_t)dx, (uint16_t)dy);
-                        tma_load_2d(sb, &tm_b, full, ((dt * g.ks + dy) * g.ks + dx) * g.cin + c0, n0);
+                        tma_load_2d(sb, &tm_b, full, ((dt * g.ks + dy) * g.ks + dx) * g.cin + c0, nb);
                     } else {
                         mbar_arrive_expect_tx(full, L::stage_bytes);
                         tma_load_im2col(sa, &tm_sca, full, c0, x0, y0, t, 0, 0);
@@ -236,7 +251,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         uint32_t ph = 0;
         for (int w = blockIdx.x; w < items; w += gridDim.x) {
             const wg_item wi = wg_item_of(w, whole, split, iters);
-            const int tm = wi.tile / tiles_n, n0 = (wi.tile - tm * tiles_n) * BN;
+            const int p = wi.tile / tpp, tile = wi.tile - p * tpp;
+            const int tm = tile / tiles_n, n0 = (tile - tm * tiles_n) * BN;
             const int t = tm / tpf, m0 = t * HW + (tm - t * tpf) * WG_BM;
             const int m_end = m0 + WG_BM < (t + 1) * HW ? m0 + WG_BM : (t + 1) * HW; /* this frame's rows only */
             const int n_it = wi.k1 - wi.k0;
@@ -265,12 +281,16 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 }
                 wg_split_sum<NACC>(part, ti * split, split, acc, tid - 128);
             }
+            /* the phase's offsets: g is a __grid_constant__ so that this runtime index is an indexed constant load
+             * (a copy of g would go to local memory; selects of the four values made ptxas hoist all eight out of
+             * the tile loop, and the registers they took cost the stage loop 17 instructions on the 128 tile) */
+            const int po = g.ph_o[p], pr = g.ph_r[p];
             if (defer)
-                wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane, HW, epi);
+                wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr, epi);
             else if (mode & MODE_EPI_VEC)
-                wg_store_tile_vec<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW);
+                wg_store_tile_vec<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr);
             else if (!(mode & MODE_NO_EPI))
-                wg_store_tile<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW);
+                wg_store_tile<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr);
             __syncwarp(); /* the rows past m_end diverged: converged again before the next tile's .aligned wgmma ops */
         }
         if (defer) /* the CTA's last tile: nothing left to overlap with */
@@ -406,9 +426,10 @@ static w22_status split_buffers(w22_cuda *c) {
 template <int BN, int STAGES>
 static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, int *split_used, const char *what) {
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
-    const int HW = g->H * g->W, F = g->M / HW, border = g->ks > 1;
+    const int HW = g->H * g->W, F = g->M / HW, border = g->ks > 1, np = g->phases ? 4 : 1;
     CUtensorMap tb, ts, ta, th0, th1, tsa;
-    W22_TRY(w22_wgmma_kmajor_map(c, &tb, g->b, K, g->N, g->b_sw, BN, what));
+    /* with phases: their four blocks of N rows as one map (phase p's rows from p N on) */
+    W22_TRY(w22_wgmma_kmajor_map(c, &tb, g->b, K, (long)np * g->N, g->b_sw, BN, what));
     /* the window's frames after the history: F + kt - 1 in all */
     W22_TRY(im2col_map(c, &ta, g->a, g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H, F + g->kt - 1 - g->hist_n, border,
                        g->pad_y, g->pad_x, what));
@@ -424,10 +445,16 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
         W22_TRY(w22_wgmma_kmajor_map(c, &ts, g->scb, g->sc_cin, g->N, g->sc_cin, BN, what));
         W22_TRY(im2col_map(c, &tsa, g->sc, g->sc_sw, g->sc_sh, g->sc_sf, g->sc_cin, g->W, g->H, F, 0, 0, 0, what));
     }
+    if (g->phases) { /* phases 1-3's A maps (their pads) in the slots of the history and the shortcut, unused here */
+        CUtensorMap *pm[3] = {&th0, &th1, &tsa};
+        for (int p = 1; p < 4; p++)
+            W22_TRY(im2col_map(c, pm[p - 1], g->a, g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H, F + g->kt - 1,
+                               border, g->pad_y - (p >> 1), g->pad_x - (p & 1), what));
+    }
     const int main_iters = g->kt * g->ks * g->ks * (g->cin / WG_BK);
     const int iters = main_iters + (g->sc ? g->sc_cin / WG_BK : 0);
     const int tiles_n = g->N / BN, tpf = (HW + WG_BM - 1) / WG_BM;
-    const long tiles = (long)F * tpf * tiles_n;
+    const long tpp = (long)F * tpf * tiles_n, tiles = np * tpp; /* tiles per phase; phase-major */
     if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
     const int grid = (int)(persist && tiles > c->sms ? c->sms : tiles);
     const int cx = border ? 1 - g->pad_x : 0, cy = border ? 1 - g->pad_y : 0;
@@ -441,46 +468,101 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     const int items = whole + ((int)tiles - whole) * split;
     float *part = (float *)c->split_part;
     unsigned *count = (unsigned *)((char *)c->split_part + SPLIT_PART_BYTES);
+    w22_gemm kg = *g;
+    if (!kg.phases) memset(kg.ph_o, 0, sizeof kg.ph_o), memset(kg.ph_r, 0, sizeof kg.ph_r); /* the kernel adds them */
     w22_conv_wgmma_tma_kernel<BN, STAGES><<<grid, WG_THREADS, tma_layout<BN, STAGES>::bytes, c->stream>>>(
-        tb, ts, ta, th0, th1, tsa, *g, tpf, cx, cy, main_iters, iters, tiles_n, whole, split, items, part, count,
-        mode);
+        tb, ts, ta, th0, th1, tsa, kg, tpf, cx, cy, main_iters, iters, tiles_n, (int)tpp, whole, split, items, part,
+        count, mode);
     return W22_OK;
 }
 
-/* Whether every output and residual row offset of g fits the overlapped epilogue's int (the last frame's last row;
- * the time split's second output frame adds o_sf, a DupUp residual has its own frame map, and the columns come on
- * top, as long). */
-static int defer_offsets_fit(const w22_gemm *g) {
+/* Whether every output and residual row offset of g, plus o_add and r_add (a phase's ph_o, ph_r), fits the overlapped
+ * epilogue's int (the last frame's last row; the time split's second output frame adds o_sf, a DupUp residual has
+ * its own frame map, and the columns come on top, as long). */
+static int defer_offsets_fit(const w22_gemm *g, long o_add, long r_add) {
     const long F = g->M / (g->H * (long)g->W), tf = g->split_c ? 2 * F : F, rf = (tf + g->r_toff) >> g->r_tsh;
-    const long last_o = tf * g->o_sf + (long)g->H * g->o_sh + (long)g->W * g->o_sw;
-    const long last_r = g->res ? rf * g->r_sf + (long)g->H * g->r_sh + (long)g->W * g->r_sw : 0;
+    const long last_o = tf * g->o_sf + (long)g->H * g->o_sh + (long)g->W * g->o_sw + o_add;
+    const long last_r = g->res ? rf * g->r_sf + (long)g->H * g->r_sh + (long)g->W * g->r_sw + r_add : 0;
     return last_o < INT_MAX && last_r < INT_MAX;
 }
 
-w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
+/* The epilogue's mode bits for the GEMMs q[0..n-1] run as one launch (each phase's own geometry: the vector store
+ * only where every phase allows it, the overlapped one only with bf16 outputs and int offsets). */
+static int mode_for(const w22_gemm *q, int n, const int *o_add, const int *r_add) {
+    int mode = env_mode();
+    for (int p = 0; p < n; p++) {
+        if ((mode & MODE_EPI_VEC) && !w22_epilogue_vec_ok(&q[p]))
+            mode &= ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM);
+        if (q[p].out_f32 || !defer_offsets_fit(&q[p], o_add[p], r_add[p]))
+            mode &= ~(MODE_EPI_DEFER | MODE_EPI_SMEM); /* bf16, int offsets */
+    }
+    return mode;
+}
+
+/* The kernel's path names: [phases][split][epilogue][persistent, big]; a split needs the persistent grid. */
+#define TMA_NAMES4(e, sfx)                                                                                      \
+    {"wgmma 128x128 tma" e sfx, "wgmma 128x256 tma" e sfx, "wgmma 128x128 tma persistent" e sfx,                \
+     "wgmma 128x256 tma persistent" e sfx}
+#define TMA_NAMES(sfx)                                                                                          \
+    {TMA_NAMES4("", sfx), TMA_NAMES4(" vec", sfx), TMA_NAMES4(" half", sfx), TMA_NAMES4(" defer", sfx)}
+static const char *const tma_names[2][2][4][4] = {{TMA_NAMES(""), TMA_NAMES(" split")},
+                                                  {TMA_NAMES(" phases4"), TMA_NAMES(" split phases4")}};
+#undef TMA_NAMES
+#undef TMA_NAMES4
+
+static w22_status run_tma(w22_cuda *c, const w22_gemm *g, int mode, const char *what) {
     /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
     const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
-    int mode = env_mode();
-    if ((mode & MODE_EPI_VEC) && !w22_epilogue_vec_ok(g)) mode &= ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM);
-    if (g->out_f32 || !defer_offsets_fit(g)) mode &= ~(MODE_EPI_DEFER | MODE_EPI_SMEM); /* bf16, int offsets */
-    static const char *const names[2][4][4] = {
-        {{"wgmma 128x128 tma", "wgmma 128x256 tma", "wgmma 128x128 tma persistent", "wgmma 128x256 tma persistent"},
-         {"wgmma 128x128 tma vec", "wgmma 128x256 tma vec", "wgmma 128x128 tma persistent vec",
-          "wgmma 128x256 tma persistent vec"},
-         {"wgmma 128x128 tma half", "wgmma 128x256 tma half", "wgmma 128x128 tma persistent half",
-          "wgmma 128x256 tma persistent half"},
-         {"wgmma 128x128 tma defer", "wgmma 128x256 tma defer", "wgmma 128x128 tma persistent defer",
-          "wgmma 128x256 tma persistent defer"}},
-        {{"", "", "wgmma 128x128 tma persistent split", "wgmma 128x256 tma persistent split"},
-         {"", "", "wgmma 128x128 tma persistent vec split", "wgmma 128x256 tma persistent vec split"},
-         {"", "", "wgmma 128x128 tma persistent half split", "wgmma 128x256 tma persistent half split"},
-         {"", "", "wgmma 128x128 tma persistent defer split", "wgmma 128x256 tma persistent defer split"}}};
     const int epi = mode & MODE_EPI_SMEM ? 3 : mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0;
     int split = 1;
     const w22_status s = big ? launch<256, 4>(c, g, persist, mode, &split, what)
                              : launch<128, 6>(c, g, persist, mode, &split, what);
     if (s != W22_OK) return s;
-    c->last_path = names[split > 1][epi][persist * 2 + big];
+    c->last_path = tma_names[g->phases != 0][split > 1][epi][persist * 2 + big];
     CU_LAUNCHED(c, what);
     return W22_OK;
+}
+
+w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
+    const int zero[1] = {0};
+    return run_tma(c, g, mode_for(g, 1, zero, zero), what);
+}
+
+/* Phase p's output and residual offsets from phase 0's (elements; the residual's with p's DupUp r_coff). */
+static long phase_o(const w22_gemm q[4], int p) { return (const bf16 *)q[p].out - (const bf16 *)q[0].out; }
+static long phase_r(const w22_gemm q[4], int p) { return q[p].res ? q[p].res - q[0].res + q[p].r_coff : 0; }
+
+const char *w22_cuda_wgmma_tma_phases_blocker(const w22_gemm q[4]) {
+    const w22_gemm *a = &q[0];
+    if (a->hist_n || a->sc) return "phases: history or shortcut (their map slots carry phases 1-3's A)";
+    if (a->out_f32) return "phases: fp32 output";
+    for (int p = 0; p < 4; p++) {
+        const w22_gemm *b = &q[p];
+        const char *why = w22_cuda_wgmma_tma_blocker(b);
+        if (why) return why;
+#define SAME(f) (b->f == a->f)
+        if (b->phases || !SAME(M) || !SAME(N) || !SAME(F) || !SAME(H) || !SAME(W) || !SAME(a) || !SAME(a_sf) ||
+            !SAME(a_sh) || !SAME(a_sw) || !SAME(hist_n) || !SAME(cin) || !SAME(kt) || !SAME(ks) || !SAME(upsample) ||
+            !SAME(b_w) || !SAME(b_sh) || !SAME(b_sw) || !SAME(sc) || !SAME(bias) || !SAME(sc_bias) || !SAME(out_f32) ||
+            !SAME(o_sf) || !SAME(o_sh) || !SAME(o_sw) || !SAME(split_c) || !SAME(r_sf) || !SAME(r_sh) ||
+            !SAME(r_sw) || !SAME(r_tsh) || !SAME(r_toff) || !SAME(r_csh) || !b->res != !a->res)
+            return "phases: GEMMs differ beyond pads, weights, output and residual";
+#undef SAME
+        if (b->pad_y != a->pad_y - (p >> 1) || b->pad_x != a->pad_x - (p & 1)) return "phases: pads not pad - (py, px)";
+        if (b->b != a->b + (size_t)p * a->N * a->b_sw) return "phases: weights not one block of 4 N rows";
+        if (((const char *)b->out - (const char *)a->out) % 2) return "phases: output offset not in elements";
+        const long po = phase_o(q, p), pr = phase_r(q, p);
+        if (po < 0 || po >= INT_MAX || pr < 0 || pr >= INT_MAX) return "phases: offsets from phase 0 not in int";
+    }
+    return NULL;
+}
+
+/* The four phase GEMMs as one (w22_gemm.phases): phase 0's fields, the others' offsets. */
+w22_status w22_cuda_gemm_wgmma_phases(w22_cuda *c, const w22_gemm q[4], const char *what) {
+    const char *why = w22_cuda_wgmma_tma_phases_blocker(q);
+    if (why) return w22_fail(W22_ERR_INVALID_ARG, "%s: the four phases as one launch: %s", what, why);
+    w22_gemm g = q[0];
+    g.phases = 4, g.r_coff = 0; /* each phase's r_coff is in its ph_r */
+    for (int p = 0; p < 4; p++) g.ph_o[p] = (int)phase_o(q, p), g.ph_r[p] = (int)phase_r(q, p);
+    return run_tma(c, &g, mode_for(q, 4, g.ph_o, g.ph_r), what);
 }

@@ -125,6 +125,13 @@ typedef struct {
      * residual channel (n << r_csh) + r_coff (r_csh 0 or 1; r_coff 0 with r_csh 0, else 0 or 1). The 16-byte paths
      * load the aligned channels from n << r_csh on and pick from them (w22_epilogue_vec_ok's alignment holds). */
     int r_tsh, r_toff, r_csh, r_coff;
+    /* phases = 4: an upsample conv's four phase GEMMs (conv.cu) as one, on the TMA wgmma kernel only
+     * (conv_sm90_wgmma_tma.cu; 0: a single GEMM, every other field as above). The fields above are phase 0's. Phase
+     * p = py 2 + px has its B rows at b + p N b_sw (the four one K-major block of 4N rows), pads pad_y - py and
+     * pad_x - px, its outputs at out + ph_o[p] and its residual at res + ph_r[p] (elements; ph_r includes that
+     * phase's DupUp r_coff, and r_coff is 0). Tiles are phase-major: a quarter of them per phase. */
+    int phases;
+    int ph_o[4], ph_r[4];
 } w22_gemm;
 
 /* Input frame j of a GEMM's window (see a_hist). */
@@ -135,6 +142,9 @@ static __host__ __device__ __forceinline__ const bf16 *w22_gemm_frame(const w22_
 
 /* Runs the GEMM on the tensor cores when its shape allows (conv_sm90_mma.cu), else the scalar kernel. */
 w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what);
+/* An upsample conv's four phase GEMMs q[py 2 + px] (each phases 0): one launch of the TMA wgmma kernel where it takes
+ * them (w22_cuda_wgmma_phases_blocker), else four w22_cuda_gemm calls. */
+w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_gemm q[4], const char *what);
 w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_gemm *g, const char *what);
 /* conv_rows.cu: the 3x3(x3) conv with N <= 16 as row tiles (W22_CONV_ROWS=1); NULL when it takes g, else why not */
 const char *w22_cuda_rows_blocker(const w22_gemm *g);
@@ -147,6 +157,10 @@ w22_status w22_cuda_gemm_init(w22_cuda *c);
 w22_status w22_cuda_wgmma_init(w22_cuda *c);
 const char *w22_cuda_wgmma_blocker(const w22_gemm *g);
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_gemm *g, const char *what);
+/* Why the four phase GEMMs q[0..3] (each taken by the wgmma kernel) do not run as one launch (NULL: they do), and
+ * that launch (conv_sm90_wgmma_tma.cu). */
+const char *w22_cuda_wgmma_phases_blocker(const w22_cuda *c, const w22_gemm q[4]);
+w22_status w22_cuda_gemm_wgmma_phases(w22_cuda *c, const w22_gemm q[4], const char *what);
 
 /* Every op starts here: the calling thread may not have the backend's GPU current (one thread per rank). */
 #define CU_ENTER(c) CU_TRY(cudaSetDevice((c)->device))

@@ -239,10 +239,11 @@ static __device__ __forceinline__ void wg_mma_stage(float *acc, uint64_t da, uin
 
 /* The epilogue of consumer warpgroup cw from its registers: rows m0 + r below m_end. Accumulator layout of m64nN:
  * thread (warp w, lane l) holds rows 16 w + l / 4 (+ 8) and, per 8-column block j, columns 8 j + 2 (l % 4) + {0, 1}:
- * acc[4 j + 2 h + {0, 1}] for row half h. N % BN == 0: every column is < N. */
+ * acc[4 j + 2 h + {0, 1}] for row half h. N % BN == 0: every column is < N. po, pr: the tile's phase's output and
+ * residual offsets (w22_gemm.ph_o, ph_r; 0 for a single GEMM). */
 template <int BN>
 static __device__ __forceinline__ void wg_store_tile(const w22_gemm &g, const float *acc, int m0, int m_end, int n0,
-                                                     int cw, int warp4, int lane, int HW) {
+                                                     int cw, int warp4, int lane, int HW, int po, int pr) {
     const int gq = lane >> 2, tq = lane & 3;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -250,6 +251,7 @@ static __device__ __forceinline__ void wg_store_tile(const w22_gemm &g, const fl
         if (m >= m_end) continue;
         long orow, rrow;
         w22_epilogue_row(g, m, HW, &orow, &rrow);
+        orow += po, rrow += pr;
 #pragma unroll
         for (int j = 0; j < BN / 8; j++) {
             const int n = n0 + j * 8 + tq * 2;
@@ -297,7 +299,7 @@ static __device__ __forceinline__ void wg_quad_transpose(float v[8], int tq) {
  * Every lane runs the shuffles; only rows below m_end touch memory. */
 template <int BN>
 static __device__ __forceinline__ void wg_store_tile_vec(const w22_gemm &g, const float *acc, int m0, int m_end,
-                                                         int n0, int cw, int warp4, int lane, int HW) {
+                                                         int n0, int cw, int warp4, int lane, int HW, int po, int pr) {
     const int gq = lane >> 2, tq = lane & 3;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -305,6 +307,7 @@ static __device__ __forceinline__ void wg_store_tile_vec(const w22_gemm &g, cons
         const bool live = m < m_end;
         long orow = 0, rrow = 0;
         if (live) w22_epilogue_row(g, m, HW, &orow, &rrow);
+        orow += po, rrow += pr;
 #pragma unroll
         for (int jg = 0; jg < BN / 32; jg++) {
             float v[8];
@@ -337,8 +340,9 @@ template <int BN> struct wg_defer {
                          * register arrays take no runtime index, and one copy of the step's code keeps the loop
                          * small; a first version picked pk[step] through a 16-way branch and ran slower than the
                          * tail store: v11 in docs/PERF.md) */
-    int orow[2]; /* output row offset of each half (elements: the host checks that they fit); -1: past the tile */
-    int rrow[2]; /* residual row offset */
+    int orow[2]; /* output row offset of each half (elements, the phase's included: the host checks that they fit);
+                  * -1: past the tile */
+    int rrow[2]; /* residual row offset (the phase's r_coff included) */
     int n0;
 };
 static __device__ __forceinline__ uint32_t wg_pack_bf16(float a, float b) {
@@ -367,12 +371,13 @@ static __device__ __forceinline__ void wg_defer_store_vec(const w22_gemm &g, con
     *(uint4 *)((bf16 *)g.out + orow + ocol) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/* The tile's tail: accumulators (+ biases) into d, rows m0 + r below m_end marked for storing. Every lane runs the
+/* The tile's tail: accumulators (+ biases) into d, rows m0 + r below m_end marked for storing, their offsets with
+ * the tile's phase's po, pr (wg_store_tile) in them: the next tile may be of another phase. Every lane runs the
  * shuffles. */
 template <int BN>
 static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_gemm &g, const float *acc, int m0,
-                                                     int m_end, int n0, int cw, int warp4, int lane, int HW,
-                                                     uint32_t epi) {
+                                                     int m_end, int n0, int cw, int warp4, int lane, int HW, int po,
+                                                     int pr, uint32_t epi) {
     const int gq = lane >> 2, tq = lane & 3;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -381,8 +386,8 @@ static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_
         if (m < m_end) {
             long orow, rrow;
             w22_epilogue_row(g, m, HW, &orow, &rrow);
-            d.orow[h] = (int)orow;
-            d.rrow[h] = (int)rrow;
+            d.orow[h] = (int)orow + po;
+            d.rrow[h] = (int)rrow + pr;
         }
     }
     d.n0 = n0;
@@ -464,6 +469,7 @@ w22_status w22_cuda_wgmma_tma_init(w22_cuda *c);
 int w22_cuda_wgmma_tma_on(const w22_cuda *c);
 const char *w22_cuda_wgmma_tma_blocker(const w22_gemm *g);
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what);
+const char *w22_cuda_wgmma_tma_phases_blocker(const w22_gemm q[4]); /* why q[0..3] are not one launch; NULL: they are */
 int w22_wgmma_split_of(int tiles, int iters, int grid); /* the split tail's pieces per tile (1: none) */
 
 #endif

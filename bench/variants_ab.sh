@@ -7,7 +7,8 @@
 #   W22_NORM=v1              RMS norm + SiLU in two passes over the pixel
 # the later ones (defaults since v9's run: TMA loads on a persistent grid, conv_out on the row conv):
 #   W22_WGMMA_CLUSTER=2      CTA pairs sharing B by TMA multicast, on the cp.async kernel (v6: slower)
-#   W22_CONV_ROWS=0          conv_out on the mma kernel instead of the row conv (v7)
+#   W22_CONV_ROWS=0          conv_out on the mma kernel instead of the row convs (v7)
+#   W22_CONV_ROWS=row        conv_out on v7's row tiles instead of the 2D tiles (conv_rows2d.cu)
 #   W22_WGMMA_LOAD=cpasync   the wgmma conv's pixels by v5's cp.async gathers instead of TMA im2col (v9)
 #   W22_WGMMA_PERSIST=0      the TMA-loaded conv one tile per CTA; =1 with cpasync: v8's persistent kernel (slower)
 #   W22_DUPUP=separate       the up blocks' DupUp as its own dupup_add pass instead of the upsample conv's residual

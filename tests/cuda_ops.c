@@ -3,7 +3,8 @@
  *
  *   cuda_ops                 all cases; one line each, then "N passed, N failed"; exit 0 iff all pass
  *   cuda_ops -o conv         only cases whose name contains "conv"
- *   cuda_ops --perf          conv (and attention, norm) timings at the real heavy shapes, TFLOP/s
+ *   cuda_ops --perf          conv (and attention, norm) timings at the real heavy shapes, TFLOP/s; with -o NAME
+ *                            only the lines whose name contains NAME (--perf -o conv_out)
  *   cuda_ops --kernel K      the conv kernel: wgmma (the default: qualifying GEMMs run on conv_sm90_wgmma.cu, and a
  *                            qualifying conv case that ran elsewhere fails), mma (W22_CONV_KERNEL=mma), or both (the
  *                            cases once per kernel; --perf prints both kernels' timings side by side)
@@ -46,11 +47,17 @@ static int gpu_wgmma;                /* the backend in `gpu` was made with W22_C
 static int wgmma_qualifies(int cin, int cout, int ks, int upsample, int sc_cin) {
     return cin % 64 == 0 && cout % 128 == 0 && (!sc_cin || sc_cin % 64 == 0) && (!upsample || ks == 3);
 }
-/* The row conv (conv_rows.cu) takes these unless W22_CONV_ROWS=0. */
+/* The row convs (conv_rows.cu) take these unless W22_CONV_ROWS=0. */
 static int rows_qualifies(int cin, int cout, int kt, int ks, int upsample, int time_split, int sc_cin) {
     const char *e = getenv("W22_CONV_ROWS");
     return !(e && !strcmp(e, "0")) && cin % 64 == 0 && cout <= 16 && cout % 2 == 0 && ks == 3 && (kt == 1 || kt == 3) &&
            !upsample && !time_split && !sc_cin;
+}
+/* Which of them runs a qualifying conv of h output rows: the 2D tiles (conv_rows2d.cu) from 6 rows on, unless
+ * W22_CONV_ROWS=row; the row tiles otherwise. */
+static const char *rows_path(int h) {
+    const char *e = getenv("W22_CONV_ROWS");
+    return (e && !strcmp(e, "row")) || h < 6 ? "rows 128x16" : "rows2d 16x32x16";
 }
 /* The TMA kernel's split tail (conv_sm90_wgmma_tma.cu, w22_wgmma_split_of, restated): on a persistent grid of
  * `sms` CTAs, the last round's R = tiles % sms tiles run as min(3, sms / R) pieces of K when that is 2 or more,
@@ -403,8 +410,8 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
             check_wgmma_path("conv", shape, split_expected(launches * F * tpf * (cout / bn), iters), upsample);
         }
         if (!selftest && rows_qualifies(cin, cout, kt, ks, upsample, time_split, sc_cin)) {
-            const int on = !strncmp(gpu_path(), "rows", 4);
-            if (!on) printf("    expected the row conv, ran on [%s]: FAIL\n", gpu_path());
+            const int on = !strcmp(gpu_path(), rows_path(oh));
+            if (!on) printf("    expected the row conv [%s], ran on [%s]: FAIL\n", rows_path(oh), gpu_path());
             CHECK(on, "conv %s on the row conv", shape);
         }
     }
@@ -879,11 +886,18 @@ static void run_cases(void) {
     conv_case("wg", 128, 512, 1, 64, 192, 3, 3, 0, 0, RES_INPLACE, 64);
     conv_case("wg", 64, 128, 1, 91, 256, 3, 3, 0, 0, RES_NONE, 0);
     repeat_case(64, 256, 76, 256, 6); /* 20 tiles in 3 pieces: the last to arrive varies from run to run */
-    /* N <= 16 (the row conv under W22_CONV_ROWS=1, else the mma kernel): rows of several x tiles, a partial last
-     * one, kt 1, N 2, residuals */
+    /* N <= 16 (the row convs unless W22_CONV_ROWS=0, else the mma kernel). Under 6 rows the row tiles: several x
+     * tiles, a partial last one, kt 1, N 2, residuals */
     conv_case("rows", 256, 12, 1, 3, 200, 3, 3, 0, 0, RES_NONE, 0);   /* x tiles 128 + 72 */
     conv_case("rows", 64, 16, 2, 5, 130, 1, 3, 0, 0, RES_SEPARATE, 0); /* kt 1, x tiles 128 + 2 */
     conv_case("rows", 128, 2, 1, 4, 9, 3, 3, 0, 0, RES_INPLACE, 0);    /* N 2, one partial tile */
+    /* from 6 rows on the 2D tiles (16 rows x 32 columns; the row tiles under W22_CONV_ROWS=row): partial tiles in
+     * both directions, kt 1, N 16 and 2, residuals, and more tiles than SMs (the persistent grid's later rounds) */
+    conv_case("rows2d", 256, 12, 2, 19, 37, 3, 3, 0, 0, RES_NONE, 0);    /* tiles 16 + 3 rows, 32 + 5 columns */
+    conv_case("rows2d", 64, 16, 2, 33, 70, 1, 3, 0, 0, RES_SEPARATE, 0); /* kt 1: 3 x 3 tiles, all edges partial */
+    conv_case("rows2d", 128, 2, 1, 6, 9, 3, 3, 0, 0, RES_INPLACE, 0);    /* N 2, the fewest rows it takes */
+    conv_case("rows2d", 64, 12, 2, 48, 320, 3, 3, 0, 0, RES_NONE, 0);   /* 2 x 3 x 10 tiles, none partial */
+    conv_case("rows2d", 64, 12, 3, 80, 300, 3, 3, 0, 0, RES_SEPARATE, 0); /* 150 tiles: a second round on 132 SMs */
     /* the causal history read in place (w22_conv_args.hist): one and several output frames, each kernel, tiles
      * spanning frames (h x w < 128 rows), the time_conv, residual and shortcut */
     conv_hist = 1;
@@ -896,6 +910,8 @@ static void run_cases(void) {
     conv_case("conv_in", 48, 1024, 2, 8, 12, 3, 3, 0, 0, RES_NONE, 0); /* mma kernel (cin 48) */
     conv_case("conv_out", 256, 12, 2, 16, 24, 3, 3, 0, 0, RES_NONE, 0); /* mma kernel (N 12), or the row conv */
     conv_case("rows", 256, 12, 3, 2, 140, 3, 3, 0, 0, RES_NONE, 0);      /* row conv: history, 2 x tiles */
+    conv_case("rows2d", 256, 12, 1, 21, 45, 3, 3, 0, 0, RES_NONE, 0);   /* 2D tiles: one frame as the decode's */
+    conv_case("rows2d", 64, 12, 3, 70, 310, 3, 3, 0, 0, RES_INPLACE, 0); /* 150 tiles, partial both ways, res = out */
     conv_case("wg", 256, 512, 2, 48, 96, 3, 3, 0, 0, RES_NONE, 0);       /* 144 tiles of 128x256: persistent */
     conv_case("edge", 4, 12, 2, 3, 5, 3, 3, 0, 0, RES_NONE, 0);         /* scalar kernel */
     conv_case("edge", 64, 64, 3, 5, 7, 3, 3, 0, 0, RES_INPLACE, 0);     /* mma kernel, one partial tile */
@@ -1053,6 +1069,7 @@ static void perf_conv(const char *name, int cin, int cout, int F, int h, int w, 
     const int oh = upsample ? 2 * h : h, ow = upsample ? 2 * w : w;
     const int taps = upsample && kt == 1 && ks == 3 ? 4 : kt * ks * ks;
     const double flops = 2.0 * F * oh * ow * cout * ((double)cin * taps);
+    if (!selected(name)) return;
     double t[2] = {-1, -1};
     const char *path[2] = {"", ""};
     w22_backend *bs[2] = {perf_mma, perf_wg}, *keep = gpu;
@@ -1072,6 +1089,7 @@ static void perf_conv(const char *name, int cin, int cout, int F, int h, int w, 
 
 /* Times attention at the real frame (44 x 78, C = 1024), and rmsnorm's bandwidth at 256ch 352x624 x 4. */
 static void perf_other(void) {
+    if (!selected("attention")) return;
     const int C = 1024, H = 44, W = 78, P = H * W;
     void *qkv = NULL, *out = NULL;
     w22_status s = gpu->ops->alloc(gpu, (size_t)P * 3 * C * 2, &qkv);
@@ -1106,6 +1124,7 @@ static void perf_other(void) {
 
 /* RMS norm + SiLU of F frames h x w x c, bytes read + written per second (the copy's 4.24 TB/s is the ceiling) */
 static void perf_norm(int F, int h, int w, int c) {
+    if (!selected("rmsnorm")) return;
     cudaStream_t st = (cudaStream_t)w22_backend_cuda_stream(gpu);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
@@ -1152,6 +1171,7 @@ static void run_perf(void) {
     perf_conv("up_blocks.1 upsample 1024ch", 1024, 1024, 4, 88, 156, 1, 3, 1, 0, 0);
     perf_conv("up_blocks.1 time_conv", 1024, 2048, 2, 88, 156, 3, 1, 0, 1, 0);
     perf_conv("conv_out 256->12", 256, 12, 4, 352, 624, 3, 3, 0, 0, 0);
+    perf_conv("conv_out 256->12 1f", 256, 12, 1, 352, 624, 3, 3, 0, 0, 0); /* the decode's chunks: one frame */
     /* one frame, as the decode runs stages 1-3 (one-frame chunks): 432 / 858 / 1716 tiles on 132 SMs */
     perf_conv("up_blocks.1 conv 1024ch 1f", 1024, 1024, 1, 88, 156, 3, 3, 0, 0, 0);
     perf_conv("up_blocks.2 conv 512ch 1f", 512, 512, 1, 176, 312, 3, 3, 0, 0, 0);

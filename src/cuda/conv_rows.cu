@@ -1,5 +1,8 @@
 /* The 3x3(x3) conv with few output channels (conv_out: 256 -> 12) as row tiles that reuse their input across the
- * three horizontal taps. A measurement variant (W22_CONV_ROWS=1; docs/PERF.md v7), off by default until measured.
+ * three horizontal taps; and the switch between this kernel and the 2D tiles (conv_rows2d.cu), which now run
+ * conv_out: W22_CONV_ROWS unset, the 2D tiles where w22_rows2d_takes (H >= 6) and this kernel for the shorter
+ * convs (a rank's edge rows); =row, this kernel for all (the A/B switch); =0, neither (the mma.sync kernel). v7
+ * (docs/PERF.md) made this kernel conv_out's (2.46x over the mma kernel).
  *
  * Why: conv_out is 4.1% of the decode's GPU time (the v5 audit: 138 of 3411 ms at f121) at ~41 TFLOP/s. With
  * N = 12 its MMAs are nothing; the cost is the A gather: the generic kernels read 27 taps x 64-channel slices of
@@ -7,7 +10,6 @@
  * pixels of one output row; per (dt, dy) and 64-channel slice it loads the 130 input pixels x0 - 1 .. x0 + 128 of
  * that input row once and runs the three dx taps on rows shifted by dx of the same shared-memory tile: a third of
  * the A traffic, and B (3 taps x 16 rows) rides along.
- *
  * Block = 128 threads (4 warps), a warp = 32 output pixels x 16 channels (2 x 2 mma.sync.m16n8k16 tiles);
  * STAGES-deep cp.async ring as the mma.sync kernel (conv_sm90_mma.cu), whose 128-byte swizzled rows and ldmatrix
  * addressing it shares: chunk c of smem row r at r * 128 + ((c ^ (r & 7)) << 4).
@@ -136,18 +138,19 @@ __global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_
         }
 }
 
-/* On unless W22_CONV_ROWS=0 (read once per process; the default since v7's run, docs/PERF.md). */
-static int rows_enabled(void) {
+/* W22_CONV_ROWS: 0 off, 1 the row kernel for all (=row), 2 the 2D tiles where they take the GEMM (unset, or any
+ * other value). Read once per process. */
+static int rows_mode(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("W22_CONV_ROWS");
-        v = !(e && !strcmp(e, "0"));
+        v = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "row") ? 1 : 2;
     }
     return v;
 }
 
 const char *w22_cuda_rows_blocker(const w22_gemm *g) {
-    if (!rows_enabled()) return "off (W22_CONV_ROWS=0)";
+    if (!rows_mode()) return "off (W22_CONV_ROWS=0)";
     if (g->upsample || g->sc) return "upsample or shortcut";
     if (g->ks != 3 || (g->kt != 1 && g->kt != 3) || g->pad_y != 1 || g->pad_x != 1) return "not a centred 3x3(x3)";
     if (g->N > CR_BN || g->N % 2) return "N > 16 or odd";
@@ -158,15 +161,17 @@ const char *w22_cuda_rows_blocker(const w22_gemm *g) {
 }
 
 w22_status w22_cuda_rows_init(w22_cuda *c) {
-    if (!rows_enabled()) return W22_OK;
+    if (!rows_mode()) return W22_OK;
     if (c->smem_optin < CR_SMEM)
-        return w22_fail(W22_ERR_UNSUPPORTED, "row conv (W22_CONV_ROWS=1): the GPU allows %d bytes of shared memory "
-                        "per block; the kernel needs %d", c->smem_optin, CR_SMEM);
+        return w22_fail(W22_ERR_UNSUPPORTED, "row conv: the GPU allows %d bytes of shared memory per block; the "
+                        "kernel needs %d (W22_CONV_ROWS=0 runs conv_out on the mma kernel)", c->smem_optin, CR_SMEM);
     CU_TRY(cudaFuncSetAttribute(w22_conv_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, CR_SMEM));
+    if (rows_mode() == 2) W22_TRY(w22_cuda_rows2d_init(c));
     return W22_OK;
 }
 
 w22_status w22_cuda_gemm_rows(w22_cuda *c, const w22_gemm *g, const char *what) {
+    if (rows_mode() == 2 && w22_rows2d_takes(g)) return w22_cuda_gemm_rows2d(c, g, what);
     const int xtiles = (g->W + CR_BM - 1) / CR_BM;
     const long tiles = (long)g->F * g->H * xtiles;
     const int iters = g->kt * 3 * (g->cin / 64);

@@ -146,10 +146,15 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what);
  * them (w22_cuda_wgmma_phases_blocker), else four w22_cuda_gemm calls. */
 w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_gemm q[4], const char *what);
 w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_gemm *g, const char *what);
-/* conv_rows.cu: the 3x3(x3) conv with N <= 16 as row tiles (W22_CONV_ROWS=1); NULL when it takes g, else why not */
+/* conv_rows.cu: the 3x3(x3) conv with N <= 16 (conv_out) on row tiles or, where w22_rows2d_takes, on the 2D tiles
+ * of conv_rows2d.cu (W22_CONV_ROWS picks); the blocker is NULL when one of them takes g, else why not */
 const char *w22_cuda_rows_blocker(const w22_gemm *g);
 w22_status w22_cuda_rows_init(w22_cuda *c);
 w22_status w22_cuda_gemm_rows(w22_cuda *c, const w22_gemm *g, const char *what);
+/* conv_rows2d.cu: whether its 2D tiles take a GEMM the blocker passed (H >= 6, offsets), its init and launch */
+int w22_rows2d_takes(const w22_gemm *g);
+w22_status w22_cuda_rows2d_init(w22_cuda *c);
+w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_gemm *g, const char *what);
 /* Dynamic shared memory attributes of the tensor-core kernels (once, at create). */
 w22_status w22_cuda_gemm_init(w22_cuda *c);
 /* The wgmma kernel (conv_sm90_wgmma.cu): its init (attributes, driver entry point; sets use_wgmma), why a GEMM

@@ -1,0 +1,278 @@
+/* conv_out (the 3x3(x3) conv with N <= 16 output channels: 256 -> 12) on 2D tiles that serve all nine spatial taps
+ * from one shared-memory tile. The default for the shapes w22_cuda_rows_blocker takes (conv_rows.cu) with H >= 6;
+ * W22_CONV_ROWS=row keeps them on the row kernel (conv_rows.cu), which also runs the shorter ones.
+ *
+ * Why: the row kernel (a tile = 128 pixels of one output row) loads, per (dt, dy) and channel slice, one input row of
+ * 130 pixels: its dx taps share the load but its dy taps do not, so each input pixel crosses from L2 three times per
+ * dt (once per dy of the output rows around it). At conv_out's shape (4 x 352 x 624 outputs, 6 input frames, 256
+ * channels) that is 5.28 GB from L2 (A 4.11, B 1.17) for a 1.461 ms perf line: 3.6 TB/s, the L2's practical rate.
+ * Here a tile is 16 output rows x 32 columns; per (dt, 32-channel slice) it loads the 18 x 34 input pixels around
+ * the tile once, and every tap (dy, dx) reads its window of that tile by ldmatrix row addresses (a free gather).
+ *
+ * Block = 256 threads (8 warps as 4 rows x 2 columns), one block per SM on a persistent grid (tiles blockIdx.x + k
+ * gridDim.x, the stage ring running on across tiles, so no per-tile fill). A warp = 4 output rows x 16 columns x 16
+ * channels (8 mma.sync.m16n8k16 accumulators, the m16 along x). Per 16-channel k step and dx it loads B for dy = 0..2
+ * (3 ldmatrix.x4) and walks the 6 input rows its 4 output rows read: each input row's A fragment (1 ldmatrix.x4)
+ * feeds every output row that reads it (row r feeds rows r - dy): 24 MMAs for 9 ldmatrix, not the 15 (12 A + 3 B) of
+ * a fragment per (output row, dy).
+ * Stage (one of 4, cp.async ring): A [18 x 34 pixels][32 bf16] (pixel (iy, ix) = input (y0 - 1 + iy, x0 - 1 + ix);
+ * rows past the bottom border H or columns past the right border W are zero-filled and feed only masked outputs),
+ * B [9 taps (dy, dx)][16 rows n][32 bf16] (rows n >= N zeroed once at the start, never loaded). 64-byte smem rows,
+ * 16-byte chunks XOR-swizzled by bits 1-2 of the row (swz64): the 8 consecutive rows one ldmatrix phase reads fill
+ * the 8 16-byte slots of 128 bytes, so every A window (any shift) and B read is conflict-free. 48384 B per stage,
+ * 193536 B in all. K order per tile: 32-channel slices outer, dt inner, so the frames a place's tiles read (frames
+ * t .. t + 2 for its F frames, tiles frame-fastest) are read within 3 consecutive stages, together in L2.
+ *
+ * Predicted (perf line `conv_out 256->12 6x352x624x256->12 k3x3`, H200, 1.461 ms on the row kernel; 1760 tiles,
+ * 24 stages each, x tiles 19 full + 1 of 16 columns):
+ *   L2 -> SM: A 22 x (19 x 39168 + 20736) B = 16.8 MB per frame and stage + B 440 x 6912 B = 3.0 MB: x 24 stages
+ *     x 4 frames = 1.91 GB (A 1.62, B 0.29; row kernel 5.28 GB: 2.77x less); at the row kernel's 3.6 TB/s: 0.53 ms.
+ *   shared memory: per tile and stage 8 warps x 2 k steps x 3 dx x 9 ldmatrix x 512 B = 221 KB read + 46 KB written,
+ *     11.3 GB in all (row kernel 24.4 GB); at 128 B/clock x 132 SMs x ~1.75 GHz = 29.6 TB/s: 0.38 ms.
+ *   MMAs: the row kernel's count (4 x 352 x 640 x 16 x 6912 x 2 = 199 GFLOP padded), at mma.sync's ~600 TFLOP/s:
+ *     0.33 ms.
+ *   Rounds: 1760 / 132 = 13.3 -> 14 (the last part-empty, 5%).
+ *   -> 0.60-0.70 ms (the three overlap imperfectly; 210-240 TFLOP/s), 2.1-2.4x. One frame (the decode's
+ *   chunks: perf line `conv_out 256->12 1f`): 440 tiles, 3.3 rounds of 132 -> 4 (the last a third full): ~1.9-2.2x.
+ * Requirements: w22_cuda_rows_blocker's (ks 3, kt 1 or 3, centred pads, N <= 16 and even, cin % 64 == 0, one [N][K]
+ * weight block, the mma kernel's alignment and int-offset checks) and w22_rows2d_takes' (H >= 6, the tile's pixel
+ * offsets fit an int). Epilogue: the shared one (conv_epilogue.cuh): bias, residual, time split, bf16 or fp32. */
+#include "cuda_internal.h"
+#include "conv_epilogue.cuh"
+#include "mma_sync.cuh"
+#include <limits.h>
+
+#define R2_TH 16                                  /* output rows per tile */
+#define R2_TW 32                                  /* output columns per tile */
+#define R2_WR 4                                   /* output rows per warp (warps: 4 rows x 2 columns of 16) */
+#define R2_AH (R2_TH + 2)                         /* input rows per tile: one above, one below */
+#define R2_AW (R2_TW + 2)                         /* input columns per tile */
+#define R2_APIX (R2_AH * R2_AW)                   /* 612 input pixels */
+#define R2_BK 32                                  /* input channels per stage */
+#define R2_ROW (R2_BK * 2)                        /* bytes per smem row */
+#define R2_BN 16                                  /* output channels, padded */
+#define R2_THREADS 256
+#define R2_STAGES 4
+#define R2_A_BYTES (R2_APIX * R2_ROW)             /* 39168 */
+#define R2_B_BYTES (9 * R2_BN * R2_ROW)           /* 9216 */
+#define R2_STAGE_BYTES (R2_A_BYTES + R2_B_BYTES)  /* 48384 */
+#define R2_SMEM (R2_STAGES * R2_STAGE_BYTES)      /* 193536: one block per SM */
+#define R2_AJ ((R2_APIX + 63) / 64)               /* A pixels per loader thread: 10 (4 threads per pixel) */
+#define R2_BJ ((9 * R2_BN * 4 + R2_THREADS - 1) / R2_THREADS) /* B chunks per loader thread: 3 */
+#define R2_MIN_H 6 /* below: 18 input rows per 16-row tile cost more than the row kernel's 3 per output row */
+
+static_assert(R2_TH == 4 * R2_WR && R2_TW == 2 * 16 && R2_THREADS == 8 * 32, "8 warps: 4 x 2 of 4 rows x 16 columns");
+static_assert(R2_A_BYTES % 128 == 0 && R2_STAGE_BYTES % 128 == 0, "the swizzle's slots assume 128-byte aligned tiles");
+static_assert(R2_SMEM <= 227 * 1024, "the ring exceeds the sm_90 shared-memory limit");
+
+/* Byte offset of 16-byte chunk `chunk` (0..3) of 64-byte smem row `row`. */
+static __device__ __forceinline__ uint32_t swz64(int row, int chunk) {
+    return (uint32_t)(row * R2_ROW + ((chunk ^ ((row >> 1) & 3)) << 4));
+}
+
+/* Tile i: the frame fastest (the F tiles of one place share input frames in L2), then columns, then rows. */
+static __device__ __forceinline__ void r2_tile(int i, int F, int xtiles, int *t, int *y0, int *x0) {
+    const int s = i / F, ty = s / xtiles;
+    *t = i - s * F;
+    *y0 = ty * R2_TH;
+    *x0 = (s - ty * xtiles) * R2_TW;
+}
+
+/* A warp's outputs of tile `tile`: rows y0 + 4 wr + o, columns x0 + 16 wc + (lane / 4) (+ 8), channel pairs
+ * 2 (lane % 4) (+ 8) (the m16n8 accumulator layout); outside H x W masked. */
+static __device__ __forceinline__ void r2_store(const w22_gemm &g, const float (&acc)[R2_WR][2][4], int tile,
+                                                int xtiles, int wr, int wc, int lane) {
+    int t, y0, x0;
+    r2_tile(tile, g.F, xtiles, &t, &y0, &x0);
+    const int HW = g.H * g.W, gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int o = 0; o < R2_WR; o++) {
+        const int y = y0 + wr * R2_WR + o;
+        if (y >= g.H) continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int x = x0 + wc * 16 + gq + 8 * h;
+            if (x >= g.W) continue;
+            long orow, rrow;
+            w22_epilogue_row(g, (t * g.H + y) * g.W + x, HW, &orow, &rrow);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const int n = j * 8 + tq * 2;
+                if (n < g.N) w22_epilogue_pair(g, orow, rrow, n, acc[o][j][2 * h], acc[o][j][2 * h + 1]);
+            }
+        }
+    }
+}
+
+__global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w22_gemm g, int xtiles, int tiles) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int nslice = g.cin / R2_BK, per_tile = g.kt * nslice; /* stages per tile */
+    const int total = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x * per_tile;
+
+    /* B rows n >= N of every stage: zero, written here once and never loaded (the first read is after a barrier) */
+    for (int s = tid; s < R2_STAGES * 9 * R2_BN * 4; s += R2_THREADS) {
+        const int q = s >> 2, st = q / (9 * R2_BN), row = q - st * 9 * R2_BN; /* row = tap * 16 + n */
+        if ((row & (R2_BN - 1)) >= g.N)
+            *(uint4 *)(smem + st * R2_STAGE_BYTES + R2_A_BYTES + swz64(row, s & 3)) = make_uint4(0, 0, 0, 0);
+    }
+
+    /* Loader: chunk ca (8 channels) of A pixels ia + 64 j; a_off[j] is that pixel's offset from the tile's corner
+     * (y0 - 1, x0 - 1), the same in every tile. Its smem row's swizzle is ia's: (ia + 64 j) >> 1 & 3 == ia >> 1 & 3. */
+    const int ca = tid & 3, ia = tid >> 2;
+    const uint32_t a_dst = swz64(ia, ca);
+    int a_off[R2_AJ];
+#pragma unroll
+    for (int j = 0; j < R2_AJ; j++) {
+        const int i = ia + 64 * j, iy = i / R2_AW, ix = i - iy * R2_AW;
+        a_off[j] = (int)(iy * g.a_sh + ix * g.a_sw); /* w22_rows2d_takes: fits (pixels past 612 are never loaded) */
+    }
+    /* B: chunk s & 3 of row (tap, n) = (s >> 6, s >> 2 & 15) for s = tid + 256 q; only rows n < N are loaded */
+    long b_src[R2_BJ];
+    uint32_t b_dst[R2_BJ];
+    int b_ok = 0;
+#pragma unroll
+    for (int q = 0; q < R2_BJ; q++) {
+        const int s = tid + R2_THREADS * q, tap = s >> 6, n = (s >> 2) & 15, c = s & 3;
+        if (s < 9 * R2_BN * 4 && n < g.N) b_ok |= 1 << q;
+        b_src[q] = (long)n * g.b_sw + (long)tap * g.cin + c * 8;
+        b_dst[q] = R2_A_BYTES + swz64(tap * R2_BN + n, c);
+    }
+
+    /* The load cursor: tile, 32-channel slice, dt of the next stage, by counting; per tile its frame, its corner's
+     * offset and which of this thread's pixels lie inside the bordered input (else zero-filled). */
+    int ld_tile = blockIdx.x, ld_slice = 0, ld_dt = 0, ld_t = 0, ld_mask = 0;
+    long ld_corner = 0;
+    auto ld_setup = [&]() {
+        int y0, x0;
+        r2_tile(ld_tile, g.F, xtiles, &ld_t, &y0, &x0);
+        ld_corner = (long)(y0 - 1) * g.a_sh + (long)(x0 - 1) * g.a_sw + ca * 8;
+        ld_mask = 0;
+#pragma unroll
+        for (int j = 0; j < R2_AJ; j++) {
+            const int i = ia + 64 * j, iy = i / R2_AW, ix = i - iy * R2_AW;
+            /* rows -1 .. H and columns -1 .. W are the readable border */
+            if (i < R2_APIX && y0 - 1 + iy <= g.H && x0 - 1 + ix <= g.W) ld_mask |= 1 << j;
+        }
+    };
+    ld_setup();
+    auto load_stage = [&](int stage) {
+        const uint32_t sa = smem0 + stage * R2_STAGE_BYTES;
+        const bf16 *fa = w22_gemm_frame(g, ld_t + ld_dt) + ld_corner + ld_slice * R2_BK;
+#pragma unroll
+        for (int j = 0; j < R2_AJ; j++) {
+            if (j < R2_AJ - 1 || ia + 64 * j < R2_APIX) { /* the last round: pixels below 612 only */
+                const bool ok = (ld_mask >> j) & 1;
+                cp_async16(sa + a_dst + j * 64 * R2_ROW, ok ? fa + a_off[j] : g.a, ok);
+            }
+        }
+        const long kb = (long)ld_dt * 9 * g.cin + ld_slice * R2_BK; /* K = ((dt * 3 + dy) * 3 + dx) * cin + c */
+#pragma unroll
+        for (int q = 0; q < R2_BJ; q++)
+            if ((b_ok >> q) & 1) cp_async16(sa + b_dst[q], g.b + b_src[q] + kb, true);
+        if (++ld_dt == g.kt) {
+            ld_dt = 0;
+            if (++ld_slice == nslice) {
+                ld_slice = 0;
+                ld_tile += gridDim.x;
+                if (ld_tile < tiles) ld_setup();
+            }
+        }
+    };
+
+    /* ldmatrix lanes: A input row 4 wr + r, column 16 wc + dx + (lane & 15), chunk half lane >> 4 (a_at[r][dx]);
+     * B row tap * 16 + (lane & 7) + 8 (lane >> 4), chunk half (lane >> 3) & 1, whose swizzle does not depend on the
+     * tap (16 rows per tap). The k step kk (chunks 2 kk, 2 kk + 1) flips bit 5 of the offset: ^ (kk << 5). */
+    const int wr = warp >> 1, wc = warp & 1;
+    uint32_t a_at[R2_WR + 2][3];
+#pragma unroll
+    for (int r = 0; r < R2_WR + 2; r++)
+#pragma unroll
+        for (int dx = 0; dx < 3; dx++)
+            a_at[r][dx] = swz64((wr * R2_WR + r) * R2_AW + wc * 16 + dx + (lane & 15), lane >> 4);
+    const uint32_t b_at = R2_A_BYTES + swz64((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+
+    float acc[R2_WR][2][4];
+#pragma unroll
+    for (int o = 0; o < R2_WR; o++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[o][j][e] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < R2_STAGES - 1; s++) {
+        if (s < total) load_stage(s);
+        cp_async_commit();
+    }
+    int c_tile = blockIdx.x, c_stage = 0; /* the compute side's tile and stage within it */
+    for (int it = 0; it < total; it++) {
+        cp_async_wait<R2_STAGES - 2>();
+        __syncthreads(); /* stage it is in smem for all threads; stage it - 1 is free for the next load */
+        {
+            const int nx = it + R2_STAGES - 1;
+            if (nx < total) load_stage(nx % R2_STAGES);
+            cp_async_commit();
+        }
+        const uint32_t sa = smem0 + (it % R2_STAGES) * R2_STAGE_BYTES;
+#pragma unroll
+        for (int kk = 0; kk < R2_BK / 16; kk++) {
+#pragma unroll
+            for (int dx = 0; dx < 3; dx++) {
+                uint32_t b[3][4];
+#pragma unroll
+                for (int dy = 0; dy < 3; dy++)
+                    ldmatrix_x4(b[dy], sa + ((b_at + (dy * 3 + dx) * R2_BN * R2_ROW) ^ (kk << 5)));
+#pragma unroll
+                for (int r = 0; r < R2_WR + 2; r++) { /* input row r feeds output rows r - dy */
+                    uint32_t a[4];
+                    ldmatrix_x4(a, sa + (a_at[r][dx] ^ (kk << 5)));
+#pragma unroll
+                    for (int dy = 0; dy < 3; dy++) {
+                        const int o = r - dy;
+                        if (o < 0 || o >= R2_WR) continue;
+                        mma_bf16(acc[o][0], a, b[dy][0], b[dy][1]);
+                        mma_bf16(acc[o][1], a, b[dy][2], b[dy][3]);
+                    }
+                }
+            }
+        }
+        if (++c_stage == per_tile) { /* the tile's last stage: store it while the next tile's loads are in flight */
+            r2_store(g, acc, c_tile, xtiles, wr, wc, lane);
+            __syncwarp(); /* the masked stores diverged: converged again before the next .aligned ldmatrix / mma */
+#pragma unroll
+            for (int o = 0; o < R2_WR; o++)
+#pragma unroll
+                for (int j = 0; j < 2; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[o][j][e] = 0.f;
+            c_stage = 0;
+            c_tile += gridDim.x;
+        }
+    }
+    cp_async_wait<0>();
+}
+
+int w22_rows2d_takes(const w22_gemm *g) {
+    return g->H >= R2_MIN_H && g->a_sh * (R2_AH + 1) + g->a_sw * R2_AW < INT_MAX &&
+           (long)g->F * ((g->H + R2_TH - 1) / R2_TH) * ((g->W + R2_TW - 1) / R2_TW) < INT_MAX;
+}
+
+w22_status w22_cuda_rows2d_init(w22_cuda *c) {
+    if (c->smem_optin < R2_SMEM)
+        return w22_fail(W22_ERR_UNSUPPORTED, "2D row conv: the GPU allows %d bytes of shared memory per block; the "
+                        "kernel needs %d (W22_CONV_ROWS=row runs the row kernel)", c->smem_optin, R2_SMEM);
+    CU_TRY(cudaFuncSetAttribute(w22_conv_rows2d_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, R2_SMEM));
+    return W22_OK;
+}
+
+w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_gemm *g, const char *what) {
+    const int xtiles = (g->W + R2_TW - 1) / R2_TW;
+    const int tiles = g->F * ((g->H + R2_TH - 1) / R2_TH) * xtiles;
+    const int grid = tiles < c->sms ? tiles : c->sms;
+    c->last_path = "rows2d 16x32x16";
+    w22_conv_rows2d_kernel<<<grid, R2_THREADS, R2_SMEM, c->stream>>>(*g, xtiles, tiles);
+    CU_LAUNCHED(c, what);
+    return W22_OK;
+}

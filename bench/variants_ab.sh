@@ -13,6 +13,8 @@
 #   W22_WGMMA_PERSIST=0      the TMA-loaded conv one tile per CTA; =1 with cpasync: v8's persistent kernel (slower)
 #   W22_DUPUP=separate       the up blocks' DupUp as its own dupup_add pass instead of the upsample conv's residual
 #   W22_PHASES=separate      an upsample conv's four phase GEMMs as four launches instead of one (path "... phases4")
+#   W22_CACHE_ROTATE=0       the causal caches' pushes as frame copies instead of the spare frames' rotation
+#   W22_HEAD_PSUM=0          conv_out with two input frames as history (the row conv) instead of partial sums
 # Steps per variant set: conformance (cuda_ops conv and rmsnorm cases against the CPU backend, cuda_decode's whole
 # decodes against the CPU's), the op
 # micro-benchmark (cuda_ops --perf --kernel wgmma), the whole f121 decode at 1 latent frame per pass

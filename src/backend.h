@@ -26,8 +26,8 @@ typedef enum {
 } w22_weight_kind;
 
 typedef struct {
-    w22_view in;      /* in.f == out frames + kt - 1 (the causal history first); in.c == cin; with hist: in.f ==
-                       * out frames (time_split: half of them) */
+    w22_view in;      /* in.f == out frames + kt - 1 (the causal history first); in.c == cin; with hist or psum:
+                       * in.f == out frames (time_split: half of them) */
     w22_view out;     /* out.c == cout, or cout / 2 with time_split (out.f then 2 x the conv's frames) */
     const w22_bweight *weight, *bias;
     int kt, ks;       /* temporal kernel (1 or 3), spatial kernel (1 or 3; 3 reads the border) */
@@ -46,6 +46,17 @@ typedef struct {
      * output instead of two). Not with residual or time_split. */
     const w22_view *dup_in;
     int dup_ft, dup_first_single;
+    /* kt = 3 only (NULL: unused): the causal history as fp32 partial sums instead of input frames (the head's
+     * conv_out: 2 x cout floats per pixel kept instead of 2 x cin input channels). in.f == out.f; ks 3; no hist,
+     * upsample, time_split, residual, shortcut or dup_in. With Y_dt(t) the 3x3 conv of in's frame t by the
+     * weight's temporal tap dt alone (no bias), frame by frame in order:
+     *     out(t) = Y_2(t) + A + bias;  A = Y_1(t) + B;  B = Y_0(t)     (fp32, summed in this order)
+     * so out(t) = bias + Y_2(t) + Y_1(t - 1) + Y_0(t - 2), the causal conv. psum: f 2 (frame 0 is A, frame 1 is B),
+     * out's h, w and c, es 4 (fp32 on every backend), updated in place; zero before a decode's first frame is the
+     * causal zero padding. psum_tmp: fp32 scratch (es 4) of in.f x h x w x 3 cout for the Ys (channel o * 3 + dt),
+     * for a backend that stages them in memory (CUDA); others ignore it. */
+    const w22_view *psum;
+    w22_view psum_tmp;
 } w22_conv_args;
 
 /* Where unpatchified video frames go: element (c, f, y, x) at ptr + c*sc + f*sf + y*sy + x*sx (elements of

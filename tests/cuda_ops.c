@@ -2,7 +2,7 @@
  * on real decoder shapes at reduced spatial size and on edge shapes, plus a conv micro-benchmark.
  *
  *   cuda_ops                 all cases; one line each, then "N passed, N failed"; exit 0 iff all pass
- *   cuda_ops -o conv         only cases whose name contains "conv"
+ *   cuda_ops -o conv         only cases whose name contains "conv" (-o psum: the partial-sums conv alone)
  *   cuda_ops --perf          conv (and attention, norm) timings at the real heavy shapes, TFLOP/s; with -o NAME
  *                            only the lines whose name contains NAME (--perf -o conv_out)
  *   cuda_ops --kernel K      the conv kernel: wgmma (the default: qualifying GEMMs run on conv_sm90_wgmma.cu, and a
@@ -628,6 +628,90 @@ static void raw_free(rawpair *r) {
     if (r->g) gpu->ops->free(gpu, r->g);
 }
 
+/* The causal 3x3x3 conv with its history as fp32 partial sums (w22_conv_args.psum: the head's conv_out) over F frames
+ * of h x w, cin -> cout, in calls of `step` frames, so that the state A, B carries over between calls and within a
+ * call. On the GPU: the three temporal taps as one GEMM of N = 3 cout (the weight's rows o * 3 + dt at a stride of
+ * 9 cin) into fp32 scratch, then the combine; the CPU backend sums per tap. Checked against the CPU backend: every
+ * output (bf16 on the GPU: conv_case's tolerance) and, after the last call, the state (fp32 on both sides, the same
+ * bf16 products summed in another order: ~K 2^-24 of the sums of |terms|, a few max|ref| here; tolerance 1e-4
+ * max|ref| + 1e-5, errors of the map (a wrong tap or channel) are O(max|ref|)). The state starts random, the same on
+ * both sides (a history already there); the outputs and the GPU's scratch start as NaN. The GEMM's kernel is
+ * asserted: a tensor-core one (the mma kernel; the row conv if it takes N = 3 cout) where cin % 8 == 0 and N is
+ * even, else the scalar one. */
+static void psum_case(const char *tag, int cin, int cout, int F, int h, int w, int step) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "%s %dx%dx%dx%d->%d k3x3 psum, calls of %d", tag, F, h, w, cin, cout, step);
+    if (!selected("conv") && !selected("psum")) return;
+    tens in, out;
+    wpair wt, bias;
+    const float a = sqrtf(3.0f / (cin * 27));
+    int64_t wshape[5] = {cout, cin, 3, 3, 3}, b1[1] = {cout};
+    if (!tens_new(&in, F, h, w, cin, 1, FILL_RANDOM, -1, 1) || !tens_new(&out, F, h, w, cout, 1, FILL_POISON, 0, 0) ||
+        !wpair_new(&wt, W22_WK_CONV, wshape, 5, -a, a) || !wpair_new(&bias, W22_WK_VECTOR, b1, 1, -0.5f, 0.5f)) {
+        CHECK(0, "psum setup %s", shape);
+        return;
+    }
+    const size_t nst = (size_t)2 * h * w * cout, ntmp = (size_t)F * h * w * 3 * cout;
+    float *init = malloc(nst * 4), *nan = malloc(ntmp * 4);
+    t_fill_uniform(init, nst, seed++, -1, 1);
+    t_fill_nan(nan, ntmp);
+    rawpair st, tmp;
+    if (!raw_new(&st, nst * 4, init) || !raw_new(&tmp, ntmp * 4, nan)) {
+        CHECK(0, "psum state setup %s", shape);
+        return;
+    }
+    w22_view sc = make_view(st.c, 4, 2, h, w, cout, 0), sg = make_view(st.g, 4, 2, h, w, cout, 0);
+    w22_view tg = make_view(tmp.g, 4, F, h, w, 3 * cout, 0);
+    w22_status s1 = W22_OK, s2 = W22_OK;
+    char cerr[512] = "";
+    const int tc = cin % 8 == 0 && (3 * cout) % 2 == 0;
+    int path_ok = 1;
+    char path[96] = "";
+    for (int t = 0; t < F && s1 == W22_OK && s2 == W22_OK; t += step) {
+        const int n = F - t < step ? F - t : step;
+        w22_conv_args ac = {.in = w22_view_frames(in.cv, t, n), .out = w22_view_frames(out.cv, t, n),
+                            .weight = wt.c, .bias = bias.c, .kt = 3, .ks = 3, .psum = &sc};
+        w22_conv_args ag = {.in = w22_view_frames(in.gv, t, n), .out = w22_view_frames(out.gv, t, n),
+                            .weight = wt.g, .bias = bias.g, .kt = 3, .ks = 3, .psum = &sg,
+                            .psum_tmp = w22_view_frames(tg, 0, n)};
+        s1 = cpu->ops->conv(cpu, &ac);
+        if (s1 != W22_OK) snprintf(cerr, sizeof cerr, "%s", w22_last_error());
+        s2 = gpu->ops->conv(gpu, &ag);
+        if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
+        snprintf(path, sizeof path, "%s", gpu_path());
+        if (!selftest && s2 == W22_OK)
+            path_ok &= tc ? !strncmp(path, "mma", 3) || !strncmp(path, "rows", 4) : !strncmp(path, "scalar", 6);
+    }
+    if (both_ok("conv psum", shape, s1, cerr, s2)) {
+        compare("conv psum", shape, &out, 0, cout, TOL_BF16, 1e-5, 0, path);
+        if (!path_ok)
+            printf("    expected %s, ran on [%s]: FAIL\n", tc ? "a tensor-core kernel" : "the scalar kernel", path);
+        CHECK(path_ok, "conv psum %s on the expected kernel", shape);
+        float *gs = malloc(nst * 4), *cs = malloc(nst * 4);
+        const int ok = gpu->ops->to_host(gpu, gs, st.g, nst * 4) == W22_OK &&
+                       cpu->ops->to_host(cpu, cs, st.c, nst * 4) == W22_OK;
+        t_diff d = t_compare(gs, cs, nst);
+        double maxref = 0;
+        for (size_t i = 0; i < nst; i++) maxref = fmax(maxref, fabs(cs[i]));
+        const double tol = 1e-4 * maxref + 1e-5;
+        const int pass = ok && d.nonfinite == 0 && d.max_abs <= tol;
+        printf("%-10s %-46s max_abs %.3e (tol %.3e, max|ref| %.3g) %s\n", "psum state", shape, d.max_abs, tol, maxref,
+               pass ? "ok" : "FAIL");
+        if (!pass && d.nonfinite) printf("    %zu state elements NaN/Inf on the GPU\n", d.nonfinite);
+        CHECK(pass, "psum state %s", shape);
+        free(gs);
+        free(cs);
+    }
+    free(init);
+    free(nan);
+    raw_free(&st);
+    raw_free(&tmp);
+    tens_free(&in);
+    tens_free(&out);
+    wpair_free(&wt);
+    wpair_free(&bias);
+}
+
 /* Unpatchify into a video buffer larger than the frames written ([3][VF][VH][VW], or frames-major when
  * frames_major), at an offset: every element must match exactly, those outside stay NaN. */
 static void unpatchify_case(w22_dtype dt, int f, int h, int w, int frames_major) {
@@ -916,6 +1000,14 @@ static void run_cases(void) {
     conv_case("edge", 4, 12, 2, 3, 5, 3, 3, 0, 0, RES_NONE, 0);         /* scalar kernel */
     conv_case("edge", 64, 64, 3, 5, 7, 3, 3, 0, 0, RES_INPLACE, 0);     /* mma kernel, one partial tile */
     conv_hist = 0;
+    /* the causal conv with its history as partial sums (the head's conv_out): one frame per call, several, a call
+     * of all frames with rows of two x tiles; N = 48 on the mma kernel; the scalar kernel (cin 4, N odd) */
+    psum_case("conv_out", 256, 12, 5, 16, 24, 1);
+    psum_case("conv_out", 256, 12, 5, 16, 24, 2);
+    psum_case("conv_out", 256, 12, 3, 3, 140, 3);
+    psum_case("edge", 64, 16, 4, 5, 7, 3);
+    psum_case("edge", 4, 12, 3, 3, 5, 1);
+    psum_case("edge", 32, 3, 2, 4, 6, 1);
     /* the upsample conv with the DupUp fused (w22_conv_args.dup_in): the model's two maps (ft 2, cd = C: channel o;
      * ft 1, cd = 2C: channel 2o + py) at reduced size, first_single on and off, on each kernel the phase GEMMs reach,
      * frames of 45 pixels (tiles span frames: the frame map per row), a strided DupUp input; and a map that runs
@@ -1087,6 +1179,69 @@ static void perf_conv(const char *name, int cin, int cout, int F, int h, int w, 
     printf("\n");
 }
 
+/* conv_out with its history as partial sums (w22_conv_args.psum) as the decode runs it: one frame per call at
+ * h x w, 256 -> 12; the time per frame covers both launches (the N = 36 GEMM into fp32 scratch, the combine). To set
+ * against the plain conv_out's one-frame line above it. FLOPs counted as the plain conv's (27 taps x 12 outputs). */
+static void perf_psum(int h, int w) {
+    const int cin = 256, cout = 12, calls = 8;
+    const size_t nin = (size_t)2 * (h + 2) * (w + 2) * cin, nout = (size_t)(h + 2) * (w + 2) * cout;
+    const size_t nst = (size_t)2 * h * w * cout, ntmp = (size_t)h * w * 3 * cout;
+    void *in = NULL, *out = NULL, *st = NULL, *tmp = NULL;
+    w22_bweight *wt = NULL, *bias = NULL;
+    const size_t wn = (size_t)cout * cin * 27;
+    float *wh = malloc(wn * 4), *bh = malloc(cout * 4);
+    t_fill_uniform(wh, wn, seed++, -0.02f, 0.02f);
+    t_fill_uniform(bh, cout, seed++, -0.1f, 0.1f);
+    int64_t ws[5] = {cout, cin, 3, 3, 3}, b1[1] = {cout};
+    w22_status s = gpu->ops->weight_upload(gpu, W22_WK_CONV, wh, ws, 5, &wt);
+    if (s == W22_OK) s = gpu->ops->weight_upload(gpu, W22_WK_VECTOR, bh, b1, 1, &bias);
+    if (s == W22_OK) s = gpu->ops->alloc(gpu, nin * 2, &in);
+    if (s == W22_OK) s = gpu->ops->alloc(gpu, nout * 2, &out);
+    if (s == W22_OK) s = gpu->ops->alloc(gpu, nst * 4, &st);
+    if (s == W22_OK) s = gpu->ops->alloc(gpu, ntmp * 4, &tmp);
+    if (s != W22_OK) {
+        printf("perf psum setup failed: %s\n", w22_last_error());
+        CHECK(0, "perf psum setup");
+    } else {
+        fill_bf16_random(in, nin);
+        cudaMemset(st, 0, nst * 4);
+        w22_view vs = make_view(st, 4, 2, h, w, cout, 0);
+        w22_conv_args a = {.out = make_view(out, 2, 1, h, w, cout, 1), .weight = wt, .bias = bias, .kt = 3, .ks = 3,
+                           .psum = &vs, .psum_tmp = make_view(tmp, 4, 1, h, w, 3 * cout, 0)};
+        cudaStream_t stream = (cudaStream_t)w22_backend_cuda_stream(gpu);
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        for (int i = 0; i < 2 + calls && s == W22_OK; i++) {
+            if (i == 2) cudaEventRecord(e0, stream);
+            a.in = w22_view_frames(make_view(in, 2, 2, h, w, cin, 1), i & 1, 1); /* alternate frames */
+            s = gpu->ops->conv(gpu, &a);
+        }
+        cudaEventRecord(e1, stream);
+        cudaError_t ce = cudaEventSynchronize(e1);
+        float ms = 0;
+        cudaEventElapsedTime(&ms, e0, e1);
+        const double per = ms / calls, flops = 2.0 * h * w * cout * cin * 27;
+        if (s != W22_OK || ce != cudaSuccess) {
+            printf("perf psum FAILED: %s %s\n", w22_last_error(), cudaGetErrorString(ce));
+            CHECK(0, "perf psum");
+        } else {
+            printf("perf %-28s 1x%dx%dx%d->%d k3x3, 1 frame per call: %.3f ms per frame, %.1f TFLOP/s (as 27 taps) "
+                   "[%s, then the combine]\n", "conv_out psum", h, w, cin, cout, per, flops / (per * 1e-3) / 1e12,
+                   gpu_path());
+        }
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+    }
+    void *bufs[4] = {in, out, st, tmp};
+    for (int i = 0; i < 4; i++)
+        if (bufs[i]) gpu->ops->free(gpu, bufs[i]);
+    if (wt) gpu->ops->weight_free(gpu, wt);
+    if (bias) gpu->ops->weight_free(gpu, bias);
+    free(wh);
+    free(bh);
+}
+
 /* Times attention at the real frame (44 x 78, C = 1024), and rmsnorm's bandwidth at 256ch 352x624 x 4. */
 static void perf_other(void) {
     if (!selected("attention")) return;
@@ -1180,6 +1335,8 @@ static void run_perf(void) {
     perf_conv("up_blocks.1 upsample 2f", 1024, 1024, 2, 88, 156, 1, 3, 1, 0, 0);
     perf_conv("up_blocks.0 upsample 2f", 1024, 1024, 2, 44, 78, 1, 3, 1, 0, 0);
     perf_conv("up_blocks.3 conv 256ch 1f", 256, 256, 1, 352, 624, 3, 3, 0, 0, 0);
+    perf_conv("conv_out 256->12 1f", 256, 12, 1, 352, 624, 3, 3, 0, 0, 0);
+    perf_psum(352, 624);
     perf_other();
     perf_norm(4, 352, 624, 256);
     perf_norm(4, 176, 312, 512);

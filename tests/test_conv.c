@@ -8,7 +8,15 @@
  * (repeat_interleave, view, permute, first-chunk cut): both maps of the model (ft 2 with cin = cout, ft 1 with
  * cin = 2 cout), one the CUDA backend runs separately (ft 2, cin = 2 cout), with and without first_single, a
  * DupUp input that is a channel slice. The fused sum is the separate one's (conv + bias, then + DupUp, in fp32),
- * so equality is bitwise; the literal DupUp adds to zero, so it is exact too. */
+ * so equality is bitwise; the literal DupUp adds to zero, so it is exact too.
+ *
+ * The causal conv with its history as partial sums (w22_conv_args.psum, the head's conv_out) against the plain conv
+ * over a window that starts with two zero frames (zero state = the causal zero padding): the 27 taps' fp32 sum is
+ * regrouped by temporal tap, so they differ by the roundings of the partial sums: about 27 x 2^-24 of the sums of
+ * |terms|, which stay within a few max|ref| with these random weights: tolerance 8e-5 max|ref| (measured: 2e-7).
+ * One call over all frames and calls of one and two frames (the state carried between calls) compute the same
+ * per-frame sums: bitwise equal, state included. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "backend.h"
@@ -176,6 +184,72 @@ static void dup_one(const char *name, int C, int cd, int ft, int first_single, i
     free(in), free(dbuf), free(o1), free(o2), free(o3), free(ref), free(wd), free(bd);
 }
 
+/* F frames of h x w, cin -> cout: psum over calls of `step` frames (0: one call) against the plain conv. */
+static void psum_one(const char *name, int F, int h, int w, int cin, int cout) {
+    const long fin = (long)(h + 2) * (w + 2) * cin;
+    float *win = fresh_buf(fin * (F + 2), 0);
+    w22_view vwin = view_in(win, F + 2, h, w, cin, 0);
+    memset(win, 0, 2 * fin * sizeof(float)); /* two zero history frames */
+    const int64_t ws[5] = {cout, cin, 3, 3, 3}, bs[1] = {cout};
+    float *wd = fresh_buf((size_t)cout * cin * 27, 0), *bd = fresh_buf(cout, 0);
+    w22_bweight *W = NULL, *B = NULL;
+    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_CONV, wd, ws, 5, &W));
+    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_VECTOR, bd, bs, 1, &B));
+    const size_t nout = (size_t)F * h * w * cout, nst = (size_t)2 * h * w * cout;
+    float *ref = fresh_buf(nout, 1);
+    w22_view vref = {ref, F, h, w, cout, (long)h * w * cout, (long)w * cout, cout, 4};
+    w22_conv_args a = {.in = vwin, .out = vref, .weight = W, .bias = B, .kt = 3, .ks = 3};
+    CHECK_OK(cpu->ops->conv(cpu, &a));
+    const w22_view frames = w22_view_frames(vwin, 2, F);
+    float *outs[3], *states[3];
+    const int steps[3] = {F, 1, 2};
+    for (int i = 0; i < 3; i++) {
+        outs[i] = fresh_buf(nout, 1);
+        states[i] = calloc(nst, sizeof(float));
+        w22_view vo = vref, vs = {states[i], 2, h, w, cout, (long)h * w * cout, (long)w * cout, cout, 4};
+        vo.ptr = outs[i];
+        for (int t = 0; t < F; t += steps[i]) {
+            const int n = F - t < steps[i] ? F - t : steps[i];
+            w22_conv_args p = {.in = w22_view_frames(frames, t, n), .out = w22_view_frames(vo, t, n), .weight = W,
+                               .bias = B, .kt = 3, .ks = 3, .psum = &vs};
+            CHECK_OK(cpu->ops->conv(cpu, &p));
+        }
+    }
+    t_diff d = t_compare(outs[0], ref, nout);
+    double maxref = 0;
+    for (size_t i = 0; i < nout; i++) maxref = fmax(maxref, fabs(ref[i]));
+    printf("%-34s max|d| %.3g (max|ref| %.3g), %zu not finite\n", name, d.max_abs, maxref, d.nonfinite);
+    CHECK(d.nonfinite == 0 && d.max_abs <= 8e-5 * maxref, "%s: partial sums differ from the plain conv by %g", name,
+          d.max_abs);
+    for (int i = 1; i < 3; i++)
+        CHECK(memcmp(outs[i], outs[0], nout * 4) == 0 && memcmp(states[i], states[0], nst * 4) == 0,
+              "%s: calls of %d frames differ from one call", name, steps[i]);
+
+    /* misuse: with hist, with kt 1 weights' args, a state of the wrong size, fp32 state of another es */
+    if (F > 1) {
+        w22_view vs = {states[0], 2, h, w, cout, (long)h * w * cout, (long)w * cout, cout, 4};
+        w22_conv_args p = {.in = frames, .out = vref, .weight = W, .bias = B, .kt = 3, .ks = 3, .psum = &vs};
+        w22_conv_args bad = p;
+        bad.hist[0] = bad.hist[1] = w22_view_frames(vwin, 0, 1);
+        CHECK(cpu->ops->conv(cpu, &bad) != W22_OK, "psum with hist accepted");
+        bad = p;
+        bad.kt = 1;
+        CHECK(cpu->ops->conv(cpu, &bad) != W22_OK, "psum with kt 1 accepted");
+        w22_view vs1 = vs;
+        vs1.f = 1;
+        bad = p;
+        bad.psum = &vs1;
+        CHECK(cpu->ops->conv(cpu, &bad) != W22_OK, "psum state of one frame accepted");
+        bad = p;
+        bad.out = w22_view_frames(vref, 0, F - 1);
+        CHECK(cpu->ops->conv(cpu, &bad) != W22_OK, "psum with out.f != in.f accepted");
+    }
+    for (int i = 0; i < 3; i++) free(outs[i]), free(states[i]);
+    cpu->ops->weight_free(cpu, W);
+    cpu->ops->weight_free(cpu, B);
+    free(win), free(wd), free(bd), free(ref);
+}
+
 int main(void) {
     CHECK_OK(w22_backend_cpu_create(1, &cpu));
     if (!cpu) return t_finish("test_conv");
@@ -190,6 +264,9 @@ int main(void) {
     dup_one("upsample + DupUp ft1 first, slice", 8, 16, 1, 1, 2, 3, 4, 8);
     dup_one("upsample + DupUp ft2 cin 2C first", 8, 16, 2, 1, 2, 3, 3, 0);
     dup_one("upsample + DupUp ft2 slice", 16, 16, 2, 0, 1, 2, 3, 4);
+    psum_one("partial sums 5 frames", 5, 4, 6, 16, 12);
+    psum_one("partial sums 1 frame", 1, 3, 5, 8, 4);
+    psum_one("partial sums 4 frames, 1 channel", 4, 5, 3, 24, 1);
     cpu->ops->destroy(cpu);
     return t_finish("test_conv");
 }

@@ -1,6 +1,13 @@
 /* The plan's invariances on the CPU: the chunk sizes (frames per pass, and the stages' own chunks) do not change
  * the output, and simulated ranks (threads with an in-memory exchange, worlds 2, 3 and 4, uneven splits) give the
- * single-rank output. Narrow synthetic models, random latents, outputs poisoned with NaN before each call. */
+ * single-rank output. Narrow synthetic models, random latents, outputs poisoned with NaN before each call.
+ *
+ * The causal caches' two designs, each on and off (plan.h): the spare rotation (pointer swaps at one-frame chunks)
+ * against the copies must give the same bits, since every conv reads the same values and sums them in the same
+ * order; the head's partial sums against its input-frame cache agree to float32 rounding (the 27 taps' sum
+ * regrouped by temporal tap: within 1e-5 like the chunkings, whose GEMM blocking differs too). Chunkings mix the two
+ * push paths: stage 0 rotates with one latent frame per pass and copies with more, and stage chunk overrides of 2
+ * or 3 frames copy where the other stages rotate. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +23,18 @@ static w22_config narrow(void) {
     return c;
 }
 
+enum { ROT_OFF = 1, PSUM_OFF = 2 }; /* decoder flags: as W22_CACHE_ROTATE=0, W22_HEAD_PSUM=0 */
+
+static void set_flags(w22_decoder *d, int flags) {
+    d->rotate_off = (flags & ROT_OFF) != 0;
+    d->psum_off = (flags & PSUM_OFF) != 0;
+}
+
 typedef struct {
     w22_weights *w;
     w22_comm *comm;
     const float *z;
-    int T, h, wd, fpp;
+    int T, h, wd, fpp, flags;
     float *video;
     w22_status s;
     char err[512];
@@ -35,13 +49,14 @@ static void *rank_main(void *p) {
     prm.threads = 1;
     w22_decoder *d = NULL;
     j->s = w22_decoder_open(j->w, &prm, &d);
+    if (d) set_flags(d, j->flags);
     if (j->s == W22_OK) j->s = w22_decode(d, j->z, W22_DTYPE_F32, j->T, j->h, j->wd, j->video, W22_DTYPE_F32);
     if (j->s != W22_OK) snprintf(j->err, sizeof j->err, "%s", w22_last_error());
     w22_decoder_free(d);
     return NULL;
 }
 
-static void decode_one(w22_weights *w, const float *z, int T, int h, int wd, int fpp, const int chunks[4],
+static void decode_one(w22_weights *w, const float *z, int T, int h, int wd, int fpp, const int chunks[4], int flags,
                        float *video, size_t n) {
     t_fill_nan(video, n);
     w22_decoder_params prm;
@@ -52,7 +67,16 @@ static void decode_one(w22_weights *w, const float *z, int T, int h, int wd, int
     if (!d) return;
     if (chunks)
         for (int s = 1; s < 4; s++) d->chunk_override[s] = chunks[s];
+    set_flags(d, flags);
     CHECK_OK(w22_decode(d, z, W22_DTYPE_F32, T, h, wd, video, W22_DTYPE_F32));
+    /* the plan took the flags: spares exactly where a stage of one-frame chunks has a group of two caches (stage 3
+     * of this model always has one: its resblocks 1 and 2) */
+    CHECK(d->rotate == !(flags & ROT_OFF) && d->head_psum == !(flags & PSUM_OFF),
+          "flags %d: planned rotate %d, head_psum %d", flags, d->rotate, d->head_psum);
+    int one_frame = 0;
+    for (int s = 0; s < 4; s++) one_frame += d->stages[s].chunk == 1;
+    CHECK((flags & ROT_OFF) ? d->nspares == 0 : d->nspares >= 1 && d->nspares <= one_frame * 2,
+          "flags %d: %d spare frames for %d stages of one-frame chunks", flags, d->nspares, one_frame);
     w22_decoder_free(d);
 }
 
@@ -76,52 +100,89 @@ int main(void) {
     t_fill_uniform(z, nz, 11, -2.0f, 2.0f);
 
     /* Chunking: the same function for any frames per pass and stage chunks. Same arithmetic per element, so the
-     * results agree to float32 rounding of a different GEMM blocking at most. */
-    decode_one(w, z, T, h, wd, T, NULL, ref, nv);
+     * results agree to float32 rounding of a different GEMM blocking at most. Each chunking under the four flag
+     * sets; rotation on and off must agree bit for bit (same values, same sums), the partial sums to 1e-5. */
+    decode_one(w, z, T, h, wd, T, NULL, 0, ref, nv);
     {
         t_diff df = t_compare(ref, ref, nv);
         CHECK(df.nonfinite == 0, "reference decode left %zu elements unwritten", df.nonfinite);
     }
-    int fpps[] = {1, 2, 3};
-    for (int i = 0; i < 3; i++) {
-        char what[64];
-        snprintf(what, sizeof what, "frames_per_pass %d", fpps[i]);
-        decode_one(w, z, T, h, wd, fpps[i], NULL, out, nv);
-        check_same(what, out, ref, nv, 1e-5);
-    }
-    int chunks[4] = {0, 1, 3, 1};
-    decode_one(w, z, T, h, wd, 2, chunks, out, nv);
-    check_same("stage chunks 1, 3, 1", out, ref, nv, 1e-5);
-
-    /* Two calls, the same video. */
-    decode_one(w, z, T, h, wd, 2, NULL, out, nv);
-    float *again = malloc(nv * 4);
-    decode_one(w, z, T, h, wd, 2, NULL, again, nv);
-    CHECK(memcmp(out, again, nv * 4) == 0, "two decodes of the same latents differ");
-    free(again);
-
-    /* Simulated ranks: rows split over threads (5 rows: uneven for 2, 3 and 4). */
-    for (int world = 2; world <= 4; world++) {
-        w22_comm *comms[4];
-        CHECK_OK(w22_comm_local_group(world, comms));
-        rank_job jobs[4];
-        pthread_t th[4];
-        float *videos[4];
-        for (int r = 0; r < world; r++) {
-            videos[r] = r == 0 ? out : NULL;
-            jobs[r] = (rank_job){w, comms[r], z, T, h, wd, 2, videos[r], W22_OK, ""};
+    static const struct {
+        int fpp, chunks[4];
+        const char *what;
+    } runs[] = {
+        {1, {0}, "frames_per_pass 1"},                         /* every stage rotates */
+        {2, {0}, "frames_per_pass 2"},                         /* stage 0 copies (2 frames), 1-3 rotate */
+        {3, {0}, "frames_per_pass 3"},
+        {T, {0}, "frames_per_pass T"},
+        {2, {0, 1, 3, 1}, "fpp 2, stage chunks 1, 3, 1"},      /* stage 2 copies */
+        {1, {0, 2, 1, 2}, "fpp 1, stage chunks 2, 1, 2"},      /* stages 0 and 2 rotate, 1 and 3 copy */
+    };
+    float *byflag[4];
+    for (int f = 0; f < 4; f++) byflag[f] = malloc(nv * 4);
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        for (int f = 0; f < 4; f++) {
+            char what[96];
+            snprintf(what, sizeof what, "%s%s%s", runs[i].what, f & ROT_OFF ? ", copies" : "",
+                     f & PSUM_OFF ? ", head cache" : "");
+            decode_one(w, z, T, h, wd, runs[i].fpp, runs[i].chunks, f, byflag[f], nv);
+            check_same(what, byflag[f], ref, nv, 1e-5);
         }
-        t_fill_nan(out, nv);
-        for (int r = 0; r < world; r++) pthread_create(&th[r], NULL, rank_main, &jobs[r]);
-        for (int r = 0; r < world; r++) pthread_join(th[r], NULL);
-        for (int r = 0; r < world; r++) {
-            CHECK(jobs[r].s == W22_OK, "world %d rank %d: %s", world, r, jobs[r].err);
-            w22_comm_free(comms[r]);
-        }
-        char what[64];
-        snprintf(what, sizeof what, "world %d", world);
-        check_same(what, out, ref, nv, 1e-5);
+        CHECK(memcmp(byflag[0], byflag[ROT_OFF], nv * 4) == 0, "%s: rotation and copies differ", runs[i].what);
+        CHECK(memcmp(byflag[PSUM_OFF], byflag[ROT_OFF | PSUM_OFF], nv * 4) == 0,
+              "%s: rotation and copies differ with the head's input cache", runs[i].what);
     }
+    for (int f = 0; f < 4; f++) free(byflag[f]);
+
+    /* Two calls, the same video: the second starts from zeroed caches and the slots as planned, whatever the
+     * first one's rotations left. */
+    for (int fpp = 1; fpp <= 2; fpp++) {
+        decode_one(w, z, T, h, wd, fpp, NULL, 0, out, nv);
+        float *again = malloc(nv * 4);
+        w22_decoder_params prm;
+        w22_decoder_params_init(&prm);
+        prm.frames_per_pass = fpp;
+        w22_decoder *d = NULL;
+        CHECK_OK(w22_decoder_open(w, &prm, &d));
+        for (int call = 0; call < 2 && d; call++) {
+            t_fill_nan(again, nv);
+            CHECK_OK(w22_decode(d, z, W22_DTYPE_F32, T, h, wd, again, W22_DTYPE_F32));
+            CHECK(memcmp(out, again, nv * 4) == 0, "fpp %d: call %d of one decoder differs from a fresh decode", fpp,
+                  call);
+        }
+        w22_decoder_free(d);
+        free(again);
+    }
+
+    /* Simulated ranks: rows split over threads (5 rows: uneven for 2, 3 and 4); the spares' borders are zeroed and
+     * their halo rows exchanged each time. */
+    static const struct {
+        int fpp, flags;
+    } rank_runs[] = {{2, 0}, {1, 0}, {1, ROT_OFF | PSUM_OFF}};
+    for (size_t i = 0; i < sizeof rank_runs / sizeof rank_runs[0]; i++)
+        for (int world = 2; world <= 4; world++) {
+            w22_comm *comms[4];
+            CHECK_OK(w22_comm_local_group(world, comms));
+            rank_job jobs[4];
+            pthread_t th[4];
+            float *videos[4];
+            for (int r = 0; r < world; r++) {
+                videos[r] = r == 0 ? out : NULL;
+                jobs[r] = (rank_job){w, comms[r], z, T, h, wd, rank_runs[i].fpp, rank_runs[i].flags, videos[r],
+                                     W22_OK, ""};
+            }
+            t_fill_nan(out, nv);
+            for (int r = 0; r < world; r++) pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+            for (int r = 0; r < world; r++) pthread_join(th[r], NULL);
+            for (int r = 0; r < world; r++) {
+                CHECK(jobs[r].s == W22_OK, "world %d rank %d: %s", world, r, jobs[r].err);
+                w22_comm_free(comms[r]);
+            }
+            char what[64];
+            snprintf(what, sizeof what, "world %d, fpp %d%s", world, rank_runs[i].fpp,
+                     rank_runs[i].flags ? ", copies + head cache" : "");
+            check_same(what, out, ref, nv, 1e-5);
+        }
 
     /* A rank that fails makes the others fail, not hang: rank 1 gets NaN latents. */
     {
@@ -130,7 +191,8 @@ int main(void) {
         float *bad = malloc(nz * 4);
         memcpy(bad, z, nz * 4);
         bad[3] = NAN;
-        rank_job jobs[2] = {{w, comms[0], z, T, h, wd, 2, out, W22_OK, ""}, {w, comms[1], bad, T, h, wd, 2, NULL, W22_OK, ""}};
+        rank_job jobs[2] = {{w, comms[0], z, T, h, wd, 2, 0, out, W22_OK, ""},
+                            {w, comms[1], bad, T, h, wd, 2, 0, NULL, W22_OK, ""}};
         pthread_t th[2];
         for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, rank_main, &jobs[r]);
         for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);

@@ -1,6 +1,13 @@
 /* The plan's device workspace for the standard clip (44 x 78 latents -> 704 x 1248), counted with a backend whose
  * allocations only add up their sizes (bf16 elements, as on CUDA): it must not depend on T (the plan never sees T
- * when it sizes the workspace), must grow with the frames per pass, and its parts are printed for docs/PERF.md. */
+ * when it sizes the workspace), must grow with the frames per pass, and its parts are printed for docs/PERF.md.
+ *
+ * The memory target: the device memory beyond the weights at most 4 GiB, which the CUDA backend's own scratch shares
+ * with this workspace: the attention's (scores fp32, probabilities bf16, V^T bf16 of one 44 x 78 frame at C = 1024,
+ * each rounded to 256 bytes: src/cuda/attention.cu) and the TMA conv's split-tail partials (132 slots of 128 x 256
+ * fp32, and 132 counters: src/cuda/conv_sm90_wgmma_tma.cu). With one latent frame per pass (the default) the
+ * workspace must fit the rest. With two it was above it before the caches' rotation (by 7.6 MiB): there it must not
+ * grow against the copy design (W22_CACHE_ROTATE=0, W22_HEAD_PSUM=0), which is printed beside it. */
 #include <stdlib.h>
 #include <string.h>
 #include "plan/plan.h"
@@ -15,6 +22,23 @@ static w22_status count_alloc(w22_backend *b, size_t bytes, void **ptr) {
 }
 static void count_free(w22_backend *b, void *p) { (void)b; (void)p; }
 
+static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+/* Plans fpp frames per pass at 44 x 78; flags 1: as W22_CACHE_ROTATE=0 and W22_HEAD_PSUM=0. */
+static w22_decoder *plan(w22_backend *b, const w22_config *cfg, int fpp, int copies) {
+    w22_decoder *d = calloc(1, sizeof *d);
+    w22_model_build(cfg, &d->model);
+    d->backend = b;
+    d->rank = 0;
+    d->world = 1;
+    d->frames_per_pass = fpp;
+    d->rotate_off = d->psum_off = copies;
+    counted = 0;
+    CHECK_OK(w22_plan_prepare(d, 44, 78));
+    CHECK(counted == d->workspace_bytes, "counted %zu, the plan says %zu", counted, d->workspace_bytes);
+    return d;
+}
+
 int main(void) {
     w22_backend_ops ops;
     memset(&ops, 0, sizeof ops);
@@ -25,25 +49,41 @@ int main(void) {
     w22_backend b = {&ops, 1, NULL};
     w22_config cfg;
     w22_config_default(&cfg);
+    const size_t P = 44 * 78, attention = align256(P * P * 4) + align256(P * P * 2) + align256((size_t)1024 * P * 2);
+    const size_t split = (size_t)132 * 128 * 256 * 4 + 132 * sizeof(unsigned);
+    const size_t target = ((size_t)4 << 30) - attention - split;
+    const double GiB = 1073741824.0, MiB = 1048576.0;
+    printf("target: workspace <= 4 GiB - attention scratch %.1f MiB - split-tail partials %.1f MiB = %.4f GiB\n",
+           attention / MiB, split / MiB, target / GiB);
     size_t prev = 0;
     for (int fpp = 1; fpp <= 4; fpp *= 2) {
-        w22_decoder *d = calloc(1, sizeof *d);
-        w22_model_build(&cfg, &d->model);
-        d->backend = &b;
-        d->rank = 0;
-        d->world = 1;
-        d->frames_per_pass = fpp;
-        counted = 0;
-        CHECK_OK(w22_plan_prepare(d, 44, 78));
-        size_t caches = 0, queues = 0;
+        w22_decoder *old = plan(&b, &cfg, fpp, 1);
+        const size_t old_bytes = counted;
+        w22_decoder *d = plan(&b, &cfg, fpp, 0);
+        const size_t bytes = counted;
+        size_t caches = 0, queues = 0, spares = 0, head = 0;
         for (int l = 0; l < W22_MAX_LAYERS; l++)
             for (int k = 0; k < 3; k++) caches += d->cache[l][k].bytes;
+        for (int l = 0; l < d->model.nlayers; l++)
+            if (d->model.layers[l].kind == W22_L_HEAD) head = d->cache[l][0].bytes;
+        for (int g = 0; g < d->nspares; g++) spares += d->spare[g].bytes;
         for (int s = 0; s <= W22_STAGES; s++) queues += d->queue[s].bytes;
-        printf("frames per pass %d: workspace %.2f GiB = causal caches %.2f + stage queues %.2f + scratch %.2f\n", fpp,
-               counted / 1073741824.0, caches / 1073741824.0, queues / 1073741824.0, d->scratch.bytes / 1073741824.0);
-        CHECK(counted == d->workspace_bytes, "counted %zu, the plan says %zu", counted, d->workspace_bytes);
-        CHECK(counted >= prev, "the workspace shrank with more frames per pass");
-        prev = counted;
+        printf("frames per pass %d: workspace %.4f GiB = causal caches %.2f (head %s %.1f MiB) + %d spare frames "
+               "%.1f MiB + stage queues %.2f + scratch %.2f; %+.1f MiB against the copy design (%.4f GiB), %+.1f MiB "
+               "against the target\n",
+               fpp, bytes / GiB, caches / GiB, d->head_psum ? "partial sums" : "input frames", head / MiB,
+               d->nspares, spares / MiB, queues / GiB, d->scratch.bytes / GiB, ((double)bytes - old_bytes) / MiB,
+               old_bytes / GiB, ((double)bytes - target) / MiB);
+        for (int g = 0; g < d->nspares; g++) printf("  spare %d: %.1f MiB\n", g, d->spare[g].bytes / MiB);
+        /* one spare per stage of one-frame chunks (stage 0 has them with one latent frame per pass) */
+        if (d->rotate) CHECK(d->nspares == (fpp == 1 ? 4 : 3), "fpp %d: %d spare frames, expected %d", fpp,
+                             d->nspares, fpp == 1 ? 4 : 3);
+        if (fpp == 1) CHECK(bytes <= target, "fpp 1: workspace %zu bytes above the target %zu", bytes, target);
+        if (fpp == 2)
+            CHECK(bytes <= old_bytes, "fpp 2: workspace %zu bytes above the copy design's %zu", bytes, old_bytes);
+        CHECK(bytes >= prev, "the workspace shrank with more frames per pass");
+        prev = bytes;
+        free(old);
         free(d);
     }
     return t_finish("test_workspace");

@@ -2,7 +2,9 @@
  * are evenly strided, so a whole frame is one GEMM over "flat" positions p = y * RS + x (RS = the row stride in
  * pixels): a tap (dy, dx) is the same matrix shifted by (dy - 1) * RS + dx - 1 pixels. Positions with x >= w are
  * computed and thrown away. An upsampling conv first writes its nearest-2x input with its border; its DupUp residual
- * (dup_in) is added with the bias, by the same index map as dupup_add (backend.h's w22_dupup_frame/_channel). */
+ * (dup_in) is added with the bias, by the same index map as dupup_add (backend.h's w22_dupup_frame/_channel). A conv
+ * with its history as partial sums (psum: the head's conv_out) runs the three temporal taps as three spatial convs of
+ * the new frame and combines them with the fp32 state in backend.h's order. */
 #include <stdlib.h>
 #include <string.h>
 #include "backend.h"
@@ -27,8 +29,72 @@ static w22_status upsample_input(w22_view in, float **buf, w22_view *out) {
     return W22_OK;
 }
 
+/* tmp (Ho rows of Wo pixels at a row stride of RS pixels, cout channels) += the spatial tap (dy, dx) of one frame
+ * times B ([cin][cout]): one GEMM over the flat positions, else one per output row. */
+static void tap_gemm(w22_view frame, int dy, int dx, int pad, const float *B, int flat, long M, long RS, int Ho,
+                     int Wo, int cin, int cout, float *tmp) {
+    if (flat) {
+        const float *A = w22_view_at(frame, 0, dy - pad, dx - pad, 0);
+        w22_sgemm((int)M, cout, cin, 1.0f, A, frame.sw, B, cout, 0, 1.0f, tmp, cout);
+        return;
+    }
+    for (int y = 0; y < Ho; y++) {
+        const float *A = w22_view_at(frame, 0, y + dy - pad, dx - pad, 0);
+        w22_sgemm(Wo, cout, cin, 1.0f, A, frame.sw, B, cout, 0, 1.0f, tmp + (size_t)y * RS * cout, cout);
+    }
+}
+
+/* The causal 3x3x3 conv with its history as partial sums (backend.h, w22_conv_args.psum): per frame the three
+ * temporal taps' spatial convs Y_0..Y_2 (taps dt * 9 .. dt * 9 + 8 of the weight), then the state update. */
+static w22_status conv_psum(const w22_conv_args *a) {
+    const w22_bweight *W = a->weight;
+    const w22_view src = a->in, out = a->out, *ps = a->psum;
+    const int cin = W->cin, cout = W->cout, Ho = out.h, Wo = out.w;
+    if (a->kt != 3 || a->ks != 3 || W->kt != 3 || W->kh != 3 || W->kw != 3 || a->hist[0].ptr || a->upsample ||
+        a->time_split || a->residual || a->sc_in || a->dup_in)
+        return w22_fail(W22_ERR_INVALID_ARG, "cpu conv (partial sums): needs kt 3, ks 3 and a 3x3x3 weight, and no "
+                        "hist, upsample, time_split, residual, shortcut or dup_in (kt %d, ks %d, weight %dx%dx%d, "
+                        "hist %d, upsample %d)", a->kt, a->ks, W->kt, W->kh, W->kw, a->hist[0].ptr != NULL,
+                        a->upsample);
+    if (src.c != cin || out.c != cout || out.f != src.f || src.f < 1 || Ho != src.h || Wo != src.w || ps->f != 2 ||
+        ps->h != Ho || ps->w != Wo || ps->c != cout || ps->es != 4)
+        return w22_fail(W22_ERR_BAD_SHAPE, "cpu conv (partial sums): in %dx%dx%dx%d, out %dx%dx%dx%d, state "
+                        "%dx%dx%dx%d (es %d), weight %d -> %d: expected out of in's frames and size with cout "
+                        "channels, state 2 x out's size, fp32", src.f, src.h, src.w, src.c, out.f, out.h, out.w,
+                        out.c, ps->f, ps->h, ps->w, ps->c, ps->es, cin, cout);
+    const int flat = src.sw == cin && src.sh % src.sw == 0 && src.sh / src.sw >= Wo;
+    const long RS = flat ? src.sh / src.sw : Wo;
+    const long M = (long)(Ho - 1) * RS + Wo;
+    const size_t ny = (size_t)M * cout; /* one Y */
+    float *tmp = malloc(sizeof(float) * 3 * ny);
+    if (!tmp) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for partial sums (3 x %ld x %d)", M, cout);
+    for (int t = 0; t < src.f; t++) {
+        const w22_view frame = w22_view_frames(src, t, 1);
+        memset(tmp, 0, sizeof(float) * 3 * ny);
+        for (int dt = 0; dt < 3; dt++)
+            for (int dy = 0; dy < 3; dy++)
+                for (int dx = 0; dx < 3; dx++)
+                    tap_gemm(frame, dy, dx, 1, W->data + (size_t)((dt * 3 + dy) * 3 + dx) * cin * cout, flat, M, RS,
+                             Ho, Wo, cin, cout, tmp + dt * ny);
+        for (int y = 0; y < Ho; y++)
+            for (int x = 0; x < Wo; x++) {
+                const float *y0 = tmp + ((size_t)y * RS + x) * cout, *y1 = y0 + ny, *y2 = y1 + ny;
+                float *A = w22_view_at(*ps, 0, y, x, 0), *B = w22_view_at(*ps, 1, y, x, 0);
+                float *o = w22_view_at(out, t, y, x, 0);
+                for (int co = 0; co < cout; co++) {
+                    o[co] = y2[co] + A[co] + (a->bias ? a->bias->data[co] : 0.0f);
+                    A[co] = y1[co] + B[co];
+                    B[co] = y0[co];
+                }
+            }
+    }
+    free(tmp);
+    return W22_OK;
+}
+
 w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
     (void)b;
+    if (a->psum) return conv_psum(a);
     const w22_bweight *W = a->weight;
     w22_view src = a->in, out = a->out;
     const int kt = a->kt, ks = a->ks, pad = ks == 3 ? 1 : 0;
@@ -78,19 +144,9 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
         memset(tmp, 0, sizeof(float) * (size_t)M * cout);
         for (int dt = 0; dt < kt; dt++)
             for (int dy = 0; dy < ks; dy++)
-                for (int dx = 0; dx < ks; dx++) {
-                    const float *B = W->data + (size_t)((dt * ks + dy) * ks + dx) * cin * cout;
-                    if (flat) {
-                        const float *A = w22_view_at(FRAME(t + dt), 0, dy - pad, dx - pad, 0);
-                        w22_sgemm((int)M, cout, cin, 1.0f, A, src.sw, B, cout, 0, 1.0f, tmp, cout);
-                    } else {
-                        for (int y = 0; y < Ho; y++) {
-                            const float *A = w22_view_at(FRAME(t + dt), 0, y + dy - pad, dx - pad, 0);
-                            w22_sgemm(Wo, cout, cin, 1.0f, A, src.sw, B, cout, 0, 1.0f, tmp + (size_t)y * RS * cout,
-                                      cout);
-                        }
-                    }
-                }
+                for (int dx = 0; dx < ks; dx++)
+                    tap_gemm(FRAME(t + dt), dy, dx, pad, W->data + (size_t)((dt * ks + dy) * ks + dx) * cin * cout,
+                             flat, M, RS, Ho, Wo, cin, cout, tmp);
         if (a->sc_in) {
             const w22_view s = *a->sc_in;
             const w22_bweight *SW = a->sc_weight;

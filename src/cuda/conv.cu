@@ -1,5 +1,6 @@
 /* The conv op: checks a w22_conv_args against backend.h's contract and lowers it to the implicit GEMM
- * (w22_gemm: conv_sm90_mma.cu, or conv_scalar.cu for shapes the tensor cores do not take). An upsampling conv is four
+ * (w22_gemm: conv_sm90_mma.cu, or conv_scalar.cu for shapes the tensor cores do not take); a conv with its history
+ * as partial sums (psum) goes to conv_psum.cu. An upsampling conv is four
  * phase GEMMs (2x2 convs on the low-resolution grid), run as one launch of the TMA wgmma kernel where it takes them
  * (w22_cuda_gemm_phases: one ramp and one part-empty last round instead of four), else as four GEMMs
  * (W22_PHASES=separate: always). Its DupUp residual (dup_in) becomes the phase GEMMs' residual where its channel
@@ -54,6 +55,7 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     CU_ENTER(c);
     const w22_cuda_weight *w = (const w22_cuda_weight *)a->weight;
     if (w->kind != W22_WK_CONV) return w22_fail(W22_ERR_INVALID_ARG, "cuda conv: the weight is not a conv weight");
+    if (a->psum) return w22_cuda_conv_psum(b, a); /* the history as partial sums: conv_psum.cu */
     EXPECT("in.es", a->in.es, 2);
     EXPECT("out.es", a->out.es, 2);
     if (a->kt != 1 && a->kt != 3) return bad("kt", a->kt, 3);

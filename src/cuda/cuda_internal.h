@@ -155,6 +155,9 @@ w22_status w22_cuda_gemm_rows(w22_cuda *c, const w22_gemm *g, const char *what);
 int w22_rows2d_takes(const w22_gemm *g);
 w22_status w22_cuda_rows2d_init(w22_cuda *c);
 w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_gemm *g, const char *what);
+/* conv_psum.cu: the conv op with w22_conv_args.psum (the causal history as partial sums): a GEMM of the three
+ * temporal taps into psum_tmp, then the combine with the state. */
+w22_status w22_cuda_conv_psum(w22_backend *b, const w22_conv_args *a);
 /* Dynamic shared memory attributes of the tensor-core kernels (once, at create). */
 w22_status w22_cuda_gemm_init(w22_cuda *c);
 /* The wgmma kernel (conv_sm90_wgmma.cu): its init (attributes, driver entry point; sets use_wgmma), why a GEMM

@@ -1,5 +1,8 @@
 /* Runs the plan: latents in, the four stages chunk by chunk, video frames out. Every op goes through the backend's
- * op table and every exchange through src/dist, so the same code runs on the CPU, on a GPU, and on each rank. */
+ * op table and every exchange through src/dist, so the same code runs on the CPU, on a GPU, and on each rank.
+ * The causal caches: a conv reads its two history frames in place; after it, the newest input frame becomes
+ * history either by a pointer swap with its group's spare frame (one-frame chunks: the norm wrote the frame into
+ * the spare) or by a copy; the head's conv_out keeps partial sums instead (plan.h). */
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
@@ -8,6 +11,7 @@
 
 size_t w22_frames_bytes(int f, int h, int w, int c, int border, size_t es);
 void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total);
+size_t w22_head_psum_bytes(int f, int h, int w, int cout, size_t es, size_t *tmp_off);
 
 /* A view of f frames (h x w x c) at ptr; with border, each frame has a one-pixel border and the view starts at
  * its interior. */
@@ -64,41 +68,59 @@ static w22_status slot_view(chunk_ctx *k, int slot, int f, int c, int border, w2
  * frames stay in the conv's cache and are read in place: w22_conv_args.hist). */
 static w22_status fresh_view(chunk_ctx *k, int n, int c, w22_view *v) { return slot_view(k, 3, n, c, 1, v); }
 
-/* The same, with its border zeroed. Within one chunk of one stage nothing but interior writes touches the fresh
- * slot (the other slots are disjoint from it, and the next stage runs after the chunk), so a view laid out as the
- * one zeroed last still has a zero border: the four zero launches are skipped (about 290 launches per latent frame
- * at 704 x 1248). Not with ranks: the halo exchange writes the border rows. W22_BORDER_REZERO=1 zeroes every time
- * (the old path, for measuring). */
-static w22_status fresh_bordered(chunk_ctx *k, int n, int c, w22_view *v) {
+/* W22_BORDER_REZERO=1 (read once): zero a conv input's border before every conv (the old path, for measuring). */
+static int border_rezero(void) {
     static int rezero = -1;
     if (rezero < 0) {
         const char *e = getenv("W22_BORDER_REZERO");
         rezero = e && !strcmp(e, "1");
     }
+    return rezero;
+}
+
+/* The same, with its border zeroed. Within one chunk of one stage nothing but interior writes touches the fresh
+ * slot (the other slots are disjoint from it, and the next stage runs after the chunk), so a view laid out as the
+ * one zeroed last still has a zero border: the four zero launches are skipped (about 290 launches per latent frame
+ * at 704 x 1248). Not with ranks: the halo exchange writes the border rows. */
+static w22_status fresh_bordered(chunk_ctx *k, int n, int c, w22_view *v) {
     W22_TRY(fresh_view(k, n, c, v));
     const w22_view *z = &k->zeroed;
-    if (!rezero && k->d->world == 1 && z->ptr == v->ptr && z->f == v->f && z->h == v->h && z->w == v->w && z->c == v->c &&
-        z->sf == v->sf && z->sh == v->sh && z->sw == v->sw)
+    if (!border_rezero() && k->d->world == 1 && z->ptr == v->ptr && z->f == v->f && z->h == v->h && z->w == v->w &&
+        z->c == v->c && z->sf == v->sf && z->sh == v->sh && z->sw == v->sw)
         return W22_OK;
     W22_TRY(zero_border(k->d->backend, *v));
     k->zeroed = *v;
     return W22_OK;
 }
 
-/* The two history frames of cache (li, kk), oldest first, shaped like one frame of `like`. The cache is a ring of
- * two frame slots; cache_old says which slot holds the older frame. */
-static void cache_hist(chunk_ctx *k, int li, int kk, w22_view like, int border, w22_view hist[2]) {
+/* The fresh input frame of a one-frame chunk's conv whose cache rotates: its group's spare frame (plan.c), where
+ * the norm writes it. With one rank its border is already zero: every slot and spare of a group is zeroed at the
+ * decode's start, and afterwards only interiors are written (the rotation moves whole frames, and no copy lands in
+ * a group's memory), so no zero launches. With ranks the halo exchange wrote the border rows of the frame this
+ * memory held, so it is zeroed every time, as fresh_bordered does. */
+static w22_status spare_view(chunk_ctx *k, int g, int c, w22_view *v) {
     w22_decoder *d = k->d;
-    const size_t fb = w22_frames_bytes(1, like.h, like.w, like.c, border, like.es);
-    const int old = d->cache_old[li][kk];
-    for (int i = 0; i < 2; i++) {
-        const int slot = i == 0 ? old : 1 - old;
-        hist[i] = mkview((char *)d->cache[li][kk].ptr + slot * fb, 1, like.h, like.w, like.c, border, like.es);
-    }
+    const size_t need = w22_frames_bytes(1, k->H, k->W, c, 1, k->es);
+    if (need != d->spare[g].bytes)
+        return w22_fail(W22_ERR_INTERNAL, "plan: stage %d's conv input of %d channels needs %zu bytes, its spare "
+                        "frame %d holds %zu", k->s, c, need, g, d->spare[g].bytes);
+    *v = mkview(d->spare_now[g], 1, k->H, k->W, c, 1, k->es);
+    if (d->world > 1 || border_rezero()) W22_TRY(zero_border(d->backend, *v));
+    return W22_OK;
 }
 
-/* After the conv: the window's last two frames become the history. The newest frame replaces the older slot
- * (one frame copied per new frame; two when the chunk has two or more). */
+/* The two history frames of cache (li, kk), oldest first, shaped like one frame of `like`. The cache is a ring of
+ * two frame slots (cache_slot); cache_old says which slot holds the older frame. */
+static void cache_hist(chunk_ctx *k, int li, int kk, w22_view like, int border, w22_view hist[2]) {
+    w22_decoder *d = k->d;
+    const int old = d->cache_old[li][kk];
+    for (int i = 0; i < 2; i++)
+        hist[i] = mkview(d->cache_slot[li][kk][i == 0 ? old : 1 - old], 1, like.h, like.w, like.c, border, like.es);
+}
+
+/* After the conv: the window's last two frames become the history. A one-frame chunk whose frame is its group's
+ * spare (spare_view) rotates: that memory becomes the newer slot and the older slot's memory the group's spare,
+ * nothing copied. Else the newest frame is copied over the older slot (two frames when the chunk has two or more). */
 static w22_status cache_push(chunk_ctx *k, int li, int kk, w22_view fresh, int border) {
     w22_decoder *d = k->d;
     w22_backend *b = d->backend;
@@ -106,25 +128,32 @@ static w22_status cache_push(chunk_ctx *k, int li, int kk, w22_view fresh, int b
     if ((size_t)fresh.sf * fresh.es != fb || fb * 2 > d->cache[li][kk].bytes)
         return w22_fail(W22_ERR_INTERNAL, "plan: conv input frames of %zu bytes do not fit a cache of %zu", fb,
                         d->cache[li][kk].bytes);
-    const char *base = (const char *)fresh.ptr - (border * fresh.sh + border * fresh.sw) * fresh.es;
-    char *cache = d->cache[li][kk].ptr;
+    char *base = (char *)fresh.ptr - (border * fresh.sh + border * fresh.sw) * fresh.es;
+    void **slot = d->cache_slot[li][kk];
     unsigned char *old = &d->cache_old[li][kk];
+    const int g = d->cache_spare[li][kk] - 1;
+    if (g >= 0 && fresh.f == 1 && base == d->spare_now[g]) {
+        d->spare_now[g] = slot[*old];
+        slot[*old] = base;
+        *old ^= 1;
+        return W22_OK;
+    }
     if (fresh.f == 1) {
-        W22_TRY(b->ops->copy_bytes(b, cache + *old * fb, base, fb));
+        W22_TRY(b->ops->copy_bytes(b, slot[*old], base, fb));
         *old ^= 1;
         return W22_OK;
     }
     const char *last2 = base + (size_t)(fresh.f - 2) * fb;
-    if (*old == 0) return b->ops->copy_bytes(b, cache, last2, 2 * fb);
-    W22_TRY(b->ops->copy_bytes(b, cache + fb, last2, fb));
-    return b->ops->copy_bytes(b, cache, last2 + fb, fb);
+    if (*old == 0 && (char *)slot[1] == (char *)slot[0] + fb) return b->ops->copy_bytes(b, slot[0], last2, 2 * fb);
+    W22_TRY(b->ops->copy_bytes(b, slot[*old], last2, fb));
+    return b->ops->copy_bytes(b, slot[1 - *old], last2 + fb, fb);
 }
 
 /* Output rows [y0, y0 + n) of a conv whose spatial kernel is 3 (not upsampling): every view cut to those rows;
  * the input's border rows are then its neighbouring rows. */
 typedef struct {
     w22_conv_args a;
-    w22_view res, sc;
+    w22_view res, sc, ps;
 } conv_rows;
 static void cut_rows(const w22_conv_args *a, int y0, int n, conv_rows *r) {
     r->a = *a;
@@ -139,6 +168,11 @@ static void cut_rows(const w22_conv_args *a, int y0, int n, conv_rows *r) {
     if (a->sc_in) {
         r->sc = w22_view_rows(*a->sc_in, y0, n);
         r->a.sc_in = &r->sc;
+    }
+    if (a->psum) { /* the partial sums are per pixel: each row's state and scratch go with its rows */
+        r->ps = w22_view_rows(*a->psum, y0, n);
+        r->a.psum = &r->ps;
+        r->a.psum_tmp = w22_view_rows(a->psum_tmp, y0, n);
     }
 }
 
@@ -178,7 +212,9 @@ static w22_status norm_conv(chunk_ctx *k, w22_view src, const w22_bweight *gamma
     w22_decoder *d = k->d;
     w22_backend *b = d->backend;
     w22_view fresh;
-    W22_TRY(fresh_bordered(k, k->m, src.c, &fresh));
+    const int g = d->cache_spare[li][kk] - 1;
+    if (g >= 0 && k->m == 1) W22_TRY(spare_view(k, g, src.c, &fresh)); /* rotation: cache_push swaps it in */
+    else W22_TRY(fresh_bordered(k, k->m, src.c, &fresh));
     if (gamma) W22_TRY(b->ops->rmsnorm(b, src, fresh, gamma, silu));
     else W22_TRY(b->ops->copy(b, fresh, src));
     w22_conv_args a = {.in = fresh, .out = out, .weight = wt, .bias = bias, .kt = 3, .ks = 3, .residual = residual,
@@ -318,6 +354,29 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
     return W22_OK;
 }
 
+/* norm_out + SiLU into the fresh frames, then conv_out with its history as partial sums (w22_conv_args.psum): the
+ * state A, B is the head's cache (two fp32 frames of cout), the Ys' fp32 scratch lies in T1 after the output o
+ * (plan.c sizes T1 for both: w22_head_psum_bytes). */
+static w22_status head_conv_psum(chunk_ctx *k, int li, w22_view o) {
+    w22_decoder *d = k->d;
+    w22_backend *b = d->backend;
+    const w22_layer *L = &d->model.layers[li];
+    w22_view fresh;
+    W22_TRY(fresh_bordered(k, k->m, L->cin, &fresh));
+    W22_TRY(b->ops->rmsnorm(b, k->cur, fresh, d->wt[L->w[W22_WS_NORM1]], 1));
+    size_t tmp_off;
+    const size_t need = w22_head_psum_bytes(k->m, k->H, k->W, L->cout, k->es, &tmp_off), have = k->off[3] - k->off[2];
+    const size_t state = w22_frames_bytes(2, k->H, k->W, L->cout, 0, 4);
+    if (need > have || (char *)o.ptr != k->scratch + k->off[2] || state > d->cache[li][0].bytes)
+        return w22_fail(W22_ERR_INTERNAL, "plan: the head's partial sums need %zu bytes of T1 (sized %zu) from its "
+                        "start and a state of %zu bytes (sized %zu)", need, have, state, d->cache[li][0].bytes);
+    w22_view st = mkview(d->cache[li][0].ptr, 2, k->H, k->W, L->cout, 0, 4);
+    w22_conv_args a = {.in = fresh, .out = o, .weight = d->wt[L->w[W22_WS_CONV1_W]],
+                       .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 3, .ks = 3, .psum = &st,
+                       .psum_tmp = mkview((char *)o.ptr + tmp_off, k->m, k->H, k->W, 3 * L->cout, 0, 4)};
+    return conv_with_halo(k, &a);
+}
+
 /* norm_out, SiLU, conv_out, then unpatchify into the staging and out to the caller. */
 static w22_status run_head(chunk_ctx *k, int li) {
     w22_decoder *d = k->d;
@@ -326,8 +385,9 @@ static w22_status run_head(chunk_ctx *k, int li) {
     const int p = d->model.cfg.patch_size, m = k->m;
     w22_view o;
     W22_TRY(slot_view(k, 2, m, L->cout, 0, &o));
-    W22_TRY(norm_conv(k, k->cur, d->wt[L->w[W22_WS_NORM1]], 1, li, 0, d->wt[L->w[W22_WS_CONV1_W]],
-                      d->wt[L->w[W22_WS_CONV1_B]], o, NULL, NULL, NULL, NULL));
+    if (d->head_psum) W22_TRY(head_conv_psum(k, li, o));
+    else W22_TRY(norm_conv(k, k->cur, d->wt[L->w[W22_WS_NORM1]], 1, li, 0, d->wt[L->w[W22_WS_CONV1_W]],
+                           d->wt[L->w[W22_WS_CONV1_B]], o, NULL, NULL, NULL, NULL));
     /* Staging [rows][frames][3][cols] of the whole video height: this rank's rows at its own offset. */
     const long vw = (long)k->W * p, sy = (long)m * 3 * vw;
     const long my_row0 = (long)d->row0 * (k->H / d->rows) * p;
@@ -426,7 +486,9 @@ w22_status w22_plan_run(w22_decoder *d) {
     const w22_model *m = &d->model;
     for (int s = 0; s < W22_STAGES; s++) d->stages[s].done = 0;
     d->first_out_frame = 0;
-    /* A decode starts with empty history: every cache is zero (the causal convs' zero padding). */
+    /* A decode starts with empty history: every cache is zero (the causal convs' zero padding; for the head's
+     * partial sums too), and so is every spare frame (its border stays zero: spare_view). The slots start as the
+     * halves of their caches, whatever the last decode's rotations left. */
     memset(d->cache_old, 0, sizeof d->cache_old);
     for (int l = 0; l < W22_MAX_LAYERS; l++)
         for (int c = 0; c < 3; c++)
@@ -434,7 +496,15 @@ w22_status w22_plan_run(w22_decoder *d) {
                 w22_view v = mkview(d->cache[l][c].ptr, 1, 1, (int)(d->cache[l][c].bytes / b->ops->elem_size), 1,
                                     0, (int)b->ops->elem_size);
                 W22_TRY(b->ops->zero(b, v));
+                d->cache_slot[l][c][0] = d->cache[l][c].ptr;
+                d->cache_slot[l][c][1] = (char *)d->cache[l][c].ptr + d->cache[l][c].bytes / 2;
             }
+    for (int g = 0; g < d->nspares; g++) {
+        w22_view v = mkview(d->spare[g].ptr, 1, 1, (int)(d->spare[g].bytes / b->ops->elem_size), 1, 0,
+                            (int)b->ops->elem_size);
+        W22_TRY(b->ops->zero(b, v));
+        d->spare_now[g] = d->spare[g].ptr;
+    }
     const int es = (int)b->ops->elem_size;
     for (int t0 = 0; t0 < d->T; t0 += d->frames_per_pass) {
         int n = d->T - t0 < d->frames_per_pass ? d->T - t0 : d->frames_per_pass;

@@ -1,6 +1,7 @@
 /* The plan's layout: the four stages cut from the model's layer list, their chunk sizes, and the workspace they
  * need for latents of h x w on this rank: input queues, one scratch region the stages share (one stage works at a
- * time), the causal caches and the video staging. Sizes depend on the chunk sizes, never on T. */
+ * time), the causal caches with their rotation groups' spare frames, and the video staging. Sizes depend on the
+ * chunk sizes, never on T. */
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
@@ -17,6 +18,40 @@ static size_t align_up(size_t x) { return (x + 255) & ~(size_t)255; }
 /* Bytes of f frames of h x w x c, with a one-pixel border when border. */
 size_t w22_frames_bytes(int f, int h, int w, int c, int border, size_t es) {
     return (size_t)f * (h + 2 * border) * (w + 2 * border) * c * es;
+}
+
+/* W22_CACHE_ROTATE=0 / W22_HEAD_PSUM=0 (read once): the caches' pushes as copies / the head's history as input
+ * frames, the designs before, for A/B runs. The memory balances only with both on: the spares take about what the
+ * partial sums free. */
+static int switch_on(const char *name, int *v) {
+    if (*v < 0) {
+        const char *e = getenv(name);
+        *v = !(e && !strcmp(e, "0"));
+    }
+    return *v;
+}
+static int want_rotate(const w22_decoder *d) {
+    static int v = -1;
+    return !d->rotate_off && switch_on("W22_CACHE_ROTATE", &v);
+}
+static int want_psum(const w22_decoder *d) {
+    static int v = -1;
+    return !d->psum_off && switch_on("W22_HEAD_PSUM", &v);
+}
+
+/* Bytes of the head's conv_out buffers in T1 with partial sums: its output (cout channels, elements of es), then
+ * from the next 256-byte boundary the fp32 Ys of its three temporal taps (3 cout channels): exec.c's head_conv_psum. */
+size_t w22_head_psum_bytes(int f, int h, int w, int cout, size_t es, size_t *tmp_off) {
+    *tmp_off = align_up(w22_frames_bytes(f, h, w, cout, 0, es));
+    return *tmp_off + w22_frames_bytes(f, h, w, 3 * cout, 0, 4);
+}
+
+/* The channels of the fresh input of cache k of layer L when that input goes through norm_conv (exec.c: a norm
+ * writes it, the conv reads it and pushes it), else 0: the caches a spare frame can serve. */
+static int norm_conv_input(const w22_layer *L, int k, int psum) {
+    if (L->kind == W22_L_RESBLOCK) return k == 0 ? L->cin : k == 1 ? L->cout : 0;
+    if (L->kind == W22_L_HEAD) return k == 0 && !psum ? L->cin : 0;
+    return 0;
 }
 
 /* Which of the activation slots XA (0) and XB (1) a stage writes: exec.c's out_buffer rule walked over the stage's
@@ -70,10 +105,16 @@ void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total
     const int cout = m->dims[s < 3 ? s + 1 : 4];
     int used[2];
     w22_stage_slots(m, st->layer0, st->layer1, used);
+    size_t t1 = w22_frames_bytes(q, H, W, cact, 0, es), tmp_off;
+    for (int l = st->layer0; l < st->layer1 && d->head_psum; l++)
+        if (m->layers[l].kind == W22_L_HEAD) { /* the head's output and its partial sums' fp32 scratch */
+            const size_t need = w22_head_psum_bytes(q, H, W, m->layers[l].cout, es, &tmp_off);
+            if (need > t1) t1 = need;
+        }
     size_t sizes[8] = {
         used[0] ? w22_frames_bytes(q, H, W, cact, 0, es) : 0, /* 0: XA */
         used[1] ? w22_frames_bytes(q, H, W, cact, 0, es) : 0, /* 1: XB */
-        w22_frames_bytes(q, H, W, cact, 0, es),         /* 2: T1 (conv1 out, attention in/out, head out) */
+        t1,                                             /* 2: T1 (conv1 out, attention in/out, head out) */
         w22_frames_bytes(q, H, W, cin_max, 1, es),      /* 3: NH (conv inputs with border; history: the caches) */
         0,                                              /* 4: unused (time_conv reads its input in place) */
         s < 3 ? w22_frames_bytes(2 * q, H, W, cout, 1, es) : 0,        /* 5: U (upsample conv input) */
@@ -105,7 +146,14 @@ void w22_plan_release(w22_decoder *d) {
         for (int k = 0; k < 3; k++) { /* views into cache_block */
             d->cache[l][k].ptr = NULL;
             d->cache[l][k].bytes = 0;
+            d->cache_slot[l][k][0] = d->cache_slot[l][k][1] = NULL;
+            d->cache_spare[l][k] = 0;
         }
+    for (int g = 0; g < W22_MAX_SPARES; g++) {
+        d->spare[g].ptr = d->spare_now[g] = NULL;
+        d->spare[g].bytes = 0;
+    }
+    d->nspares = 0;
     d->h = d->w = 0;
     d->workspace_bytes = 0;
 }
@@ -125,15 +173,18 @@ static int default_chunk(const w22_decoder *d, int s) {
     const char *e = getenv("W22_STAGE_CHUNK");
     if (e && atoi(e) > 0) return atoi(e);
     /* One frame per chunk past stage 0: the high-resolution stages' buffers hold one frame (the workspace at
-     * 704x1248 is 3.9 GiB, 2.97 of it the causal caches), and one frame there is already 13.7k (stage 1) to
-     * 220k (stage 3) GEMM rows. Two frames would fill the last wave of stages 1-2 better (~2-4% of their conv
-     * time) for 0.2-0.4 GiB more. */
+     * 704x1248 is 3.9 GiB, 2.97 of it the causal caches and their spares), and one frame there is already 13.7k
+     * (stage 1) to 220k (stage 3) GEMM rows; one-frame chunks also let the caches rotate instead of copying. Two
+     * frames would fill the last wave of stages 1-2 better (~2-4% of their conv time) for 0.2-0.4 GiB more. */
     return 1;
 }
 
 w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
-    if (d->h == h && d->w == w && d->scratch.ptr) return W22_OK;
+    const int rotate = want_rotate(d), psum = want_psum(d);
+    if (d->h == h && d->w == w && d->scratch.ptr && d->rotate == rotate && d->head_psum == psum) return W22_OK;
     w22_plan_release(d);
+    d->rotate = rotate;
+    d->head_psum = psum;
     const w22_model *m = &d->model;
     const size_t es = d->backend->ops->elem_size;
     w22_split_rows(h, d->rank, d->world, &d->row0, &d->rows);
@@ -187,8 +238,9 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     if (d->world > 1)
         W22_TRY(region_alloc(d, &d->gathered, w22_frames_bytes(d->stages[0].chunk, h, w, 3 * m->dims[0], 0, es),
                              "attention gather"));
-    /* Causal caches: two frames of each kt=3 conv's input, kept between chunks; one allocation carved into them
-     * (dozens of separate ones would each round up to the allocator's granularity: tens of MiB at 704x1248). */
+    /* Causal caches: two frames of each kt=3 conv's input, kept between chunks (the head's: two fp32 frames of its
+     * partial sums with psum); one allocation carved into them and the spares (dozens of separate ones would each
+     * round up to the allocator's granularity: tens of MiB at 704x1248). */
     size_t cache_total = 0;
     for (s = 0; s < W22_STAGES; s++) {
         const w22_stage *st = &d->stages[s];
@@ -197,8 +249,10 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
             const w22_layer *L = &m->layers[l];
             w22_region *c = d->cache[l];
             switch (L->kind) {
-            case W22_L_CONV_IN:
-            case W22_L_HEAD: c[0].bytes = w22_frames_bytes(2, H, W, L->cin, 1, es); break;
+            case W22_L_CONV_IN: c[0].bytes = w22_frames_bytes(2, H, W, L->cin, 1, es); break;
+            case W22_L_HEAD:
+                c[0].bytes = psum ? w22_frames_bytes(2, H, W, L->cout, 0, 4) : w22_frames_bytes(2, H, W, L->cin, 1, es);
+                break;
             case W22_L_RESBLOCK:
                 c[0].bytes = w22_frames_bytes(2, H, W, L->cin, 1, es);
                 c[1].bytes = w22_frames_bytes(2, H, W, L->cout, 1, es);
@@ -211,6 +265,34 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
             for (int k = 0; k < 3; k++) cache_total += align_up(c[k].bytes);
         }
     }
+    /* Spare frames (rotation): at a stage of one-frame chunks, the caches whose new frame a norm writes (norm_conv)
+     * and that have one frame size form a group; a group of two or more gets one spare frame, so that each push is
+     * a pointer swap (exec.c's cache_push) instead of a frame copy. A group of one would need a third frame for
+     * one cache (stage 2's 1024-channel and stage 3's 512-channel conv1 of the first resblock: 114 and 227 MB at
+     * 704x1248): those keep copying. At 704x1248 the spares are 7.5 (stage 0, one latent frame per pass), 29, 57
+     * and 113 MB, about what the head's partial sums free (227 -> 21 MB). */
+    if (rotate)
+        for (s = 0; s < W22_STAGES; s++) {
+            const w22_stage *st = &d->stages[s];
+            if (st->chunk != 1) continue; /* chunks of several frames push through the fresh slot (copies) */
+            for (int l = st->layer0; l < st->layer1; l++)
+                for (int k = 0; k < 2; k++) {
+                    const int c = norm_conv_input(&m->layers[l], k, psum);
+                    if (!c || d->cache_spare[l][k]) continue;
+                    int members = 0;
+                    for (int l2 = l; l2 < st->layer1; l2++)
+                        for (int k2 = 0; k2 < 2; k2++) members += norm_conv_input(&m->layers[l2], k2, psum) == c;
+                    if (members < 2) continue;
+                    if (d->nspares == W22_MAX_SPARES)
+                        return w22_fail(W22_ERR_INTERNAL, "plan: more than %d cache rotation groups", W22_MAX_SPARES);
+                    const int g = d->nspares++;
+                    d->spare[g].bytes = w22_frames_bytes(1, d->rows << st->level, w << st->level, c, 1, es);
+                    cache_total += align_up(d->spare[g].bytes);
+                    for (int l2 = l; l2 < st->layer1; l2++)
+                        for (int k2 = 0; k2 < 2; k2++)
+                            if (norm_conv_input(&m->layers[l2], k2, psum) == c) d->cache_spare[l2][k2] = g + 1;
+                }
+        }
     W22_TRY(region_alloc(d, &d->cache_block, cache_total, "causal caches"));
     size_t off = 0;
     for (int l = 0; l < W22_MAX_LAYERS; l++)
@@ -219,5 +301,9 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
                 d->cache[l][k].ptr = (char *)d->cache_block.ptr + off;
                 off += align_up(d->cache[l][k].bytes);
             }
+    for (int g = 0; g < d->nspares; g++) {
+        d->spare[g].ptr = (char *)d->cache_block.ptr + off;
+        off += align_up(d->spare[g].bytes);
+    }
     return W22_OK;
 }

@@ -2,7 +2,10 @@
  * post_quant_conv, conv_in and the mid block; stage 3 the head and the unpatchify). Each stage takes its input
  * frames in chunks; a chunk runs every layer of the stage and hands its output frames to the next stage at
  * once, so work memory is bounded by the chunk sizes, never by T. Causal convs keep their last two input frames
- * between chunks, so the chunk sizes do not change the output (docs/design.md). */
+ * between chunks, so the chunk sizes do not change the output (docs/design.md). At a stage of one-frame chunks
+ * the caches of one frame size share a spare frame: the norm writes the new frame there and the push after the conv
+ * swaps pointers instead of copying the frame (W22_CACHE_ROTATE). The head's conv_out keeps its history as fp32
+ * partial sums of its 12 outputs instead of two 256-channel input frames (W22_HEAD_PSUM). */
 #ifndef W22_PLAN_H
 #define W22_PLAN_H
 
@@ -11,6 +14,7 @@
 #include "model/model.h"
 
 #define W22_STAGES 4
+#define W22_MAX_SPARES 8 /* rotation groups: at most two frame sizes per stage */
 
 /* A byte region of backend memory, viewed with any shape that fits. */
 typedef struct {
@@ -46,10 +50,19 @@ struct w22_decoder {
     w22_region queue[W22_STAGES + 1]; /* queue[s]: stage s's input; queue[4]: video staging */
     w22_region scratch;  /* the stages' private buffers (one stage at a time) */
     w22_region gathered; /* attention: the frame's q|k|v from every rank */
-    w22_region cache_block; /* every causal cache, one allocation */
+    w22_region cache_block; /* every causal cache and spare frame, one allocation */
     w22_region cache[W22_MAX_LAYERS][3]; /* per layer (views into cache_block): causal history of conv1, conv2
-                                          * (or time_conv), head */
+                                          * (or time_conv), head (with head_psum: its partial sums A and B, two
+                                          * fp32 frames of cout) */
+    void *cache_slot[W22_MAX_LAYERS][3][2]; /* a cache's two frame slots now: the halves of cache[l][k] at a
+                                             * decode's start; rotation moves them through the group's memory */
     unsigned char cache_old[W22_MAX_LAYERS][3]; /* which of a cache's two frame slots holds the older frame */
+    unsigned char cache_spare[W22_MAX_LAYERS][3]; /* 0: the cache's pushes copy; g + 1: it rotates with spare g */
+    w22_region spare[W22_MAX_SPARES]; /* one frame per rotation group (views into cache_block) */
+    void *spare_now[W22_MAX_SPARES];  /* where group g's free frame is now */
+    int nspares;
+    int rotate, head_psum;  /* how this workspace was planned (W22_CACHE_ROTATE, W22_HEAD_PSUM; both on by default) */
+    int rotate_off, psum_off; /* tests: 1 plans this decoder as W22_CACHE_ROTATE=0 / W22_HEAD_PSUM=0 would */
     w22_region zdev;     /* latents copied to the backend (host decodes) */
     size_t workspace_bytes;
     /* The current decode. */

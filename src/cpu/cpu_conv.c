@@ -2,7 +2,8 @@
  * are evenly strided, so a whole frame is one GEMM over "flat" positions p = y * RS + x (RS = the row stride in
  * pixels): a tap (dy, dx) is the same matrix shifted by (dy - 1) * RS + dx - 1 pixels. Positions with x >= w are
  * computed and thrown away. An upsampling conv first writes its nearest-2x input with its border; its DupUp residual
- * (dup_in) is added with the bias, by the same index map as dupup_add (backend.h's w22_dupup_frame/_channel). */
+ * (dup_in) is added with the bias, by the same index map as dupup_add (backend.h's w22_dupup_frame/_channel). An
+ * output norm (out_norm) is the rmsnorm op run on the output afterwards. */
 #include <stdlib.h>
 #include <string.h>
 #include "backend.h"
@@ -28,7 +29,6 @@ static w22_status upsample_input(w22_view in, float **buf, w22_view *out) {
 }
 
 w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
-    (void)b;
     const w22_bweight *W = a->weight;
     w22_view src = a->in, out = a->out;
     const int kt = a->kt, ks = a->ks, pad = ks == 3 ? 1 : 0;
@@ -57,6 +57,12 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
                             a->residual != NULL, a->time_split);
         W22_TRY(w22_dupup_check("cpu conv (dup_in)", &out, dup, a->dup_ft, a->dup_first_single));
         dup_r = out.c * a->dup_ft * 4 / dup->c;
+    }
+    if (a->out_norm) {
+        W22_TRY(w22_out_norm_check("cpu conv", a));
+        if (a->out_norm->n != out.c)
+            return w22_fail(W22_ERR_BAD_SHAPE, "cpu conv: out_norm gamma has %ld elements, out.c is %d",
+                            a->out_norm->n, out.c);
     }
     float *ubuf = NULL;
     if (a->upsample) W22_TRY(upsample_input(src, &ubuf, &src));
@@ -117,5 +123,6 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
 #undef FRAME
     free(tmp);
     free(ubuf);
-    return W22_OK;
+    /* the output norm: the rmsnorm op over the finished output, in place (the same numbers as the two ops) */
+    return a->out_norm ? w22_cpu_rmsnorm(b, out, out, a->out_norm, a->out_norm_silu) : W22_OK;
 }

@@ -24,7 +24,11 @@
  * v9's run: -0.6% on f121), or one tile per CTA with W22_WGMMA_PERSIST=0.
  * The epilogue (v11-v12): a tile's outputs are packed in its tail (half in registers, half in shared memory) and
  * stored during the next tile's first stages (wgmma_common.cuh, "the overlapped epilogue"), so the stores overlap
- * the MMAs; W22_WGMMA_EPI=half / v2 give v11 / v10. */
+ * the MMAs; W22_WGMMA_EPI=half / v2 give v11 / v10.
+ * The output norm (w22_gemm.norm_gamma, a resblock's conv1 + norm2 + SiLU at 256 channels): the 128 x 256 tile holds
+ * every channel of its pixels, so the tail also sums each row's squares (its quad's lanes, two shuffles) and the
+ * deferred stores scale, multiply by gamma and apply the SiLU, overlapped with the next tile's MMAs: the conv's
+ * output is written once, normalized, instead of written, read and written again by the separate norm. */
 #include "wgmma_common.cuh"
 
 /* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs;
@@ -457,12 +461,31 @@ static int defer_offsets_fit(const w22_gemm *g) {
     return last_o < INT_MAX && last_r < INT_MAX;
 }
 
-w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
-    /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
-    const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
+/* The mode bits g runs with: the switches' (env_mode), less the stores g's alignment or offsets rule out. */
+static int gemm_mode(const w22_gemm *g) {
     int mode = env_mode();
     if ((mode & MODE_EPI_VEC) && !w22_epilogue_vec_ok(g)) mode &= ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM);
     if (g->out_f32 || !defer_offsets_fit(g)) mode &= ~(MODE_EPI_DEFER | MODE_EPI_SMEM); /* bf16, int offsets */
+    return mode;
+}
+
+/* Whether this kernel adds g's output norm (norm_gamma set): where a tile holds every channel of its 128 pixels (N
+ * 256: one 128 x 256 tile across), with the overlapped store through shared memory (the default; the row's sum is
+ * complete in the tail before any of the row is stored), no residual, shortcut or time split, gamma 16-byte aligned
+ * (float4 loads). Other W22_WGMMA_EPI modes are measurement modes of earlier versions: conv.cu runs the separate
+ * norm after them. */
+int w22_cuda_wgmma_tma_norm_ok(const w22_gemm *g) {
+    return g->N == 256 && g->norm_gamma && al16(g->norm_gamma) && !g->res && !g->sc && !g->split_c && !g->out_f32 &&
+           (gemm_mode(g) & MODE_EPI_SMEM);
+}
+
+w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
+    /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
+    const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
+    const int mode = gemm_mode(g);
+    if (g->norm_gamma && !w22_cuda_wgmma_tma_norm_ok(g))
+        return w22_fail(W22_ERR_INTERNAL, "%s: an output norm the TMA conv cannot add (N %d, mode %d)", what, g->N,
+                        mode);
     static const char *const names[2][4][4] = {
         {{"wgmma 128x128 tma", "wgmma 128x256 tma", "wgmma 128x128 tma persistent", "wgmma 128x256 tma persistent"},
          {"wgmma 128x128 tma vec", "wgmma 128x256 tma vec", "wgmma 128x128 tma persistent vec",
@@ -475,12 +498,16 @@ w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *w
          {"", "", "wgmma 128x128 tma persistent vec split", "wgmma 128x256 tma persistent vec split"},
          {"", "", "wgmma 128x128 tma persistent half split", "wgmma 128x256 tma persistent half split"},
          {"", "", "wgmma 128x128 tma persistent defer split", "wgmma 128x256 tma persistent defer split"}}};
+    /* with the output norm (128x256, the overlapped store only) */
+    static const char *const norm_names[2][2] = {
+        {"wgmma 128x256 tma defer norm", "wgmma 128x256 tma persistent defer norm"},
+        {"", "wgmma 128x256 tma persistent defer split norm"}};
     const int epi = mode & MODE_EPI_SMEM ? 3 : mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0;
     int split = 1;
     const w22_status s = big ? launch<256, 4>(c, g, persist, mode, &split, what)
                              : launch<128, 6>(c, g, persist, mode, &split, what);
     if (s != W22_OK) return s;
-    c->last_path = names[split > 1][epi][persist * 2 + big];
+    c->last_path = g->norm_gamma ? norm_names[split > 1][persist] : names[split > 1][epi][persist * 2 + big];
     CU_LAUNCHED(c, what);
     return W22_OK;
 }

@@ -14,6 +14,12 @@ extern "C" {
 
 typedef __nv_bfloat16 bf16;
 
+/* SiLU with the fast reciprocal (the norm kernels, and the conv epilogue's output norm): the IEEE division (a check
+ * and a slow-path call per element) made the norm instruction-bound at ~3 TB/s (docs/PERF.md v13). Exact to a few
+ * ulp of fp32, far below the bf16 rounding after; below a of about -88, exp(-a) is inf and the result 0 (the
+ * limit). */
+static __device__ __forceinline__ float w22_silu(float a) { return __fdividef(a, 1.f + __expf(-a)); }
+
 typedef struct {
     void *ptr;
     size_t bytes;
@@ -125,6 +131,11 @@ typedef struct {
      * residual channel (n << r_csh) + r_coff (r_csh 0 or 1; r_coff 0 with r_csh 0, else 0 or 1). The 16-byte paths
      * load the aligned channels from n << r_csh on and pick from them (w22_epilogue_vec_ok's alignment holds). */
     int r_tsh, r_toff, r_csh, r_coff;
+    /* The output norm (w22_conv_args.out_norm; NULL: none): out = rmsnorm(conv + bias over the N channels) *
+     * gamma, then SiLU when norm_silu, gamma fp32 [N]. Only the TMA wgmma kernel takes it, where its 128 x 256 tile
+     * holds every channel of its pixels (w22_cuda_gemm_takes_norm); conv.cu runs the separate norm otherwise. */
+    const float *norm_gamma;
+    int norm_silu;
 } w22_gemm;
 
 /* Input frame j of a GEMM's window (see a_hist). */
@@ -135,6 +146,9 @@ static __host__ __device__ __forceinline__ const bf16 *w22_gemm_frame(const w22_
 
 /* Runs the GEMM on the tensor cores when its shape allows (conv_sm90_mma.cu), else the scalar kernel. */
 w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what);
+/* Whether w22_cuda_gemm adds g's output norm (norm_gamma set) in its epilogue; else the caller clears norm_gamma and
+ * runs the norm after (w22_cuda_gemm refuses a norm it cannot add). */
+int w22_cuda_gemm_takes_norm(const w22_cuda *c, const w22_gemm *g);
 w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_gemm *g, const char *what);
 /* conv_rows.cu: the 3x3(x3) conv with N <= 16 as row tiles (W22_CONV_ROWS=1); NULL when it takes g, else why not */
 const char *w22_cuda_rows_blocker(const w22_gemm *g);
@@ -147,6 +161,10 @@ w22_status w22_cuda_gemm_init(w22_cuda *c);
 w22_status w22_cuda_wgmma_init(w22_cuda *c);
 const char *w22_cuda_wgmma_blocker(const w22_gemm *g);
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_gemm *g, const char *what);
+/* Whether w22_cuda_gemm_wgmma sends g (which passed w22_cuda_wgmma_blocker) to the TMA kernel
+ * (conv_sm90_wgmma_tma.cu), and whether that kernel adds g's output norm (norm_gamma set). */
+int w22_cuda_wgmma_takes_tma(const w22_cuda *c, const w22_gemm *g);
+int w22_cuda_wgmma_tma_norm_ok(const w22_gemm *g);
 
 /* Every op starts here: the calling thread may not have the backend's GPU current (one thread per rank). */
 #define CU_ENTER(c) CU_TRY(cudaSetDevice((c)->device))

@@ -73,7 +73,8 @@ void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total
     size_t sizes[8] = {
         used[0] ? w22_frames_bytes(q, H, W, cact, 0, es) : 0, /* 0: XA */
         used[1] ? w22_frames_bytes(q, H, W, cact, 0, es) : 0, /* 1: XB */
-        w22_frames_bytes(q, H, W, cact, 0, es),         /* 2: T1 (conv1 out, attention in/out, head out) */
+        w22_frames_bytes(q, H, W, cact, 1, es),         /* 2: T1 (conv1 out, bordered: conv2's input; attention
+                                                         * in/out, head out) */
         w22_frames_bytes(q, H, W, cin_max, 1, es),      /* 3: NH (conv inputs with border; history: the caches) */
         0,                                              /* 4: unused (time_conv reads its input in place) */
         s < 3 ? w22_frames_bytes(2 * q, H, W, cout, 1, es) : 0,        /* 5: U (upsample conv input) */

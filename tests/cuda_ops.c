@@ -489,6 +489,154 @@ static void dupconv_case(const char *tag, int C, int cd, int ft, int first_singl
     wpair_free(&bias);
 }
 
+/* Whether the CUDA conv adds an output norm in the GEMM's epilogue at cout 256 (w22_cuda_gemm_takes_norm, restated):
+ * the TMA kernel's overlapped store through shared memory (W22_WGMMA_EPI unset or defer), which check_wgmma_path
+ * expects with these switches. */
+static int norm_fusion_expected(int cin, int cout) {
+    const char *le = getenv("W22_WGMMA_LOAD"), *ee = getenv("W22_WGMMA_EPI");
+    return gpu_wgmma && !selftest && cout == 256 && cin % 64 == 0 && !(le && !strcmp(le, "cpasync")) &&
+           !getenv("W22_WGMMA_ROWS") && !getenv("W22_WGMMA_HANDOFF") && !getenv("W22_WGMMA_CLUSTER") &&
+           (!ee || !strcmp(ee, "defer"));
+}
+
+/* The causal 3x3x3 conv with an output norm (w22_conv_args.out_norm: a resblock's conv1 writing norm2 (+ SiLU) of its
+ * output into conv2's input), F output frames of h x w, cin -> cout, into a bordered output view (the plan's: its
+ * border must stay NaN), the history frames read in place when hist. Against the CPU's conv and then its rmsnorm
+ * into another buffer (the reference does not share the fused code). At cout 256 on the wgmma kernel the norm runs
+ * in the TMA kernel's epilogue (path "... norm"); elsewhere the conv and then the norm kernel in place ("conv, then
+ * the separate rmsnorm").
+ * Tolerance: the GPU rounds the conv's output to bf16 (as the separate norm reads it) and the result: each <= 2^-9
+ * of the element, the first scaled by gamma / rms and SiLU's slope (<= 1.1) into the result, so <= 2^-8 max|ref|:
+ * inside conv_case's 2^-7 max|ref|. Also against the GPU's own conv then rmsnorm kernel: the same arithmetic on the
+ * same bf16 conv output but for the order of the sum of squares (fp32, ~1e-7 of the scale), so at most one bf16 ulp
+ * apart where a rounding falls the other way. */
+static void normconv_case(const char *tag, int cin, int cout, int F, int h, int w, int silu, int hist) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "%s %dx%dx%dx%d->%d k3x3x3%s%s", tag, F + 2, h, w, cin, cout, silu ? " silu" : "",
+             hist ? " hist" : "");
+    if (!selected("conv") && !selected("norm")) return;
+    tens in, out, h0, h1, sep, t1;
+    memset(&h0, 0, sizeof h0), memset(&h1, 0, sizeof h1), memset(&sep, 0, sizeof sep), memset(&t1, 0, sizeof t1);
+    const float a = sqrtf(3.0f / (cin * 27));
+    wpair wt, bias, gm;
+    int64_t wshape[5] = {cout, cin, 3, 3, 3}, b1[1] = {cout};
+    if (!tens_new(&in, F + 2, h, w, cin, 1, FILL_RANDOM, -1, 1) ||
+        !tens_new(&out, F, h, w, cout, 1, FILL_POISON, 0, 0) || !tens_new(&t1, F, h, w, cout, 0, FILL_POISON, 0, 0) ||
+        !tens_new(&sep, F, h, w, cout, 1, FILL_POISON, 0, 0) ||
+        !wpair_new(&wt, W22_WK_CONV, wshape, 5, -a, a) || !wpair_new(&bias, W22_WK_VECTOR, b1, 1, -0.5f, 0.5f) ||
+        !wpair_new(&gm, W22_WK_VECTOR, b1, 1, 0.5f, 1.5f)) {
+        CHECK(0, "normconv setup %s", shape);
+        return;
+    }
+    w22_conv_args ac = {.in = in.cv, .out = t1.cv, .weight = wt.c, .bias = bias.c, .kt = 3, .ks = 3};
+    w22_conv_args ag = {.in = in.gv, .out = out.gv, .weight = wt.g, .bias = bias.g, .kt = 3, .ks = 3,
+                        .out_norm = gm.g, .out_norm_silu = silu};
+    if (hist) { /* the GPU reads the history from separate buffers; its window's first two frames are NaN */
+        const size_t fb = in.n / in.f * gpu->ops->elem_size;
+        if (!tens_new(&h0, 1, h, w, cin, 1, FILL_POISON, 0, 0) || !tens_new(&h1, 1, h, w, cin, 1, FILL_POISON, 0, 0) ||
+            gpu->ops->copy_bytes(gpu, h0.gbuf, in.gbuf, fb) != W22_OK ||
+            gpu->ops->copy_bytes(gpu, h1.gbuf, (char *)in.gbuf + fb, fb) != W22_OK) {
+            CHECK(0, "normconv hist setup %s", shape);
+            return;
+        }
+        float *nan2 = malloc(2 * fb / gpu->ops->elem_size * sizeof(float));
+        t_fill_nan(nan2, 2 * fb / gpu->ops->elem_size);
+        upload(gpu, in.gbuf, nan2, 2 * fb / gpu->ops->elem_size);
+        free(nan2);
+        ag.in = w22_view_frames(in.gv, 2, F);
+        ag.hist[0] = h0.gv;
+        ag.hist[1] = h1.gv;
+    }
+    w22_status s1 = cpu->ops->conv(cpu, &ac);
+    if (s1 == W22_OK) s1 = cpu->ops->rmsnorm(cpu, t1.cv, out.cv, gm.c, silu);
+    char cerr[512];
+    snprintf(cerr, sizeof cerr, "%s", w22_last_error());
+    w22_status s2 = gpu->ops->conv(gpu, &ag);
+    const char *path = gpu_path(); /* before the sync: a static string */
+    if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
+    if (both_ok("conv+norm", shape, s1, cerr, s2)) {
+        compare("conv+norm", shape, &out, 0, cout, TOL_BF16, 1e-5, 0, path);
+        if (!selftest) {
+            const int want = norm_fusion_expected(cin, cout), fused = strstr(path, " norm") != NULL;
+            const int on = want ? fused : !strcmp(path, "conv, then the separate rmsnorm");
+            if (!on)
+                printf("    expected %s, ran on [%s]: FAIL\n",
+                       want ? "the norm in the conv's epilogue" : "conv, then the separate rmsnorm", path);
+            CHECK(on, "conv+norm %s on %s", shape, want ? "the fused path" : "the separate path");
+            if (want && fused) {
+                const int tpf = (h * w + 127) / 128;
+                check_wgmma_path("conv+norm", shape, split_expected(F * tpf, 27 * (cin / 64)), 0);
+            }
+            /* against the GPU's conv, then its rmsnorm kernel */
+            w22_conv_args a2 = ag;
+            a2.out = t1.gv;
+            a2.out_norm = NULL;
+            w22_status s3 = gpu->ops->conv(gpu, &a2);
+            if (s3 == W22_OK) s3 = gpu->ops->rmsnorm(gpu, t1.gv, sep.gv, gm.g, silu);
+            if (s3 == W22_OK) s3 = gpu->ops->sync(gpu);
+            float *x = malloc(out.n * 4 + 4), *y = malloc(sep.n * 4 + 4);
+            long ulp1 = 0, worse = 0;
+            if (s3 == W22_OK && download(gpu, x, out.gbuf, out.n) && download(gpu, y, sep.gbuf, sep.n)) {
+                for (size_t i = 0; i < out.n; i++) {
+                    if (same_or_both_nan(x[i], y[i])) continue;
+                    const long d = labs((long)w22_f32_to_bf16(x[i]) - (long)w22_f32_to_bf16(y[i]));
+                    if (d == 1 && !isnan(x[i]) && !isnan(y[i]) && (x[i] < 0) == (y[i] < 0)) ulp1++;
+                    else worse++;
+                }
+            } else {
+                worse = -1;
+            }
+            printf("%-10s %-46s against the GPU's conv then rmsnorm: %ld one ulp apart, %ld further %s\n", "conv+norm",
+                   shape, ulp1, worse, worse == 0 ? "ok" : "FAIL");
+            CHECK(worse == 0, "conv+norm %s against the GPU's separate norm: %s", shape,
+                  s3 == W22_OK ? "more than one ulp apart" : w22_last_error());
+            free(x);
+            free(y);
+        }
+    }
+    tens_free(&in);
+    tens_free(&out);
+    tens_free(&t1);
+    tens_free(&sep);
+    tens_free(&h0);
+    tens_free(&h1);
+    wpair_free(&wt);
+    wpair_free(&bias);
+    wpair_free(&gm);
+}
+
+/* An output norm with what backend.h excludes, or a gamma of another length: refused, on either backend. */
+static void normconv_misuse_case(void) {
+    if (!selected("conv") && !selected("norm")) return;
+    tens in, out;
+    wpair wt, bias, gm, g2;
+    int64_t wshape[5] = {256, 64, 3, 3, 3}, b1[1] = {256}, b2[1] = {255};
+    if (!tens_new(&in, 3, 4, 6, 64, 1, FILL_RANDOM, -1, 1) || !tens_new(&out, 1, 4, 6, 256, 1, FILL_POISON, 0, 0) ||
+        !wpair_new(&wt, W22_WK_CONV, wshape, 5, -0.1f, 0.1f) || !wpair_new(&bias, W22_WK_VECTOR, b1, 1, -0.5f, 0.5f) ||
+        !wpair_new(&gm, W22_WK_VECTOR, b1, 1, 0.5f, 1.5f) || !wpair_new(&g2, W22_WK_VECTOR, b2, 1, 0.5f, 1.5f)) {
+        CHECK(0, "normconv misuse setup");
+        return;
+    }
+    w22_conv_args a = {.in = in.gv, .out = out.gv, .weight = wt.g, .bias = bias.g, .kt = 3, .ks = 3, .out_norm = gm.g,
+                       .out_norm_silu = 1};
+    w22_conv_args bad = a;
+    bad.residual = &out.gv;
+    const w22_status r1 = gpu->ops->conv(gpu, &bad);
+    bad = a;
+    bad.out_norm = g2.g;
+    const w22_status r2 = gpu->ops->conv(gpu, &bad);
+    const int ok = r1 == W22_ERR_INVALID_ARG && r2 == W22_ERR_BAD_SHAPE;
+    printf("%-10s %-46s %s (%s, %s)\n", "conv+norm", "misuse: with a residual; gamma of 255", ok ? "ok" : "FAIL",
+           w22_status_string(r1), w22_status_string(r2));
+    CHECK(ok, "conv+norm misuse refused");
+    tens_free(&in);
+    tens_free(&out);
+    wpair_free(&wt);
+    wpair_free(&bias);
+    wpair_free(&gm);
+    wpair_free(&g2);
+}
+
 /* The same conv run `reps` times on the GPU must give the same bits each time: the split tail's last piece adds
  * the pieces in piece order whichever CTA arrives last (the bench's agreement check saw 0.016 between calls when it
  * added them in arrival order). The output is NaN before each run. */
@@ -1031,6 +1179,17 @@ static void run_cases(void) {
     dupconv_case("scalar", 4, 4, 2, 1, 2, 3, 5, 0, "scalar");
     dupconv_case("sep", 128, 256, 2, 1, 2, 5, 9, 0, "separate"); /* offset = time copy: the separate kernel */
     dupconv_case("sep", 32, 16, 1, 0, 2, 3, 5, 0, "separate");   /* cd = C / 2: cs 4 */
+    /* conv + output norm (a resblock's conv1 + norm2): in the TMA kernel's epilogue at cout 256 (up_blocks.3's
+     * 256 -> 256 and 512 -> 256), with and without SiLU, the history read in place, partial last tiles (h w % 128 !=
+     * 0), several frames, the split tail; the conv and then the norm kernel at cout 512 and on the mma kernel */
+    normconv_case("up3", 256, 256, 1, 32, 48, 1, 1);   /* 12 whole tiles, history */
+    normconv_case("up3", 256, 256, 2, 7, 19, 0, 1);    /* 133 pixels: a partial tile per frame, no SiLU */
+    normconv_case("up3", 512, 256, 2, 9, 15, 1, 0);    /* resnets.0's 512 -> 256, contiguous window */
+    normconv_case("up3", 256, 256, 1, 3, 5, 1, 1);     /* 15 pixels: one partial tile */
+    normconv_case("split", 64, 256, 1, 76, 256, 1, 1); /* 152 tiles: 20 in 3 pieces (132 SMs) */
+    normconv_case("up2", 512, 512, 1, 8, 12, 1, 1);    /* 512: the conv, then the norm kernel */
+    normconv_case("edge", 48, 256, 1, 5, 7, 1, 0);     /* cin 48: the mma kernel, then the norm kernel */
+    normconv_misuse_case();
     /* attention */
     attention_case(1024, 1, 6, 13, 0, 6, 1);
     attention_case(1024, 2, 6, 13, 2, 3, 1); /* a rank's rows */

@@ -47,17 +47,18 @@ static int gpu_wgmma;                /* the backend in `gpu` was made with W22_C
 static int wgmma_qualifies(int cin, int cout, int ks, int upsample, int sc_cin) {
     return cin % 64 == 0 && cout % 128 == 0 && (!sc_cin || sc_cin % 64 == 0) && (!upsample || ks == 3);
 }
-/* The row convs (conv_rows.cu) take these unless W22_CONV_ROWS=0. */
-static int rows_qualifies(int cin, int cout, int kt, int ks, int upsample, int time_split, int sc_cin) {
+/* The row convs' path for a conv of n output channels and h output rows (conv_rows.cu's blocker and switch,
+ * restated), NULL where neither takes it (W22_CONV_ROWS=0, or the mma kernel's): n <= 16 on the 2D tiles
+ * (conv_rows2d.cu) from 6 rows on, unless W22_CONV_ROWS=row, else the row tiles; 16 < n <= 48 on the 2D tiles'
+ * three channel blocks (from 6 rows on, not under =row) or on neither. */
+static const char *rows_path(int cin, int n, int h, int kt, int ks, int upsample, int time_split, int sc_cin) {
     const char *e = getenv("W22_CONV_ROWS");
-    return !(e && !strcmp(e, "0")) && cin % 64 == 0 && cout <= 16 && cout % 2 == 0 && ks == 3 && (kt == 1 || kt == 3) &&
-           !upsample && !time_split && !sc_cin;
-}
-/* Which of them runs a qualifying conv of h output rows: the 2D tiles (conv_rows2d.cu) from 6 rows on, unless
- * W22_CONV_ROWS=row; the row tiles otherwise. */
-static const char *rows_path(int h) {
-    const char *e = getenv("W22_CONV_ROWS");
-    return (e && !strcmp(e, "row")) || h < 6 ? "rows 128x16" : "rows2d 16x32x16";
+    if ((e && !strcmp(e, "0")) || cin % 64 || n % 2 || n > 48 || ks != 3 || (kt != 1 && kt != 3) || upsample ||
+        time_split || sc_cin)
+        return NULL;
+    const int row = (e && !strcmp(e, "row")) || h < 6;
+    if (n <= 16) return row ? "rows 128x16" : "rows2d 16x32x16";
+    return row ? NULL : "rows2d 16x32x48";
 }
 /* The TMA kernel's split tail (conv_sm90_wgmma_tma.cu, w22_wgmma_split_of, restated): on a persistent grid of
  * `sms` CTAs, the last round's R = tiles % sms tiles run as min(3, sms / R) pieces of K when that is 2 or more,
@@ -409,9 +410,10 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
             const int launches = upsample && phases_one() ? 4 : 1;
             check_wgmma_path("conv", shape, split_expected(launches * F * tpf * (cout / bn), iters), upsample);
         }
-        if (!selftest && rows_qualifies(cin, cout, kt, ks, upsample, time_split, sc_cin)) {
-            const int on = !strcmp(gpu_path(), rows_path(oh));
-            if (!on) printf("    expected the row conv [%s], ran on [%s]: FAIL\n", rows_path(oh), gpu_path());
+        const char *rp = rows_path(cin, cout, oh, kt, ks, upsample, time_split, sc_cin);
+        if (!selftest && rp) {
+            const int on = !strcmp(gpu_path(), rp);
+            if (!on) printf("    expected the row conv [%s], ran on [%s]: FAIL\n", rp, gpu_path());
             CHECK(on, "conv %s on the row conv", shape);
         }
     }
@@ -784,8 +786,8 @@ static void raw_free(rawpair *r) {
  * bf16 products summed in another order: ~K 2^-24 of the sums of |terms|, a few max|ref| here; tolerance 1e-4
  * max|ref| + 1e-5, errors of the map (a wrong tap or channel) are O(max|ref|)). The state starts random, the same on
  * both sides (a history already there); the outputs and the GPU's scratch start as NaN. The GEMM's kernel is
- * asserted: a tensor-core one (the mma kernel; the row conv if it takes N = 3 cout) where cin % 8 == 0 and N is
- * even, else the scalar one. */
+ * asserted: the row convs' where they take N = 3 cout (rows_path: the 2D tiles up to N = 48 from 6 rows on, which
+ * store fp32 here), else the mma kernel where cin % 8 == 0 and N is even, else the scalar one. */
 static void psum_case(const char *tag, int cin, int cout, int F, int h, int w, int step) {
     char shape[160];
     snprintf(shape, sizeof shape, "%s %dx%dx%dx%d->%d k3x3 psum, calls of %d", tag, F, h, w, cin, cout, step);
@@ -813,6 +815,7 @@ static void psum_case(const char *tag, int cin, int cout, int F, int h, int w, i
     w22_status s1 = W22_OK, s2 = W22_OK;
     char cerr[512] = "";
     const int tc = cin % 8 == 0 && (3 * cout) % 2 == 0;
+    const char *rp = rows_path(cin, 3 * cout, h, 1, 3, 0, 0, 0), *want = rp ? rp : tc ? "mma" : "scalar";
     int path_ok = 1;
     char path[96] = "";
     for (int t = 0; t < F && s1 == W22_OK && s2 == W22_OK; t += step) {
@@ -828,12 +831,12 @@ static void psum_case(const char *tag, int cin, int cout, int F, int h, int w, i
         if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
         snprintf(path, sizeof path, "%s", gpu_path());
         if (!selftest && s2 == W22_OK)
-            path_ok &= tc ? !strncmp(path, "mma", 3) || !strncmp(path, "rows", 4) : !strncmp(path, "scalar", 6);
+            path_ok &= rp ? !strcmp(path, rp) : !strncmp(path, want, strlen(want));
     }
     if (both_ok("conv psum", shape, s1, cerr, s2)) {
         compare("conv psum", shape, &out, 0, cout, TOL_BF16, 1e-5, 0, path);
         if (!path_ok)
-            printf("    expected %s, ran on [%s]: FAIL\n", tc ? "a tensor-core kernel" : "the scalar kernel", path);
+            printf("    expected [%s], ran on [%s]: FAIL\n", want, path);
         CHECK(path_ok, "conv psum %s on the expected kernel", shape);
         float *gs = malloc(nst * 4), *cs = malloc(nst * 4);
         const int ok = gpu->ops->to_host(gpu, gs, st.g, nst * 4) == W22_OK &&
@@ -1130,6 +1133,14 @@ static void run_cases(void) {
     conv_case("rows2d", 128, 2, 1, 6, 9, 3, 3, 0, 0, RES_INPLACE, 0);    /* N 2, the fewest rows it takes */
     conv_case("rows2d", 64, 12, 2, 48, 320, 3, 3, 0, 0, RES_NONE, 0);   /* 2 x 3 x 10 tiles, none partial */
     conv_case("rows2d", 64, 12, 3, 80, 300, 3, 3, 0, 0, RES_SEPARATE, 0); /* 150 tiles: a second round on 132 SMs */
+    /* 16 < N <= 48 on the 2D tiles' three 16-channel blocks per warp (the psum conv_out's N = 36), from 6 rows on and
+     * not under W22_CONV_ROWS=row (then the mma kernel): N 36, 48, 24 and 40 (a third block part-filled or empty),
+     * partial tiles both ways, kt 1, residuals, a second round of the 3-stage ring's persistent grid */
+    conv_case("rows2d", 256, 36, 2, 19, 37, 3, 3, 0, 0, RES_NONE, 0);     /* tiles 16 + 3 rows, 32 + 5 columns */
+    conv_case("rows2d", 64, 48, 2, 33, 70, 1, 3, 0, 0, RES_SEPARATE, 0);  /* kt 1: 3 x 3 tiles, all edges partial */
+    conv_case("rows2d", 128, 24, 1, 6, 9, 3, 3, 0, 0, RES_INPLACE, 0);    /* N 24, the fewest rows it takes */
+    conv_case("rows2d", 64, 40, 3, 80, 300, 3, 3, 0, 0, RES_SEPARATE, 0); /* 150 tiles: a second round on 132 SMs */
+    conv_case("rows", 64, 36, 1, 5, 40, 3, 3, 0, 0, RES_NONE, 0);         /* under 6 rows: the mma kernel */
     /* the causal history read in place (w22_conv_args.hist): one and several output frames, each kernel, tiles
      * spanning frames (h x w < 128 rows), the time_conv, residual and shortcut */
     conv_hist = 1;
@@ -1144,15 +1155,22 @@ static void run_cases(void) {
     conv_case("rows", 256, 12, 3, 2, 140, 3, 3, 0, 0, RES_NONE, 0);      /* row conv: history, 2 x tiles */
     conv_case("rows2d", 256, 12, 1, 21, 45, 3, 3, 0, 0, RES_NONE, 0);   /* 2D tiles: one frame as the decode's */
     conv_case("rows2d", 64, 12, 3, 70, 310, 3, 3, 0, 0, RES_INPLACE, 0); /* 150 tiles, partial both ways, res = out */
+    conv_case("rows2d", 256, 36, 1, 21, 45, 3, 3, 0, 0, RES_NONE, 0);   /* N 36 on the 2D tiles: one frame */
+    conv_case("rows2d", 64, 48, 2, 22, 40, 3, 3, 0, 0, RES_INPLACE, 0);  /* N 48, two frames, res = out */
     conv_case("wg", 256, 512, 2, 48, 96, 3, 3, 0, 0, RES_NONE, 0);       /* 144 tiles of 128x256: persistent */
     conv_case("edge", 4, 12, 2, 3, 5, 3, 3, 0, 0, RES_NONE, 0);         /* scalar kernel */
     conv_case("edge", 64, 64, 3, 5, 7, 3, 3, 0, 0, RES_INPLACE, 0);     /* mma kernel, one partial tile */
     conv_hist = 0;
     /* the causal conv with its history as partial sums (the head's conv_out): one frame per call, several, a call
-     * of all frames with rows of two x tiles; N = 48 on the mma kernel; the scalar kernel (cin 4, N odd) */
+     * of all frames with rows of two x tiles (3 rows: the mma kernel); the GEMM (N = 3 cout) on the 2D tiles into
+     * fp32: N 36, 48 and 24 with partial tiles both ways; N = 48 under 6 rows on the mma kernel; the scalar kernel
+     * (cin 4, N odd) */
     psum_case("conv_out", 256, 12, 5, 16, 24, 1);
     psum_case("conv_out", 256, 12, 5, 16, 24, 2);
     psum_case("conv_out", 256, 12, 3, 3, 140, 3);
+    psum_case("rows2d", 256, 12, 3, 19, 37, 1); /* N 36: tiles 16 + 3 rows, 32 + 5 columns */
+    psum_case("rows2d", 64, 16, 3, 33, 70, 3);  /* N 48: 3 x 3 tiles per frame, all edges partial */
+    psum_case("rows2d", 128, 8, 4, 6, 9, 2);    /* N 24, the fewest rows the 2D tiles take */
     psum_case("edge", 64, 16, 4, 5, 7, 3);
     psum_case("edge", 4, 12, 3, 3, 5, 1);
     psum_case("edge", 32, 3, 2, 4, 6, 1);

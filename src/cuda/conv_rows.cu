@@ -2,7 +2,8 @@
  * three horizontal taps; and the switch between this kernel and the 2D tiles (conv_rows2d.cu), which now run
  * conv_out: W22_CONV_ROWS unset, the 2D tiles where w22_rows2d_takes (H >= 6) and this kernel for the shorter
  * convs (a rank's edge rows); =row, this kernel for all (the A/B switch); =0, neither (the mma.sync kernel). v7
- * (docs/PERF.md) made this kernel conv_out's (2.46x over the mma kernel).
+ * (docs/PERF.md) made this kernel conv_out's (2.46x over the mma kernel). 16 < N <= 48 (the partial-sums conv_out
+ * GEMM's 36, conv_psum.cu) only the 2D tiles take (unset, H >= 6); else the mma kernel.
  *
  * Why: conv_out is 4.1% of the decode's GPU time (the v5 audit: 138 of 3411 ms at f121) at ~41 TFLOP/s. With
  * N = 12 its MMAs are nothing; the cost is the A gather: the generic kernels read 27 taps x 64-channel slices of
@@ -153,7 +154,11 @@ const char *w22_cuda_rows_blocker(const w22_gemm *g) {
     if (!rows_mode()) return "off (W22_CONV_ROWS=0)";
     if (g->upsample || g->sc) return "upsample or shortcut";
     if (g->ks != 3 || (g->kt != 1 && g->kt != 3) || g->pad_y != 1 || g->pad_x != 1) return "not a centred 3x3(x3)";
-    if (g->N > CR_BN || g->N % 2) return "N > 16 or odd";
+    if (g->N % 2) return "N odd";
+    /* N <= 16: either kernel; 16 < N <= 48: the 2D tiles' three channel blocks alone (w22_rows2d_takes checks
+     * N <= 48 and H >= 6), else the mma kernel */
+    if (g->N > CR_BN && !(rows_mode() == 2 && w22_rows2d_takes(g)))
+        return rows_mode() == 2 ? "N > 16 and not on the 2D tiles (N > 48 or H < 6)" : "N > 16 (W22_CONV_ROWS=row)";
     if (g->cin % 64) return "cin % 64";
     if (g->b_w < g->N) return "weights not one [N][K] block";
     if ((long)g->F * g->H * ((g->W + CR_BM - 1) / CR_BM) > 0x7fffffffL) return "too many tiles";

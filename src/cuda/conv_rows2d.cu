@@ -1,6 +1,7 @@
-/* conv_out (the 3x3(x3) conv with N <= 16 output channels: 256 -> 12) on 2D tiles that serve all nine spatial taps
- * from one shared-memory tile. The default for the shapes w22_cuda_rows_blocker takes (conv_rows.cu) with H >= 6;
- * W22_CONV_ROWS=row keeps them on the row kernel (conv_rows.cu), which also runs the shorter ones.
+/* conv_out (the 3x3(x3) conv with N <= 16 output channels: 256 -> 12) and the head's partial-sums conv_out GEMM
+ * (conv_psum.cu: N = 36, kt 1, fp32 out) on 2D tiles that serve all nine spatial taps from one shared-memory tile.
+ * The default for the shapes w22_cuda_rows_blocker takes (conv_rows.cu) with H >= 6; W22_CONV_ROWS=row keeps N <= 16
+ * on the row kernel (conv_rows.cu), which also runs the shorter ones; 16 < N <= 48 runs here or on the mma kernel.
  *
  * Why: the row kernel (a tile = 128 pixels of one output row) loads, per (dt, dy) and channel slice, one input row of
  * 130 pixels: its dx taps share the load but its dy taps do not, so each input pixel crosses from L2 three times per
@@ -34,9 +35,20 @@
  *   Rounds: 1760 / 132 = 13.3 -> 14 (the last part-empty, 5%).
  *   -> 0.60-0.70 ms (the three overlap imperfectly; 210-240 TFLOP/s), 2.1-2.4x. One frame (the decode's
  *   chunks: perf line `conv_out 256->12 1f`): 440 tiles, 3.3 rounds of 132 -> 4 (the last a third full): ~1.9-2.2x.
- * Requirements: w22_cuda_rows_blocker's (ks 3, kt 1 or 3, centred pads, N <= 16 and even, cin % 64 == 0, one [N][K]
- * weight block, the mma kernel's alignment and int-offset checks) and w22_rows2d_takes' (H >= 6, the tile's pixel
- * offsets fit an int). Epilogue: the shared one (conv_epilogue.cuh): bias, residual, time split, bf16 or fp32. */
+ * N up to 48 (NB = 3, path `rows2d 16x32x48`): a warp keeps NB 16-channel blocks (8 NB accumulators of 4 floats:
+ * 234 registers at NB = 3, no spills; 255 allowed at one block per SM), B grows to 9 x 48 rows per stage (66816 B
+ * per stage, so 3 stages, 200448 B: 4 would be 267264). Each A fragment feeds 3x the MMAs; the A loads and the A
+ * ldmatrix are NB = 1's, the B ldmatrix 3x (15 ldmatrix per 72 MMAs). The psum GEMM (kt 1, K = 9 cin, 8 stages per
+ * tile) issues exactly the MMAs of the N = 12 conv of one frame (kt 3, 24 stages: 3 x 144 = 432 x 8 = 144 x 24 per
+ * warp), with a third of its A traffic (B the same: 36 rows x 8 stages = 12 x 24) and 0.55x its ldmatrix bytes:
+ * per frame at 352 x 624, L2 -> SM 0.21 GB (0.06 ms), smem 1.5 GB (0.05 ms), MMAs 50 GFLOP padded (0.08 ms), 4
+ * rounds of 8 stages -> the GEMM ~0.09-0.12 ms, MMA-bound; plus the fp32 stores (36 floats per pixel, 32 MB) and
+ * the combine (~0.02-0.03 ms). Zero B rows (N = 36 -> 48: 25% of the MMAs) are not skipped; N <= 32 could take
+ * NB = 2 (4 stages fit: 230400 B) if the MMAs turn out to bound it.
+ * Requirements: w22_cuda_rows_blocker's (ks 3, kt 1 or 3, centred pads, N <= 48 and even, cin % 64 == 0, one [N][K]
+ * weight block, the mma kernel's alignment and int-offset checks) and w22_rows2d_takes' (N <= 48, H >= 6, the
+ * tile's pixel offsets fit an int). Epilogue: the shared one (conv_epilogue.cuh): bias, residual, time split, bf16 or
+ * fp32. */
 #include "cuda_internal.h"
 #include "conv_epilogue.cuh"
 #include "mma_sync.cuh"
@@ -50,20 +62,27 @@
 #define R2_APIX (R2_AH * R2_AW)                   /* 612 input pixels */
 #define R2_BK 32                                  /* input channels per stage */
 #define R2_ROW (R2_BK * 2)                        /* bytes per smem row */
-#define R2_BN 16                                  /* output channels, padded */
 #define R2_THREADS 256
-#define R2_STAGES 4
 #define R2_A_BYTES (R2_APIX * R2_ROW)             /* 39168 */
-#define R2_B_BYTES (9 * R2_BN * R2_ROW)           /* 9216 */
-#define R2_STAGE_BYTES (R2_A_BYTES + R2_B_BYTES)  /* 48384 */
-#define R2_SMEM (R2_STAGES * R2_STAGE_BYTES)      /* 193536: one block per SM */
 #define R2_AJ ((R2_APIX + 63) / 64)               /* A pixels per loader thread: 10 (4 threads per pixel) */
-#define R2_BJ ((9 * R2_BN * 4 + R2_THREADS - 1) / R2_THREADS) /* B chunks per loader thread: 3 */
 #define R2_MIN_H 6 /* below: 18 input rows per 16-row tile cost more than the row kernel's 3 per output row */
+#define R2_MAX_N 48                               /* NB = 3 */
+
+/* NB 16-channel blocks per warp: 1 for N <= 16, 3 for N <= 48 (the psum conv_out's 36). The B stage grows with NB;
+ * at NB = 3 four stages (267264 B) exceed the 227 KB a block may have, so three: two stages in flight while one is
+ * consumed, and each stage's 3x MMAs give the loads more time to land. */
+template <int NB> struct r2_cfg {
+    static constexpr int BN = 16 * NB;                               /* output channels, padded */
+    static constexpr int STAGES = NB == 1 ? 4 : 3;
+    static constexpr int B_BYTES = 9 * BN * R2_ROW;                  /* 9216 NB */
+    static constexpr int STAGE_BYTES = R2_A_BYTES + B_BYTES;         /* 48384; 66816 at NB = 3 */
+    static constexpr int SMEM = STAGES * STAGE_BYTES;                /* 193536; 200448 at NB = 3 */
+    static constexpr int BJ = (9 * BN * 4 + R2_THREADS - 1) / R2_THREADS; /* B chunks per loader thread: 3; 7 */
+    static_assert(R2_A_BYTES % 128 == 0 && STAGE_BYTES % 128 == 0, "the swizzle's slots assume 128-byte tiles");
+    static_assert(SMEM <= 227 * 1024, "the ring exceeds the sm_90 shared-memory limit");
+};
 
 static_assert(R2_TH == 4 * R2_WR && R2_TW == 2 * 16 && R2_THREADS == 8 * 32, "8 warps: 4 x 2 of 4 rows x 16 columns");
-static_assert(R2_A_BYTES % 128 == 0 && R2_STAGE_BYTES % 128 == 0, "the swizzle's slots assume 128-byte aligned tiles");
-static_assert(R2_SMEM <= 227 * 1024, "the ring exceeds the sm_90 shared-memory limit");
 
 /* Byte offset of 16-byte chunk `chunk` (0..3) of 64-byte smem row `row`. */
 static __device__ __forceinline__ uint32_t swz64(int row, int chunk) {
@@ -79,8 +98,9 @@ static __device__ __forceinline__ void r2_tile(int i, int F, int xtiles, int *t,
 }
 
 /* A warp's outputs of tile `tile`: rows y0 + 4 wr + o, columns x0 + 16 wc + (lane / 4) (+ 8), channel pairs
- * 2 (lane % 4) (+ 8) (the m16n8 accumulator layout); outside H x W masked. */
-static __device__ __forceinline__ void r2_store(const w22_gemm &g, const float (&acc)[R2_WR][2][4], int tile,
+ * 16 jb + 2 (lane % 4) (+ 8) (the m16n8 accumulator layout); outside H x W or past N masked. */
+template <int NB>
+static __device__ __forceinline__ void r2_store(const w22_gemm &g, const float (&acc)[R2_WR][NB][2][4], int tile,
                                                 int xtiles, int wr, int wc, int lane) {
     int t, y0, x0;
     r2_tile(tile, g.F, xtiles, &t, &y0, &x0);
@@ -96,15 +116,20 @@ static __device__ __forceinline__ void r2_store(const w22_gemm &g, const float (
             long orow, rrow;
             w22_epilogue_row(g, (t * g.H + y) * g.W + x, HW, &orow, &rrow);
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
-                const int n = j * 8 + tq * 2;
-                if (n < g.N) w22_epilogue_pair(g, orow, rrow, n, acc[o][j][2 * h], acc[o][j][2 * h + 1]);
-            }
+            for (int jb = 0; jb < NB; jb++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int n = jb * 16 + j * 8 + tq * 2;
+                    if (n < g.N) w22_epilogue_pair(g, orow, rrow, n, acc[o][jb][j][2 * h], acc[o][jb][j][2 * h + 1]);
+                }
         }
     }
 }
 
+template <int NB>
 __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w22_gemm g, int xtiles, int tiles) {
+    typedef r2_cfg<NB> C;
+    constexpr int BN = C::BN, STAGES = C::STAGES, STAGE_BYTES = C::STAGE_BYTES, BJ = C::BJ;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -112,10 +137,10 @@ __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w2
     const int total = (tiles - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x * per_tile;
 
     /* B rows n >= N of every stage: zero, written here once and never loaded (the first read is after a barrier) */
-    for (int s = tid; s < R2_STAGES * 9 * R2_BN * 4; s += R2_THREADS) {
-        const int q = s >> 2, st = q / (9 * R2_BN), row = q - st * 9 * R2_BN; /* row = tap * 16 + n */
-        if ((row & (R2_BN - 1)) >= g.N)
-            *(uint4 *)(smem + st * R2_STAGE_BYTES + R2_A_BYTES + swz64(row, s & 3)) = make_uint4(0, 0, 0, 0);
+    for (int s = tid; s < STAGES * 9 * BN * 4; s += R2_THREADS) {
+        const int q = s >> 2, st = q / (9 * BN), row = q - st * 9 * BN; /* row = tap * BN + n */
+        if (row % BN >= g.N)
+            *(uint4 *)(smem + st * STAGE_BYTES + R2_A_BYTES + swz64(row, s & 3)) = make_uint4(0, 0, 0, 0);
     }
 
     /* Loader: chunk ca (8 channels) of A pixels ia + 64 j; a_off[j] is that pixel's offset from the tile's corner
@@ -128,16 +153,18 @@ __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w2
         const int i = ia + 64 * j, iy = i / R2_AW, ix = i - iy * R2_AW;
         a_off[j] = (int)(iy * g.a_sh + ix * g.a_sw); /* w22_rows2d_takes: fits (pixels past 612 are never loaded) */
     }
-    /* B: chunk s & 3 of row (tap, n) = (s >> 6, s >> 2 & 15) for s = tid + 256 q; only rows n < N are loaded */
-    long b_src[R2_BJ];
-    uint32_t b_dst[R2_BJ];
+    /* B: chunk s & 3 of smem row s >> 2 = tap * BN + n for s = tid + 256 q; only rows n < N are loaded. The offset
+     * within the weight fits an int (mma_blocker's weight check covers n < N and K). */
+    int b_src[BJ];
+    uint32_t b_dst[BJ];
     int b_ok = 0;
 #pragma unroll
-    for (int q = 0; q < R2_BJ; q++) {
-        const int s = tid + R2_THREADS * q, tap = s >> 6, n = (s >> 2) & 15, c = s & 3;
-        if (s < 9 * R2_BN * 4 && n < g.N) b_ok |= 1 << q;
-        b_src[q] = (long)n * g.b_sw + (long)tap * g.cin + c * 8;
-        b_dst[q] = R2_A_BYTES + swz64(tap * R2_BN + n, c);
+    for (int q = 0; q < BJ; q++) {
+        const int s = tid + R2_THREADS * q, row = s >> 2, tap = row / BN, n = row - tap * BN, c = s & 3;
+        const bool ok = s < 9 * BN * 4 && n < g.N;
+        b_ok |= ok << q;
+        b_src[q] = ok ? (int)((long)n * g.b_sw + (long)tap * g.cin + c * 8) : 0;
+        b_dst[q] = R2_A_BYTES + swz64(row, c);
     }
 
     /* The load cursor: tile, 32-channel slice, dt of the next stage, by counting; per tile its frame, its corner's
@@ -158,7 +185,7 @@ __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w2
     };
     ld_setup();
     auto load_stage = [&](int stage) {
-        const uint32_t sa = smem0 + stage * R2_STAGE_BYTES;
+        const uint32_t sa = smem0 + stage * STAGE_BYTES;
         const bf16 *fa = w22_gemm_frame(g, ld_t + ld_dt) + ld_corner + ld_slice * R2_BK;
 #pragma unroll
         for (int j = 0; j < R2_AJ; j++) {
@@ -167,10 +194,11 @@ __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w2
                 cp_async16(sa + a_dst + j * 64 * R2_ROW, ok ? fa + a_off[j] : g.a, ok);
             }
         }
-        const long kb = (long)ld_dt * 9 * g.cin + ld_slice * R2_BK; /* K = ((dt * 3 + dy) * 3 + dx) * cin + c */
+        /* K = ((dt * 3 + dy) * 3 + dx) * cin + c */
+        const bf16 *fb = g.b + (long)ld_dt * 9 * g.cin + ld_slice * R2_BK;
 #pragma unroll
-        for (int q = 0; q < R2_BJ; q++)
-            if ((b_ok >> q) & 1) cp_async16(sa + b_dst[q], g.b + b_src[q] + kb, true);
+        for (int q = 0; q < BJ; q++)
+            if ((b_ok >> q) & 1) cp_async16(sa + b_dst[q], fb + b_src[q], true);
         if (++ld_dt == g.kt) {
             ld_dt = 0;
             if (++ld_slice == nslice) {
@@ -182,8 +210,8 @@ __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w2
     };
 
     /* ldmatrix lanes: A input row 4 wr + r, column 16 wc + dx + (lane & 15), chunk half lane >> 4 (a_at[r][dx]);
-     * B row tap * 16 + (lane & 7) + 8 (lane >> 4), chunk half (lane >> 3) & 1, whose swizzle does not depend on the
-     * tap (16 rows per tap). The k step kk (chunks 2 kk, 2 kk + 1) flips bit 5 of the offset: ^ (kk << 5). */
+     * B row tap * BN + 16 jb + (lane & 7) + 8 (lane >> 4), chunk half (lane >> 3) & 1, whose swizzle does not depend
+     * on the tap or jb (multiples of 8 rows). The k step kk (chunks 2 kk, 2 kk + 1) flips bit 5: ^ (kk << 5). */
     const int wr = warp >> 1, wc = warp & 1;
     uint32_t a_at[R2_WR + 2][3];
 #pragma unroll
@@ -193,37 +221,41 @@ __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w2
             a_at[r][dx] = swz64((wr * R2_WR + r) * R2_AW + wc * 16 + dx + (lane & 15), lane >> 4);
     const uint32_t b_at = R2_A_BYTES + swz64((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
 
-    float acc[R2_WR][2][4];
+    float acc[R2_WR][NB][2][4];
 #pragma unroll
     for (int o = 0; o < R2_WR; o++)
 #pragma unroll
-        for (int j = 0; j < 2; j++)
+        for (int jb = 0; jb < NB; jb++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc[o][j][e] = 0.f;
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[o][jb][j][e] = 0.f;
 
 #pragma unroll
-    for (int s = 0; s < R2_STAGES - 1; s++) {
+    for (int s = 0; s < STAGES - 1; s++) {
         if (s < total) load_stage(s);
         cp_async_commit();
     }
     int c_tile = blockIdx.x, c_stage = 0; /* the compute side's tile and stage within it */
     for (int it = 0; it < total; it++) {
-        cp_async_wait<R2_STAGES - 2>();
+        cp_async_wait<STAGES - 2>();
         __syncthreads(); /* stage it is in smem for all threads; stage it - 1 is free for the next load */
         {
-            const int nx = it + R2_STAGES - 1;
-            if (nx < total) load_stage(nx % R2_STAGES);
+            const int nx = it + STAGES - 1;
+            if (nx < total) load_stage(nx % STAGES);
             cp_async_commit();
         }
-        const uint32_t sa = smem0 + (it % R2_STAGES) * R2_STAGE_BYTES;
+        const uint32_t sa = smem0 + (it % STAGES) * STAGE_BYTES;
 #pragma unroll
         for (int kk = 0; kk < R2_BK / 16; kk++) {
 #pragma unroll
             for (int dx = 0; dx < 3; dx++) {
-                uint32_t b[3][4];
+                uint32_t b[3][NB][4];
 #pragma unroll
                 for (int dy = 0; dy < 3; dy++)
-                    ldmatrix_x4(b[dy], sa + ((b_at + (dy * 3 + dx) * R2_BN * R2_ROW) ^ (kk << 5)));
+#pragma unroll
+                    for (int jb = 0; jb < NB; jb++)
+                        ldmatrix_x4(b[dy][jb], sa + ((b_at + ((dy * 3 + dx) * BN + jb * 16) * R2_ROW) ^ (kk << 5)));
 #pragma unroll
                 for (int r = 0; r < R2_WR + 2; r++) { /* input row r feeds output rows r - dy */
                     uint32_t a[4];
@@ -232,21 +264,26 @@ __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w2
                     for (int dy = 0; dy < 3; dy++) {
                         const int o = r - dy;
                         if (o < 0 || o >= R2_WR) continue;
-                        mma_bf16(acc[o][0], a, b[dy][0], b[dy][1]);
-                        mma_bf16(acc[o][1], a, b[dy][2], b[dy][3]);
+#pragma unroll
+                        for (int jb = 0; jb < NB; jb++) {
+                            mma_bf16(acc[o][jb][0], a, b[dy][jb][0], b[dy][jb][1]);
+                            mma_bf16(acc[o][jb][1], a, b[dy][jb][2], b[dy][jb][3]);
+                        }
                     }
                 }
             }
         }
         if (++c_stage == per_tile) { /* the tile's last stage: store it while the next tile's loads are in flight */
-            r2_store(g, acc, c_tile, xtiles, wr, wc, lane);
+            r2_store<NB>(g, acc, c_tile, xtiles, wr, wc, lane);
             __syncwarp(); /* the masked stores diverged: converged again before the next .aligned ldmatrix / mma */
 #pragma unroll
             for (int o = 0; o < R2_WR; o++)
 #pragma unroll
-                for (int j = 0; j < 2; j++)
+                for (int jb = 0; jb < NB; jb++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) acc[o][j][e] = 0.f;
+                    for (int j = 0; j < 2; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) acc[o][jb][j][e] = 0.f;
             c_stage = 0;
             c_tile += gridDim.x;
         }
@@ -255,15 +292,19 @@ __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w2
 }
 
 int w22_rows2d_takes(const w22_gemm *g) {
-    return g->H >= R2_MIN_H && g->a_sh * (R2_AH + 1) + g->a_sw * R2_AW < INT_MAX &&
+    return g->N <= R2_MAX_N && g->H >= R2_MIN_H && g->a_sh * (R2_AH + 1) + g->a_sw * R2_AW < INT_MAX &&
            (long)g->F * ((g->H + R2_TH - 1) / R2_TH) * ((g->W + R2_TW - 1) / R2_TW) < INT_MAX;
 }
 
 w22_status w22_cuda_rows2d_init(w22_cuda *c) {
-    if (c->smem_optin < R2_SMEM)
+    const int need = r2_cfg<1>::SMEM > r2_cfg<3>::SMEM ? r2_cfg<1>::SMEM : r2_cfg<3>::SMEM;
+    if (c->smem_optin < need)
         return w22_fail(W22_ERR_UNSUPPORTED, "2D row conv: the GPU allows %d bytes of shared memory per block; the "
-                        "kernel needs %d (W22_CONV_ROWS=row runs the row kernel)", c->smem_optin, R2_SMEM);
-    CU_TRY(cudaFuncSetAttribute(w22_conv_rows2d_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, R2_SMEM));
+                        "kernel needs %d (W22_CONV_ROWS=row runs the row kernel)", c->smem_optin, need);
+    CU_TRY(cudaFuncSetAttribute(w22_conv_rows2d_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                r2_cfg<1>::SMEM));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_rows2d_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                r2_cfg<3>::SMEM));
     return W22_OK;
 }
 
@@ -271,8 +312,13 @@ w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_gemm *g, const char *what
     const int xtiles = (g->W + R2_TW - 1) / R2_TW;
     const int tiles = g->F * ((g->H + R2_TH - 1) / R2_TH) * xtiles;
     const int grid = tiles < c->sms ? tiles : c->sms;
-    c->last_path = "rows2d 16x32x16";
-    w22_conv_rows2d_kernel<<<grid, R2_THREADS, R2_SMEM, c->stream>>>(*g, xtiles, tiles);
+    if (g->N <= 16) {
+        c->last_path = "rows2d 16x32x16";
+        w22_conv_rows2d_kernel<1><<<grid, R2_THREADS, r2_cfg<1>::SMEM, c->stream>>>(*g, xtiles, tiles);
+    } else {
+        c->last_path = "rows2d 16x32x48";
+        w22_conv_rows2d_kernel<3><<<grid, R2_THREADS, r2_cfg<3>::SMEM, c->stream>>>(*g, xtiles, tiles);
+    }
     CU_LAUNCHED(c, what);
     return W22_OK;
 }

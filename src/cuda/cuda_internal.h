@@ -161,11 +161,13 @@ w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_gemm q[4], const char *wh
 int w22_cuda_gemm_takes_norm(const w22_cuda *c, const w22_gemm *g);
 w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_gemm *g, const char *what);
 /* conv_rows.cu: the 3x3(x3) conv with N <= 16 (conv_out) on row tiles or, where w22_rows2d_takes, on the 2D tiles
- * of conv_rows2d.cu (W22_CONV_ROWS picks); the blocker is NULL when one of them takes g, else why not */
+ * of conv_rows2d.cu (W22_CONV_ROWS picks), N <= 48 on the 2D tiles alone; the blocker is NULL when one of them takes
+ * g, else why not */
 const char *w22_cuda_rows_blocker(const w22_gemm *g);
 w22_status w22_cuda_rows_init(w22_cuda *c);
 w22_status w22_cuda_gemm_rows(w22_cuda *c, const w22_gemm *g, const char *what);
-/* conv_rows2d.cu: whether its 2D tiles take a GEMM the blocker passed (H >= 6, offsets), its init and launch */
+/* conv_rows2d.cu: whether its 2D tiles take a GEMM the blocker passed (N <= 48, H >= 6, offsets), its init and
+ * launch */
 int w22_rows2d_takes(const w22_gemm *g);
 w22_status w22_cuda_rows2d_init(w22_cuda *c);
 w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_gemm *g, const char *what);

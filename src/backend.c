@@ -1,6 +1,6 @@
 /* What every backend shares of the op contract in backend.h beyond the inline view helpers: the DupUp shape check
- * (dupup_add, and the conv's fused DupUp residual) and what a conv's output norm excludes, so that both backends
- * refuse the same args with the same words. */
+ * (dupup_add, and the conv's fused DupUp residual), so that both backends refuse the same shapes with the same
+ * words. */
 #include "backend.h"
 #include "common.h"
 
@@ -14,13 +14,5 @@ w22_status w22_dupup_check(const char *who, const w22_view *out, const w22_view 
                         "(%d,%d,%d,c) with c*ft*4 a multiple of %d",
                         who, out->f, out->h, out->w, out->c, in->f, in->h, in->w, in->c, ft, first_single, want_f,
                         2 * in->h, 2 * in->w, in->c);
-    return W22_OK;
-}
-
-w22_status w22_out_norm_check(const char *who, const w22_conv_args *a) {
-    if (a->residual || a->sc_in || a->time_split || a->upsample || a->dup_in)
-        return w22_fail(W22_ERR_INVALID_ARG, "%s: an output norm (out_norm) needs no residual, sc_in, time_split, "
-                        "upsample or dup_in (residual %d, sc_in %d, time_split %d, upsample %d, dup_in %d)", who,
-                        a->residual != NULL, a->sc_in != NULL, a->time_split, a->upsample, a->dup_in != NULL);
     return W22_OK;
 }

@@ -57,13 +57,6 @@ typedef struct {
      * for a backend that stages them in memory (CUDA); others ignore it. */
     const w22_view *psum;
     w22_view psum_tmp;
-    /* Optional (NULL: none): the op's result is rmsnorm(conv output) over its out.c channels with out_norm as gamma,
-     * then SiLU when out_norm_silu: what the rmsnorm op below writes reading the conv's output (a resblock's conv1
-     * and norm2 in one op: where a backend's tile holds all of a pixel's channels, one pass over the output instead
-     * of three). Not with residual, sc_in, time_split, upsample or dup_in (an error). A backend may run it as the
-     * conv and then its rmsnorm in place on out. */
-    const w22_bweight *out_norm;
-    int out_norm_silu;
 } w22_conv_args;
 
 /* Where unpatchified video frames go: element (c, f, y, x) at ptr + c*sc + f*sf + y*sy + x*sx (elements of
@@ -184,8 +177,5 @@ static inline int w22_dupup_channel(int o, int t, int i, int j, int ft, int r) {
 /* W22_OK when out (F, 2h, 2w, cout) can take DupUp(in) with ft time copies: ft 1 or 2, F the DupUp's frames, cout * ft
  * * 4 a multiple of in.c; else W22_ERR_BAD_SHAPE with a message that starts with `who` (src/backend.c). */
 w22_status w22_dupup_check(const char *who, const w22_view *out, const w22_view *in, int ft, int first_single);
-/* W22_OK when a conv's out_norm goes with the rest of its args (none of residual, sc_in, time_split, upsample,
- * dup_in), else W22_ERR_INVALID_ARG with a message that starts with `who` (src/backend.c). */
-w22_status w22_out_norm_check(const char *who, const w22_conv_args *a);
 
 #endif

@@ -15,9 +15,7 @@
  * regrouped by temporal tap, so they differ by the roundings of the partial sums: about 27 x 2^-24 of the sums of
  * |terms|, which stay within a few max|ref| with these random weights: tolerance 8e-5 max|ref| (measured: 2e-7).
  * One call over all frames and calls of one and two frames (the state carried between calls) compute the same
- * per-frame sums: bitwise equal, state included.
- * The conv with an output norm (w22_conv_args.out_norm, a resblock's conv1 + norm2) against the conv and then the
- * rmsnorm op: bitwise (norm_one). */
+ * per-frame sums: bitwise equal, state included. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,72 +250,6 @@ static void psum_one(const char *name, int F, int h, int w, int cin, int cout) {
     free(win), free(wd), free(bd), free(ref);
 }
 
-/* The conv with an output norm (w22_conv_args.out_norm, what the plan runs for a resblock's conv1 + norm2) against
- * the conv and then the rmsnorm op into a separate buffer: F frames of h x w, cin -> cout, with the history read in
- * place (as the plan does), into a bordered output view (conv2's input: pixel stride cout, rows (w + 2) cout) whose
- * border stays untouched (NaN), SiLU on or off. The CPU backend runs the same arithmetic (conv, then its rmsnorm in
- * place), so equality is bitwise. */
-static void norm_one(const char *name, int F, int h, int w, int cin, int cout, int silu) {
-    const long fin = (long)(h + 2) * (w + 2) * cin, fout = (long)(h + 2) * (w + 2) * cout;
-    float *in = fresh_buf(fin * F, 0), *h0 = fresh_buf(fin, 0), *h1 = fresh_buf(fin, 0);
-    w22_view vin = view_in(in, F, h, w, cin, 0), vh0 = view_in(h0, 1, h, w, cin, 0), vh1 = view_in(h1, 1, h, w, cin, 0);
-    float *o1 = fresh_buf(fout * F, 1), *o2 = fresh_buf(fout * F, 1), *t = fresh_buf((size_t)F * h * w * cout, 1);
-    const long sh = (long)(w + 2) * cout;
-    w22_view vo1 = {o1 + sh + cout, F, h, w, cout, (h + 2) * sh, sh, cout, 4}, vo2 = vo1;
-    vo2.ptr = o2 + sh + cout;
-    w22_view vt = {t, F, h, w, cout, (long)h * w * cout, (long)w * cout, cout, 4};
-    const int64_t ws[5] = {cout, cin, 3, 3, 3}, bs[1] = {cout};
-    float *wd = fresh_buf((size_t)cout * cin * 27, 0), *bd = fresh_buf(cout, 0), *gd = fresh_buf(cout, 0);
-    for (int c = 0; c < cout; c++) gd[c] = 1.0f + 0.5f * gd[c]; /* gamma in [0.5, 1.5) */
-    w22_bweight *W = NULL, *B = NULL, *G = NULL;
-    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_CONV, wd, ws, 5, &W));
-    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_VECTOR, bd, bs, 1, &B));
-    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_VECTOR, gd, bs, 1, &G));
-
-    w22_conv_args a = {.in = vin, .out = vo1, .weight = W, .bias = B, .kt = 3, .ks = 3, .hist = {vh0, vh1},
-                       .out_norm = G, .out_norm_silu = silu};
-    CHECK_OK(cpu->ops->conv(cpu, &a));
-    w22_conv_args b = a;
-    b.out = vt;
-    b.out_norm = NULL;
-    CHECK_OK(cpu->ops->conv(cpu, &b));
-    CHECK_OK(cpu->ops->rmsnorm(cpu, vt, vo2, G, silu));
-    const size_t nout = (size_t)F * fout;
-    size_t written = 0;
-    for (size_t i = 0; i < nout; i++) written += !isnan(o1[i]);
-    t_diff d = t_compare(o1, o2, nout); /* NaN in both at the border: compared bitwise below */
-    printf("%-34s max|d| %.3g, %zu of %zu written\n", name, d.max_abs, written, nout);
-    CHECK(memcmp(o1, o2, nout * 4) == 0, "%s: conv + out_norm differs from conv then rmsnorm", name);
-    CHECK(written == (size_t)F * h * w * cout, "%s: %zu elements written, expected the interior's %zu", name, written,
-          (size_t)F * h * w * cout);
-
-    /* misuse: an output norm with a residual, a shortcut, a time split; gamma of another length */
-    if (!silu) {
-        w22_conv_args bad = a;
-        bad.residual = &vo2;
-        CHECK(cpu->ops->conv(cpu, &bad) == W22_ERR_INVALID_ARG, "out_norm with a residual accepted");
-        bad = a;
-        bad.sc_in = &vt;
-        CHECK(cpu->ops->conv(cpu, &bad) == W22_ERR_INVALID_ARG, "out_norm with a shortcut accepted");
-        bad = a;
-        bad.time_split = 1;
-        CHECK(cpu->ops->conv(cpu, &bad) != W22_OK, "out_norm with time_split accepted");
-        const int64_t bs2[1] = {cout + 1};
-        float *g2 = fresh_buf(cout + 1, 0);
-        w22_bweight *G2 = NULL;
-        CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_VECTOR, g2, bs2, 1, &G2));
-        bad = a;
-        bad.out_norm = G2;
-        CHECK(cpu->ops->conv(cpu, &bad) == W22_ERR_BAD_SHAPE, "out_norm gamma of another length accepted");
-        cpu->ops->weight_free(cpu, G2);
-        free(g2);
-    }
-    cpu->ops->weight_free(cpu, W);
-    cpu->ops->weight_free(cpu, B);
-    cpu->ops->weight_free(cpu, G);
-    free(in), free(h0), free(h1), free(o1), free(o2), free(t), free(wd), free(bd), free(gd);
-}
-
 int main(void) {
     CHECK_OK(w22_backend_cpu_create(1, &cpu));
     if (!cpu) return t_finish("test_conv");
@@ -335,8 +267,6 @@ int main(void) {
     psum_one("partial sums 5 frames", 5, 4, 6, 16, 12);
     psum_one("partial sums 1 frame", 1, 3, 5, 8, 4);
     psum_one("partial sums 4 frames, 1 channel", 4, 5, 3, 24, 1);
-    norm_one("conv + norm2 + SiLU (out_norm)", 2, 4, 6, 16, 32, 1);
-    norm_one("conv + norm (out_norm, no SiLU)", 1, 5, 3, 32, 16, 0);
     cpu->ops->destroy(cpu);
     return t_finish("test_conv");
 }

@@ -11,7 +11,5 @@ struct w22_bweight {
 };
 
 w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a);
-/* The rmsnorm op (backend.h); in place (out == in) is fine: each pixel is read whole before it is written. */
-w22_status w22_cpu_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22_bweight *gamma, int silu);
 
 #endif

@@ -102,7 +102,7 @@ static w22_status cpu_latents_in(w22_backend *b, const void *z, w22_dtype zt, in
     return W22_OK;
 }
 
-w22_status w22_cpu_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22_bweight *gamma, int silu) {
+static w22_status cpu_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22_bweight *gamma, int silu) {
     (void)b;
     const int C = in.c;
     const float scale = sqrtf((float)C);
@@ -214,7 +214,7 @@ static const w22_backend_ops cpu_ops = {
     .copy = cpu_copy,
     .latents_in = cpu_latents_in,
     .conv = w22_cpu_conv,
-    .rmsnorm = w22_cpu_rmsnorm,
+    .rmsnorm = cpu_rmsnorm,
     .attention = cpu_attention,
     .dupup_add = cpu_dupup_add,
     .unpatchify = cpu_unpatchify,

@@ -4,8 +4,7 @@
  * computed and thrown away. An upsampling conv first writes its nearest-2x input with its border; its DupUp residual
  * (dup_in) is added with the bias, by the same index map as dupup_add (backend.h's w22_dupup_frame/_channel). A conv
  * with its history as partial sums (psum: the head's conv_out) runs the three temporal taps as three spatial convs of
- * the new frame and combines them with the fp32 state in backend.h's order. An output norm (out_norm) is the rmsnorm op
- * run on the output afterwards. */
+ * the new frame and combines them with the fp32 state in backend.h's order. */
 #include <stdlib.h>
 #include <string.h>
 #include "backend.h"
@@ -125,12 +124,6 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
         W22_TRY(w22_dupup_check("cpu conv (dup_in)", &out, dup, a->dup_ft, a->dup_first_single));
         dup_r = out.c * a->dup_ft * 4 / dup->c;
     }
-    if (a->out_norm) {
-        W22_TRY(w22_out_norm_check("cpu conv", a));
-        if (a->out_norm->n != out.c)
-            return w22_fail(W22_ERR_BAD_SHAPE, "cpu conv: out_norm gamma has %ld elements, out.c is %d",
-                            a->out_norm->n, out.c);
-    }
     float *ubuf = NULL;
     if (a->upsample) W22_TRY(upsample_input(src, &ubuf, &src));
     /* Flat GEMMs need evenly strided rows with contiguous pixels; else one GEMM per output row. */
@@ -180,6 +173,5 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
 #undef FRAME
     free(tmp);
     free(ubuf);
-    /* the output norm: the rmsnorm op over the finished output, in place (the same numbers as the two ops) */
-    return a->out_norm ? w22_cpu_rmsnorm(b, out, out, a->out_norm, a->out_norm_silu) : W22_OK;
+    return W22_OK;
 }

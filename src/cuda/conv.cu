@@ -4,9 +4,7 @@
  * phase GEMMs (2x2 convs on the low-resolution grid), run as one launch of the TMA wgmma kernel where it takes them
  * (w22_cuda_gemm_phases: one ramp and one part-empty last round instead of four), else as four GEMMs
  * (W22_PHASES=separate: always). Its DupUp residual (dup_in) becomes the phase GEMMs' residual where its channel
- * map allows (dup_phase), else the separate dupup_add kernel runs after the conv. An output norm (out_norm) goes
- * into the GEMM's epilogue where the TMA wgmma kernel's tile spans every channel (256), else the rmsnorm kernel runs in
- * place after the conv: the same two launches and bytes as the plan's old conv, then norm. */
+ * map allows (dup_phase), else the separate dupup_add kernel runs after the conv. */
 #include <stdlib.h>
 #include "cuda_internal.h"
 #include "cuda_ops.h"
@@ -132,12 +130,6 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
         W22_TRY(w22_dupup_check("cuda conv (dup_in)", &a->out, dup, a->dup_ft, a->dup_first_single));
         W22_TRY(w22_cuda_check_view(c, dup, 0, "conv dup_in"));
     }
-    const w22_cuda_weight *nrm = (const w22_cuda_weight *)a->out_norm;
-    if (nrm) {
-        W22_TRY(w22_out_norm_check("cuda conv", a));
-        if (nrm->kind != W22_WK_VECTOR) return w22_fail(W22_ERR_INVALID_ARG, "cuda conv: out_norm is not a vector");
-        EXPECT("out_norm length", nrm->n, a->out.c);
-    }
     W22_TRY(w22_cuda_check_view(c, &a->in, a->ks == 3 ? 1 : 0, "conv in"));
     W22_TRY(w22_cuda_check_view(c, &a->out, 0, "conv out"));
     if (a->residual) W22_TRY(w22_cuda_check_view(c, a->residual, 0, "conv residual"));
@@ -213,16 +205,7 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
         else
             for (int p = 0; p < 4; p++) W22_TRY(w22_cuda_gemm(c, &q[p], what));
     } else {
-        if (nrm) { /* in the GEMM's epilogue where its kernel takes it, else the norm kernel in place after */
-            g.norm_gamma = (const float *)nrm->dev;
-            g.norm_silu = a->out_norm_silu != 0;
-            if (!w22_cuda_gemm_takes_norm(c, &g)) g.norm_gamma = NULL;
-        }
-        W22_TRY(w22_cuda_gemm(c, &g, g.norm_gamma ? "conv + rmsnorm" : "conv"));
-        if (nrm && !g.norm_gamma) {
-            W22_TRY(w22_cuda_rmsnorm(b, a->out, a->out, a->out_norm, a->out_norm_silu));
-            c->last_path = "conv, then the separate rmsnorm";
-        }
+        W22_TRY(w22_cuda_gemm(c, &g, "conv"));
     }
     if (dup && !fuse) {
         W22_TRY(w22_cuda_dupup_add(b, a->out, *dup, a->dup_ft, a->dup_first_single));

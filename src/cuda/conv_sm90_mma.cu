@@ -282,16 +282,8 @@ static int tile_override_mid(void) {
     return v;
 }
 
-int w22_cuda_gemm_takes_norm(const w22_cuda *c, const w22_gemm *g) {
-    return g->M > 0 && !mma_blocker(g) && c->use_wgmma && !w22_cuda_wgmma_blocker(g) &&
-           w22_cuda_wgmma_takes_tma(c, g) && w22_cuda_wgmma_tma_norm_ok(g);
-}
-
 w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what) {
     if (g->M <= 0 || g->N <= 0) return W22_OK;
-    if (g->norm_gamma && !w22_cuda_gemm_takes_norm(c, g)) /* every other kernel would leave it out */
-        return w22_fail(W22_ERR_INTERNAL, "%s: an output norm on a GEMM whose kernel cannot add it (N %d; conv.cu "
-                        "asks w22_cuda_gemm_takes_norm first)", what, g->N);
     const char *why = mma_blocker(g);
     if (why) {
         c->last_path = why;

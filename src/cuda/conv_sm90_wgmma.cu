@@ -448,14 +448,10 @@ const char *w22_cuda_wgmma_phases_blocker(const w22_cuda *c, const w22_gemm q[4]
     return w22_cuda_wgmma_tma_phases_blocker(q);
 }
 
-int w22_cuda_wgmma_takes_tma(const w22_cuda *c, const w22_gemm *g) {
-    return wg_variant() == (WG_ROWREG | WG_EARLY) && w22_cuda_wgmma_tma_on(c) && !w22_cuda_wgmma_tma_blocker(g);
-}
-
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_gemm *g, const char *what) {
     const int v = wg_variant(), big = g->N % 256 == 0;
     w22_status s;
-    if (w22_cuda_wgmma_takes_tma(c, g))
+    if (v == (WG_ROWREG | WG_EARLY) && w22_cuda_wgmma_tma_on(c) && !w22_cuda_wgmma_tma_blocker(g))
         return w22_cuda_gemm_wgmma_tma(c, g, what); /* with W22_WGMMA_PERSIST=1 on a persistent grid */
     if (v == (WG_ROWREG | WG_EARLY) && w22_cuda_wgmma_persist_on(c)) return w22_cuda_gemm_wgmma_persist(c, g, what);
     if ((v & WG_CLUSTER) && big && v == (WG_ROWREG | WG_EARLY | WG_CLUSTER)) { /* the one cluster instantiation */

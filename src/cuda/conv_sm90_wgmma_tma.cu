@@ -33,11 +33,7 @@
  * the consumers add the phase's output and residual offsets (ph_o, ph_r; ph_r carries the DupUp residual's channel
  * offset of that phase) to the rows they pack, so the deferred store, which runs during the next tile (maybe of the
  * next phase), needs nothing of the phase. The split tail splits the combined last round. W22_PHASES=separate gives
- * four launches.
- * The output norm (w22_gemm.norm_gamma, a resblock's conv1 + norm2 + SiLU at 256 channels): the 128 x 256 tile holds
- * every channel of its pixels, so the tail also sums each row's squares (its quad's lanes, two shuffles) and the
- * deferred stores scale, multiply by gamma and apply the SiLU, overlapped with the next tile's MMAs: the conv's
- * output is written once, normalized, instead of written, read and written again by the separate norm. */
+ * four launches. */
 #include "wgmma_common.cuh"
 
 /* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs;
@@ -514,44 +510,22 @@ static const char *const tma_names[2][2][4][4] = {{TMA_NAMES(""), TMA_NAMES(" sp
 #undef TMA_NAMES
 #undef TMA_NAMES4
 
-/* The mode bits a single GEMM g runs with: the switches' (env_mode), less the stores g's alignment or offsets rule out. */
-static int gemm_mode(const w22_gemm *g) {
-    const int zero[1] = {0};
-    return mode_for(g, 1, zero, zero);
-}
-
-/* Whether this kernel adds g's output norm (norm_gamma set): where a tile holds every channel of its 128 pixels (N
- * 256: one 128 x 256 tile across), with the overlapped store through shared memory (the default; the row's sum is
- * complete in the tail before any of the row is stored), no residual, shortcut, time split or phases, gamma 16-byte
- * aligned (float4 loads). Other W22_WGMMA_EPI modes are measurement modes of earlier versions: conv.cu runs the
- * separate norm after them. */
-int w22_cuda_wgmma_tma_norm_ok(const w22_gemm *g) {
-    return g->N == 256 && g->norm_gamma && al16(g->norm_gamma) && !g->res && !g->sc && !g->split_c && !g->out_f32 &&
-           !g->phases && (gemm_mode(g) & MODE_EPI_SMEM);
-}
-
 static w22_status run_tma(w22_cuda *c, const w22_gemm *g, int mode, const char *what) {
     /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
     const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
-    if (g->norm_gamma && !w22_cuda_wgmma_tma_norm_ok(g))
-        return w22_fail(W22_ERR_INTERNAL, "%s: an output norm the TMA conv cannot add (N %d, mode %d)", what, g->N,
-                        mode);
-    /* with the output norm (128x256, the overlapped store only) */
-    static const char *const norm_names[2][2] = {
-        {"wgmma 128x256 tma defer norm", "wgmma 128x256 tma persistent defer norm"},
-        {"", "wgmma 128x256 tma persistent defer split norm"}};
     const int epi = mode & MODE_EPI_SMEM ? 3 : mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0;
     int split = 1;
     const w22_status s = big ? launch<256, 4>(c, g, persist, mode, &split, what)
                              : launch<128, 6>(c, g, persist, mode, &split, what);
     if (s != W22_OK) return s;
-    c->last_path = g->norm_gamma ? norm_names[split > 1][persist] : tma_names[g->phases != 0][split > 1][epi][persist * 2 + big];
+    c->last_path = tma_names[g->phases != 0][split > 1][epi][persist * 2 + big];
     CU_LAUNCHED(c, what);
     return W22_OK;
 }
 
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
-    return run_tma(c, g, gemm_mode(g), what);
+    const int zero[1] = {0};
+    return run_tma(c, g, mode_for(g, 1, zero, zero), what);
 }
 
 /* Phase p's output and residual offsets from phase 0's (elements; the residual's with p's DupUp r_coff). */

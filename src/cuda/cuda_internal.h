@@ -14,12 +14,6 @@ extern "C" {
 
 typedef __nv_bfloat16 bf16;
 
-/* SiLU with the fast reciprocal (the norm kernels, and the conv epilogue's output norm): the IEEE division (a check
- * and a slow-path call per element) made the norm instruction-bound at ~3 TB/s (docs/PERF.md v13). Exact to a few
- * ulp of fp32, far below the bf16 rounding after; below a of about -88, exp(-a) is inf and the result 0 (the
- * limit). */
-static __device__ __forceinline__ float w22_silu(float a) { return __fdividef(a, 1.f + __expf(-a)); }
-
 typedef struct {
     void *ptr;
     size_t bytes;
@@ -138,11 +132,6 @@ typedef struct {
      * phase's DupUp r_coff, and r_coff is 0). Tiles are phase-major: a quarter of them per phase. */
     int phases;
     int ph_o[4], ph_r[4];
-    /* The output norm (w22_conv_args.out_norm; NULL: none): out = rmsnorm(conv + bias over the N channels) *
-     * gamma, then SiLU when norm_silu, gamma fp32 [N]. Only the TMA wgmma kernel takes it, where its 128 x 256 tile
-     * holds every channel of its pixels (w22_cuda_gemm_takes_norm); conv.cu runs the separate norm otherwise. */
-    const float *norm_gamma;
-    int norm_silu;
 } w22_gemm;
 
 /* Input frame j of a GEMM's window (see a_hist). */
@@ -156,9 +145,6 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what);
 /* An upsample conv's four phase GEMMs q[py 2 + px] (each phases 0): one launch of the TMA wgmma kernel where it takes
  * them (w22_cuda_wgmma_phases_blocker), else four w22_cuda_gemm calls. */
 w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_gemm q[4], const char *what);
-/* Whether w22_cuda_gemm adds g's output norm (norm_gamma set) in its epilogue; else the caller clears norm_gamma and
- * runs the norm after (w22_cuda_gemm refuses a norm it cannot add). */
-int w22_cuda_gemm_takes_norm(const w22_cuda *c, const w22_gemm *g);
 w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_gemm *g, const char *what);
 /* conv_rows.cu: the 3x3(x3) conv with N <= 16 (conv_out) on row tiles or, where w22_rows2d_takes, on the 2D tiles
  * of conv_rows2d.cu (W22_CONV_ROWS picks), N <= 48 on the 2D tiles alone; the blocker is NULL when one of them takes
@@ -185,10 +171,6 @@ w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_gemm *g, const char *what)
  * that launch (conv_sm90_wgmma_tma.cu). */
 const char *w22_cuda_wgmma_phases_blocker(const w22_cuda *c, const w22_gemm q[4]);
 w22_status w22_cuda_gemm_wgmma_phases(w22_cuda *c, const w22_gemm q[4], const char *what);
-/* Whether w22_cuda_gemm_wgmma sends g (which passed w22_cuda_wgmma_blocker) to the TMA kernel
- * (conv_sm90_wgmma_tma.cu), and whether that kernel adds g's output norm (norm_gamma set). */
-int w22_cuda_wgmma_takes_tma(const w22_cuda *c, const w22_gemm *g);
-int w22_cuda_wgmma_tma_norm_ok(const w22_gemm *g);
 
 /* Every op starts here: the calling thread may not have the backend's GPU current (one thread per rank). */
 #define CU_ENTER(c) CU_TRY(cudaSetDevice((c)->device))

@@ -1,13 +1,16 @@
 /* RMS norm over channels, per pixel, with optional SiLU: out = x / max(||x||, 1e-12) * sqrt(C) * gamma. One warp
  * per pixel, fp32 statistics; 16-byte loads when C % 8 == 0 and the views allow, else one element per lane. The
  * pixel is read twice (sum of squares, then scale); the second read hits L1/L2. In place (out == in) is fine: a
- * lane writes only elements it has read in both passes. The TMA conv's output norm (wgmma_common.cuh,
- * wg_defer_pack) computes the same formula in the same order from the bf16 conv output; w22_silu is shared
- * (cuda_internal.h). */
+ * lane writes only elements it has read in both passes. */
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_internal.h"
 #include "cuda_ops.h"
+
+/* SiLU with the fast reciprocal: the IEEE division (a check and a slow-path call per element) made the norm
+ * instruction-bound at ~3 TB/s (docs/PERF.md v13). Exact to a few ulp of fp32, far below the bf16 rounding after;
+ * below a of about -88, exp(-a) is inf and the result 0 (the limit). */
+static __device__ __forceinline__ float w22_silu(float a) { return __fdividef(a, 1.f + __expf(-a)); }
 
 template <int VEC>
 __global__ void w22_rmsnorm_kernel(const bf16 *in, long isf, long ish, long isw, bf16 *out, long osf, long osh, long osw,

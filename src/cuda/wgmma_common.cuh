@@ -342,9 +342,7 @@ template <int BN> struct wg_defer {
                          * tail store: v11 in docs/PERF.md) */
     int orow[2]; /* output row offset of each half (elements, the phase's included: the host checks that they fit);
                   * -1: past the tile */
-    int rrow[2]; /* residual row offset (the phase's r_coff included); with the output norm (never with a residual)
-                  * the row's norm scale as float bits: no more live registers across the main loop, where the
-                  * consumers use 230 of their 232 */
+    int rrow[2]; /* residual row offset (the phase's r_coff included) */
     int n0;
 };
 static __device__ __forceinline__ uint32_t wg_pack_bf16(float a, float b) {
@@ -352,33 +350,14 @@ static __device__ __forceinline__ uint32_t wg_pack_bf16(float a, float b) {
     return *(const uint32_t *)&h;
 }
 
-/* Whether the tile's epilogue adds the output norm (g.norm_gamma: the host sets it only with N == BN == 256, so the
- * 128-wide instantiation compiles none of it). */
-template <int BN> static __device__ __forceinline__ bool wg_norm_on(const w22_gemm &g) {
-    return BN == 256 && g.norm_gamma != nullptr;
-}
-
-/* One vector of 8 channels from n on (packed bf16 pairs) + residual (bf16 + bf16 in fp32, rounded), or through the
- * output norm (rrow: the row's scale; (x scale) gamma, SiLU, rounded: the rmsnorm kernel's arithmetic on the bf16
- * conv output, norm.cu), one 16-byte store. NORM false: a caller the norm never reaches (no code for it). */
-template <int BN, bool NORM = true>
+/* One vector of 8 channels from n on (packed bf16 pairs) + residual (bf16 + bf16 in fp32, rounded), one 16-byte
+ * store. */
 static __device__ __forceinline__ void wg_defer_store_vec(const w22_gemm &g, const uint32_t p[4], int orow, int rrow,
                                                           int n) {
     long ocol, rcol;
     w22_epilogue_cols(g, n, &ocol, &rcol);
     uint32_t w[4] = {p[0], p[1], p[2], p[3]};
-    if (NORM && wg_norm_on<BN>(g)) {
-        const float scale = __int_as_float(rrow);
-        const float4 g0 = __ldg((const float4 *)(g.norm_gamma + n)), g1 = __ldg((const float4 *)(g.norm_gamma + n + 4));
-        const float gm[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const float2 v = __bfloat1622float2(*(const __nv_bfloat162 *)&w[k]);
-            float a = v.x * scale * gm[2 * k], b = v.y * scale * gm[2 * k + 1];
-            if (g.norm_silu) a = w22_silu(a), b = w22_silu(b);
-            w[k] = wg_pack_bf16(a, b);
-        }
-    } else if (g.res) {
+    if (g.res) {
         float f[8];
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -392,25 +371,14 @@ static __device__ __forceinline__ void wg_defer_store_vec(const w22_gemm &g, con
     *(uint4 *)((bf16 *)g.out + orow + ocol) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/* ss + x^2 + y^2 of a packed bf16 pair (x low): two FMAs after the unpack */
-static __device__ __forceinline__ float wg_sumsq_bf16x2(float ss, uint32_t p) {
-    const float x = __uint_as_float(p << 16), y = __uint_as_float(p & 0xffff0000u);
-    return fmaf(y, y, fmaf(x, x, ss));
-}
-
 /* The tile's tail: accumulators (+ biases) into d, rows m0 + r below m_end marked for storing, their offsets with
  * the tile's phase's po, pr (wg_store_tile) in them: the next tile may be of another phase. Every lane runs the
- * shuffles. With the output norm (wg_norm_on; MODE_EPI_SMEM only: half 0 must not be stored before the row's sum is
- * known) also each row's scale sqrt(256) / max(||v||, 1e-12) into d.rrow, v the row's bf16-rounded outputs: the
- * values the separate norm would read back, so that only the sum's order differs from conv + rmsnorm (the row's 256
- * channels are its quad's: 64 per lane, then two shuffles). The rest of the norm runs in the deferred stores,
- * overlapped with the next tile's MMAs. */
+ * shuffles. */
 template <int BN>
 static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_gemm &g, const float *acc, int m0,
                                                      int m_end, int n0, int cw, int warp4, int lane, int HW, int po,
                                                      int pr, uint32_t epi) {
     const int gq = lane >> 2, tq = lane & 3;
-    float ss[2] = {0.f, 0.f};
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
@@ -438,7 +406,6 @@ static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_
             const int a = 4 * (4 * jg + b);
             p0[b] = wg_pack_bf16(acc[a] + bs.x, acc[a + 1] + bs.y);
             d.pk[jg][b] = wg_pack_bf16(acc[a + 2] + bs.x, acc[a + 3] + bs.y);
-            if (wg_norm_on<BN>(g)) ss[0] = wg_sumsq_bf16x2(ss[0], p0[b]), ss[1] = wg_sumsq_bf16x2(ss[1], d.pk[jg][b]);
         }
         wg_quad_transpose_u32(p0, tq);
         wg_quad_transpose_u32(d.pk[jg], tq);
@@ -446,16 +413,9 @@ static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_
             asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(epi + jg * WG_EPI_STRIDE), "r"(p0[0]),
                          "r"(p0[1]), "r"(p0[2]), "r"(p0[3])
                          : "memory");
-        else if (d.orow[0] >= 0) /* half 0 stored here, in the tail (v11; never with the norm) */
-            wg_defer_store_vec<BN, false>(g, p0, d.orow[0], d.rrow[0], n0 + (4 * jg + tq) * 8);
+        else if (d.orow[0] >= 0) /* half 0 stored here, in the tail (v11) */
+            wg_defer_store_vec(g, p0, d.orow[0], d.rrow[0], n0 + (4 * jg + tq) * 8);
     }
-    if (wg_norm_on<BN>(g))
-#pragma unroll
-        for (int h = 0; h < 2; h++) { /* the quad's sum: the same bits in its four lanes (fp32 + commutes) */
-            ss[h] += __shfl_xor_sync(0xffffffffu, ss[h], 1);
-            ss[h] += __shfl_xor_sync(0xffffffffu, ss[h], 2);
-            d.rrow[h] = __float_as_int(sqrtf((float)BN) / fmaxf(sqrtf(ss[h]), 1e-12f));
-        }
 }
 
 /* Step `step` (0 .. BN / 32 - 1, in order) of the deferred store: pk[0], the held half's vector of channel group
@@ -463,7 +423,7 @@ static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_
  * stage's still run: two stages of MMAs cover its latency (the residual's load included). */
 template <int BN>
 static __device__ __forceinline__ void wg_defer_step(const wg_defer<BN> &d, const w22_gemm &g, int step, int tq) {
-    if (d.orow[1] >= 0) wg_defer_store_vec<BN>(g, d.pk[0], d.orow[1], d.rrow[1], d.n0 + (4 * step + tq) * 8);
+    if (d.orow[1] >= 0) wg_defer_store_vec(g, d.pk[0], d.orow[1], d.rrow[1], d.n0 + (4 * step + tq) * 8);
 }
 
 /* Step BN / 32 + v (v12, W22_WGMMA_EPI=defer): half 0's vector of channel group v, staged in shared
@@ -477,7 +437,7 @@ static __device__ __forceinline__ void wg_defer_step_smem(const wg_defer<BN> &d,
                  : "=r"(p[0]), "=r"(p[1]), "=r"(p[2]), "=r"(p[3])
                  : "r"(epi + v * WG_EPI_STRIDE)
                  : "memory");
-    wg_defer_store_vec<BN>(g, p, d.orow[0], d.rrow[0], d.n0 + (4 * v + tq) * 8);
+    wg_defer_store_vec(g, p, d.orow[0], d.rrow[0], d.n0 + (4 * v + tq) * 8);
 }
 
 /* After each step (every lane, stored or not): the next vector to pk[0]. */

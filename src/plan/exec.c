@@ -21,20 +21,22 @@ static w22_view mkview(void *ptr, int f, int h, int w, int c, int border, int es
     return v;
 }
 
-/* Zeroes the border of every frame of a bordered view (scratch regions are shared, so borders are made anew). Two
- * zero ops: rows -1 and h (corners included) as one view of two rows h + 1 rows apart, columns -1 and w as one of
- * two columns w + 1 pixels apart. */
+/* Zeroes the border of every frame of a bordered view (scratch regions are shared, so borders are made anew). */
 static w22_status zero_border(w22_backend *b, w22_view v) {
-    w22_view rows = v, cols = v;
-    rows.ptr = w22_view_at(v, 0, -1, -1, 0);
-    rows.h = 2;
-    rows.sh = (long)(v.h + 1) * v.sh;
-    rows.w = v.w + 2;
-    cols.ptr = w22_view_at(v, 0, 0, -1, 0);
-    cols.w = 2;
-    cols.sw = (long)(v.w + 1) * v.sw;
-    W22_TRY(b->ops->zero(b, rows));
-    return b->ops->zero(b, cols);
+    w22_view top = w22_view_rows(v, -1, 1), bottom = w22_view_rows(v, v.h, 1);
+    top.ptr = w22_view_at(top, 0, 0, -1, 0);
+    top.w += 2;
+    bottom.ptr = w22_view_at(bottom, 0, 0, -1, 0);
+    bottom.w += 2;
+    w22_view left = v, right = v;
+    left.ptr = w22_view_at(v, 0, 0, -1, 0);
+    left.w = 1;
+    right.ptr = w22_view_at(v, 0, 0, v.w, 0);
+    right.w = 1;
+    W22_TRY(b->ops->zero(b, top));
+    W22_TRY(b->ops->zero(b, bottom));
+    W22_TRY(b->ops->zero(b, left));
+    return b->ops->zero(b, right);
 }
 
 typedef struct {
@@ -47,14 +49,8 @@ typedef struct {
     w22_view blockin;  /* the up block's input (DupUp source) */
     int dup_fused;     /* the upsampler's conv added the DupUp: the W22_L_DUPUP layer after it has nothing to do */
     int nout;          /* frames handed to the next stage */
-    w22_view zeroed[8]; /* per scratch slot: the bordered view whose border was zeroed last in this chunk (ptr NULL:
-                         * none, or a view of another layout was handed out of the slot since) */
+    w22_view zeroed;   /* the fresh view whose border was zeroed last in this chunk (ptr NULL: none) */
 } chunk_ctx;
-
-static int same_layout(const w22_view *a, const w22_view *b) {
-    return a->ptr == b->ptr && a->f == b->f && a->h == b->h && a->w == b->w && a->c == b->c && a->sf == b->sf &&
-           a->sh == b->sh && a->sw == b->sw;
-}
 
 /* A view of f frames (c channels) in scratch buffer `slot` of this stage (plan.c's w22_stage_scratch), checked
  * against the size the plan gave it: a layout rule that drifted from plan.c fails here instead of overwriting
@@ -65,7 +61,6 @@ static w22_status slot_view(chunk_ctx *k, int slot, int f, int c, int border, w2
         return w22_fail(W22_ERR_INTERNAL, "plan: stage %d buffer %d needs %zu bytes (%d frames, %d channels), sized %zu",
                         k->s, slot, need, f, c, have);
     *v = mkview(k->scratch + k->off[slot], f, k->H, k->W, c, border, k->es);
-    if (!same_layout(&k->zeroed[slot], v)) k->zeroed[slot].ptr = NULL; /* its writes may cover the zeroed border */
     return W22_OK;
 }
 
@@ -83,20 +78,20 @@ static int border_rezero(void) {
     return rezero;
 }
 
-/* A bordered view of n frames (c channels) in scratch slot `slot`, with its border zeroed. Within one chunk of one
- * stage a slot's views write their interiors only (the slots are disjoint, and the next stage runs after the
- * chunk), so while every view handed out of the slot has the layout zeroed last (slot_view forgets it otherwise)
- * the border is still zero: its zero launches are skipped (v10: 290 per latent frame at 704 x 1248, four a conv).
- * Not with ranks: the halo exchange writes the border rows. */
-static w22_status slot_bordered(chunk_ctx *k, int slot, int n, int c, w22_view *v) {
-    W22_TRY(slot_view(k, slot, n, c, 1, v));
-    if (!border_rezero() && k->d->world == 1 && same_layout(&k->zeroed[slot], v)) return W22_OK;
+/* The same, with its border zeroed. Within one chunk of one stage nothing but interior writes touches the fresh
+ * slot (the other slots are disjoint from it, and the next stage runs after the chunk), so a view laid out as the
+ * one zeroed last still has a zero border: the four zero launches are skipped (about 290 launches per latent frame
+ * at 704 x 1248). Not with ranks: the halo exchange writes the border rows. */
+static w22_status fresh_bordered(chunk_ctx *k, int n, int c, w22_view *v) {
+    W22_TRY(fresh_view(k, n, c, v));
+    const w22_view *z = &k->zeroed;
+    if (!border_rezero() && k->d->world == 1 && z->ptr == v->ptr && z->f == v->f && z->h == v->h && z->w == v->w &&
+        z->c == v->c && z->sf == v->sf && z->sh == v->sh && z->sw == v->sw)
+        return W22_OK;
     W22_TRY(zero_border(k->d->backend, *v));
-    k->zeroed[slot] = *v;
+    k->zeroed = *v;
     return W22_OK;
 }
-/* The fresh frames of a conv (fresh_view), bordered and zeroed. */
-static w22_status fresh_bordered(chunk_ctx *k, int n, int c, w22_view *v) { return slot_bordered(k, 3, n, c, v); }
 
 /* The fresh input frame of a one-frame chunk's conv whose cache rotates: its group's spare frame (plan.c), where
  * the norm writes it. With one rank its border is already zero: every slot and spare of a group is zeroed at the
@@ -209,39 +204,24 @@ static w22_status conv_with_halo(chunk_ctx *k, const w22_conv_args *a) {
     return s != W22_OK ? s : s2;
 }
 
-/* The causal 3x3x3 conv a (a->in: the chunk's fresh frames, bordered) of [cache (li, kk) history, a->in], then
- * a->in becomes the history. */
-static w22_status causal_conv(chunk_ctx *k, w22_conv_args *a, int li, int kk) {
-    a->kt = a->ks = 3;
-    cache_hist(k, li, kk, a->in, 1, a->hist);
-    W22_TRY(conv_with_halo(k, a));
-    return cache_push(k, li, kk, a->in, 1);
-}
-
-/* The spare group whose frame a one-frame chunk's conv with cache (li, kk) reads as its input (the rotation), or -1:
- * the copy path. */
-static int rotating_group(const chunk_ctx *k, int li, int kk) {
-    const int g = k->d->cache_spare[li][kk] - 1;
-    return g >= 0 && k->m == 1 ? g : -1;
-}
-
-/* The bordered input frames of the causal conv with cache (li, kk), c channels: its group's spare frame where the
- * cache rotates (cache_push swaps it in), else scratch slot `slot`, border zeroed. */
-static w22_status conv_input(chunk_ctx *k, int li, int kk, int slot, int c, w22_view *v) {
-    const int g = rotating_group(k, li, kk);
-    if (g >= 0) return spare_view(k, g, c, v);
-    return slot_bordered(k, slot, k->m, c, v);
-}
-
-/* norm (+ SiLU) of src into the fresh frames, then the causal 3x3x3 conv a (out, weights, residual or shortcut,
- * output norm; in, kt, ks and hist are set here) of them with cache (li, kk). */
+/* norm (+ SiLU) of src into the fresh frames, then the causal 3x3x3 conv of [cache (li, kk) history, fresh]
+ * into out. */
 static w22_status norm_conv(chunk_ctx *k, w22_view src, const w22_bweight *gamma, int silu, int li, int kk,
-                            w22_conv_args a) {
-    w22_backend *b = k->d->backend;
-    W22_TRY(conv_input(k, li, kk, 3, src.c, &a.in));
-    if (gamma) W22_TRY(b->ops->rmsnorm(b, src, a.in, gamma, silu));
-    else W22_TRY(b->ops->copy(b, a.in, src));
-    return causal_conv(k, &a, li, kk);
+                            const w22_bweight *wt, const w22_bweight *bias, w22_view out, const w22_view *residual,
+                            const w22_view *sc_in, const w22_bweight *scw, const w22_bweight *scb) {
+    w22_decoder *d = k->d;
+    w22_backend *b = d->backend;
+    w22_view fresh;
+    const int g = d->cache_spare[li][kk] - 1;
+    if (g >= 0 && k->m == 1) W22_TRY(spare_view(k, g, src.c, &fresh)); /* rotation: cache_push swaps it in */
+    else W22_TRY(fresh_bordered(k, k->m, src.c, &fresh));
+    if (gamma) W22_TRY(b->ops->rmsnorm(b, src, fresh, gamma, silu));
+    else W22_TRY(b->ops->copy(b, fresh, src));
+    w22_conv_args a = {.in = fresh, .out = out, .weight = wt, .bias = bias, .kt = 3, .ks = 3, .residual = residual,
+                       .sc_in = sc_in, .sc_weight = scw, .sc_bias = scb};
+    cache_hist(k, li, kk, fresh, 1, a.hist);
+    W22_TRY(conv_with_halo(k, &a));
+    return cache_push(k, li, kk, fresh, 1);
 }
 
 /* Picks the buffer a layer writes: in place when allowed, never over the stage input or the block input
@@ -259,52 +239,22 @@ static w22_status out_buffer(chunk_ctx *k, int c, int in_place_ok, w22_view *out
     return w22_fail(W22_ERR_INTERNAL, "plan: no activation slot free in stage %d", k->s);
 }
 
-/* Whether a resblock's conv1 writes norm2 + SiLU of its output straight into conv2's input (w22_conv_args.out_norm:
- * on CUDA in the conv's epilogue where its tile spans every channel, 256 at stage 3; elsewhere the conv and then the
- * norm in place, the same passes as before) instead of into T1 for a separate norm2 pass that copies it into the
- * fresh slot: on unless W22_NORM_FUSE=0 (the old order, for measuring), read once. */
-static int norm_fused(void) {
-    static int fused = -1;
-    if (fused < 0) {
-        const char *e = getenv("W22_NORM_FUSE");
-        fused = !(e && !strcmp(e, "0"));
-    }
-    return fused;
-}
-
-/* norm1, SiLU, conv1 (cache 0), norm2, SiLU, conv2 (cache 1) + the residual or the 1x1 shortcut of the block's input.
- * Fused norm2 (norm_fused): conv1 writes conv2's input (slot T1, bordered) with norm2 + SiLU applied; conv1's own
- * input is the fresh slot, so the two alternate between two bordered slots. */
 static w22_status run_resblock(chunk_ctx *k, int li) {
     w22_decoder *d = k->d;
     const w22_layer *L = &d->model.layers[li];
     w22_bweight **w = d->wt;
-    /* Not where both convs' inputs rotate through one spare group: conv1 reads that group's spare, so its output
-     * would need a second free frame (T1, then copied into the cache): the same bytes as the separate norm2 pass. */
-    const int g0 = rotating_group(k, li, 0), g1 = rotating_group(k, li, 1);
-    const int fuse = norm_fused() && !(g0 >= 0 && g0 == g1);
-    w22_view t1; /* conv1's output (f, h, w, cout): with fuse conv2's input, bordered and normalized */
-    if (fuse) W22_TRY(conv_input(k, li, 1, 2, L->cout, &t1));
-    else W22_TRY(slot_view(k, 2, k->m, L->cout, 0, &t1));
-    W22_TRY(norm_conv(k, k->cur, w[L->w[W22_WS_NORM1]], 1, li, 0,
-                      (w22_conv_args){.out = t1, .weight = w[L->w[W22_WS_CONV1_W]], .bias = w[L->w[W22_WS_CONV1_B]],
-                                      .out_norm = fuse ? w[L->w[W22_WS_NORM2]] : NULL, .out_norm_silu = 1}));
+    w22_view t1;
+    W22_TRY(slot_view(k, 2, k->m, L->cout, 0, &t1));
+    W22_TRY(norm_conv(k, k->cur, w[L->w[W22_WS_NORM1]], 1, li, 0, w[L->w[W22_WS_CONV1_W]],
+                      w[L->w[W22_WS_CONV1_B]], t1, NULL, NULL, NULL, NULL));
     w22_view out, cur = k->cur;
     W22_TRY(out_buffer(k, L->cout, L->cin == L->cout, &out));
-    w22_conv_args a = {.out = out, .weight = w[L->w[W22_WS_CONV2_W]], .bias = w[L->w[W22_WS_CONV2_B]]};
-    if (L->cin == L->cout) {
-        a.residual = &cur;
-    } else {
-        a.sc_in = &cur;
-        a.sc_weight = w[L->w[W22_WS_SC_W]];
-        a.sc_bias = w[L->w[W22_WS_SC_B]];
-    }
-    if (fuse) {
-        a.in = t1;
-        W22_TRY(causal_conv(k, &a, li, 1));
-    } else {
-        W22_TRY(norm_conv(k, t1, w[L->w[W22_WS_NORM2]], 1, li, 1, a));
-    }
+    if (L->cin == L->cout)
+        W22_TRY(norm_conv(k, t1, w[L->w[W22_WS_NORM2]], 1, li, 1, w[L->w[W22_WS_CONV2_W]],
+                          w[L->w[W22_WS_CONV2_B]], out, &cur, NULL, NULL, NULL));
+    else
+        W22_TRY(norm_conv(k, t1, w[L->w[W22_WS_NORM2]], 1, li, 1, w[L->w[W22_WS_CONV2_W]],
+                          w[L->w[W22_WS_CONV2_B]], out, NULL, &cur, w[L->w[W22_WS_SC_W]], w[L->w[W22_WS_SC_B]]));
     k->cur = out;
     return W22_OK;
 }
@@ -436,9 +386,8 @@ static w22_status run_head(chunk_ctx *k, int li) {
     w22_view o;
     W22_TRY(slot_view(k, 2, m, L->cout, 0, &o));
     if (d->head_psum) W22_TRY(head_conv_psum(k, li, o));
-    else W22_TRY(norm_conv(k, k->cur, d->wt[L->w[W22_WS_NORM1]], 1, li, 0,
-                           (w22_conv_args){.out = o, .weight = d->wt[L->w[W22_WS_CONV1_W]],
-                                           .bias = d->wt[L->w[W22_WS_CONV1_B]]}));
+    else W22_TRY(norm_conv(k, k->cur, d->wt[L->w[W22_WS_NORM1]], 1, li, 0, d->wt[L->w[W22_WS_CONV1_W]],
+                           d->wt[L->w[W22_WS_CONV1_B]], o, NULL, NULL, NULL, NULL));
     /* Staging [rows][frames][3][cols] of the whole video height: this rank's rows at its own offset. */
     const long vw = (long)k->W * p, sy = (long)m * 3 * vw;
     const long my_row0 = (long)d->row0 * (k->H / d->rows) * p;
@@ -496,11 +445,15 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
         }
         case W22_L_CONV_IN: {
             /* k.cur is already in the history window: norm_conv's copy would be a no-op, so do it here */
+            w22_view fresh;
+            W22_TRY(fresh_view(&k, m, L->cin, &fresh));
             w22_view out;
             W22_TRY(slot_view(&k, 0, m, L->cout, 0, &out));
-            w22_conv_args a = {.out = out, .weight = d->wt[L->w[W22_WS_CONV1_W]], .bias = d->wt[L->w[W22_WS_CONV1_B]]};
-            W22_TRY(fresh_view(&k, m, L->cin, &a.in));
-            W22_TRY(causal_conv(&k, &a, li, 0));
+            w22_conv_args a = {.in = fresh, .out = out, .weight = d->wt[L->w[W22_WS_CONV1_W]],
+                               .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 3, .ks = 3};
+            cache_hist(&k, li, 0, fresh, 1, a.hist);
+            W22_TRY(conv_with_halo(&k, &a));
+            W22_TRY(cache_push(&k, li, 0, fresh, 1));
             k.cur = out;
             break;
         }

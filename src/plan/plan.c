@@ -105,7 +105,7 @@ void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total
     const int cout = m->dims[s < 3 ? s + 1 : 4];
     int used[2];
     w22_stage_slots(m, st->layer0, st->layer1, used);
-    size_t t1 = w22_frames_bytes(q, H, W, cact, 1, es), tmp_off;
+    size_t t1 = w22_frames_bytes(q, H, W, cact, 0, es), tmp_off;
     for (int l = st->layer0; l < st->layer1 && d->head_psum; l++)
         if (m->layers[l].kind == W22_L_HEAD) { /* the head's output and its partial sums' fp32 scratch */
             const size_t need = w22_head_psum_bytes(q, H, W, m->layers[l].cout, es, &tmp_off);
@@ -114,8 +114,7 @@ void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total
     size_t sizes[8] = {
         used[0] ? w22_frames_bytes(q, H, W, cact, 0, es) : 0, /* 0: XA */
         used[1] ? w22_frames_bytes(q, H, W, cact, 0, es) : 0, /* 1: XB */
-        t1,                                             /* 2: T1 (conv1 out, bordered: conv2's input; attention
-                                                         * in/out, head out and its partial sums' scratch) */
+        t1,                                             /* 2: T1 (conv1 out, attention in/out, head out) */
         w22_frames_bytes(q, H, W, cin_max, 1, es),      /* 3: NH (conv inputs with border; history: the caches) */
         0,                                              /* 4: unused (time_conv reads its input in place) */
         s < 3 ? w22_frames_bytes(2 * q, H, W, cout, 1, es) : 0,        /* 5: U (upsample conv input) */

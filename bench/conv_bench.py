@@ -49,11 +49,12 @@ def cudnn_conv(c, h, w, layout):
 
 
 def parse_ours(text):
-    """{(cin, cout, h, w): {"name", "ms", "tflops"}} of the 3x3x3 convs in cuda_ops --perf's output."""
+    """{(cin, cout, h, w): {"name", "ms", "tflops"}} of the 3x3x3 convs in cuda_ops --perf's output over FRAMES output
+    frames (FRAMES + 2 input frames: cuDNN's shape; the one-frame lines of the same layers are not compared)."""
     out = {}
     for m in OURS_LINE.finditer(text):
         name, f, h, w, cin, cout, kt, ks, ms, tf = m.groups()
-        if (kt, ks) == ("3", "3"):
+        if (kt, ks) == ("3", "3") and int(f) == FRAMES + 2:
             out[(int(cin), int(cout), int(h), int(w))] = {"name": name, "ms": float(ms), "tflops": float(tf)}
     return out
 

@@ -126,6 +126,18 @@ static __device__ __forceinline__ void r2_store(const w22_gemm &g, const float (
     }
 }
 
+/* A warp's accumulators to zero (a tile's start). */
+template <int NB> static __device__ __forceinline__ void r2_zero(float (&acc)[R2_WR][NB][2][4]) {
+#pragma unroll
+    for (int o = 0; o < R2_WR; o++)
+#pragma unroll
+        for (int jb = 0; jb < NB; jb++)
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[o][jb][j][e] = 0.f;
+}
+
 template <int NB>
 __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w22_gemm g, int xtiles, int tiles) {
     typedef r2_cfg<NB> C;
@@ -222,14 +234,7 @@ __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w2
     const uint32_t b_at = R2_A_BYTES + swz64((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
 
     float acc[R2_WR][NB][2][4];
-#pragma unroll
-    for (int o = 0; o < R2_WR; o++)
-#pragma unroll
-        for (int jb = 0; jb < NB; jb++)
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc[o][jb][j][e] = 0.f;
+    r2_zero<NB>(acc);
 
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
@@ -276,14 +281,7 @@ __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w2
         if (++c_stage == per_tile) { /* the tile's last stage: store it while the next tile's loads are in flight */
             r2_store<NB>(g, acc, c_tile, xtiles, wr, wc, lane);
             __syncwarp(); /* the masked stores diverged: converged again before the next .aligned ldmatrix / mma */
-#pragma unroll
-            for (int o = 0; o < R2_WR; o++)
-#pragma unroll
-                for (int jb = 0; jb < NB; jb++)
-#pragma unroll
-                    for (int j = 0; j < 2; j++)
-#pragma unroll
-                        for (int e = 0; e < 4; e++) acc[o][jb][j][e] = 0.f;
+            r2_zero<NB>(acc);
             c_stage = 0;
             c_tile += gridDim.x;
         }

@@ -515,6 +515,16 @@ class ConvBench(unittest.TestCase):
         self.assertEqual(set(got), {(256, 256, 352, 624), (256, 12, 352, 624)})
         self.assertEqual(got[(256, 256, 352, 624)], {"name": "up_blocks.3 conv 256ch", "ms": 4.652, "tflops": 668.4})
 
+    def test_one_frame_lines_are_not_compared(self):
+        # v13-v14's output has a one-frame line of each heavy conv after its 4-frame one (3 input frames: 1 output
+        # frame); cuDNN runs 4 output frames, so the 4-frame line is ours, wherever the other comes.
+        four = "perf up_blocks.3 conv 256ch       6x352x624x256->256 k3x3: 4.077 ms 762.7 TFLOP/s [wgmma]\n"
+        one = "perf up_blocks.3 conv 256ch 1f    3x352x624x256->256 k3x3: 1.005 ms 773.7 TFLOP/s [wgmma]\n"
+        for text in (four + one, one + four):
+            got = conv_bench.parse_ours(text)
+            self.assertEqual(got[(256, 256, 352, 624)]["name"], "up_blocks.3 conv 256ch")
+            self.assertEqual(got[(256, 256, 352, 624)]["tflops"], 762.7)
+
     def test_every_heavy_shape_is_found(self):
         line = "perf x {c}ch 6x{h}x{w}x{c}->{c} k3x3: 1.0 ms 700.0 TFLOP/s\n"
         got = conv_bench.parse_ours("".join(line.format(c=c, h=h, w=w) for c, h, w in conv_bench.SHAPES))

@@ -1353,7 +1353,6 @@ static void run_perf(void) {
     perf_conv("up_blocks.1 upsample 2f", 1024, 1024, 2, 88, 156, 1, 3, 1, 0, 0);
     perf_conv("up_blocks.0 upsample 2f", 1024, 1024, 2, 44, 78, 1, 3, 1, 0, 0);
     perf_conv("up_blocks.3 conv 256ch 1f", 256, 256, 1, 352, 624, 3, 3, 0, 0, 0);
-    perf_conv("conv_out 256->12 1f", 256, 12, 1, 352, 624, 3, 3, 0, 0, 0);
     perf_psum(352, 624);
     perf_other();
     perf_norm(4, 352, 624, 256);

@@ -61,16 +61,36 @@ static const char *rows_path(int cin, int n, int h, int kt, int ks, int upsample
     return row ? NULL : "rows2d 16x32x48";
 }
 /* The TMA kernel's split tail (conv_sm90_wgmma_tma.cu, w22_wgmma_split_of, restated): on a persistent grid of
- * `sms` CTAs, the last round's R = tiles % sms tiles run as min(3, sms / R) pieces of K when that is 2 or more,
- * each piece of 8 stages or more and R x pieces <= 132 partial slots. */
+ * `grid` CTAs (or clusters), the last round's R = tiles % grid tiles run as min(3, grid / R) pieces of K when that
+ * is 2 or more, each piece of 8 stages or more and R x pieces <= `slots` (132 partial slots; 66 for pairs). */
 static int gpu_sms;
-static int split_expected(int tiles, int iters) {
+static int split_pieces(int tiles, int iters, int grid, int slots) { /* 1: no split */
     const char *e = getenv("W22_WGMMA_SPLIT");
-    if ((e && !strcmp(e, "0")) || gpu_sms <= 0 || tiles <= gpu_sms || tiles % gpu_sms == 0) return 0;
-    const int r = tiles % gpu_sms;
-    int s = gpu_sms / r < 3 ? gpu_sms / r : 3;
-    while (s > 1 && (iters / s < 8 || r * s > 132)) s--;
-    return s > 1;
+    if ((e && !strcmp(e, "0")) || grid <= 0 || tiles <= grid || tiles % grid == 0) return 1;
+    const int r = tiles % grid;
+    int s = grid / r < 3 ? grid / r : 3;
+    while (s > 1 && (iters / s < 8 || r * s > slots)) s--;
+    return s;
+}
+static int split_rule(int tiles, int iters, int grid, int slots) { return split_pieces(tiles, iters, grid, slots) > 1; }
+static int want_tma(void);
+int w22_backend_cuda_tma_clusters(const w22_backend *b);
+/* The persistent grid's rounds, the part-empty last one as 1 / pieces of a tile. */
+static double rounds_of(int tiles, int iters, int grid, int slots) {
+    return tiles / grid + (tiles % grid ? 1.0 / split_pieces(tiles, iters, grid, slots) : 0.0);
+}
+/* How the TMA kernel runs a GEMM of np phases x mt M tiles x tiles_n N tiles of bn channels, `iters` stages each:
+ * *cluster, in clusters of 2 sharing B (the 256-channel tiles unless W22_TMA_CLUSTER=1, where the persistent grid
+ * of pairs on the clusters that fit takes no more rounds than that of tiles on the SMs); the return, whether the
+ * split tail runs (an item: a tile, or a pair of M tiles). */
+static int split_expected(int np, int mt, int tiles_n, int bn, int iters, int *cluster) {
+    const char *e = getenv("W22_TMA_CLUSTER"), *pe = getenv("W22_WGMMA_PERSIST");
+    const int clusters = w22_backend_cuda_tma_clusters(gpu), persist = !(pe && !strcmp(pe, "0"));
+    const int pairs = np * ((mt + 1) / 2) * tiles_n, tiles = np * mt * tiles_n;
+    *cluster = want_tma() && bn == 256 && !(e && !strcmp(e, "1")) &&
+               (!persist || rounds_of(pairs, iters, clusters, 66) <= rounds_of(tiles, iters, gpu_sms, 132));
+    if (*cluster) return split_rule(pairs, iters, clusters, 66);
+    return split_rule(tiles, iters, gpu_sms, 132);
 }
 static const char *filter;
 static uint64_t seed = 1;
@@ -309,7 +329,7 @@ static int phases_one(void) {
 /* The last GEMM ran on the wgmma kernel the environment selects: the TMA's im2col loads unless W22_WGMMA_LOAD=cpasync;
  * the persistent grid with them unless W22_WGMMA_PERSIST=0, with the cp.async loads when W22_WGMMA_PERSIST=1.
  * phases: the GEMM is an upsample's four phases, one launch where phases_one(). */
-static void check_wgmma_path(const char *op, const char *shape, int split, int phases) {
+static void check_wgmma_path(const char *op, const char *shape, int split, int phases, int cluster) {
     const char *pe = getenv("W22_WGMMA_PERSIST");
     const int want_t = want_tma();
     const int want_p = want_t ? !(pe && !strcmp(pe, "0")) : pe && !strcmp(pe, "1");
@@ -323,14 +343,16 @@ static void check_wgmma_path(const char *op, const char *shape, int split, int p
                                                        : NULL;
     /* the split tail on the TMA kernel's persistent grid, where the caller's tile count calls for it */
     const int want_s = want_t && want_p && split;
-    const int want_4 = phases && phases_one();
+    const int want_4 = phases && phases_one(), want_c = cluster;
     const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || strstr(gpu_path(), "persistent")) &&
                    (!want_t || strstr(gpu_path(), " tma")) && (!want_e || strstr(gpu_path(), want_e)) &&
-                   !want_s == !strstr(gpu_path(), " split") && !want_4 == !strstr(gpu_path(), " phases4");
+                   !want_s == !strstr(gpu_path(), " split") && !want_4 == !strstr(gpu_path(), " phases4") &&
+                   !want_c == !strstr(gpu_path(), " cluster2");
     if (!on)
-        printf("    expected the wgmma kernel%s%s%s%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
+        printf("    expected the wgmma kernel%s%s%s%s%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
                want_t ? " (tma)" : "", want_e ? " with the epilogue" : "", want_e ? want_e : "",
-               want_s ? " (split tail)" : " (no split)", want_4 ? " (four phases in one launch)" : "", gpu_path());
+               want_s ? " (split tail)" : " (no split)", want_4 ? " (four phases in one launch)" : "",
+               want_c ? " (clusters of 2)" : "", gpu_path());
     CHECK(on, "%s %s on wgmma", op, shape);
 }
 
@@ -408,7 +430,9 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
             const int bn = cout % 256 == 0 ? 256 : 128, tpf = (h * w + 127) / 128;
             const int iters = upsample ? 4 * (cin / 64) : kt * ks * ks * (cin / 64) + sc_cin / 64;
             const int launches = upsample && phases_one() ? 4 : 1;
-            check_wgmma_path("conv", shape, split_expected(launches * F * tpf * (cout / bn), iters), upsample);
+            int cl;
+            const int sp = split_expected(launches, F * tpf, cout / bn, bn, iters, &cl);
+            check_wgmma_path("conv", shape, sp, upsample, cl);
         }
         const char *rp = rows_path(cin, cout, oh, kt, ks, upsample, time_split, sc_cin);
         if (!selftest && rp) {
@@ -476,12 +500,12 @@ static void dupconv_case(const char *tag, int C, int cd, int ft, int first_singl
             int on = sep ? !fused : fused && (wg && gpu_wgmma ? 1 : !strncmp(path, want, strlen(want)));
             if (!on) printf("    expected %s (DupUp %s), ran on [%s]: FAIL\n", want, sep ? "separate" : "fused", path);
             CHECK(on, "conv+dupup %s on %s", shape, want);
-            if (on && wg && gpu_wgmma) /* the phase GEMMs: F frames of h x w, 4 taps of C; 4 in one launch */
-                check_wgmma_path("conv+dupup", shape,
-                                 split_expected((phases_one() ? 4 : 1) * F * ((h * w + 127) / 128) *
-                                                    (C % 256 ? C / 128 : C / 256),
-                                                4 * (C / 64)),
-                                 1);
+            if (on && wg && gpu_wgmma) { /* the phase GEMMs: F frames of h x w, 4 taps of C; 4 in one launch */
+                int cl;
+                const int sp = split_expected(phases_one() ? 4 : 1, F * ((h * w + 127) / 128),
+                                              C % 256 ? C / 128 : C / 256, C % 256 ? 128 : 256, 4 * (C / 64), &cl);
+                check_wgmma_path("conv+dupup", shape, sp, 1, cl);
+            }
         }
     }
     tens_free(&in);
@@ -524,10 +548,12 @@ static void repeat_case(int cin, int cout, int h, int w, int reps) {
     printf("%-10s %-46s %s (%ld elements differ between runs, %ld unwritten) [%s]\n", "conv", shape,
            ok && !differ && !nan ? "ok" : "FAIL", differ, nan, gpu_path());
     CHECK(ok && !differ && !nan, "conv %s repeats bit for bit", shape);
-    if (gpu_wgmma)
-        check_wgmma_path("conv", shape,
-                         split_expected((h * w + 127) / 128 * (cout % 256 ? cout / 128 : cout / 256), 27 * (cin / 64)),
-                         0);
+    if (gpu_wgmma) {
+        int cl;
+        const int sp = split_expected(1, (h * w + 127) / 128, cout % 256 ? cout / 128 : cout / 256,
+                                      cout % 256 ? 128 : 256, 27 * (cin / 64), &cl);
+        check_wgmma_path("conv", shape, sp, 0, cl);
+    }
     free(first);
     free(now);
     tens_free(&in);
@@ -1416,7 +1442,8 @@ int main(int argc, char **argv) {
         if (!perf) {
             gpu = made[i];
             gpu_wgmma = wg;
-            printf("-- conv kernel: %s --\n", wg ? "wgmma where the shape qualifies (the default)" : "mma");
+            printf("-- conv kernel: %s; the TMA conv's clusters of 2: %d --\n",
+                   wg ? "wgmma where the shape qualifies (the default)" : "mma", w22_backend_cuda_tma_clusters(gpu));
             run_cases();
         } else if (wg && kernel_mode) {
             perf_wg = made[i];

@@ -52,6 +52,14 @@ template <int BN, int STAGES> struct tma_layout {
     static_assert(bytes <= 227 * 1024, "shared memory beyond the sm_90 per-block limit (227 KB)");
 };
 
+/* A consumer warp's release of stage s: to its own producer, and in a cluster of 2 to the peer's too, whose B half
+ * lands in this CTA's stage as well (CL 2: empty[s] counts both CTAs' consumer warps). */
+template <int CL>
+static __device__ __forceinline__ void wg_release(uint32_t empty0, uint32_t peer_empty0, int s) {
+    mbar_arrive(empty0 + 8 * s);
+    if (CL == 2) mbar_arrive_remote(peer_empty0 + 8 * s);
+}
+
 /* One stage of a consumer warpgroup in the tile's main loop, in two halves (the overlapped epilogue's step runs
  * between them): wait for the stage and issue its wgmmas; then wait for the previous stage's wgmmas (that stage may
  * be refilled: released by lane 0 of each warp) and step the ring. */
@@ -62,10 +70,11 @@ static __device__ __forceinline__ void wg_issue(float *acc, int s, uint32_t ph, 
     mbar_wait_nt(full0 + 8 * s, ph);
     wg_mma_stage<BN>(acc, da0 + s * STAGE_DESC, db0 + s * STAGE_DESC);
 }
-template <int STAGES>
-static __device__ __forceinline__ void wg_retire(int it, int &s, int &sp, uint32_t &ph, uint32_t empty0, int lane) {
+template <int STAGES, int CL>
+static __device__ __forceinline__ void wg_retire(int it, int &s, int &sp, uint32_t &ph, uint32_t empty0,
+                                                 uint32_t peer_empty0, int lane) {
     wgmma_wait<1>(); /* stage it - 1's wgmmas are done: it may be refilled */
-    if (it > 0 && lane == 0) mbar_arrive(empty0 + 8 * sp);
+    if (it > 0 && lane == 0) wg_release<CL>(empty0, peer_empty0, sp);
     sp = s;
     if (++s == STAGES) s = 0, ph ^= 1;
 }
@@ -164,14 +173,33 @@ static __device__ __forceinline__ void wg_split_sum(const float *part, int slot0
     }
 }
 
-template <int BN, int STAGES>
+/* Work item w's tile: its phase p, M tile tm (of mt per phase) and first output channel n0. In a cluster of 2 (CL 2)
+ * a tile index names a pair of M tiles of one N tile: rank r takes M tile 2 q + r; where mt is odd the last pair's
+ * rank 1 has none (valid false: it loads M tile mt - 1, for its B half, and stores nothing). */
+struct wg_tile {
+    int p, tm, n0;
+    bool valid;
+};
+template <int BN, int CL>
+static __device__ __forceinline__ wg_tile wg_tile_of(int tile_ix, int tpp, int tiles_n, int mt, int crank) {
+    wg_tile r;
+    r.p = tile_ix / tpp;
+    const int j = tile_ix - r.p * tpp, q = j / tiles_n;
+    r.n0 = (j - q * tiles_n) * BN;
+    r.tm = CL * q + crank;
+    r.valid = r.tm < mt;
+    if (!r.valid) r.tm = mt - 1;
+    return r;
+}
+
+template <int BN, int STAGES, int CL>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     w22_conv_wgmma_tma_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_scb,
                               const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_h0,
                               const __grid_constant__ CUtensorMap tm_h1, const __grid_constant__ CUtensorMap tm_sca,
                               const __grid_constant__ w22_gemm g, int tpf, int cx, int cy, int main_iters, int iters,
-                              int tiles_n, int tpp, int whole, int split, int items, float *part, unsigned *count,
-                              int mode) {
+                              int tiles_n, int tpp, int mt, int whole, int split, int items, float *part,
+                              unsigned *count, int mode) {
     typedef wg_layout<BN, STAGES> L;
     extern __shared__ unsigned char smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -179,13 +207,16 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const uint32_t full0 = base + L::bars_off, empty0 = full0 + STAGES * 8;
     const int tid = threadIdx.x, wg = tid >> 7; /* 0: the producer warpgroup; 1, 2: consumers */
     const int HW = g.H * g.W;
+    /* CL 2: this CTA's rank in its cluster; the clusters share out the items as the CTAs do with CL 1 */
+    const int crank = CL == 2 ? (int)cluster_rank() : 0, w0 = blockIdx.x / CL, wstep = gridDim.x / CL;
     if (tid == 0) { /* full[s]: the producer's one arrive.expect_tx; the TMA completes both loads' bytes */
-        wg_init_ring<STAGES>(full0, empty0, 1, EMPTY_ARRIVALS, &tm_b, &tm_scb, g);
+        wg_init_ring<STAGES>(full0, empty0, 1, EMPTY_ARRIVALS * CL, &tm_b, &tm_scb, g);
         prefetch_tensormap(&tm_a);
         if (g.hist_n || g.phases) prefetch_tensormap(&tm_h0), prefetch_tensormap(&tm_h1);
         if (g.sc || g.phases) prefetch_tensormap(&tm_sca);
     }
     __syncthreads();
+    if (CL == 2) cluster_sync_all(); /* the peer's barriers are initialized before any multicast or remote arrival */
 
     if (wg == 0) {
         /* ---------------- producer: one thread ---------------- */
@@ -193,15 +224,17 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         if (tid == 0) {
             int s = 0, loads = 0; /* stage of the next load; loads issued so far */
             uint32_t ph = 0;
-            for (int w = blockIdx.x; w < items; w += gridDim.x) {
+            for (int w = w0; w < items; w += wstep) {
                 const wg_item wi = wg_item_of(w, whole, split, iters);
-                const int p = wi.tile / tpp, tile = wi.tile - p * tpp; /* the phase (0 for a single GEMM) */
-                const int tm = tile / tiles_n, n0 = (tile - tm * tiles_n) * BN;
+                const wg_tile wt = wg_tile_of<BN, CL>(wi.tile, tpp, tiles_n, mt, crank);
+                const int p = wt.p, tm = wt.tm, n0 = wt.n0; /* p: the phase (0 for a single GEMM) */
                 const int t = tm / tpf, r0 = (tm - t * tpf) * WG_BM, y0 = r0 / g.W, x0 = r0 - y0 * g.W;
                 /* phase p = py 2 + px: its A map (phases 1-3's in the history's and shortcut's slots, which a phase
                  * GEMM does not use), its load corner (+ (px, py): its pads are phase 0's - (py, px)), its B rows */
                 const CUtensorMap *ma = p == 0 ? &tm_a : p == 1 ? &tm_h0 : p == 2 ? &tm_h1 : &tm_sca;
-                const int xa = x0 + cx + (p & 1), ya = y0 + cy + (p >> 1), nb = n0 + p * g.N;
+                /* CL 2: this CTA's half of the B rows, multicast into both CTAs' stage */
+                const int xa = x0 + cx + (p & 1), ya = y0 + cy + (p >> 1), nb = n0 + p * g.N + crank * (BN / 2);
+                const uint32_t b_off = crank * (L::b_bytes / 2);
                 int c0, dt, dy, dx;
                 wg_k_start(g, wi.k0, main_iters, c0, dt, dy, dx);
                 for (int it = wi.k0; it < wi.k1; it++, loads++) {
@@ -215,11 +248,18 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                         const bool nw = j >= g.hist_n;
                         tma_load_im2col(sa, nw ? ma : j == 0 ? &tm_h0 : &tm_h1, full, c0, xa, ya,
                                         nw ? j - g.hist_n : 0, (uint16_t)dx, (uint16_t)dy);
-                        tma_load_2d(sb, &tm_b, full, ((dt * g.ks + dy) * g.ks + dx) * g.cin + c0, nb);
+                        const int kb = ((dt * g.ks + dy) * g.ks + dx) * g.cin + c0;
+                        if (CL == 2)
+                            tma_load_2d_mc(sb + b_off, &tm_b, full, kb, nb, 3);
+                        else
+                            tma_load_2d(sb, &tm_b, full, kb, nb);
                     } else {
                         mbar_arrive_expect_tx(full, L::stage_bytes);
                         tma_load_im2col(sa, &tm_sca, full, c0, x0, y0, t, 0, 0);
-                        tma_load_2d(sb, &tm_scb, full, c0, n0);
+                        if (CL == 2)
+                            tma_load_2d_mc(sb + b_off, &tm_scb, full, c0, n0 + crank * (BN / 2), 3);
+                        else
+                            tma_load_2d(sb, &tm_scb, full, c0, n0);
                     }
                     /* the next stage's channels and tap; after the last tap c0 restarts for the shortcut's */
                     c0 += WG_BK;
@@ -241,6 +281,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         constexpr int NACC = BN / 2;
         const uint64_t da0 = smem_desc(base + cw * 64 * WG_ROW_BYTES), db0 = smem_desc(base + L::a_bytes);
         const bool defer = mode & MODE_EPI_DEFER;
+        const uint32_t peer_empty0 = CL == 2 ? cluster_map(empty0, crank ^ 1) : 0;
         /* this thread's staging (MODE_EPI_SMEM), else 0: half 0 stored in the tail */
         const uint32_t epi = mode & MODE_EPI_SMEM ? base + tma_layout<BN, STAGES>::epi_off + (tid - 128) * 16 : 0;
         const int steps = epi ? 2 * (BN / 32) : BN / 32; /* stages of the next tile that store the held outputs */
@@ -249,10 +290,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         dq.n0 = 0;
         int s = 0, sp = 0;
         uint32_t ph = 0;
-        for (int w = blockIdx.x; w < items; w += gridDim.x) {
+        for (int w = w0; w < items; w += wstep) {
             const wg_item wi = wg_item_of(w, whole, split, iters);
-            const int p = wi.tile / tpp, tile = wi.tile - p * tpp;
-            const int tm = tile / tiles_n, n0 = (tile - tm * tiles_n) * BN;
+            const wg_tile wt = wg_tile_of<BN, CL>(wi.tile, tpp, tiles_n, mt, crank);
+            const int p = wt.p, tm = wt.tm, n0 = wt.n0;
             const int t = tm / tpf, m0 = t * HW + (tm - t * tpf) * WG_BM;
             const int m_end = m0 + WG_BM < (t + 1) * HW ? m0 + WG_BM : (t + 1) * HW; /* this frame's rows only */
             const int n_it = wi.k1 - wi.k0;
@@ -262,17 +303,22 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             for (int it = 0; it < n_it; it++) {
                 wg_issue<BN, STAGES>(acc, s, ph, full0, da0, db0);
                 if (defer && it < steps) defer_step<BN>(dq, g, it, tq, epi);
-                wg_retire<STAGES>(it, s, sp, ph, empty0, lane);
+                wg_retire<STAGES, CL>(it, s, sp, ph, empty0, peer_empty0, lane);
                 __syncwarp(); /* converged before the next .aligned wgmma */
             }
             if (defer) /* a tile of fewer stages than the store's steps: the rest now */
                 for (int j = n_it; j < steps; j++) defer_step<BN>(dq, g, j, tq, epi);
             wgmma_wait<0>();
-            if (lane == 0) mbar_arrive(empty0 + 8 * sp); /* the tile's last stage: the next tile's loads refill it */
+            if (lane == 0) wg_release<CL>(empty0, peer_empty0, sp); /* the tile's last stage: the next tile's loads refill it */
 #pragma unroll
             for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
+            if (!wt.valid) { /* CL 2: the pair's missing M tile (its loads fed the peer's B half) */
+                dq.orow[0] = dq.orow[1] = -1;
+                __syncwarp();
+                continue;
+            }
             if (wi.piece >= 0) { /* a split tile (its pieces run in the grid's last round) */
-                const int ti = wi.tile - whole;
+                const int ti = (wi.tile - whole) * CL + crank; /* CL 2: a pair's two tiles, each its own slots */
                 if (!wg_split_arrive<NACC>(part, count + ti, ti * split + wi.piece, split, acc, tid - 128,
                                            base + tma_layout<BN, STAGES>::word_off)) {
                     dq.orow[0] = dq.orow[1] = -1; /* not the last piece: nothing of this item to store */
@@ -296,6 +342,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         if (defer) /* the CTA's last tile: nothing left to overlap with */
             for (int j = 0; j < steps; j++) defer_step<BN>(dq, g, j, tq, epi);
     }
+    if (CL == 2) cluster_sync_all(); /* no CTA leaves while its peer may still arrive on its barriers or load into it */
 }
 
 /* ---- host side ---- */
@@ -328,11 +375,49 @@ static int env_mode(void) {
 
 int w22_cuda_wgmma_tma_on(const w22_cuda *c) { return tma_enabled() && c->tmap_im2col != NULL; }
 
+/* W22_TMA_CLUSTER: 2 (the default) runs the 128 x 256 tiles in clusters of 2 sharing B, 1 without (read once). */
+static int tma_cluster_env(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_TMA_CLUSTER");
+        v = e && !strcmp(e, "1") ? 1 : 2;
+    }
+    return v;
+}
+
+/* The launch attribute of a cluster of 2 along x. */
+static cudaLaunchAttribute cluster2_attr(void) {
+    cudaLaunchAttribute a;
+    memset(&a, 0, sizeof a);
+    a.id = cudaLaunchAttributeClusterDimension;
+    a.val.clusterDim.x = 2;
+    a.val.clusterDim.y = a.val.clusterDim.z = 1;
+    return a;
+}
+
 w22_status w22_cuda_wgmma_tma_init(w22_cuda *c) {
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 tma_layout<256, 4>::bytes));
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<128, 6>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                tma_layout<256, 4>::bytes));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<128, 6, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 tma_layout<128, 6>::bytes));
+    /* the clusters of 2 that fit at once: the persistent grid of the cluster kernel (an SM left alone in its GPC
+     * idles); 0: no cluster launches */
+    c->tma_clusters = 0;
+    if (tma_cluster_env() == 2) {
+        cudaLaunchConfig_t lc;
+        memset(&lc, 0, sizeof lc);
+        cudaLaunchAttribute at = cluster2_attr();
+        lc.gridDim = dim3(2 * (unsigned)(c->sms > 0 ? c->sms : 2));
+        lc.blockDim = dim3(WG_THREADS);
+        lc.dynamicSmemBytes = tma_layout<256, 4>::bytes;
+        lc.attrs = &at;
+        lc.numAttrs = 1;
+        int n = 0;
+        CU_TRY(cudaOccupancyMaxActiveClusters(&n, w22_conv_wgmma_tma_kernel<256, 4, 2>, &lc));
+        c->tma_clusters = n;
+    }
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     CU_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &fn, 12000, cudaEnableDefault, &q));
@@ -393,13 +478,14 @@ static w22_status im2col_map(w22_cuda *c, CUtensorMap *m, const bf16 *p, long sw
     return W22_OK;
 }
 
-/* The split tail's pieces per tile for `tiles` tiles of `iters` stages on a persistent grid of `grid` CTAs: the
- * last round's R tiles are split when R <= grid / 2, into grid / R pieces (at most SPLIT_MAX, each of 8 stages or
- * more, R x pieces within the slots); 1: no split. W22_WGMMA_SPLIT=0 turns it off (read once). */
+/* The split tail's pieces per tile for `tiles` tiles of `iters` stages on a persistent grid of `grid` CTAs (or
+ * clusters): the last round's R tiles are split when R <= grid / 2, into grid / R pieces (at most SPLIT_MAX, each of
+ * 8 stages or more, R x pieces within `slots`: a cluster's tile is two tiles, each with its pieces' slots); 1: no
+ * split. W22_WGMMA_SPLIT=0 turns it off (read once). */
 #define SPLIT_MAX 3
 #define SPLIT_SLOTS 132 /* partial slots, one per piece: R split <= the grid (132 on an H200; more SMs: fewer pieces) */
 #define SPLIT_PART_BYTES ((size_t)SPLIT_SLOTS * 128 * 256 * 4) /* 128 fp32 accumulators per consumer thread */
-int w22_wgmma_split_of(int tiles, int iters, int grid) {
+int w22_wgmma_split_of(int tiles, int iters, int grid, int slots) {
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("W22_WGMMA_SPLIT");
@@ -409,7 +495,7 @@ int w22_wgmma_split_of(int tiles, int iters, int grid) {
     const int r = tiles % grid;
     if (r == 0) return 1;
     int s = grid / r < SPLIT_MAX ? grid / r : SPLIT_MAX;
-    while (s > 1 && (iters / s < 8 || r * s > SPLIT_SLOTS)) s--;
+    while (s > 1 && (iters / s < 8 || r * s > slots)) s--;
     return s;
 }
 
@@ -423,13 +509,13 @@ static w22_status split_buffers(w22_cuda *c) {
     return W22_OK;
 }
 
-template <int BN, int STAGES>
+template <int BN, int STAGES, int CL>
 static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, int *split_used, const char *what) {
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
     const int HW = g->H * g->W, F = g->M / HW, border = g->ks > 1, np = g->phases ? 4 : 1;
     CUtensorMap tb, ts, ta, th0, th1, tsa;
     /* with phases: their four blocks of N rows as one map (phase p's rows from p N on) */
-    W22_TRY(w22_wgmma_kmajor_map(c, &tb, g->b, K, (long)np * g->N, g->b_sw, BN, what));
+    W22_TRY(w22_wgmma_kmajor_map(c, &tb, g->b, K, (long)np * g->N, g->b_sw, BN / CL, what)); /* CL 2: half each */
     /* the window's frames after the history: F + kt - 1 in all */
     W22_TRY(im2col_map(c, &ta, g->a, g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H, F + g->kt - 1 - g->hist_n, border,
                        g->pad_y, g->pad_x, what));
@@ -442,7 +528,7 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     }
     ts = tb, tsa = ta; /* never read without a shortcut */
     if (g->sc) {
-        W22_TRY(w22_wgmma_kmajor_map(c, &ts, g->scb, g->sc_cin, g->N, g->sc_cin, BN, what));
+        W22_TRY(w22_wgmma_kmajor_map(c, &ts, g->scb, g->sc_cin, g->N, g->sc_cin, BN / CL, what));
         W22_TRY(im2col_map(c, &tsa, g->sc, g->sc_sw, g->sc_sh, g->sc_sf, g->sc_cin, g->W, g->H, F, 0, 0, 0, what));
     }
     if (g->phases) { /* phases 1-3's A maps (their pads) in the slots of the history and the shortcut, unused here */
@@ -454,12 +540,15 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     const int main_iters = g->kt * g->ks * g->ks * (g->cin / WG_BK);
     const int iters = main_iters + (g->sc ? g->sc_cin / WG_BK : 0);
     const int tiles_n = g->N / BN, tpf = (HW + WG_BM - 1) / WG_BM;
-    const long tpp = (long)F * tpf * tiles_n, tiles = np * tpp; /* tiles per phase; phase-major */
-    if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
-    const int grid = (int)(persist && tiles > c->sms ? c->sms : tiles);
+    /* tiles per phase, phase-major; CL 2: a tile index names a pair of M tiles (the kernel's wg_tile_of) */
+    const long mt = (long)F * tpf, tpp = (mt + CL - 1) / CL * tiles_n, tiles = np * tpp;
+    if (tiles > INT_MAX / CL || mt > INT_MAX)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
+    const int slots = CL == 2 ? c->tma_clusters : c->sms; /* what runs at once: CTAs, or clusters of 2 */
+    const int grid = (int)(persist && tiles > slots ? slots : tiles); /* in items' runners: CTAs or clusters */
     const int cx = border ? 1 - g->pad_x : 0, cy = border ? 1 - g->pad_y : 0;
     int whole = (int)tiles, split = 1;
-    if (persist && !c->on_side) split = w22_wgmma_split_of((int)tiles, iters, grid);
+    if (persist && !c->on_side) split = w22_wgmma_split_of((int)tiles, iters, grid, SPLIT_SLOTS / CL);
     if (split > 1) {
         whole = (int)tiles - (int)tiles % grid;
         W22_TRY(split_buffers(c));
@@ -470,9 +559,24 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     unsigned *count = (unsigned *)((char *)c->split_part + SPLIT_PART_BYTES);
     w22_gemm kg = *g;
     if (!kg.phases) memset(kg.ph_o, 0, sizeof kg.ph_o), memset(kg.ph_r, 0, sizeof kg.ph_r); /* the kernel adds them */
-    w22_conv_wgmma_tma_kernel<BN, STAGES><<<grid, WG_THREADS, tma_layout<BN, STAGES>::bytes, c->stream>>>(
-        tb, ts, ta, th0, th1, tsa, kg, tpf, cx, cy, main_iters, iters, tiles_n, (int)tpp, whole, split, items, part,
-        count, mode);
+    if (CL == 1) {
+        w22_conv_wgmma_tma_kernel<BN, STAGES, 1><<<grid, WG_THREADS, tma_layout<BN, STAGES>::bytes, c->stream>>>(
+            tb, ts, ta, th0, th1, tsa, kg, tpf, cx, cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, whole, split,
+            items, part, count, mode);
+        return W22_OK;
+    }
+    cudaLaunchConfig_t lc;
+    memset(&lc, 0, sizeof lc);
+    cudaLaunchAttribute at = cluster2_attr();
+    lc.gridDim = dim3(2 * (unsigned)grid);
+    lc.blockDim = dim3(WG_THREADS);
+    lc.dynamicSmemBytes = tma_layout<BN, STAGES>::bytes;
+    lc.stream = c->stream;
+    lc.attrs = &at;
+    lc.numAttrs = 1;
+    CU_TRY(cudaLaunchKernelEx(&lc, w22_conv_wgmma_tma_kernel<BN, STAGES, CL>, tb, ts, ta, th0, th1, tsa, kg, tpf, cx,
+                              cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, whole, split, items, part, count,
+                              mode));
     return W22_OK;
 }
 
@@ -499,26 +603,52 @@ static int mode_for(const w22_gemm *q, int n, const int *o_add, const int *r_add
     return mode;
 }
 
-/* The kernel's path names: [phases][split][epilogue][persistent, big]; a split needs the persistent grid. */
+/* The kernel's path names: [cluster of 2][phases][split][epilogue][persistent, big]; a split needs the persistent
+ * grid, a cluster the 128 x 256 tile. */
 #define TMA_NAMES4(e, sfx)                                                                                      \
     {"wgmma 128x128 tma" e sfx, "wgmma 128x256 tma" e sfx, "wgmma 128x128 tma persistent" e sfx,                \
      "wgmma 128x256 tma persistent" e sfx}
 #define TMA_NAMES(sfx)                                                                                          \
     {TMA_NAMES4("", sfx), TMA_NAMES4(" vec", sfx), TMA_NAMES4(" half", sfx), TMA_NAMES4(" defer", sfx)}
-static const char *const tma_names[2][2][4][4] = {{TMA_NAMES(""), TMA_NAMES(" split")},
-                                                  {TMA_NAMES(" phases4"), TMA_NAMES(" split phases4")}};
+#define TMA_SPLIT(cl) {{TMA_NAMES(cl), TMA_NAMES(cl " split")}, {TMA_NAMES(cl " phases4"), TMA_NAMES(cl " split phases4")}}
+static const char *const tma_names[2][2][2][4][4] = {TMA_SPLIT(""), TMA_SPLIT(" cluster2")};
+#undef TMA_SPLIT
 #undef TMA_NAMES
 #undef TMA_NAMES4
+
+/* The persistent grid's rounds for `tiles` items of `iters` stages on `grid` runners (CTAs or clusters), the
+ * part-empty last one counted as the 1 / split of a tile that its pieces take (split: 1 where not allowed). */
+static double tma_rounds(long tiles, int iters, int grid, int slots, int split_ok) {
+    const long full = tiles / grid;
+    if (tiles % grid == 0) return (double)full;
+    return (double)full + 1.0 / (split_ok ? w22_wgmma_split_of((int)tiles, iters, grid, slots) : 1);
+}
+
+/* Whether a GEMM of 256-channel tiles runs in clusters of 2 (v15): where W22_TMA_CLUSTER is not 1 and its
+ * persistent grid takes no more rounds that way. A pair's tile ran 2-5% faster (a third less L2 traffic per stage),
+ * but pairs round differently: a 512-channel conv at 176 x 312 is 858 tiles on 132 CTAs (6.5 rounds with the split
+ * tail) and 430 pairs on 66 clusters (7 rounds: 34 pairs left cannot be split in two), measured 3% slower. */
+static int tma_cluster_pays(const w22_cuda *c, const w22_gemm *g, int persist) {
+    if (g->N % 256 || c->tma_clusters <= 0) return 0;
+    if (!persist) return 1;
+    const int HW = g->H * g->W, np = g->phases ? 4 : 1, tn = g->N / 256, split_ok = !c->on_side;
+    const long mt = (long)(g->M / HW) * ((HW + WG_BM - 1) / WG_BM);
+    const int iters = g->kt * g->ks * g->ks * (g->cin / WG_BK) + (g->sc ? g->sc_cin / WG_BK : 0);
+    return tma_rounds(np * ((mt + 1) / 2) * tn, iters, c->tma_clusters, SPLIT_SLOTS / 2, split_ok) <=
+           tma_rounds(np * mt * tn, iters, c->sms, SPLIT_SLOTS, split_ok);
+}
 
 static w22_status run_tma(w22_cuda *c, const w22_gemm *g, int mode, const char *what) {
     /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
     const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
     const int epi = mode & MODE_EPI_SMEM ? 3 : mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0;
+    const int cl = tma_cluster_pays(c, g, persist);
     int split = 1;
-    const w22_status s = big ? launch<256, 4>(c, g, persist, mode, &split, what)
-                             : launch<128, 6>(c, g, persist, mode, &split, what);
+    const w22_status s = cl    ? launch<256, 4, 2>(c, g, persist, mode, &split, what)
+                         : big ? launch<256, 4, 1>(c, g, persist, mode, &split, what)
+                               : launch<128, 6, 1>(c, g, persist, mode, &split, what);
     if (s != W22_OK) return s;
-    c->last_path = tma_names[g->phases != 0][split > 1][epi][persist * 2 + big];
+    c->last_path = tma_names[cl][g->phases != 0][split > 1][epi][persist * 2 + big];
     CU_LAUNCHED(c, what);
     return W22_OK;
 }

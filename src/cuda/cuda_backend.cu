@@ -399,4 +399,9 @@ extern "C" const char *w22_backend_cuda_last_path(const w22_backend *b) {
     return ((const w22_cuda *)b->impl)->last_path;
 }
 
+/* Not in backend.h (tests only): the clusters of 2 the TMA conv's persistent grid runs (0: no clusters). */
+extern "C" int w22_backend_cuda_tma_clusters(const w22_backend *b) {
+    return ((const w22_cuda *)b->impl)->tma_clusters;
+}
+
 extern "C" void *w22_backend_cuda_stream(w22_backend *b) { return (void *)cuda_of(b)->stream; }

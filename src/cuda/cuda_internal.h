@@ -28,6 +28,7 @@ typedef struct {
     int on_side;
     int smem_optin;                  /* max dynamic shared memory per block */
     int sms;                         /* streaming multiprocessors (a persistent grid's size) */
+    int tma_clusters;                /* clusters of 2 of the TMA conv that fit at once (0: W22_TMA_CLUSTER=1) */
     int debug;                       /* W22_CUDA_DEBUG=1: sync after each op, check views against allocations */
     size_t bytes, peak;
     w22_cuda_alloc_rec *allocs;      /* live allocations (pointer -> size), for the byte count and debug checks */

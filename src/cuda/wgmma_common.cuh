@@ -126,6 +126,13 @@ static __device__ __forceinline__ uint32_t cluster_map(uint32_t a, uint32_t rank
 static __device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_addr) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
 }
+/* The same arrival with CTA-scope release, as CUTLASS's ClusterBarrier::arrive(cta_id): what it orders is this
+ * warp's finished wgmma reads of the stage before the peer's TMA refills it. A cluster-scope release also waits for
+ * the warp's earlier global stores to become visible across the cluster (the overlapped epilogue's, in the same
+ * stage), which stalls the next wgmma issue: the TMA kernel's pairs ran 30% slower with it (docs/PERF.md v15). */
+static __device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_addr) {
+    asm volatile("mbarrier.arrive.release.cta.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+}
 /* Every thread of every CTA of the cluster (not .aligned: warps arrive from divergent paths). */
 static __device__ __forceinline__ void cluster_sync_all() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
@@ -470,6 +477,6 @@ int w22_cuda_wgmma_tma_on(const w22_cuda *c);
 const char *w22_cuda_wgmma_tma_blocker(const w22_gemm *g);
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what);
 const char *w22_cuda_wgmma_tma_phases_blocker(const w22_gemm q[4]); /* why q[0..3] are not one launch; NULL: they are */
-int w22_wgmma_split_of(int tiles, int iters, int grid); /* the split tail's pieces per tile (1: none) */
+int w22_wgmma_split_of(int tiles, int iters, int grid, int slots); /* the split tail's pieces per tile (1: none) */
 
 #endif

@@ -64,33 +64,49 @@ static const char *rows_path(int cin, int n, int h, int kt, int ks, int upsample
  * `grid` CTAs (or clusters), the last round's R = tiles % grid tiles run as min(3, grid / R) pieces of K when that
  * is 2 or more, each piece of 8 stages or more and R x pieces <= `slots` (132 partial slots; 66 for pairs). */
 static int gpu_sms;
-static int split_pieces(int tiles, int iters, int grid, int slots) { /* 1: no split */
+static int split_pieces(int tiles, int iters, int grid, int slots, int one_round) { /* 1: no split */
     const char *e = getenv("W22_WGMMA_SPLIT");
-    if ((e && !strcmp(e, "0")) || grid <= 0 || tiles <= grid || tiles % grid == 0) return 1;
+    if ((e && !strcmp(e, "0")) || grid <= 0 || (tiles <= grid && !one_round) || tiles % grid == 0) return 1;
     const int r = tiles % grid;
     int s = grid / r < 3 ? grid / r : 3;
     while (s > 1 && (iters / s < 8 || r * s > slots)) s--;
     return s;
 }
-static int split_rule(int tiles, int iters, int grid, int slots) { return split_pieces(tiles, iters, grid, slots) > 1; }
+static int split_rule(int tiles, int iters, int grid, int slots, int one_round) {
+    return split_pieces(tiles, iters, grid, slots, one_round) > 1;
+}
 static int want_tma(void);
 int w22_backend_cuda_tma_clusters(const w22_backend *b);
 /* The persistent grid's rounds, the part-empty last one as 1 / pieces of a tile. */
-static double rounds_of(int tiles, int iters, int grid, int slots) {
-    return tiles / grid + (tiles % grid ? 1.0 / split_pieces(tiles, iters, grid, slots) : 0.0);
+static double rounds_of(int tiles, int iters, int grid, int slots, int one_round) {
+    return tiles / grid + (tiles % grid ? 1.0 / split_pieces(tiles, iters, grid, slots, one_round) : 0.0);
 }
-/* How the TMA kernel runs a GEMM of np phases x mt M tiles x tiles_n N tiles of bn channels, `iters` stages each:
- * *cluster, in clusters of 2 sharing B (the 256-channel tiles unless W22_TMA_CLUSTER=1, where the persistent grid
- * of pairs on the clusters that fit takes no more rounds than that of tiles on the SMs); the return, whether the
- * split tail runs (an item: a tile, or a pair of M tiles). */
+/* How the TMA kernel runs a GEMM of np phases x mt M tiles x tiles_n N tiles of bn channels, `iters` stages each
+ * (conv_sm90_wgmma_tma.cu, tma_plan, restated): *cluster 0, tiles on the SMs; 1, pairs of M tiles in clusters of 2
+ * sharing B (the 256-channel tiles unless W22_TMA_CLUSTER=1); 2, the pairs' whole rounds, then the tiles left on
+ * the SMs. The fewest rounds win, a round of pairs counting 0.97. The return: whether the (last) launch splits. */
 static int split_expected(int np, int mt, int tiles_n, int bn, int iters, int *cluster) {
     const char *e = getenv("W22_TMA_CLUSTER"), *pe = getenv("W22_WGMMA_PERSIST");
-    const int clusters = w22_backend_cuda_tma_clusters(gpu), persist = !(pe && !strcmp(pe, "0"));
-    const int pairs = np * ((mt + 1) / 2) * tiles_n, tiles = np * mt * tiles_n;
-    *cluster = want_tma() && bn == 256 && !(e && !strcmp(e, "1")) &&
-               (!persist || rounds_of(pairs, iters, clusters, 66) <= rounds_of(tiles, iters, gpu_sms, 132));
-    if (*cluster) return split_rule(pairs, iters, clusters, 66);
-    return split_rule(tiles, iters, gpu_sms, 132);
+    const int cl = w22_backend_cuda_tma_clusters(gpu), persist = !(pe && !strcmp(pe, "0"));
+    const int ppp = (mt + 1) / 2 * tiles_n, pairs = np * ppp, tiles = np * mt * tiles_n;
+    *cluster = 0;
+    if (!want_tma() || bn != 256 || (e && !strcmp(e, "1")) || cl <= 0) return split_rule(tiles, iters, gpu_sms, 132, 0);
+    if (!persist) {
+        *cluster = 1;
+        return 0;
+    }
+    const double r_tiles = rounds_of(tiles, iters, gpu_sms, 132, 0), r_pairs = 0.97 * rounds_of(pairs, iters, cl, 66, 0);
+    double best = r_pairs <= r_tiles ? r_pairs : r_tiles;
+    *cluster = r_pairs <= r_tiles;
+    const int full = pairs / cl, done = full * cl, p = done / ppp, j = done - p * ppp;
+    int t0 = 0;
+    if (full >= 1 && done < pairs && j % tiles_n == 0) {
+        t0 = (p * mt + j / tiles_n * 2) * tiles_n;
+        if (0.97 * full + rounds_of(tiles - t0, iters, gpu_sms, 132, 1) < best) *cluster = 2;
+    }
+    if (*cluster == 2) return split_rule(tiles - t0, iters, gpu_sms, 132, 1);
+    if (*cluster == 1) return split_rule(pairs, iters, cl, 66, 0);
+    return split_rule(tiles, iters, gpu_sms, 132, 0);
 }
 static const char *filter;
 static uint64_t seed = 1;
@@ -347,12 +363,14 @@ static void check_wgmma_path(const char *op, const char *shape, int split, int p
     const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || strstr(gpu_path(), "persistent")) &&
                    (!want_t || strstr(gpu_path(), " tma")) && (!want_e || strstr(gpu_path(), want_e)) &&
                    !want_s == !strstr(gpu_path(), " split") && !want_4 == !strstr(gpu_path(), " phases4") &&
-                   !want_c == !strstr(gpu_path(), " cluster2");
+                   (want_c == 2   ? strstr(gpu_path(), " cluster2 tail") != NULL
+                    : want_c == 1 ? strstr(gpu_path(), " cluster2") && !strstr(gpu_path(), " tail")
+                                  : !strstr(gpu_path(), " cluster2"));
     if (!on)
         printf("    expected the wgmma kernel%s%s%s%s%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
                want_t ? " (tma)" : "", want_e ? " with the epilogue" : "", want_e ? want_e : "",
                want_s ? " (split tail)" : " (no split)", want_4 ? " (four phases in one launch)" : "",
-               want_c ? " (clusters of 2)" : "", gpu_path());
+               want_c == 2 ? " (clusters of 2, then a tail)" : want_c ? " (clusters of 2)" : "", gpu_path());
     CHECK(on, "%s %s on wgmma", op, shape);
 }
 
@@ -998,6 +1016,10 @@ static void run_cases(void) {
     conv_case("wg", 64, 256, 1, 76, 256, 3, 3, 0, 0, RES_SEPARATE, 0);
     conv_case("wg", 128, 512, 1, 64, 192, 3, 3, 0, 0, RES_INPLACE, 64);
     conv_case("wg", 64, 128, 1, 91, 256, 3, 3, 0, 0, RES_NONE, 0);
+    /* pairs of M tiles in clusters of 2, then a tail (tma_plan): 99 M tiles x 2 N tiles of 256 are 100 pairs (the
+     * last one's second tile missing), one round of 66 on the clusters, then the 66 tiles left on the SMs in 2
+     * pieces each (a single round that splits); a residual */
+    conv_case("wg", 128, 512, 1, 96, 132, 1, 3, 0, 0, RES_SEPARATE, 0);
     repeat_case(64, 256, 76, 256, 6); /* 20 tiles in 3 pieces: the last to arrive varies from run to run */
     /* N <= 16 (the row convs unless W22_CONV_ROWS=0, else the mma kernel). Under 6 rows the row tiles: several x
      * tiles, a partial last one, kt 1, N 2, residuals */

@@ -198,8 +198,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                               const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_h0,
                               const __grid_constant__ CUtensorMap tm_h1, const __grid_constant__ CUtensorMap tm_sca,
                               const __grid_constant__ w22_gemm g, int tpf, int cx, int cy, int main_iters, int iters,
-                              int tiles_n, int tpp, int mt, int whole, int split, int items, float *part,
-                              unsigned *count, int mode) {
+                              int tiles_n, int tpp, int mt, int tile0, int whole, int split, int items,
+                              float *part, unsigned *count, int mode) {
     typedef wg_layout<BN, STAGES> L;
     extern __shared__ unsigned char smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             uint32_t ph = 0;
             for (int w = w0; w < items; w += wstep) {
                 const wg_item wi = wg_item_of(w, whole, split, iters);
-                const wg_tile wt = wg_tile_of<BN, CL>(wi.tile, tpp, tiles_n, mt, crank);
+                const wg_tile wt = wg_tile_of<BN, CL>(tile0 + wi.tile, tpp, tiles_n, mt, crank);
                 const int p = wt.p, tm = wt.tm, n0 = wt.n0; /* p: the phase (0 for a single GEMM) */
                 const int t = tm / tpf, r0 = (tm - t * tpf) * WG_BM, y0 = r0 / g.W, x0 = r0 - y0 * g.W;
                 /* phase p = py 2 + px: its A map (phases 1-3's in the history's and shortcut's slots, which a phase
@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         uint32_t ph = 0;
         for (int w = w0; w < items; w += wstep) {
             const wg_item wi = wg_item_of(w, whole, split, iters);
-            const wg_tile wt = wg_tile_of<BN, CL>(wi.tile, tpp, tiles_n, mt, crank);
+            const wg_tile wt = wg_tile_of<BN, CL>(tile0 + wi.tile, tpp, tiles_n, mt, crank);
             const int p = wt.p, tm = wt.tm, n0 = wt.n0;
             const int t = tm / tpf, m0 = t * HW + (tm - t * tpf) * WG_BM;
             const int m_end = m0 + WG_BM < (t + 1) * HW ? m0 + WG_BM : (t + 1) * HW; /* this frame's rows only */
@@ -481,17 +481,18 @@ static w22_status im2col_map(w22_cuda *c, CUtensorMap *m, const bf16 *p, long sw
 /* The split tail's pieces per tile for `tiles` tiles of `iters` stages on a persistent grid of `grid` CTAs (or
  * clusters): the last round's R tiles are split when R <= grid / 2, into grid / R pieces (at most SPLIT_MAX, each of
  * 8 stages or more, R x pieces within `slots`: a cluster's tile is two tiles, each with its pieces' slots); 1: no
- * split. W22_WGMMA_SPLIT=0 turns it off (read once). */
+ * split. A grid of one round splits only where `one_round` (the tail launch after the pairs' rounds: the tiles they
+ * left, fewer than the SMs). W22_WGMMA_SPLIT=0 turns it off (read once). */
 #define SPLIT_MAX 3
 #define SPLIT_SLOTS 132 /* partial slots, one per piece: R split <= the grid (132 on an H200; more SMs: fewer pieces) */
 #define SPLIT_PART_BYTES ((size_t)SPLIT_SLOTS * 128 * 256 * 4) /* 128 fp32 accumulators per consumer thread */
-int w22_wgmma_split_of(int tiles, int iters, int grid, int slots) {
+int w22_wgmma_split_of(int tiles, int iters, int grid, int slots, int one_round) {
     static int on = -1;
     if (on < 0) {
         const char *e = getenv("W22_WGMMA_SPLIT");
         on = !(e && !strcmp(e, "0"));
     }
-    if (!on || grid <= 0 || tiles <= grid) return 1;
+    if (!on || grid <= 0 || (tiles <= grid && !one_round)) return 1;
     const int r = tiles % grid;
     if (r == 0) return 1;
     int s = grid / r < SPLIT_MAX ? grid / r : SPLIT_MAX;
@@ -509,8 +510,11 @@ static w22_status split_buffers(w22_cuda *c) {
     return W22_OK;
 }
 
+/* A launch of the GEMM's items: with CL 2 the first `lim` pairs (0: all), with CL 1 the tiles from `tile0` on (the
+ * tail the pairs left: one_round lets a single round split). */
 template <int BN, int STAGES, int CL>
-static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, int *split_used, const char *what) {
+static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, int *split_used, const char *what,
+                         long lim, long tile0, int one_round) {
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
     const int HW = g->H * g->W, F = g->M / HW, border = g->ks > 1, np = g->phases ? 4 : 1;
     CUtensorMap tb, ts, ta, th0, th1, tsa;
@@ -541,28 +545,29 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     const int iters = main_iters + (g->sc ? g->sc_cin / WG_BK : 0);
     const int tiles_n = g->N / BN, tpf = (HW + WG_BM - 1) / WG_BM;
     /* tiles per phase, phase-major; CL 2: a tile index names a pair of M tiles (the kernel's wg_tile_of) */
-    const long mt = (long)F * tpf, tpp = (mt + CL - 1) / CL * tiles_n, tiles = np * tpp;
-    if (tiles > INT_MAX / CL || mt > INT_MAX)
-        return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
+    const long mt = (long)F * tpf, tpp = (mt + CL - 1) / CL * tiles_n, all = np * tpp;
+    if (all > INT_MAX / CL || mt > INT_MAX)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, all);
+    const long tiles = lim ? lim : all - tile0; /* this launch's items */
     const int slots = CL == 2 ? c->tma_clusters : c->sms; /* what runs at once: CTAs, or clusters of 2 */
-    const int grid = (int)(persist && tiles > slots ? slots : tiles); /* in items' runners: CTAs or clusters */
     const int cx = border ? 1 - g->pad_x : 0, cy = border ? 1 - g->pad_y : 0;
     int whole = (int)tiles, split = 1;
-    if (persist && !c->on_side) split = w22_wgmma_split_of((int)tiles, iters, grid, SPLIT_SLOTS / CL);
+    if (persist && !c->on_side) split = w22_wgmma_split_of((int)tiles, iters, slots, SPLIT_SLOTS / CL, one_round);
     if (split > 1) {
-        whole = (int)tiles - (int)tiles % grid;
+        whole = (int)tiles - (int)(tiles % slots);
         W22_TRY(split_buffers(c));
     }
     *split_used = split;
     const int items = whole + ((int)tiles - whole) * split;
+    const int grid = persist && items > slots ? slots : items; /* the items' runners: CTAs or clusters */
     float *part = (float *)c->split_part;
     unsigned *count = (unsigned *)((char *)c->split_part + SPLIT_PART_BYTES);
     w22_gemm kg = *g;
     if (!kg.phases) memset(kg.ph_o, 0, sizeof kg.ph_o), memset(kg.ph_r, 0, sizeof kg.ph_r); /* the kernel adds them */
     if (CL == 1) {
         w22_conv_wgmma_tma_kernel<BN, STAGES, 1><<<grid, WG_THREADS, tma_layout<BN, STAGES>::bytes, c->stream>>>(
-            tb, ts, ta, th0, th1, tsa, kg, tpf, cx, cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, whole, split,
-            items, part, count, mode);
+            tb, ts, ta, th0, th1, tsa, kg, tpf, cx, cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, (int)tile0,
+            whole, split, items, part, count, mode);
         return W22_OK;
     }
     cudaLaunchConfig_t lc;
@@ -575,8 +580,8 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     lc.attrs = &at;
     lc.numAttrs = 1;
     CU_TRY(cudaLaunchKernelEx(&lc, w22_conv_wgmma_tma_kernel<BN, STAGES, CL>, tb, ts, ta, th0, th1, tsa, kg, tpf, cx,
-                              cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, whole, split, items, part, count,
-                              mode));
+                              cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, 0, whole, split, items, part,
+                              count, mode));
     return W22_OK;
 }
 
@@ -603,52 +608,77 @@ static int mode_for(const w22_gemm *q, int n, const int *o_add, const int *r_add
     return mode;
 }
 
-/* The kernel's path names: [cluster of 2][phases][split][epilogue][persistent, big]; a split needs the persistent
- * grid, a cluster the 128 x 256 tile. */
+/* The kernel's path names: [tma_plan][phases][split][epilogue][persistent, big]; a split needs the persistent grid,
+ * a cluster the 128 x 256 tile; with a tail, the split is the tail launch's. */
 #define TMA_NAMES4(e, sfx)                                                                                      \
     {"wgmma 128x128 tma" e sfx, "wgmma 128x256 tma" e sfx, "wgmma 128x128 tma persistent" e sfx,                \
      "wgmma 128x256 tma persistent" e sfx}
 #define TMA_NAMES(sfx)                                                                                          \
     {TMA_NAMES4("", sfx), TMA_NAMES4(" vec", sfx), TMA_NAMES4(" half", sfx), TMA_NAMES4(" defer", sfx)}
 #define TMA_SPLIT(cl) {{TMA_NAMES(cl), TMA_NAMES(cl " split")}, {TMA_NAMES(cl " phases4"), TMA_NAMES(cl " split phases4")}}
-static const char *const tma_names[2][2][2][4][4] = {TMA_SPLIT(""), TMA_SPLIT(" cluster2")};
+static const char *const tma_names[3][2][2][4][4] = {TMA_SPLIT(""), TMA_SPLIT(" cluster2"),
+                                                     TMA_SPLIT(" cluster2 tail")};
 #undef TMA_SPLIT
 #undef TMA_NAMES
 #undef TMA_NAMES4
 
 /* The persistent grid's rounds for `tiles` items of `iters` stages on `grid` runners (CTAs or clusters), the
  * part-empty last one counted as the 1 / split of a tile that its pieces take (split: 1 where not allowed). */
-static double tma_rounds(long tiles, int iters, int grid, int slots, int split_ok) {
+static double tma_rounds(long tiles, int iters, int grid, int slots, int split_ok, int one_round) {
     const long full = tiles / grid;
     if (tiles % grid == 0) return (double)full;
-    return (double)full + 1.0 / (split_ok ? w22_wgmma_split_of((int)tiles, iters, grid, slots) : 1);
+    return (double)full + 1.0 / (split_ok ? w22_wgmma_split_of((int)tiles, iters, grid, slots, one_round) : 1);
 }
 
-/* Whether a GEMM of 256-channel tiles runs in clusters of 2 (v15): where W22_TMA_CLUSTER is not 1 and its
- * persistent grid takes no more rounds that way. A pair's tile ran 2-5% faster (a third less L2 traffic per stage),
- * but pairs round differently: a 512-channel conv at 176 x 312 is 858 tiles on 132 CTAs (6.5 rounds with the split
- * tail) and 430 pairs on 66 clusters (7 rounds: 34 pairs left cannot be split in two), measured 3% slower. */
-static int tma_cluster_pays(const w22_cuda *c, const w22_gemm *g, int persist) {
-    if (g->N % 256 || c->tma_clusters <= 0) return 0;
-    if (!persist) return 1;
-    const int HW = g->H * g->W, np = g->phases ? 4 : 1, tn = g->N / 256, split_ok = !c->on_side;
-    const long mt = (long)(g->M / HW) * ((HW + WG_BM - 1) / WG_BM);
+/* How the TMA conv runs a GEMM (v15): tiles on the SMs (TMA_TILES), pairs of M tiles in clusters of 2 sharing B
+ * (TMA_PAIRS), or the pairs' whole rounds and then the tiles they leave on the SMs (TMA_PAIRS_TAIL, from tile
+ * *tile0 on; the pairs: the first *lim). A pair's tile ran 2-5% faster than a tile alone (a third less L2 traffic
+ * per stage; v15's run), so a round of pairs counts PAIR_COST of a round of tiles, and the plan of the fewest
+ * rounds wins. Pairs round differently: the 512-channel conv at 176 x 312 is 858 tiles on 132 CTAs (6.5 rounds with
+ * the split tail) but 430 pairs on 66 clusters (7: the 34 pairs left cannot split in two; measured 3% slower), and
+ * 6 rounds of pairs + its last 66 tiles in 2 pieces each on the SMs (0.5) beat both. Only the 256-channel tiles, and
+ * not under W22_TMA_CLUSTER=1; a tail only where the pairs' rounds end on a whole row of N tiles (the tail's tiles
+ * then follow on in tile order). */
+enum { TMA_TILES, TMA_PAIRS, TMA_PAIRS_TAIL };
+#define PAIR_COST 0.97
+static int tma_plan(const w22_cuda *c, const w22_gemm *g, int persist, long *lim, long *tile0) {
+    *lim = *tile0 = 0;
+    if (g->N % 256 || c->tma_clusters <= 0) return TMA_TILES;
+    if (!persist) return TMA_PAIRS;
+    const int HW = g->H * g->W, np = g->phases ? 4 : 1, tn = g->N / 256, ok = !c->on_side, cl = c->tma_clusters;
+    const long mt = (long)(g->M / HW) * ((HW + WG_BM - 1) / WG_BM), ppp = (mt + 1) / 2 * tn; /* pairs per phase */
+    const long pairs = np * ppp, tiles = np * mt * tn;
     const int iters = g->kt * g->ks * g->ks * (g->cin / WG_BK) + (g->sc ? g->sc_cin / WG_BK : 0);
-    return tma_rounds(np * ((mt + 1) / 2) * tn, iters, c->tma_clusters, SPLIT_SLOTS / 2, split_ok) <=
-           tma_rounds(np * mt * tn, iters, c->sms, SPLIT_SLOTS, split_ok);
+    const double r_tiles = tma_rounds(tiles, iters, c->sms, SPLIT_SLOTS, ok, 0);
+    const double r_pairs = PAIR_COST * tma_rounds(pairs, iters, cl, SPLIT_SLOTS / 2, ok, 0);
+    int plan = r_pairs <= r_tiles ? TMA_PAIRS : TMA_TILES;
+    const long full = pairs / cl, done = full * cl, p = done / ppp, j = done - p * ppp; /* the pairs' whole rounds */
+    if (full >= 1 && done < pairs && j % tn == 0) {
+        const long t0 = (p * mt + j / tn * 2) * tn;
+        const double r_tail = PAIR_COST * full + tma_rounds(tiles - t0, iters, c->sms, SPLIT_SLOTS, ok, 1);
+        if (r_tail < (plan == TMA_PAIRS ? r_pairs : r_tiles)) plan = TMA_PAIRS_TAIL, *lim = done, *tile0 = t0;
+    }
+    return plan;
 }
 
 static w22_status run_tma(w22_cuda *c, const w22_gemm *g, int mode, const char *what) {
     /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
     const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
     const int epi = mode & MODE_EPI_SMEM ? 3 : mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0;
-    const int cl = tma_cluster_pays(c, g, persist);
+    long lim, tile0;
+    const int plan = tma_plan(c, g, persist, &lim, &tile0);
     int split = 1;
-    const w22_status s = cl    ? launch<256, 4, 2>(c, g, persist, mode, &split, what)
-                         : big ? launch<256, 4, 1>(c, g, persist, mode, &split, what)
-                               : launch<128, 6, 1>(c, g, persist, mode, &split, what);
+    w22_status s = W22_OK;
+    if (plan == TMA_PAIRS_TAIL) { /* the pairs' rounds, then the tail on the SMs (its split is the one named) */
+        s = launch<256, 4, 2>(c, g, persist, mode, &split, what, lim, 0, 0);
+        if (s == W22_OK) s = launch<256, 4, 1>(c, g, persist, mode, &split, what, 0, tile0, 1);
+    } else {
+        s = plan == TMA_PAIRS ? launch<256, 4, 2>(c, g, persist, mode, &split, what, 0, 0, 0)
+            : big             ? launch<256, 4, 1>(c, g, persist, mode, &split, what, 0, 0, 0)
+                              : launch<128, 6, 1>(c, g, persist, mode, &split, what, 0, 0, 0);
+    }
     if (s != W22_OK) return s;
-    c->last_path = tma_names[cl][g->phases != 0][split > 1][epi][persist * 2 + big];
+    c->last_path = tma_names[plan][g->phases != 0][split > 1][epi][persist * 2 + big];
     CU_LAUNCHED(c, what);
     return W22_OK;
 }

@@ -477,6 +477,6 @@ int w22_cuda_wgmma_tma_on(const w22_cuda *c);
 const char *w22_cuda_wgmma_tma_blocker(const w22_gemm *g);
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what);
 const char *w22_cuda_wgmma_tma_phases_blocker(const w22_gemm q[4]); /* why q[0..3] are not one launch; NULL: they are */
-int w22_wgmma_split_of(int tiles, int iters, int grid, int slots); /* the split tail's pieces per tile (1: none) */
+int w22_wgmma_split_of(int tiles, int iters, int grid, int slots, int one_round); /* pieces per tile (1: none) */
 
 #endif

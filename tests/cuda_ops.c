@@ -84,7 +84,8 @@ static double rounds_of(int tiles, int iters, int grid, int slots, int one_round
 /* How the TMA kernel runs a GEMM of np phases x mt M tiles x tiles_n N tiles of bn channels, `iters` stages each
  * (conv_sm90_wgmma_tma.cu, tma_plan, restated): *cluster 0, tiles on the SMs; 1, pairs of M tiles in clusters of 2
  * sharing B (the 256-channel tiles unless W22_TMA_CLUSTER=1); 2, the pairs' whole rounds, then the tiles left on
- * the SMs. The fewest rounds win, a round of pairs counting 0.97. The return: whether the (last) launch splits. */
+ * the SMs (not under W22_TMA_TAIL=0). The fewest rounds win, a round of pairs counting 0.97. The return: whether
+ * the (last) launch splits. */
 static int split_expected(int np, int mt, int tiles_n, int bn, int iters, int *cluster) {
     const char *e = getenv("W22_TMA_CLUSTER"), *pe = getenv("W22_WGMMA_PERSIST");
     const int cl = w22_backend_cuda_tma_clusters(gpu), persist = !(pe && !strcmp(pe, "0"));
@@ -99,8 +100,9 @@ static int split_expected(int np, int mt, int tiles_n, int bn, int iters, int *c
     double best = r_pairs <= r_tiles ? r_pairs : r_tiles;
     *cluster = r_pairs <= r_tiles;
     const int full = pairs / cl, done = full * cl, p = done / ppp, j = done - p * ppp;
+    const char *te = getenv("W22_TMA_TAIL");
     int t0 = 0;
-    if (full >= 1 && done < pairs && j % tiles_n == 0) {
+    if (!(te && !strcmp(te, "0")) && full >= 1 && done < pairs && j % tiles_n == 0) {
         t0 = (p * mt + j / tiles_n * 2) * tiles_n;
         if (0.97 * full + rounds_of(tiles - t0, iters, gpu_sms, 132, 1) < best) *cluster = 2;
     }

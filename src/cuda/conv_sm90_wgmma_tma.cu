@@ -33,7 +33,16 @@
  * the consumers add the phase's output and residual offsets (ph_o, ph_r; ph_r carries the DupUp residual's channel
  * offset of that phase) to the rows they pack, so the deferred store, which runs during the next tile (maybe of the
  * next phase), needs nothing of the phase. The split tail splits the combined last round. W22_PHASES=separate gives
- * four launches. */
+ * four launches.
+ * Clusters of 2 (v15; W22_TMA_CLUSTER=1 turns them off): the 128 x 256 tiles of two M tiles of one N tile run on a
+ * CTA pair that shares B: each CTA loads half the B rows by TMA multicast into both CTAs' stage, so a stage reads
+ * 16 + 16 KB from L2 per CTA instead of 16 + 32. empty[s] counts both CTAs' consumer warps (a stage is refilled
+ * only when the peer, whose B half lands in it too, has released it), the pair starts and ends with a cluster
+ * barrier, and where the M tiles are odd the last pair's second CTA loads (its B half is needed) and stores nothing.
+ * The remote arrival releases at CTA scope, as CUTLASS's: at cluster scope (v6's, and v15's first run) it also
+ * waited for the warp's earlier global stores, and the pairs ran 30% slower. tma_plan picks per GEMM between
+ * tiles, pairs, and the pairs' whole rounds followed by a tail launch of the tiles left (fewest rounds; a round of
+ * pairs costs 0.97). */
 #include "wgmma_common.cuh"
 
 /* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs;
@@ -641,6 +650,16 @@ static double tma_rounds(long tiles, int iters, int grid, int slots, int split_o
  * then follow on in tile order). */
 enum { TMA_TILES, TMA_PAIRS, TMA_PAIRS_TAIL };
 #define PAIR_COST 0.97
+/* W22_TMA_TAIL=0: no TMA_PAIRS_TAIL plans (read once). v15's run measured the tail's one conv, the 512-channel one
+ * at 176 x 312, at 0.997 ms against 0.991 as tiles in an earlier run: an A/B in one run is still to do. */
+static int tma_tail_env(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_TMA_TAIL");
+        v = !(e && !strcmp(e, "0"));
+    }
+    return v;
+}
 static int tma_plan(const w22_cuda *c, const w22_gemm *g, int persist, long *lim, long *tile0) {
     *lim = *tile0 = 0;
     if (g->N % 256 || c->tma_clusters <= 0) return TMA_TILES;
@@ -653,7 +672,7 @@ static int tma_plan(const w22_cuda *c, const w22_gemm *g, int persist, long *lim
     const double r_pairs = PAIR_COST * tma_rounds(pairs, iters, cl, SPLIT_SLOTS / 2, ok, 0);
     int plan = r_pairs <= r_tiles ? TMA_PAIRS : TMA_TILES;
     const long full = pairs / cl, done = full * cl, p = done / ppp, j = done - p * ppp; /* the pairs' whole rounds */
-    if (full >= 1 && done < pairs && j % tn == 0) {
+    if (tma_tail_env() && full >= 1 && done < pairs && j % tn == 0) {
         const long t0 = (p * mt + j / tn * 2) * tn;
         const double r_tail = PAIR_COST * full + tma_rounds(tiles - t0, iters, c->sms, SPLIT_SLOTS, ok, 1);
         if (r_tail < (plan == TMA_PAIRS ? r_pairs : r_tiles)) plan = TMA_PAIRS_TAIL, *lim = done, *tile0 = t0;

@@ -289,7 +289,9 @@ static void op_destroy(w22_backend *b) {
     free(b);
 }
 
-static const w22_backend_ops cuda_ops = {
+/* extern: profile.cu wraps it (W22_PROFILE) */
+extern const w22_backend_ops w22_cuda_ops_plain;
+const w22_backend_ops w22_cuda_ops_plain = {
     "cuda",
     2,
     op_destroy,
@@ -357,7 +359,7 @@ extern "C" w22_status w22_backend_cuda_create(int device, w22_backend **out) {
         free(c);
         return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for the CUDA backend");
     }
-    b->ops = &cuda_ops;
+    b->ops = &w22_cuda_ops_plain;
     b->threads = 1;
     b->impl = c;
     c->device = device;
@@ -375,6 +377,7 @@ extern "C" w22_status w22_backend_cuda_create(int device, w22_backend **out) {
     }
     c->stream = c->own_stream;
     w22_status s = w22_cuda_gemm_init(c);
+    if (s == W22_OK) s = w22_cuda_prof_init(b);
     if (s != W22_OK) {
         op_destroy(b);
         return s;

@@ -19,6 +19,8 @@ typedef struct {
     size_t bytes;
 } w22_cuda_alloc_rec;
 
+typedef struct w22_cuda_prof w22_cuda_prof; /* profile.cu */
+
 typedef struct {
     int device;
     cudaStream_t own_stream, stream; /* stream: where work goes (own_stream or the caller's) */
@@ -44,6 +46,7 @@ typedef struct {
      * tensor maps are made by the driver's cuTensorMapEncodeTiled (entry point fetched through cudart). */
     int use_wgmma;
     void *tmap_encode;
+    w22_cuda_prof *prof; /* W22_PROFILE=1: per-op timing (profile.cu); NULL: off */
     void *tmap_im2col; /* cuTensorMapEncodeIm2col, for W22_WGMMA_LOAD=tma (conv_sm90_wgmma_tma.cu); NULL: none */
 } w22_cuda;
 
@@ -163,6 +166,8 @@ w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_gemm *g, const char *what
 w22_status w22_cuda_conv_psum(w22_backend *b, const w22_conv_args *a);
 /* Dynamic shared memory attributes of the tensor-core kernels (once, at create). */
 w22_status w22_cuda_gemm_init(w22_cuda *c);
+/* W22_PROFILE=1: swaps in the timed op table (profile.cu). */
+w22_status w22_cuda_prof_init(w22_backend *b);
 /* The wgmma kernel (conv_sm90_wgmma.cu): its init (attributes, driver entry point; sets use_wgmma), why a GEMM
  * that the mma kernel takes does not qualify (NULL: it does), and the launch. */
 w22_status w22_cuda_wgmma_init(w22_cuda *c);

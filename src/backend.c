@@ -1,6 +1,6 @@
 /* What every backend shares of the op contract in backend.h beyond the inline view helpers: the DupUp shape check
  * (dupup_add, and the conv's fused DupUp residual), so that both backends refuse the same shapes with the same
- * words. */
+ * words; and the border zeroing for backends without an op of their own. */
 #include "backend.h"
 #include "common.h"
 
@@ -15,4 +15,22 @@ w22_status w22_dupup_check(const char *who, const w22_view *out, const w22_view 
                         who, out->f, out->h, out->w, out->c, in->f, in->h, in->w, in->c, ft, first_single, want_f,
                         2 * in->h, 2 * in->w, in->c);
     return W22_OK;
+}
+
+w22_status w22_zero_border(w22_backend *b, w22_view v) {
+    if (b->ops->zero_border) return b->ops->zero_border(b, v);
+    w22_view top = w22_view_rows(v, -1, 1), bottom = w22_view_rows(v, v.h, 1);
+    top.ptr = w22_view_at(top, 0, 0, -1, 0);
+    top.w += 2;
+    bottom.ptr = w22_view_at(bottom, 0, 0, -1, 0);
+    bottom.w += 2;
+    w22_view left = v, right = v;
+    left.ptr = w22_view_at(v, 0, 0, -1, 0);
+    left.w = 1;
+    right.ptr = w22_view_at(v, 0, 0, v.w, 0);
+    right.w = 1;
+    W22_TRY(b->ops->zero(b, top));
+    W22_TRY(b->ops->zero(b, bottom));
+    W22_TRY(b->ops->zero(b, left));
+    return b->ops->zero(b, right);
 }

@@ -874,6 +874,49 @@ static void zero_case(int f, int h, int w, int c, int c0, int nc) {
     tens_free(&t);
 }
 
+/* zero_border (the CUDA op) and w22_zero_border's four zero calls (the CPU backend has no op): a buffer random
+ * everywhere with a margin of 2, so that the ring beyond the one-pixel border shows writes past it; exact: the
+ * border zero, everything else as uploaded, on both. */
+static void zero_border_case(int f, int h, int w, int c) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "%dx%dx%dx%d", f, h, w, c);
+    if (!selected("zero")) return;
+    tens t;
+    if (!tens_new(&t, f, h, w, c, 2, FILL_ALL_RANDOM, -1, 1)) return;
+    w22_status s1 = w22_zero_border(cpu, t.cv);
+    char cerr[512];
+    snprintf(cerr, sizeof cerr, "%s", w22_last_error());
+    w22_status s2 = gpu->ops->zero_border ? gpu->ops->zero_border(gpu, t.gv) : W22_ERR_INTERNAL;
+    if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
+    if (both_ok("zero_border", shape, s1, cerr, s2)) {
+        float *g = malloc(t.n * 4 + 4), *cc = malloc(t.n * 4 + 4);
+        long bad[2] = {0, 0};
+        if (download(gpu, g, t.gbuf, t.n) && download(cpu, cc, t.cbuf, t.n)) {
+            w22_view gv = make_view(g, 4, f, h, w, c, 2), cv = make_view(cc, 4, f, h, w, c, 2),
+                     hv = make_view(t.host, 4, f, h, w, c, 2);
+            for (int ff = 0; ff < f; ff++)
+                for (int y = -2; y < h + 2; y++)
+                    for (int x = -2; x < w + 2; x++)
+                        for (int ch = 0; ch < c; ch++) {
+                            const int ring = (y == -1 || y == h) && x >= -1 && x <= w;
+                            const int side = (x == -1 || x == w) && y >= -1 && y <= h;
+                            const float want = ring || side ? 0.f : *(float *)w22_view_at(hv, ff, y, x, ch);
+                            bad[0] += *(float *)w22_view_at(gv, ff, y, x, ch) != want;
+                            bad[1] += *(float *)w22_view_at(cv, ff, y, x, ch) != want;
+                        }
+        } else {
+            bad[0] = bad[1] = -1;
+        }
+        CHECK(bad[0] == 0 && bad[1] == 0, "zero_border %s: %ld wrong elements on the GPU, %ld on the CPU", shape,
+              bad[0], bad[1]);
+        printf("%-10s %-46s gpu %ld wrong, cpu %ld wrong %s\n", "zero_border", shape, bad[0], bad[1],
+               bad[0] == 0 && bad[1] == 0 ? "ok" : "FAIL");
+        free(g);
+        free(cc);
+    }
+    tens_free(&t);
+}
+
 /* copy of src (border 1) into a channel slice of a differently bordered dst, random everywhere. */
 static void copy_case(int f, int h, int w, int c, int dc, int c0) {
     char shape[160];
@@ -1133,6 +1176,9 @@ static void run_cases(void) {
     zero_case(2, 5, 7, 48, 0, 48);
     zero_case(2, 5, 7, 48, 8, 16);
     zero_case(1, 3, 5, 12, 3, 5);
+    zero_border_case(2, 5, 7, 48);  /* 16-byte stores */
+    zero_border_case(3, 4, 9, 12);  /* one element per thread (12 channels: 24-byte pixels) */
+    zero_border_case(1, 1, 1, 64);
     copy_case(2, 5, 7, 48, 48, 0);
     copy_case(2, 5, 7, 16, 64, 32);
     copy_case(1, 3, 5, 5, 12, 3);

@@ -315,6 +315,7 @@ const w22_backend_ops w22_cuda_ops_plain = {
     op_side_begin,
     op_side_end,
     op_side_join,
+    w22_cuda_zero_border,
 };
 
 /* ---- public entry points ---- */

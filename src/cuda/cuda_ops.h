@@ -12,6 +12,7 @@ w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v
 w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22_bweight *gamma, int silu);
 /* move.cu: zero, copy, latents in, video out */
 w22_status w22_cuda_zero(w22_backend *b, w22_view v);
+w22_status w22_cuda_zero_border(w22_backend *b, w22_view v);
 w22_status w22_cuda_copy(w22_backend *b, w22_view dst, w22_view src);
 w22_status w22_cuda_latents_in(w22_backend *b, const void *z, w22_dtype zt, int C, int T, int H, int W, int t0,
                                int y0, w22_view out);

@@ -73,6 +73,47 @@ static w22_status copy_or_zero(w22_cuda *c, w22_view dst, const w22_view *src) {
 }
 
 w22_status w22_cuda_zero(w22_backend *b, w22_view v) { return copy_or_zero(cuda_of(b), v, NULL); }
+
+/* The one-pixel border of every frame: per frame 2 (w + 2) + 2 h border pixels, numbered top row (x = -1 .. w),
+ * bottom row, then left and right of each row; VEC channels per thread. */
+template <int VEC>
+__global__ void w22_zero_border_kernel(bf16 *p, long sf, long sh, long sw, int F, int H, int W, int C) {
+    const int cv = C / VEC, per = 2 * (W + 2) + 2 * H;
+    const long total = (long)F * per * cv;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        const int c = (int)(i % cv) * VEC;
+        const long q = i / cv;
+        const int f = (int)(q / per), j = (int)(q - (long)f * per);
+        int y, x;
+        if (j < W + 2) y = -1, x = j - 1;
+        else if (j < 2 * (W + 2)) y = H, x = j - (W + 2) - 1;
+        else y = (j - 2 * (W + 2)) >> 1, x = (j & 1) ? W : -1;
+        bf16 *d = p + f * sf + y * sh + x * sw + c;
+        if (VEC == 8)
+            *(uint4 *)d = make_uint4(0, 0, 0, 0);
+        else
+            *d = __float2bfloat16_rn(0.f);
+    }
+}
+
+w22_status w22_cuda_zero_border(w22_backend *b, w22_view v) {
+    w22_cuda *c = cuda_of(b);
+    if (v.es != 2) return w22_fail(W22_ERR_BAD_SHAPE, "cuda zero_border: element size %d, expected 2", v.es);
+    CU_ENTER(c);
+    W22_TRY(w22_cuda_check_view(c, &v, 1, "zero_border"));
+    const long total = (long)v.f * (2 * (v.w + 2) + 2 * v.h) * v.c;
+    if (total <= 0) return W22_OK;
+    w22_view corner = v; /* the border's first element must be as aligned as the interior's for 16-byte stores */
+    corner.ptr = w22_view_at(v, 0, -1, -1, 0);
+    if (vec8_ok(&v) && vec8_ok(&corner))
+        w22_zero_border_kernel<8><<<grid_for(total / 8, 256), 256, 0, c->stream>>>((bf16 *)v.ptr, v.sf, v.sh, v.sw, v.f,
+                                                                               v.h, v.w, v.c);
+    else
+        w22_zero_border_kernel<1><<<grid_for(total, 256), 256, 0, c->stream>>>((bf16 *)v.ptr, v.sf, v.sh, v.sw, v.f,
+                                                                            v.h, v.w, v.c);
+    CU_LAUNCHED(c, "zero_border");
+    return W22_OK;
+}
 w22_status w22_cuda_copy(w22_backend *b, w22_view dst, w22_view src) { return copy_or_zero(cuda_of(b), dst, &src); }
 
 /* out(f, y, x, c) = z[c][t0 + f][y0 + y][x]; one thread per output element, channels fastest (writes coalesce;

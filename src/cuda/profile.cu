@@ -151,6 +151,9 @@ static w22_status p_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
 static w22_status p_zero(w22_backend *b, w22_view v) {
     PROF(w22_cuda_ops_plain.zero(b, v), 0, 2.0 * elems(v), "zero%s", v.h * v.w * v.f > 4 * (v.h + v.w) ? "" : " (borders)");
 }
+static w22_status p_zero_border(w22_backend *b, w22_view v) {
+    PROF(w22_cuda_ops_plain.zero_border(b, v), 0, 2.0 * v.f * (2 * (v.w + 2) + 2 * v.h) * v.c, "zero_border");
+}
 static w22_status p_copy(w22_backend *b, w22_view dst, w22_view src) {
     PROF(w22_cuda_ops_plain.copy(b, dst, src), 0, 4.0 * elems(src), "copy c%d %dx%d f%d", src.c, src.h, src.w, src.f);
 }
@@ -219,6 +222,7 @@ static w22_backend_ops make_profiled(void) {
     o.destroy = p_destroy;
     o.copy_bytes = p_copy_bytes;
     o.zero = p_zero;
+    o.zero_border = p_zero_border;
     o.copy = p_copy;
     o.latents_in = p_latents_in;
     o.conv = p_conv;

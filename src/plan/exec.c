@@ -22,22 +22,7 @@ static w22_view mkview(void *ptr, int f, int h, int w, int c, int border, int es
 }
 
 /* Zeroes the border of every frame of a bordered view (scratch regions are shared, so borders are made anew). */
-static w22_status zero_border(w22_backend *b, w22_view v) {
-    w22_view top = w22_view_rows(v, -1, 1), bottom = w22_view_rows(v, v.h, 1);
-    top.ptr = w22_view_at(top, 0, 0, -1, 0);
-    top.w += 2;
-    bottom.ptr = w22_view_at(bottom, 0, 0, -1, 0);
-    bottom.w += 2;
-    w22_view left = v, right = v;
-    left.ptr = w22_view_at(v, 0, 0, -1, 0);
-    left.w = 1;
-    right.ptr = w22_view_at(v, 0, 0, v.w, 0);
-    right.w = 1;
-    W22_TRY(b->ops->zero(b, top));
-    W22_TRY(b->ops->zero(b, bottom));
-    W22_TRY(b->ops->zero(b, left));
-    return b->ops->zero(b, right);
-}
+static w22_status zero_border(w22_backend *b, w22_view v) { return w22_zero_border(b, v); }
 
 typedef struct {
     w22_decoder *d;

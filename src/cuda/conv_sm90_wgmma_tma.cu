@@ -50,7 +50,7 @@
  * measurement switches that make the results wrong and exist to time parts of the kernel by leaving them out
  * (W22_WGMMA_EPI=none: no stores; W22_WGMMA_LOAD=none: no loads, the consumers multiply whatever shared memory
  * holds). */
-enum { MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16, MODE_RES_PREFETCH = 32 };
+enum { MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16 };
 
 /* The stage ring (wg_layout) and, where the cp.async kernels keep their row tables, the overlapped epilogue's staging
  * of row half 0 (MODE_EPI_SMEM): BN / 32 vectors of 16 bytes per consumer thread. */
@@ -306,8 +306,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             const int t = tm / tpf, m0 = t * HW + (tm - t * tpf) * WG_BM;
             const int m_end = m0 + WG_BM < (t + 1) * HW ? m0 + WG_BM : (t + 1) * HW; /* this frame's rows only */
             const int n_it = wi.k1 - wi.k0;
-            if ((mode & MODE_RES_PREFETCH) && g.res && wt.valid)
-                wg_prefetch_res<BN>(g, m0, m_end, n0, cw, warp4, lane, HW, g.ph_r[p]);
             float acc[NACC];
 #pragma unroll
             for (int i = 0; i < NACC; i++) acc[i] = 0.f;
@@ -369,8 +367,7 @@ static int tma_enabled(void) {
 }
 
 /* W22_WGMMA_EPI (defer, the default: stores overlapped with the next tile, v12; half: only row half 1's, v11; v2:
- * 16-byte vectors in the tile's tail, v10; v1: pairs; none), W22_WGMMA_LOAD=none and W22_RES_PREFETCH=0 (no residual
- * prefetch, v16) as mode bits; read once. */
+ * 16-byte vectors in the tile's tail, v10; v1: pairs; none) and W22_WGMMA_LOAD=none as mode bits; read once. */
 static int env_mode(void) {
     static int v = -1;
     if (v < 0) {
@@ -381,8 +378,6 @@ static int env_mode(void) {
             : !strcmp(e, "none")     ? MODE_NO_EPI
                                      : MODE_EPI_VEC;
         if (l && !strcmp(l, "none")) v |= MODE_NO_LOAD;
-        const char *r = getenv("W22_RES_PREFETCH");
-        if (!(r && !strcmp(r, "0"))) v |= MODE_RES_PREFETCH;
     }
     return v;
 }

@@ -447,30 +447,6 @@ static __device__ __forceinline__ void wg_defer_step_smem(const wg_defer<BN> &d,
     wg_defer_store_vec(g, p, d.orow[0], d.rrow[0], d.n0 + (4 * v + tq) * 8);
 }
 
-/* The residual rows this thread will add in the tile's (deferred) epilogue, prefetched into L2 at the tile's start
- * (v16): the epilogue's residual loads then wait for L2, not for HBM. Why: the deferred steps load the residual
- * and store right after a stage's wgmma issue, and a load from HBM (~1-2 us under the conv's traffic) outlasts
- * the stage or two of MMAs meant to cover it: in f121's per-op profile (W22_PROFILE) the convs with a residual ran
- * 3-7% slower than the same convs without, the phase convs with the DupUp residual (two loads a vector) at 440-560
- * TFLOP/s against ~690. The tile's rows are known at its start, a tile of stages (21-70 us) before the epilogue
- * reads them. A quad's four lanes share a row: lane tq takes its 128-byte lines tq, tq + 4, .. (a row's BN
- * channels, twice that for a DupUp residual of two channels per output). */
-template <int BN>
-static __device__ __forceinline__ void wg_prefetch_res(const w22_gemm &g, int m0, int m_end, int n0, int cw, int warp4,
-                                                       int lane, int HW, int pr) {
-    if (g.split_c) return; /* the time split's residual columns jump frames: not in the model (time_conv has none) */
-    const int gq = lane >> 2, tq = lane & 3, lines = (BN << g.r_csh) / 64; /* 64 bf16 per line */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int m = m0 + cw * 64 + warp4 * 16 + gq + h * 8;
-        if (m >= m_end) continue;
-        long orow, rrow;
-        w22_epilogue_row(g, m, HW, &orow, &rrow);
-        const bf16 *row = g.res + rrow + pr + ((long)n0 << g.r_csh);
-        for (int l = tq; l < lines; l += 4) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row + l * 64));
-    }
-}
-
 /* After each step (every lane, stored or not): the next vector to pk[0]. */
 template <int BN> static __device__ __forceinline__ void wg_defer_shift(wg_defer<BN> &d) {
 #pragma unroll

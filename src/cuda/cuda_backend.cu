@@ -289,8 +289,6 @@ static void op_destroy(w22_backend *b) {
     free(b);
 }
 
-/* extern: profile.cu wraps it (W22_PROFILE) */
-extern const w22_backend_ops w22_cuda_ops_plain;
 const w22_backend_ops w22_cuda_ops_plain = {
     "cuda",
     2,

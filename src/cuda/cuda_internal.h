@@ -166,7 +166,8 @@ w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_gemm *g, const char *what
 w22_status w22_cuda_conv_psum(w22_backend *b, const w22_conv_args *a);
 /* Dynamic shared memory attributes of the tensor-core kernels (once, at create). */
 w22_status w22_cuda_gemm_init(w22_cuda *c);
-/* W22_PROFILE=1: swaps in the timed op table (profile.cu). */
+/* The op table (cuda_backend.cu), and W22_PROFILE=1's timed one that wraps it (profile.cu). */
+extern const w22_backend_ops w22_cuda_ops_plain;
 w22_status w22_cuda_prof_init(w22_backend *b);
 /* The wgmma kernel (conv_sm90_wgmma.cu): its init (attributes, driver entry point; sets use_wgmma), why a GEMM
  * that the mma kernel takes does not qualify (NULL: it does), and the launch. */

@@ -6,9 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "cuda_internal.h"
-#include "cuda_ops.h"
-
-extern const w22_backend_ops w22_cuda_ops_plain;
 
 typedef struct {
     char key[160];
@@ -149,7 +146,8 @@ static w22_status p_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
          "rmsnorm%s c%d %dx%d f%d%s", silu ? "+silu" : "", in.c, in.h, in.w, in.f, in.ptr == out.ptr ? " in place" : "");
 }
 static w22_status p_zero(w22_backend *b, w22_view v) {
-    PROF(w22_cuda_ops_plain.zero(b, v), 0, 2.0 * elems(v), "zero%s", v.h * v.w * v.f > 4 * (v.h + v.w) ? "" : " (borders)");
+    PROF(w22_cuda_ops_plain.zero(b, v), 0, 2.0 * elems(v), "zero c%d %dx%d f%d", v.c, v.h, v.w,
+         v.f);
 }
 static w22_status p_zero_border(w22_backend *b, w22_view v) {
     PROF(w22_cuda_ops_plain.zero_border(b, v), 0, 2.0 * v.f * (2 * (v.w + 2) + 2 * v.h) * v.c, "zero_border");

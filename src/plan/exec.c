@@ -21,9 +21,6 @@ static w22_view mkview(void *ptr, int f, int h, int w, int c, int border, int es
     return v;
 }
 
-/* Zeroes the border of every frame of a bordered view (scratch regions are shared, so borders are made anew). */
-static w22_status zero_border(w22_backend *b, w22_view v) { return w22_zero_border(b, v); }
-
 typedef struct {
     w22_decoder *d;
     int s, H, W, m, first, es;
@@ -73,7 +70,7 @@ static w22_status fresh_bordered(chunk_ctx *k, int n, int c, w22_view *v) {
     if (!border_rezero() && k->d->world == 1 && z->ptr == v->ptr && z->f == v->f && z->h == v->h && z->w == v->w &&
         z->c == v->c && z->sf == v->sf && z->sh == v->sh && z->sw == v->sw)
         return W22_OK;
-    W22_TRY(zero_border(k->d->backend, *v));
+    W22_TRY(w22_zero_border(k->d->backend, *v));
     k->zeroed = *v;
     return W22_OK;
 }
@@ -90,7 +87,7 @@ static w22_status spare_view(chunk_ctx *k, int g, int c, w22_view *v) {
         return w22_fail(W22_ERR_INTERNAL, "plan: stage %d's conv input of %d channels needs %zu bytes, its spare "
                         "frame %d holds %zu", k->s, c, need, g, d->spare[g].bytes);
     *v = mkview(d->spare_now[g], 1, k->H, k->W, c, 1, k->es);
-    if (d->world > 1 || border_rezero()) W22_TRY(zero_border(d->backend, *v));
+    if (d->world > 1 || border_rezero()) W22_TRY(w22_zero_border(d->backend, *v));
     return W22_OK;
 }
 
@@ -321,7 +318,7 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
         nu = m;
     }
     u.f = nu;
-    W22_TRY(zero_border(b, u));
+    W22_TRY(w22_zero_border(b, u));
     W22_TRY(w22_halo(d->comm, b, u));
     w22_view out = mkview(d->queue[k->s + 1].ptr, nu, 2 * k->H, 2 * k->W, L->cout, 0, k->es);
     w22_conv_args a = {.in = u, .out = out, .weight = d->wt[L->w[W22_WS_CONV1_W]],

@@ -42,7 +42,9 @@ TESTS   := $(TEST_C:tests/%.c=$(BUILD)/tests/%)
 TEST_CU := $(if $(filter 1,$(CUDA)),$(sort $(wildcard tests/cuda_*.c)),)
 GTESTS  := $(TEST_CU:tests/%.c=$(BUILD)/tests/%)
 
-all: $(BUILD)/libwan22vae.a $(BUILD)/libwan22vae.so $(BUILD)/wan22vae $(TESTS) $(GTESTS)
+PROBES  := $(if $(filter 1,$(CUDA)),$(BUILD)/bench/winograd_probe,)
+
+all: $(BUILD)/libwan22vae.a $(BUILD)/libwan22vae.so $(BUILD)/wan22vae $(TESTS) $(GTESTS) $(PROBES)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -64,6 +66,11 @@ $(BUILD)/wan22vae: $(CLI_C:%.c=$(BUILD)/%.o) $(BUILD)/libwan22vae.a
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/testutil.o $(BUILD)/libwan22vae.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(filter 1,$(CUDA)),-lstdc++)
+
+# bench/winograd_probe.cu: a measurement of a path the library does not take (docs/PERF.md v17)
+$(BUILD)/bench/winograd_probe: bench/winograd_probe.cu $(BUILD)/libwan22vae.a
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -o $@ $^ $(filter-out -lcudart_static,$(LDLIBS))
 
 # The CPU suite everywhere; the GPU suite too where a GPU answers.
 test: all

@@ -4,7 +4,8 @@
  *   cuda_ops                 all cases; one line each, then "N passed, N failed"; exit 0 iff all pass
  *   cuda_ops -o conv         only cases whose name contains "conv" (-o psum: the partial-sums conv alone)
  *   cuda_ops --perf          conv (and attention, norm) timings at the real heavy shapes, TFLOP/s; with -o NAME
- *                            only the lines whose name contains NAME (--perf -o conv_out)
+ *                            only the lines whose name contains NAME (--perf -o conv_out); --iters N timed calls
+ *                            per line (default 10: short bursts; a few hundred reach the sustained clock)
  *   cuda_ops --kernel K      the conv kernel: wgmma (the default: qualifying GEMMs run on conv_sm90_wgmma.cu, and a
  *                            qualifying conv case that ran elsewhere fails), mma (W22_CONV_KERNEL=mma), or both (the
  *                            cases once per kernel; --perf prints both kernels' timings side by side)
@@ -1202,6 +1203,11 @@ static void fill_bf16_random(void *dev, size_t n) {
 
 /* Times conv F x h x w (input size) cin -> cout: warm-up, then iterations alternating two input buffers (each
  * larger than the L2), with cudaEvents on the backend's stream. */
+/* --perf's options for the lines after them: the output added in place as the residual (the resblocks' conv2), and
+ * the timed calls (--iters, default 10: ~12 ms bursts, which run above the decode's power-capped clock; a
+ * few hundred give the sustained state) */
+static int perf_residual, perf_iters = 10;
+
 static double perf_conv_on(w22_backend *gb, const char **path, int cin, int cout, int F, int h, int w, int kt,
                            int ks, int upsample, int time_split) {
     const int oh = upsample ? 2 * h : h, ow = upsample ? 2 * w : w;
@@ -1233,11 +1239,12 @@ static double perf_conv_on(w22_backend *gb, const char **path, int cin, int cout
     for (int i = 0; i < 2; i++) fill_bf16_random(in[i], nin); /* borders random too: only speed is measured */
     w22_conv_args a = {.out = make_view(out, 2, of, oh, ow, oc, 1), .weight = wt, .bias = bias, .kt = kt, .ks = ks,
                        .upsample = upsample, .time_split = time_split};
+    if (perf_residual) a.residual = &a.out;
     cudaStream_t st = (cudaStream_t)w22_backend_cuda_stream(gpu);
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
-    const int warm = 2, iters = 10;
+    const int warm = 2, iters = perf_iters;
     for (int i = 0; i < warm + iters && s == W22_OK; i++) {
         if (i == warm) cudaEventRecord(e0, st);
         a.in = make_view(in[i & 1], 2, F + kt - 1, h, w, cin, 1);
@@ -1449,6 +1456,12 @@ static void run_perf(void) {
     perf_conv("up_blocks.1 upsample 2f", 1024, 1024, 2, 88, 156, 1, 3, 1, 0, 0);
     perf_conv("up_blocks.0 upsample 2f", 1024, 1024, 2, 44, 78, 1, 3, 1, 0, 0);
     perf_conv("up_blocks.3 conv 256ch 1f", 256, 256, 1, 352, 624, 3, 3, 0, 0, 0);
+    /* the resblocks' conv2: the same convs adding their output's old contents in place */
+    perf_residual = 1;
+    perf_conv("up_blocks.3 conv 256ch 1f res", 256, 256, 1, 352, 624, 3, 3, 0, 0, 0);
+    perf_conv("up_blocks.2 conv 512ch 1f res", 512, 512, 1, 176, 312, 3, 3, 0, 0, 0);
+    perf_conv("up_blocks.1 conv 1024ch 1f res", 1024, 1024, 1, 88, 156, 3, 3, 0, 0, 0);
+    perf_residual = 0;
     perf_psum(352, 624);
     perf_other();
     perf_norm(4, 352, 624, 256);
@@ -1460,6 +1473,7 @@ int main(int argc, char **argv) {
     int perf = 0, device = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--perf")) perf = 1;
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc) perf_iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-o") && i + 1 < argc) filter = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--selftest-cpu")) selftest = 1;
@@ -1471,7 +1485,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else {
-            fprintf(stderr, "usage: %s [--perf] [-o OPNAME] [--device N] [--kernel mma|wgmma|both] [--selftest-cpu]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--perf [--iters N]] [-o OPNAME] [--device N] [--kernel mma|wgmma|both] [--selftest-cpu]\n", argv[0]);
             return 2;
         }
     }

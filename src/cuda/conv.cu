@@ -204,6 +204,8 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
             W22_TRY(w22_cuda_gemm_phases(c, q, what));
         else
             for (int p = 0; p < 4; p++) W22_TRY(w22_cuda_gemm(c, &q[p], what));
+    } else if (!w22_cuda_winograd_blocker(a, w)) {
+        W22_TRY(w22_cuda_conv_winograd(c, a, w, &g));
     } else {
         W22_TRY(w22_cuda_gemm(c, &g, "conv"));
     }

@@ -179,12 +179,17 @@ static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, const f
             }
         }
         if (s == W22_OK && ndim == 4 && w->kh == 3 && w->kw == 3) s = upload_phases(c, w, data);
+        if (s == W22_OK && w22_cuda_winograd_min_cin() && w->kt == 3 && w->kh == 3 && w->kw == 3 &&
+            w->cin >= w22_cuda_winograd_min_cin())
+            s = w22_cuda_winograd_weights(c, w, data);
         free(host);
     } else {
         s = w22_fail(W22_ERR_INVALID_ARG, "cuda weight_upload: unknown kind %d", (int)kind);
     }
     if (s != W22_OK) {
         w22_cuda_free_ptr(c, w->dev);
+        if (w->dev_phase) w22_cuda_free_ptr(c, w->dev_phase);
+        if (w->dev_wino) w22_cuda_free_ptr(c, w->dev_wino);
         free(w);
         return s;
     }
@@ -197,6 +202,7 @@ static void op_weight_free(w22_backend *b, w22_bweight *bw) {
     if (!w) return;
     w22_cuda_free_ptr(cuda_of(b), w->dev);
     if (w->dev_phase) w22_cuda_free_ptr(cuda_of(b), w->dev_phase);
+    if (w->dev_wino) w22_cuda_free_ptr(cuda_of(b), w->dev_wino);
     free(w);
 }
 
@@ -275,6 +281,7 @@ static void op_destroy(w22_backend *b) {
         cudaStreamSynchronize(c->stream);
         w22_cuda_free_ptr(c, c->attn_scratch);
         w22_cuda_free_ptr(c, c->split_part);
+        w22_cuda_free_ptr(c, c->wino_scratch);
         if (c->side) {
             cudaStreamSynchronize(c->side);
             cudaStreamDestroy(c->side);

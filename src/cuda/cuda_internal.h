@@ -48,6 +48,8 @@ typedef struct {
     void *tmap_encode;
     w22_cuda_prof *prof; /* W22_PROFILE=1: per-op timing (profile.cu); NULL: off */
     void *tmap_im2col; /* cuTensorMapEncodeIm2col, for W22_WGMMA_LOAD=tma (conv_sm90_wgmma_tma.cu); NULL: none */
+    void *wino_scratch; /* W22_WINOGRAD's V and M (winograd.cu), grown to the largest conv; NULL: none yet */
+    size_t wino_bytes;
 } w22_cuda;
 
 /* A weight in this backend's layout. Conv: [cout][kt][kh][kw][cin] bf16 (the GEMM's B operand, K-major);
@@ -62,6 +64,8 @@ typedef struct {
      * input, weights summed per phase: [phase py*2+px][cout][2][2][cin] bf16. 16 taps instead of 36 per 2x2 block
      * of outputs: the same function with 4/9 of the work. */
     void *dev_phase;
+    /* 3x3x3 convs under W22_WINOGRAD (winograd.cu): the 16 Winograd components' weights, each [cout][3][cin] bf16 */
+    void *dev_wino;
 } w22_cuda_weight;
 
 static inline w22_cuda *cuda_of(w22_backend *b) { return (w22_cuda *)b->impl; }
@@ -164,6 +168,11 @@ w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_gemm *g, const char *what
 /* conv_psum.cu: the conv op with w22_conv_args.psum (the causal history as partial sums): a GEMM of the three
  * temporal taps into psum_tmp, then the combine with the state. */
 w22_status w22_cuda_conv_psum(w22_backend *b, const w22_conv_args *a);
+/* W22_WINOGRAD=N (winograd.cu, a trial): 3x3x3 convs with cin >= N as Winograd F(2x2, 3x3); 0: off */
+int w22_cuda_winograd_min_cin(void);
+w22_status w22_cuda_winograd_weights(w22_cuda *c, w22_cuda_weight *w, const float *data);
+const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w);
+w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_gemm *g);
 /* Dynamic shared memory attributes of the tensor-core kernels (once, at create). */
 w22_status w22_cuda_gemm_init(w22_cuda *c);
 /* The op table (cuda_backend.cu), and W22_PROFILE=1's timed one that wraps it (profile.cu). */

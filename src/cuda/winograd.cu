@@ -1,0 +1,233 @@
+/* W22_WINOGRAD=N (a trial switch, off by default; docs/PERF.md v17): the 3x3x3 convs with cin >= N as Winograd
+ * F(2x2, 3x3) over the spatial taps, not fused: per input frame an input transform into 16 components
+ * V = B^T d B (bf16, 4x the frame's bytes), 16 GEMMs (3x1x1 convs over the components' frames with U = G g G^T per
+ * temporal tap: 12 of the direct conv's 27 MACs per output), and an output transform Y = A^T M A + bias (+ the
+ * residual, or the shortcut's 1x1 GEMM written first). Scratch: V and M of the largest conv, beyond the workspace
+ * target (a measurement, not the product path). bench/winograd_probe.cu times the same pieces alone. */
+#include <stdlib.h>
+#include <string.h>
+#include "cuda_internal.h"
+
+/* 8 bf16 channels <-> 8 floats */
+static __device__ __forceinline__ void w_unpack8(uint4 u, float *f) {
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const float2 v = __bfloat1622float2(h[k]);
+        f[2 * k] = v.x, f[2 * k + 1] = v.y;
+    }
+}
+static __device__ __forceinline__ uint4 w_pack8(const float *f) {
+    uint4 u;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
+#pragma unroll
+    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    return u;
+}
+
+/* One input frame: V[xi = 4i + j](ty, tx, c) = (B^T d B)[i][j], d the 4 x 4 window at rows 2ty - 1.., cols 2tx - 1..
+ * (x readable one pixel beyond its edges: the conv's zero border); B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].
+ * A thread: one tile, 8 channels. */
+__global__ void w22_wino_in_kernel(const bf16 *x, long xsh, long xsw, bf16 *v, long vcs, long vsh, long vsw, int h2,
+                                   int w2, int C) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, c8 = C / 8;
+    if (i >= (long)h2 * w2 * c8) return;
+    const int c = (int)(i % c8) * 8, tx = (int)(i / c8 % w2), ty = (int)(i / c8 / w2);
+    const bf16 *p = x + (2 * ty - 1) * xsh + (2 * tx - 1) * xsw + c;
+    float d[4][4][8], t[4][4][8];
+#pragma unroll
+    for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int s = 0; s < 4; s++) w_unpack8(*(const uint4 *)(p + r * xsh + s * xsw), d[r][s]);
+#pragma unroll
+    for (int s = 0; s < 4; s++)
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            t[0][s][k] = d[0][s][k] - d[2][s][k];
+            t[1][s][k] = d[1][s][k] + d[2][s][k];
+            t[2][s][k] = d[2][s][k] - d[1][s][k];
+            t[3][s][k] = d[1][s][k] - d[3][s][k];
+        }
+    bf16 *q = v + ty * vsh + tx * vsw + c;
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        float o[4][8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            o[0][k] = t[r][0][k] - t[r][2][k];
+            o[1][k] = t[r][1][k] + t[r][2][k];
+            o[2][k] = t[r][2][k] - t[r][1][k];
+            o[3][k] = t[r][1][k] - t[r][3][k];
+        }
+#pragma unroll
+        for (int s = 0; s < 4; s++) *(uint4 *)(q + (4 * r + s) * vcs) = w_pack8(o[s]);
+    }
+}
+
+/* y(f, 2ty + a, 2tx + b, c) = (A^T M A)[a][b] + bias[c] + res(f, 2ty + a, 2tx + b, c), M[i][j] = m[4i + j](f, ty, tx, c);
+ * A^T = [1 1 1 0; 0 1 -1 -1]. res may alias y: a thread reads its four pixels' residual before it writes them. */
+__global__ void w22_wino_out_kernel(const bf16 *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf, long ysh,
+                                    long ysw, const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int F,
+                                    int h2, int w2, int C) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, c8 = C / 8;
+    if (i >= (long)F * h2 * w2 * c8) return;
+    const int c = (int)(i % c8) * 8, tx = (int)(i / c8 % w2), ty = (int)(i / c8 / w2 % h2), f = (int)(i / c8 / w2 / h2);
+    const bf16 *p = m + f * msf + ty * msh + tx * msw + c;
+    float r[2][4][8];
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        float a[4][8];
+#pragma unroll
+        for (int k4 = 0; k4 < 4; k4++) w_unpack8(*(const uint4 *)(p + (4 * k4 + s) * mcs), a[k4]);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            r[0][s][k] = a[0][k] + a[1][k] + a[2][k];
+            r[1][s][k] = a[1][k] - a[2][k] - a[3][k];
+        }
+    }
+    float b[8], o[2][2][8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) b[k] = bias ? bias[c + k] : 0.f;
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            o[a][0][k] = r[a][0][k] + r[a][1][k] + r[a][2][k] + b[k];
+            o[a][1][k] = r[a][1][k] - r[a][2][k] - r[a][3][k] + b[k];
+        }
+    if (res) {
+        const bf16 *rp = res + f * rsf + 2 * ty * rsh + 2 * tx * rsw + c;
+#pragma unroll
+        for (int a = 0; a < 2; a++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float rv[8];
+                w_unpack8(*(const uint4 *)(rp + a * rsh + e * rsw), rv);
+#pragma unroll
+                for (int k = 0; k < 8; k++) o[a][e][k] += rv[k];
+            }
+    }
+    bf16 *q = y + f * ysf + 2 * ty * ysh + 2 * tx * ysw + c;
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) *(uint4 *)(q + a * ysh + e * ysw) = w_pack8(o[a][e]);
+}
+
+/* W22_WINOGRAD: the smallest cin taken (0: off) */
+int w22_cuda_winograd_min_cin(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_WINOGRAD");
+        v = e ? atoi(e) : 0;
+        if (v < 0) v = 0;
+    }
+    return v;
+}
+
+/* The 16 components' weights of a 3x3x3 conv weight (float [cout][cin][3][3][3]): component xi's B operand
+ * [cout][dt][cin] bf16 (K-major, K = 3 cin), the components contiguous. G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]. */
+w22_status w22_cuda_winograd_weights(w22_cuda *c, w22_cuda_weight *w, const float *data) {
+    const int co = w->cout, ci = w->cin;
+    const size_t per = (size_t)co * 3 * ci, n = 16 * per;
+    uint16_t *h = (uint16_t *)malloc(n * 2);
+    if (!h) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory: %zu bytes for Winograd weights", n * 2);
+    static const float G[4][3] = {{1, 0, 0}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0, 0, 1}};
+    for (int o = 0; o < co; o++)
+        for (int i = 0; i < ci; i++)
+            for (int dt = 0; dt < 3; dt++) {
+                const float *g = data + (((size_t)o * ci + i) * 3 + dt) * 9;
+                float gt[3][4]; /* g G^T */
+                for (int a = 0; a < 3; a++)
+                    for (int j = 0; j < 4; j++) gt[a][j] = g[a * 3] * G[j][0] + g[a * 3 + 1] * G[j][1] + g[a * 3 + 2] * G[j][2];
+                for (int r = 0; r < 4; r++)
+                    for (int j = 0; j < 4; j++) {
+                        const float u = G[r][0] * gt[0][j] + G[r][1] * gt[1][j] + G[r][2] * gt[2][j];
+                        h[(size_t)(4 * r + j) * per + ((size_t)o * 3 + dt) * ci + i] = w22_f32_to_bf16(u);
+                    }
+            }
+    w22_status s = w22_cuda_malloc(c, n * 2, &w->dev_wino, "Winograd weights");
+    if (s == W22_OK) {
+        const cudaError_t e = cudaMemcpy(w->dev_wino, h, n * 2, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            s = w22_fail(W22_ERR_CUDA, "cudaMemcpy of Winograd weights: %s", cudaGetErrorString(e));
+        } else {
+            w->bytes += n * 2;
+        }
+    }
+    free(h);
+    return s;
+}
+
+/* Whether conv g (built by conv.cu from a, a plain 3x3x3 conv: no upsample, phases, time split, DupUp) takes the
+ * Winograd path; NULL: it does, else why not. */
+const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w) {
+    const int mc = w22_cuda_winograd_min_cin();
+    if (!mc) return "off";
+    if (!w->dev_wino) return "no Winograd weights";
+    if (w->cin < mc) return "cin below W22_WINOGRAD";
+    if (a->kt != 3 || a->ks != 3 || a->upsample || a->time_split || a->dup_in || a->psum) return "not a plain 3x3x3 conv";
+    if (a->out.h % 2 || a->out.w % 2) return "odd height or width";
+    /* the 16 GEMMs are launches of their own: at 44 x 78 (28 tiles of 128 x 256 each) they ran 2x slower than the
+     * direct conv (v17), at 88 x 156 (108 tiles) 23% faster */
+    if ((long)a->out.f * (a->out.h / 2) * (a->out.w / 2) / 128 * (w->cout / 256) < 64) return "too few tiles per GEMM";
+    if (w->cin % 64 || w->cout % 64) return "channels not a multiple of 64";
+    if (a->in.sw != a->in.c || a->out.sw != a->out.c || (a->residual && a->residual->sw != a->residual->c))
+        return "pixels not dense";
+    return NULL;
+}
+
+w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_gemm *g) {
+    const int F = g->F, h2 = a->out.h / 2, w2 = a->out.w / 2, ci = w->cin, co = w->cout, FI = F + 2;
+    const long vcs = (long)FI * h2 * w2 * ci, mcs = (long)F * h2 * w2 * co; /* a component's elements */
+    const size_t need = (size_t)(16 * vcs + 16 * mcs) * 2;
+    if (need > c->wino_bytes) {
+        CU_TRY(cudaStreamSynchronize(c->stream)); /* the old scratch may still be in use by queued work */
+        w22_cuda_free_ptr(c, c->wino_scratch);
+        c->wino_scratch = NULL;
+        c->wino_bytes = 0;
+        W22_TRY(w22_cuda_malloc(c, need, &c->wino_scratch, "the Winograd scratch (V, M)"));
+        c->wino_bytes = need;
+    }
+    bf16 *V = (bf16 *)c->wino_scratch, *M = V + 16 * vcs;
+    const int thr = 256;
+    const long n_in = (long)h2 * w2 * (ci / 8), n_out = (long)F * h2 * w2 * (co / 8);
+    for (int j = 0; j < FI; j++) {
+        w22_wino_in_kernel<<<(unsigned)((n_in + thr - 1) / thr), thr, 0, c->stream>>>(
+            w22_gemm_frame(*g, j), g->a_sh, g->a_sw, V + (long)j * h2 * w2 * ci, vcs, (long)w2 * ci, ci, h2, w2, ci);
+        CU_LAUNCHED(c, "winograd input transform");
+    }
+    for (int xi = 0; xi < 16; xi++) {
+        w22_gemm q;
+        memset(&q, 0, sizeof q);
+        q.F = F, q.H = h2, q.W = w2, q.M = F * h2 * w2, q.N = co;
+        q.a = V + xi * vcs, q.a_sf = (long)h2 * w2 * ci, q.a_sh = (long)w2 * ci, q.a_sw = ci;
+        q.cin = ci, q.kt = 3, q.ks = 1;
+        q.b = (const bf16 *)w->dev_wino + (size_t)xi * co * 3 * ci;
+        q.b_w = co, q.b_sw = 3L * ci;
+        q.out = M + xi * mcs, q.o_sf = (long)h2 * w2 * co, q.o_sh = (long)w2 * co, q.o_sw = co;
+        W22_TRY(w22_cuda_gemm(c, &q, "conv (winograd component)"));
+    }
+    const bf16 *res = g->res;
+    long rsf = g->r_sf, rsh = g->r_sh, rsw = g->r_sw;
+    if (g->sc) { /* the shortcut's 1x1 GEMM (its bias, and the residual if any) into out first, then added */
+        w22_gemm q;
+        memset(&q, 0, sizeof q);
+        q.F = F, q.H = g->H, q.W = g->W, q.M = g->M, q.N = co;
+        q.a = g->sc, q.a_sf = g->sc_sf, q.a_sh = g->sc_sh, q.a_sw = g->sc_sw;
+        q.cin = g->sc_cin, q.kt = 1, q.ks = 1;
+        q.b = g->scb, q.b_w = co, q.b_sw = g->sc_cin;
+        q.bias = g->sc_bias;
+        q.out = g->out, q.o_sf = g->o_sf, q.o_sh = g->o_sh, q.o_sw = g->o_sw;
+        q.res = g->res, q.r_sf = g->r_sf, q.r_sh = g->r_sh, q.r_sw = g->r_sw;
+        W22_TRY(w22_cuda_gemm(c, &q, "conv (winograd: the shortcut)"));
+        res = (const bf16 *)g->out, rsf = g->o_sf, rsh = g->o_sh, rsw = g->o_sw;
+    }
+    w22_wino_out_kernel<<<(unsigned)((n_out + thr - 1) / thr), thr, 0, c->stream>>>(
+        M, mcs, (long)h2 * w2 * co, (long)w2 * co, co, (bf16 *)g->out, g->o_sf, g->o_sh, g->o_sw, res, rsf, rsh, rsw,
+        g->bias, F, h2, w2, co);
+    CU_LAUNCHED(c, "winograd output transform");
+    c->last_path = "winograd F(2x2,3x3): transforms + 16 GEMMs";
+    return W22_OK;
+}

@@ -1,7 +1,8 @@
 /* A probe, not a product path: what the non-fused Winograd F(2x2, 3x3) would give the decoder's 3x3x3 convs on
  * our kernels (docs/PERF.md, v17). Per output frame: an input transform of the input frames into 16 components
  * V = B^T d B (bf16, 4x the bytes), 16 GEMMs on the backend's conv op as 3x1x1 convs over the components with
- * U = G g G^T per temporal tap (12 / 27 of the direct conv's MACs), and an output transform Y = A^T M A + bias.
+ * U = G g G^T per temporal tap (12 / 27 of the direct conv's MACs), and an output transform Y = A^T M A + bias (the
+ * transforms are src/cuda/winograd.cu's launches; the probe's first run, 17E, had copies of the same kernels).
  * It times each part against the direct conv in the same process and measures both against a float64 reference
  * at sampled output pixels (all channels), from the same bf16 input and the float32 weights.
  *
@@ -16,12 +17,7 @@
 #include <string.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-extern "C" {
-#include "backend.h"
-#include "common.h"
-}
-
-typedef __nv_bfloat16 bf16;
+#include "cuda/cuda_internal.h" /* the library's transform launches (src/cuda/winograd.cu) */
 
 #define CK(x)                                                                                   \
     do {                                                                                        \
@@ -38,96 +34,6 @@ typedef __nv_bfloat16 bf16;
             exit(1);                                                                            \
         }                                                                                       \
     } while (0)
-
-/* 8 bf16 channels <-> 8 floats */
-static __device__ __forceinline__ void unpack8(uint4 u, float *f) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float2 v = __bfloat1622float2(h[k]);
-        f[2 * k] = v.x, f[2 * k + 1] = v.y;
-    }
-}
-static __device__ __forceinline__ uint4 pack8(const float *f) {
-    uint4 u;
-    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
-#pragma unroll
-    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-    return u;
-}
-
-/* V[xi = 4i + j](f, ty, tx, c) = (B^T d B)[i][j], d the 4 x 4 window of x at rows 2ty - 1.., cols 2tx - 1.. (x's view
- * readable one pixel beyond its edges, zero there); B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. */
-__global__ void wino_in(const bf16 *x, long xsf, long xsh, long xsw, bf16 *v, long vcs, long vsf, long vsh, long vsw,
-                        int F, int h2, int w2, int C) {
-    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, c8 = C / 8;
-    if (i >= (long)F * h2 * w2 * c8) return;
-    const int c = (int)(i % c8) * 8, tx = (int)(i / c8 % w2), ty = (int)(i / c8 / w2 % h2), f = (int)(i / c8 / w2 / h2);
-    const bf16 *p = x + f * xsf + (2 * ty - 1) * xsh + (2 * tx - 1) * xsw + c;
-    float d[4][4][8], t[4][4][8];
-#pragma unroll
-    for (int r = 0; r < 4; r++)
-#pragma unroll
-        for (int s = 0; s < 4; s++) unpack8(*(const uint4 *)(p + r * xsh + s * xsw), d[r][s]);
-#pragma unroll
-    for (int s = 0; s < 4; s++)
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            t[0][s][k] = d[0][s][k] - d[2][s][k];
-            t[1][s][k] = d[1][s][k] + d[2][s][k];
-            t[2][s][k] = d[2][s][k] - d[1][s][k];
-            t[3][s][k] = d[1][s][k] - d[3][s][k];
-        }
-    bf16 *q = v + f * vsf + ty * vsh + tx * vsw + c;
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        float o[4][8];
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            o[0][k] = t[r][0][k] - t[r][2][k];
-            o[1][k] = t[r][1][k] + t[r][2][k];
-            o[2][k] = t[r][2][k] - t[r][1][k];
-            o[3][k] = t[r][1][k] - t[r][3][k];
-        }
-#pragma unroll
-        for (int s = 0; s < 4; s++) *(uint4 *)(q + (4 * r + s) * vcs) = pack8(o[s]);
-    }
-}
-
-/* y(f, 2ty + a, 2tx + b, c) = (A^T M A)[a][b] + bias[c], M[i][j] = m[4i + j](f, ty, tx, c);
- * A^T = [1 1 1 0; 0 1 -1 -1]. */
-__global__ void wino_out(const bf16 *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf, long ysh, long ysw,
-                         const float *bias, int F, int h2, int w2, int C) {
-    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, c8 = C / 8;
-    if (i >= (long)F * h2 * w2 * c8) return;
-    const int c = (int)(i % c8) * 8, tx = (int)(i / c8 % w2), ty = (int)(i / c8 / w2 % h2), f = (int)(i / c8 / w2 / h2);
-    const bf16 *p = m + f * msf + ty * msh + tx * msw + c;
-    float r[2][4][8];
-#pragma unroll
-    for (int s = 0; s < 4; s++) {
-        float a[4][8];
-#pragma unroll
-        for (int k4 = 0; k4 < 4; k4++) unpack8(*(const uint4 *)(p + (4 * k4 + s) * mcs), a[k4]);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            r[0][s][k] = a[0][k] + a[1][k] + a[2][k];
-            r[1][s][k] = a[1][k] - a[2][k] - a[3][k];
-        }
-    }
-    bf16 *q = y + f * ysf + 2 * ty * ysh + 2 * tx * ysw + c;
-#pragma unroll
-    for (int a = 0; a < 2; a++) {
-        float o0[8], o1[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const float b = bias[c + k];
-            o0[k] = r[a][0][k] + r[a][1][k] + r[a][2][k] + b;
-            o1[k] = r[a][1][k] - r[a][2][k] - r[a][3][k] + b;
-        }
-        *(uint4 *)(q + a * ysh) = pack8(o0);
-        *(uint4 *)(q + a * ysh + ysw) = pack8(o1);
-    }
-}
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float urand(void) { /* uniform [-1, 1) */
@@ -193,7 +99,6 @@ static void probe(w22_backend *gb, int C, int H, int W, int F, int iters) {
     cudaStream_t st = (cudaStream_t)w22_backend_cuda_stream(gb);
     const long vsf = (long)(h2 + 2) * (w2 + 2) * C, vsh = (long)(w2 + 2) * C, voff = vsh + C;
     const long msf = vsf, msh = vsh, moff = voff;
-    const int thr = 256;
 
     float *biasd;
     CK(cudaMalloc(&biasd, C * 4));
@@ -203,12 +108,10 @@ static void probe(w22_backend *gb, int C, int H, int W, int F, int iters) {
      * output transform; ev (NULL: none): 4 events around the parts */
     auto wino = [&](int k, int tf, cudaEvent_t *ev) {
         const w22_view xv = bview(xd[k], FI, H, W, C);
-        const long n_in = (long)tf * h2 * w2 * (C / 8), n_out = (long)F * h2 * w2 * (C / 8);
         if (ev) CK(cudaEventRecord(ev[0], st));
-        wino_in<<<(unsigned)((n_in + thr - 1) / thr), thr, 0, st>>>(
-            (const bf16 *)xv.ptr + (FI - tf) * xv.sf, xv.sf, xv.sh, xv.sw, (bf16 *)vd + voff + (FI - tf) * vsf,
-            (long)vcomp, vsf, vsh, C, tf, h2, w2, C);
-        CK(cudaGetLastError());
+        for (int j = FI - tf; j < FI; j++)
+            WT(w22_cuda_wino_in(st, (const bf16 *)xv.ptr + j * xv.sf, xv.sh, xv.sw, (bf16 *)vd + voff + j * vsf,
+                                (long)vcomp, vsh, C, h2, w2, C));
         if (ev) CK(cudaEventRecord(ev[1], st));
         for (int xi = 0; xi < 16; xi++) {
             w22_conv_args g = {};
@@ -219,10 +122,8 @@ static void probe(w22_backend *gb, int C, int H, int W, int F, int iters) {
         }
         if (ev) CK(cudaEventRecord(ev[2], st));
         const w22_view yv = bview(yw, F, H, W, C);
-        wino_out<<<(unsigned)((n_out + thr - 1) / thr), thr, 0, st>>>((const bf16 *)md + moff, (long)mcomp, msf, msh,
-                                                                       C, (bf16 *)yv.ptr, yv.sf, yv.sh, yv.sw, biasd,
-                                                                       F, h2, w2, C);
-        CK(cudaGetLastError());
+        WT(w22_cuda_wino_out(st, (const bf16 *)md + moff, (long)mcomp, msf, msh, C, (bf16 *)yv.ptr, yv.sf, yv.sh, yv.sw,
+                             NULL, 0, 0, 0, biasd, F, h2, w2, C));
         if (ev) CK(cudaEventRecord(ev[3], st));
     };
     auto direct = [&](int k) {

@@ -173,6 +173,11 @@ int w22_cuda_winograd_min_cin(void);
 w22_status w22_cuda_winograd_weights(w22_cuda *c, w22_cuda_weight *w, const float *data);
 const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w);
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_gemm *g);
+w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *x, long xsh, long xsw, bf16 *v, long vcs, long vsh, long vsw,
+                            int h2, int w2, int C);
+w22_status w22_cuda_wino_out(cudaStream_t st, const bf16 *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf,
+                             long ysh, long ysw, const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int F,
+                             int h2, int w2, int C);
 /* Dynamic shared memory attributes of the tensor-core kernels (once, at create). */
 w22_status w22_cuda_gemm_init(w22_cuda *c);
 /* The op table (cuda_backend.cu), and W22_PROFILE=1's timed one that wraps it (profile.cu). */

@@ -114,6 +114,26 @@ __global__ void w22_wino_out_kernel(const bf16 *m, long mcs, long msf, long msh,
         for (int e = 0; e < 2; e++) *(uint4 *)(q + a * ysh + e * ysw) = w_pack8(o[a][e]);
 }
 
+/* The transforms' launches (also bench/winograd_probe's): one input frame x (h2 x w2 tiles, C channels) into V's 16
+ * components (vcs elements apart); F frames of M's components into y (+ bias, + res: NULL for none). */
+w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *x, long xsh, long xsw, bf16 *v, long vcs, long vsh, long vsw,
+                            int h2, int w2, int C) {
+    const long n = (long)h2 * w2 * (C / 8);
+    w22_wino_in_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(x, xsh, xsw, v, vcs, vsh, vsw, h2, w2, C);
+    CU_TRY(cudaGetLastError());
+    return W22_OK;
+}
+
+w22_status w22_cuda_wino_out(cudaStream_t st, const bf16 *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf,
+                             long ysh, long ysw, const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int F,
+                             int h2, int w2, int C) {
+    const long n = (long)F * h2 * w2 * (C / 8);
+    w22_wino_out_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(m, mcs, msf, msh, msw, y, ysf, ysh, ysw, res, rsf,
+                                                                      rsh, rsw, bias, F, h2, w2, C);
+    CU_TRY(cudaGetLastError());
+    return W22_OK;
+}
+
 /* W22_WINOGRAD: the smallest cin taken (0: off) */
 int w22_cuda_winograd_min_cin(void) {
     static int v = -1;
@@ -197,11 +217,9 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
         c->wino_bytes = need;
     }
     bf16 *V = (bf16 *)c->wino_scratch, *M = V + 16 * vcs;
-    const int thr = 256;
-    const long n_in = (long)h2 * w2 * (ci / 8), n_out = (long)F * h2 * w2 * (co / 8);
     for (int j = 0; j < FI; j++) {
-        w22_wino_in_kernel<<<(unsigned)((n_in + thr - 1) / thr), thr, 0, c->stream>>>(
-            w22_gemm_frame(*g, j), g->a_sh, g->a_sw, V + (long)j * h2 * w2 * ci, vcs, (long)w2 * ci, ci, h2, w2, ci);
+        W22_TRY(w22_cuda_wino_in(c->stream, w22_gemm_frame(*g, j), g->a_sh, g->a_sw, V + (long)j * h2 * w2 * ci, vcs,
+                                 (long)w2 * ci, ci, h2, w2, ci));
         CU_LAUNCHED(c, "winograd input transform");
     }
     for (int xi = 0; xi < 16; xi++) {
@@ -230,9 +248,8 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
         W22_TRY(w22_cuda_gemm(c, &q, "conv (winograd: the shortcut)"));
         res = (const bf16 *)g->out, rsf = g->o_sf, rsh = g->o_sh, rsw = g->o_sw;
     }
-    w22_wino_out_kernel<<<(unsigned)((n_out + thr - 1) / thr), thr, 0, c->stream>>>(
-        M, mcs, (long)h2 * w2 * co, (long)w2 * co, co, (bf16 *)g->out, g->o_sf, g->o_sh, g->o_sw, res, rsf, rsh, rsw,
-        g->bias, F, h2, w2, co);
+    W22_TRY(w22_cuda_wino_out(c->stream, M, mcs, (long)h2 * w2 * co, (long)w2 * co, co, (bf16 *)g->out, g->o_sf, g->o_sh,
+                              g->o_sw, res, rsf, rsh, rsw, g->bias, F, h2, w2, co));
     CU_LAUNCHED(c, "winograd output transform");
     c->last_path = "winograd F(2x2,3x3): transforms + 16 GEMMs";
     return W22_OK;

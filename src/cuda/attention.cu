@@ -72,14 +72,8 @@ w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v
     if (P == 0) return w22_fail(W22_ERR_BAD_SHAPE, "cuda attention: k and v have no pixels");
     const size_t s_bytes = align256((size_t)nq * Pp * 4), p_bytes = align256((size_t)nq * Pp * 2),
                  vt_bytes = align256((size_t)C * Pp * 2), need = s_bytes + p_bytes + vt_bytes;
-    if (need > c->attn_bytes) {
-        CU_TRY(cudaStreamSynchronize(c->stream)); /* the old scratch may still be in use by queued work */
-        w22_cuda_free_ptr(c, c->attn_scratch);
-        c->attn_scratch = NULL;
-        c->attn_bytes = 0;
-        W22_TRY(w22_cuda_malloc(c, need, &c->attn_scratch, "the attention scratch (scores, probabilities, V^T)"));
-        c->attn_bytes = need;
-    }
+    W22_TRY(w22_cuda_scratch(c, &c->attn_scratch, &c->attn_bytes, need,
+                             "the attention scratch (scores, probabilities, V^T)"));
     float *S = (float *)c->attn_scratch;
     bf16 *Pm = (bf16 *)((char *)c->attn_scratch + s_bytes);
     bf16 *Vt = (bf16 *)((char *)c->attn_scratch + s_bytes + p_bytes);

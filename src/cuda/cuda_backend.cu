@@ -62,6 +62,17 @@ void w22_cuda_free_ptr(w22_cuda *c, void *ptr) {
     if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError(); /* free cannot report; keep the process usable */
 }
 
+w22_status w22_cuda_scratch(w22_cuda *c, void **ptr, size_t *bytes, size_t need, const char *what) {
+    if (need <= *bytes) return W22_OK;
+    CU_TRY(cudaStreamSynchronize(c->stream)); /* the old scratch may still be in use by queued work */
+    w22_cuda_free_ptr(c, *ptr);
+    *ptr = NULL;
+    *bytes = 0;
+    W22_TRY(w22_cuda_malloc(c, need, ptr, what));
+    *bytes = need;
+    return W22_OK;
+}
+
 w22_status w22_cuda_check_view(w22_cuda *c, const w22_view *v, int border, const char *what) {
     if (!c->debug || v->f <= 0 || v->h <= 0 || v->w <= 0 || v->c <= 0) return W22_OK;
     const char *p = (const char *)v->ptr;

@@ -92,6 +92,8 @@ w22_status w22_cuda_after_launch(w22_cuda *c, const char *what, const char *file
 /* Device memory with tracking; OOM is W22_ERR_OUT_OF_MEMORY with the free bytes. */
 w22_status w22_cuda_malloc(w22_cuda *c, size_t bytes, void **ptr, const char *what);
 void w22_cuda_free_ptr(w22_cuda *c, void *ptr);
+/* A grow-only scratch (*ptr of *bytes): at least `need` bytes, the old one freed after the stream's queued work */
+w22_status w22_cuda_scratch(w22_cuda *c, void **ptr, size_t *bytes, size_t need, const char *what);
 /* Debug mode: a view (plus `border` rows/cols around it) must lie inside the allocation that holds its first
  * element, when that allocation is this backend's. */
 w22_status w22_cuda_check_view(w22_cuda *c, const w22_view *v, int border, const char *what);

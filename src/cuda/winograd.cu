@@ -208,14 +208,7 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
     const int F = g->F, h2 = a->out.h / 2, w2 = a->out.w / 2, ci = w->cin, co = w->cout, FI = F + 2;
     const long vcs = (long)FI * h2 * w2 * ci, mcs = (long)F * h2 * w2 * co; /* a component's elements */
     const size_t need = (size_t)(16 * vcs + 16 * mcs) * 2;
-    if (need > c->wino_bytes) {
-        CU_TRY(cudaStreamSynchronize(c->stream)); /* the old scratch may still be in use by queued work */
-        w22_cuda_free_ptr(c, c->wino_scratch);
-        c->wino_scratch = NULL;
-        c->wino_bytes = 0;
-        W22_TRY(w22_cuda_malloc(c, need, &c->wino_scratch, "the Winograd scratch (V, M)"));
-        c->wino_bytes = need;
-    }
+    W22_TRY(w22_cuda_scratch(c, &c->wino_scratch, &c->wino_bytes, need, "the Winograd scratch (V, M)"));
     bf16 *V = (bf16 *)c->wino_scratch, *M = V + 16 * vcs;
     for (int j = 0; j < FI; j++) {
         W22_TRY(w22_cuda_wino_in(c->stream, w22_gemm_frame(*g, j), g->a_sh, g->a_sw, V + (long)j * h2 * w2 * ci, vcs,

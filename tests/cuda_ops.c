@@ -1201,13 +1201,13 @@ static void fill_bf16_random(void *dev, size_t n) {
     free(h);
 }
 
-/* Times conv F x h x w (input size) cin -> cout: warm-up, then iterations alternating two input buffers (each
- * larger than the L2), with cudaEvents on the backend's stream. */
 /* --perf's options for the lines after them: the output added in place as the residual (the resblocks' conv2), and
  * the timed calls (--iters, default 10: ~12 ms bursts, which run above the decode's power-capped clock; a
  * few hundred give the sustained state) */
 static int perf_residual, perf_iters = 10;
 
+/* Times conv F x h x w (input size) cin -> cout: warm-up, then iterations alternating two input buffers (each
+ * larger than the L2), with cudaEvents on the backend's stream. */
 static double perf_conv_on(w22_backend *gb, const char **path, int cin, int cout, int F, int h, int w, int kt,
                            int ks, int upsample, int time_split) {
     const int oh = upsample ? 2 * h : h, ow = upsample ? 2 * w : w;

@@ -215,16 +215,32 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
                                  (long)w2 * ci, ci, h2, w2, ci));
         CU_LAUNCHED(c, "winograd input transform");
     }
-    for (int xi = 0; xi < 16; xi++) {
-        w22_gemm q;
-        memset(&q, 0, sizeof q);
-        q.F = F, q.H = h2, q.W = w2, q.M = F * h2 * w2, q.N = co;
-        q.a = V + xi * vcs, q.a_sf = (long)h2 * w2 * ci, q.a_sh = (long)w2 * ci, q.a_sw = ci;
-        q.cin = ci, q.kt = 3, q.ks = 1;
-        q.b = (const bf16 *)w->dev_wino + (size_t)xi * co * 3 * ci;
-        q.b_w = co, q.b_sw = 3L * ci;
-        q.out = M + xi * mcs, q.o_sf = (long)h2 * w2 * co, q.o_sh = (long)w2 * co, q.o_sw = co;
-        W22_TRY(w22_cuda_gemm(c, &q, "conv (winograd component)"));
+    /* the 16 GEMMs: one launch where the TMA conv takes the batch (W22_WINOGRAD_BATCH=0: 16 launches, v17's runs) */
+    w22_gemm q;
+    memset(&q, 0, sizeof q);
+    q.F = F, q.H = h2, q.W = w2, q.M = F * h2 * w2, q.N = co;
+    q.a = V, q.a_sf = (long)h2 * w2 * ci, q.a_sh = (long)w2 * ci, q.a_sw = ci;
+    q.cin = ci, q.kt = 3, q.ks = 1;
+    q.b = (const bf16 *)w->dev_wino, q.b_w = co, q.b_sw = 3L * ci;
+    q.out = M, q.o_sf = (long)h2 * w2 * co, q.o_sh = (long)w2 * co, q.o_sw = co;
+    q.batch = 16, q.a_frames = FI;
+    const int fits = mcs * 15 < INT_MAX;
+    for (int xi = 0; xi < 16 && fits; xi++) q.ph_o[xi] = (int)(xi * mcs);
+    static int one = -1;
+    if (one < 0) {
+        const char *e = getenv("W22_WINOGRAD_BATCH");
+        one = !(e && !strcmp(e, "0"));
+    }
+    if (one && fits && !w22_cuda_wgmma_tma_batch_blocker(&q)) {
+        W22_TRY(w22_cuda_gemm_wgmma_batch(c, &q, "conv (winograd components, one launch)"));
+    } else {
+        q.batch = 0, q.a_frames = 0;
+        memset(q.ph_o, 0, sizeof q.ph_o);
+        for (int xi = 0; xi < 16; xi++) {
+            w22_gemm r = q;
+            r.a = V + xi * vcs, r.b = (const bf16 *)w->dev_wino + (size_t)xi * co * 3 * ci, r.out = M + xi * mcs;
+            W22_TRY(w22_cuda_gemm(c, &r, "conv (winograd component)"));
+        }
     }
     const bf16 *res = g->res;
     long rsf = g->r_sf, rsh = g->r_sh, rsw = g->r_sw;

@@ -240,9 +240,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 const int t = tm / tpf, r0 = (tm - t * tpf) * WG_BM, y0 = r0 / g.W, x0 = r0 - y0 * g.W;
                 /* phase p = py 2 + px: its A map (phases 1-3's in the history's and shortcut's slots, which a phase
                  * GEMM does not use), its load corner (+ (px, py): its pads are phase 0's - (py, px)), its B rows */
-                const CUtensorMap *ma = p == 0 ? &tm_a : p == 1 ? &tm_h0 : p == 2 ? &tm_h1 : &tm_sca;
+                const CUtensorMap *ma = p == 0 || !g.phases ? &tm_a : p == 1 ? &tm_h0 : p == 2 ? &tm_h1 : &tm_sca;
+                /* a batch's GEMM p (g.batch): its frames from p a_frames on in the one A map, no corner shift */
+                const int pq = g.phases ? p : 0, pf = g.batch ? p * (int)g.a_frames : 0;
                 /* CL 2: this CTA's half of the B rows, multicast into both CTAs' stage */
-                const int xa = x0 + cx + (p & 1), ya = y0 + cy + (p >> 1), nb = n0 + p * g.N + crank * (BN / 2);
+                const int xa = x0 + cx + (pq & 1), ya = y0 + cy + (pq >> 1), nb = n0 + p * g.N + crank * (BN / 2);
                 const uint32_t b_off = crank * (L::b_bytes / 2);
                 int c0, dt, dy, dx;
                 wg_k_start(g, wi.k0, main_iters, c0, dt, dy, dx);
@@ -256,7 +258,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                         const int j = t + dt; /* the input frame of this tap: a history frame or a new one */
                         const bool nw = j >= g.hist_n;
                         tma_load_im2col(sa, nw ? ma : j == 0 ? &tm_h0 : &tm_h1, full, c0, xa, ya,
-                                        nw ? j - g.hist_n : 0, (uint16_t)dx, (uint16_t)dy);
+                                        nw ? j - g.hist_n + pf : 0, (uint16_t)dx, (uint16_t)dy);
                         const int kb = ((dt * g.ks + dy) * g.ks + dx) * g.cin + c0;
                         if (CL == 2)
                             tma_load_2d_mc(sb + b_off, &tm_b, full, kb, nb, 3);
@@ -525,13 +527,15 @@ template <int BN, int STAGES, int CL>
 static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, int *split_used, const char *what,
                          long lim, long tile0, int one_round) {
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
-    const int HW = g->H * g->W, F = g->M / HW, border = g->ks > 1, np = g->phases ? 4 : 1;
+    const int HW = g->H * g->W, F = g->M / HW, border = g->ks > 1, np = g->phases ? 4 : g->batch ? g->batch : 1;
     CUtensorMap tb, ts, ta, th0, th1, tsa;
     /* with phases: their four blocks of N rows as one map (phase p's rows from p N on) */
     W22_TRY(w22_wgmma_kmajor_map(c, &tb, g->b, K, (long)np * g->N, g->b_sw, BN / CL, what)); /* CL 2: half each */
     /* the window's frames after the history: F + kt - 1 in all */
-    W22_TRY(im2col_map(c, &ta, g->a, g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H, F + g->kt - 1 - g->hist_n, border,
-                       g->pad_y, g->pad_x, what));
+    /* a batch: one map over its GEMMs' frames, a_frames each */
+    W22_TRY(im2col_map(c, &ta, g->a, g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H,
+                       g->batch ? (int)(g->batch * g->a_frames) : F + g->kt - 1 - g->hist_n, border, g->pad_y, g->pad_x,
+                       what));
     th0 = th1 = ta; /* never read without history */
     if (g->hist_n) {
         W22_TRY(im2col_map(c, &th0, g->a_hist[0], g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H, 1, border, g->pad_y,
@@ -572,7 +576,8 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     float *part = (float *)c->split_part;
     unsigned *count = (unsigned *)((char *)c->split_part + SPLIT_PART_BYTES);
     w22_gemm kg = *g;
-    if (!kg.phases) memset(kg.ph_o, 0, sizeof kg.ph_o), memset(kg.ph_r, 0, sizeof kg.ph_r); /* the kernel adds them */
+    if (!kg.phases && !kg.batch) /* the kernel adds them */
+        memset(kg.ph_o, 0, sizeof kg.ph_o), memset(kg.ph_r, 0, sizeof kg.ph_r);
     if (CL == 1) {
         w22_conv_wgmma_tma_kernel<BN, STAGES, 1><<<grid, WG_THREADS, tma_layout<BN, STAGES>::bytes, c->stream>>>(
             tb, ts, ta, th0, th1, tsa, kg, tpf, cx, cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, (int)tile0,
@@ -664,7 +669,8 @@ static int tma_plan(const w22_cuda *c, const w22_gemm *g, int persist, long *lim
     *lim = *tile0 = 0;
     if (g->N % 256 || c->tma_clusters <= 0) return TMA_TILES;
     if (!persist) return TMA_PAIRS;
-    const int HW = g->H * g->W, np = g->phases ? 4 : 1, tn = g->N / 256, ok = !c->on_side, cl = c->tma_clusters;
+    const int HW = g->H * g->W, np = g->phases ? 4 : g->batch ? g->batch : 1, tn = g->N / 256, ok = !c->on_side,
+              cl = c->tma_clusters;
     const long mt = (long)(g->M / HW) * ((HW + WG_BM - 1) / WG_BM), ppp = (mt + 1) / 2 * tn; /* pairs per phase */
     const long pairs = np * ppp, tiles = np * mt * tn;
     const int iters = g->kt * g->ks * g->ks * (g->cin / WG_BK) + (g->sc ? g->sc_cin / WG_BK : 0);
@@ -744,4 +750,26 @@ w22_status w22_cuda_gemm_wgmma_phases(w22_cuda *c, const w22_gemm q[4], const ch
     g.phases = 4, g.r_coff = 0; /* each phase's r_coff is in its ph_r */
     for (int p = 0; p < 4; p++) g.ph_o[p] = (int)phase_o(q, p), g.ph_r[p] = (int)phase_r(q, p);
     return run_tma(c, &g, mode_for(q, 4, g.ph_o, g.ph_r), what);
+}
+
+const char *w22_cuda_wgmma_tma_batch_blocker(const w22_gemm *g) {
+    if (g->batch < 2 || g->batch > W22_GEMM_BATCH) return "batch: not 2-16 GEMMs";
+    if (g->phases || g->hist_n || g->sc || g->res || g->out_f32 || g->split_c || g->upsample)
+        return "batch: phases, history, shortcut, residual, fp32 or split output";
+    if (g->a_frames < (long)g->M / ((long)g->H * g->W) + g->kt - 1) return "batch: a_frames under a GEMM's window";
+    if ((long)g->batch * g->a_frames > INT_MAX / 2) return "batch: too many frames";
+    const char *why = w22_cuda_wgmma_tma_blocker(g);
+    if (why) return why;
+    for (int p = 0; p < g->batch; p++)
+        if (g->ph_o[p] < 0 || (p == 0 && g->ph_o[p] != 0)) return "batch: output offsets negative, or GEMM 0's not 0";
+    return NULL;
+}
+
+/* The batch as one launch (w22_gemm.batch). */
+w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_gemm *g, const char *what) {
+    const char *why = w22_cuda_wgmma_tma_batch_blocker(g);
+    if (why) return w22_fail(W22_ERR_INVALID_ARG, "%s: the GEMMs as one launch: %s", what, why);
+    w22_gemm q[W22_GEMM_BATCH];
+    for (int p = 0; p < g->batch; p++) q[p] = *g;
+    return run_tma(c, g, mode_for(q, g->batch, g->ph_o, g->ph_r), what);
 }

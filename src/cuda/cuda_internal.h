@@ -141,8 +141,15 @@ typedef struct {
      * pad_x - px, its outputs at out + ph_o[p] and its residual at res + ph_r[p] (elements; ph_r includes that
      * phase's DupUp r_coff, and r_coff is 0). Tiles are phase-major: a quarter of them per phase. */
     int phases;
-    int ph_o[4], ph_r[4];
+    /* batch = n (2..W22_GEMM_BATCH; 0: none): n GEMMs of the same geometry as one, on the TMA wgmma kernel only
+     * (winograd.cu's 16 components): GEMM p reads A frames from p a_frames on (one tensor of n a_frames frames at
+     * a_sf; no history), its B rows from p N on (one block), writes out + ph_o[p]; no residual or shortcut. Tiles are
+     * GEMM-major, as the phases'. */
+    int batch;
+    long a_frames;
+    int ph_o[16], ph_r[16]; /* phases or batch: GEMM p's output and residual offsets from GEMM 0's (elements) */
 } w22_gemm;
+#define W22_GEMM_BATCH 16
 
 /* Input frame j of a GEMM's window (see a_hist). */
 static __host__ __device__ __forceinline__ const bf16 *w22_gemm_frame(const w22_gemm &g, int j) {
@@ -175,6 +182,9 @@ int w22_cuda_winograd_min_cin(void);
 w22_status w22_cuda_winograd_weights(w22_cuda *c, w22_cuda_weight *w, const float *data);
 const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w);
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_gemm *g);
+/* The batch GEMM (w22_gemm.batch) on the TMA wgmma kernel; NULL from the blocker: it can run */
+const char *w22_cuda_wgmma_tma_batch_blocker(const w22_gemm *g);
+w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_gemm *g, const char *what);
 w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *x, long xsh, long xsw, bf16 *v, long vcs, long vsh, long vsw,
                             int h2, int w2, int C);
 w22_status w22_cuda_wino_out(cudaStream_t st, const bf16 *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf,

@@ -204,28 +204,73 @@ const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_wei
     return NULL;
 }
 
-w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_gemm *g) {
-    const int F = g->F, h2 = a->out.h / 2, w2 = a->out.w / 2, ci = w->cin, co = w->cout, FI = F + 2;
-    const long vcs = (long)FI * h2 * w2 * ci, mcs = (long)F * h2 * w2 * co; /* a component's elements */
-    const size_t need = (size_t)(16 * vcs + 16 * mcs) * 2;
-    W22_TRY(w22_cuda_scratch(c, &c->wino_scratch, &c->wino_bytes, need, "the Winograd scratch (V, M)"));
-    bf16 *V = (bf16 *)c->wino_scratch, *M = V + 16 * vcs;
+/* W22_WINOGRAD_SCRATCH_MB: the scratch's cap; the conv then runs in bands of tile rows that fit it (0, the default:
+ * the whole frame in one band, v17's runs) */
+static long wino_cap_bytes(void) {
+    static long v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_WINOGRAD_SCRATCH_MB");
+        v = e ? atol(e) << 20 : 0;
+        if (v < 0) v = 0;
+    }
+    return v;
+}
+
+/* One band: tile rows [ty0, ty0 + hh) of the output (rows 2 ty0..), the 16 GEMMs and both transforms, V and M the
+ * band's (component-major). */
+static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_gemm *g, bf16 *V, bf16 *M, int ty0, int hh,
+                            int w2, const bf16 *res, long rsf, long rsh, long rsw) {
+    const int F = g->F, ci = w->cin, co = w->cout, FI = F + 2;
+    const long vcs = (long)FI * hh * w2 * ci, mcs = (long)F * hh * w2 * co; /* a component's elements */
     for (int j = 0; j < FI; j++) {
-        W22_TRY(w22_cuda_wino_in(c->stream, w22_gemm_frame(*g, j), g->a_sh, g->a_sw, V + (long)j * h2 * w2 * ci, vcs,
-                                 (long)w2 * ci, ci, h2, w2, ci));
+        W22_TRY(w22_cuda_wino_in(c->stream, w22_gemm_frame(*g, j) + 2L * ty0 * g->a_sh, g->a_sh, g->a_sw,
+                                 V + (long)j * hh * w2 * ci, vcs, (long)w2 * ci, ci, hh, w2, ci));
         CU_LAUNCHED(c, "winograd input transform");
     }
-    for (int xi = 0; xi < 16; xi++) {
-        w22_gemm q;
-        memset(&q, 0, sizeof q);
-        q.F = F, q.H = h2, q.W = w2, q.M = F * h2 * w2, q.N = co;
-        q.a = V + xi * vcs, q.a_sf = (long)h2 * w2 * ci, q.a_sh = (long)w2 * ci, q.a_sw = ci;
-        q.cin = ci, q.kt = 3, q.ks = 1;
-        q.b = (const bf16 *)w->dev_wino + (size_t)xi * co * 3 * ci;
-        q.b_w = co, q.b_sw = 3L * ci;
-        q.out = M + xi * mcs, q.o_sf = (long)h2 * w2 * co, q.o_sh = (long)w2 * co, q.o_sw = co;
-        W22_TRY(w22_cuda_gemm(c, &q, "conv (winograd component)"));
+    /* the 16 GEMMs: one launch where the TMA conv takes the batch (W22_WINOGRAD_BATCH=0: 16 launches, v17's runs) */
+    w22_gemm q;
+    memset(&q, 0, sizeof q);
+    q.F = F, q.H = hh, q.W = w2, q.M = F * hh * w2, q.N = co;
+    q.a = V, q.a_sf = (long)hh * w2 * ci, q.a_sh = (long)w2 * ci, q.a_sw = ci;
+    q.cin = ci, q.kt = 3, q.ks = 1;
+    q.b = (const bf16 *)w->dev_wino, q.b_w = co, q.b_sw = 3L * ci;
+    q.out = M, q.o_sf = (long)hh * w2 * co, q.o_sh = (long)w2 * co, q.o_sw = co;
+    q.batch = 16, q.a_frames = FI;
+    const int fits = mcs * 16 < INT_MAX;
+    for (int xi = 0; xi < 16 && fits; xi++) q.ph_o[xi] = (int)(xi * mcs);
+    static int one = -1;
+    if (one < 0) {
+        const char *e = getenv("W22_WINOGRAD_BATCH");
+        one = !(e && !strcmp(e, "0"));
     }
+    if (one && fits && !w22_cuda_wgmma_tma_batch_blocker(&q)) {
+        W22_TRY(w22_cuda_gemm_wgmma_batch(c, &q, "conv (winograd components, one launch)"));
+    } else {
+        q.batch = 0, q.a_frames = 0;
+        memset(q.ph_o, 0, sizeof q.ph_o);
+        for (int xi = 0; xi < 16; xi++) {
+            w22_gemm r = q;
+            r.a = V + xi * vcs, r.b = (const bf16 *)w->dev_wino + (size_t)xi * co * 3 * ci, r.out = M + xi * mcs;
+            W22_TRY(w22_cuda_gemm(c, &r, "conv (winograd component)"));
+        }
+    }
+    W22_TRY(w22_cuda_wino_out(c->stream, M, mcs, (long)hh * w2 * co, (long)w2 * co, co,
+                              (bf16 *)g->out + 2L * ty0 * g->o_sh, g->o_sf, g->o_sh, g->o_sw,
+                              res ? res + 2L * ty0 * rsh : NULL, rsf, rsh, rsw, g->bias, F, hh, w2, co));
+    CU_LAUNCHED(c, "winograd output transform");
+    return W22_OK;
+}
+
+w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_gemm *g) {
+    const int F = g->F, h2 = a->out.h / 2, w2 = a->out.w / 2, ci = w->cin, co = w->cout, FI = F + 2;
+    const size_t row = (size_t)16 * w2 * ((size_t)FI * ci + (size_t)F * co) * 2; /* scratch bytes per tile row */
+    const long cap = wino_cap_bytes();
+    int hb = cap ? (int)(cap / (long)row) : h2;
+    if (hb < 1) hb = 1;
+    if (hb > h2) hb = h2;
+    const size_t need = (size_t)hb * row;
+    W22_TRY(w22_cuda_scratch(c, &c->wino_scratch, &c->wino_bytes, need, "the Winograd scratch (V, M)"));
+    bf16 *V = (bf16 *)c->wino_scratch, *M = V + (size_t)16 * FI * hb * w2 * ci;
     const bf16 *res = g->res;
     long rsf = g->r_sf, rsh = g->r_sh, rsw = g->r_sw;
     if (g->sc) { /* the shortcut's 1x1 GEMM (its bias, and the residual if any) into out first, then added */
@@ -241,9 +286,8 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
         W22_TRY(w22_cuda_gemm(c, &q, "conv (winograd: the shortcut)"));
         res = (const bf16 *)g->out, rsf = g->o_sf, rsh = g->o_sh, rsw = g->o_sw;
     }
-    W22_TRY(w22_cuda_wino_out(c->stream, M, mcs, (long)h2 * w2 * co, (long)w2 * co, co, (bf16 *)g->out, g->o_sf, g->o_sh,
-                              g->o_sw, res, rsf, rsh, rsw, g->bias, F, h2, w2, co));
-    CU_LAUNCHED(c, "winograd output transform");
+    for (int ty0 = 0; ty0 < h2; ty0 += hb)
+        W22_TRY(wino_band(c, w, g, V, M, ty0, h2 - ty0 < hb ? h2 - ty0 : hb, w2, res, rsf, rsh, rsw));
     c->last_path = "winograd F(2x2,3x3): transforms + 16 GEMMs";
     return W22_OK;
 }

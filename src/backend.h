@@ -57,6 +57,11 @@ typedef struct {
      * for a backend that stages them in memory (CUDA); others ignore it. */
     const w22_view *psum;
     w22_view psum_tmp;
+    /* Optional (NULL: none): backend memory this call may use as scratch, free for the call's duration (the plan's
+     * buffers that hold nothing live during a stage's convs: plan.c's w22_stage_free). The CUDA backend's Winograd
+     * path puts its transformed frames there, in bands of rows that fit; without it the backend allocates its own. */
+    void *work;
+    size_t work_bytes;
 } w22_conv_args;
 
 /* Where unpatchified video frames go: element (c, f, y, x) at ptr + c*sc + f*sf + y*sy + x*sx (elements of

@@ -8,7 +8,12 @@
  * Tolerance: bf16 storage between layers rounds each activation by up to 2^-9 relative; through ~40 layers with
  * norms in between the output's relative rms error stays near 1e-2 (diffusers' own bf16 decode shows 0.0049 rms on
  * the standard clip). We require rms(d) <= 0.03 x rms(ref) + 1e-3 and max|d| <= 0.25; the diffusers-calibrated
- * check (3x diffusers' bf16 error) is bench/'s and python/tests/test_gpu.py's. */
+ * check (3x diffusers' bf16 error) is bench/'s and python/tests/test_gpu.py's.
+ * Frames per pass and ranks change no element's arithmetic in the direct convs (max|d| <= 1e-2 between them: the
+ * split tail's sums aside, the same products in the same order). The Winograd path (on by default for 512 channels
+ * and up) is taken only where a conv's rows are even: a rank with an odd row count runs the direct conv, whose
+ * error is half the Winograd path's. So a rank-split decode is held to the CPU budget above, and to max|d| <= 0.05
+ * against the one-rank decode (observed 0.014-0.021: the two paths' errors, each ~0.01, apart). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +85,12 @@ static void to_f32(const uint16_t *x, float *y, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = w22_bf16_to_f32(x[i]);
 }
 
+/* Whether the CUDA backend's Winograd path is on (src/cuda/winograd.cu: W22_WINOGRAD, default 512) */
+static int w22_winograd_on(void) {
+    const char *e = getenv("W22_WINOGRAD");
+    return !e || atoi(e) > 0;
+}
+
 static void one_case(const char *name, w22_config cfg, int T, int h, int wd, int ranks) {
     w22_weights *w = NULL;
     CHECK_OK(w22_weights_synthetic(&cfg, 1, &w));
@@ -87,7 +98,7 @@ static void one_case(const char *name, w22_config cfg, int T, int h, int wd, int
     int F, H, W;
     w22_video_shape(&cfg, T, h, wd, &F, &H, &W);
     size_t nz = (size_t)cfg.z_dim * T * h * wd, nv = (size_t)3 * F * H * W;
-    float *zf = malloc(nz * 4), *ref = malloc(nv * 4), *got = malloc(nv * 4);
+    float *zf = malloc(nz * 4), *ref = malloc(nv * 4), *got = malloc(nv * 4), *alt = malloc(nv * 4);
     uint16_t *z = malloc(nz * 2), *v1 = malloc(nv * 2), *v2 = malloc(nv * 2);
     CHECK_OK(w22_latents_synthetic(&cfg, 5, T, h, wd, zf));
     for (size_t i = 0; i < nz; i++) z[i] = w22_f32_to_bf16(zf[i]), zf[i] = w22_bf16_to_f32(z[i]);
@@ -117,8 +128,8 @@ static void one_case(const char *name, w22_config cfg, int T, int h, int wd, int
     s = decode_gpu(w, NULL, 4, z, T, h, wd, v2, nv, NULL, NULL);
     CHECK(s == W22_OK && memcmp(v1, v2, nv * 2) == 0, "%s: a second call differs", name);
     s = decode_gpu(w, NULL, 1, z, T, h, wd, v2, nv, NULL, NULL);
-    to_f32(v2, ref, nv);
-    df = t_compare(ref, got, nv);
+    to_f32(v2, alt, nv);
+    df = t_compare(alt, got, nv);
     CHECK(s == W22_OK && df.nonfinite == 0 && df.max_abs <= 1e-2, "%s: frames per pass 1 vs 4: max|d| %.4g", name,
           df.max_abs);
     /* simulated ranks on this GPU */
@@ -137,13 +148,18 @@ static void one_case(const char *name, w22_config cfg, int T, int h, int wd, int
             CHECK(jobs[r].s == W22_OK, "%s world %d rank %d: %s", name, world, r, jobs[r].err);
             w22_comm_free(comms[r]);
         }
-        to_f32(v2, ref, nv);
-        df = t_compare(ref, got, nv);
-        printf("%-28s world %d vs 1: max|d| %.3g\n", name, world, df.max_abs);
-        CHECK(df.nonfinite == 0 && df.max_abs <= 1e-2, "%s: world %d differs: max|d| %.4g, %zu unwritten", name,
-              world, df.max_abs, df.nonfinite);
+        to_f32(v2, alt, nv);
+        df = t_compare(alt, got, nv);
+        t_diff dc = t_compare(alt, ref, nv);
+        printf("%-28s world %d vs 1: max|d| %.3g; vs CPU fp32: max|d| %.4f rms %.5f\n", name, world, df.max_abs,
+               dc.max_abs, dc.rms);
+        const double tol = w22_winograd_on() ? 0.05 : 1e-2;
+        CHECK(df.nonfinite == 0 && df.max_abs <= tol, "%s: world %d differs: max|d| %.4g (tolerance %g), %zu unwritten",
+              name, world, df.max_abs, tol, df.nonfinite);
+        CHECK(dc.rms <= 0.03 * dc.ref_rms + 1e-3 && dc.max_abs <= 0.25, "%s: world %d vs CPU: rms %.5f, max|d| %.4f "
+              "over budget", name, world, dc.rms, dc.max_abs);
     }
-    free(zf); free(ref); free(got); free(z); free(v1); free(v2);
+    free(zf); free(ref); free(got); free(alt); free(z); free(v1); free(v2);
     w22_weights_free(w);
 }
 

@@ -13,6 +13,8 @@
 #include "plan/plan.h"
 #include "testutil.h"
 
+void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total); /* plan.c */
+
 static size_t counted;
 static w22_status count_alloc(w22_backend *b, size_t bytes, void **ptr) {
     (void)b;
@@ -75,6 +77,18 @@ int main(void) {
                d->nspares, spares / MiB, queues / GiB, d->scratch.bytes / GiB, ((double)bytes - old_bytes) / MiB,
                old_bytes / GiB, ((double)bytes - target) / MiB);
         for (int g = 0; g < d->nspares; g++) printf("  spare %d: %.1f MiB\n", g, d->spare[g].bytes / MiB);
+        /* what each stage leaves free during its convs (the CUDA Winograd path's scratch): after the stage's own
+         * activation and conv-input slots, before its input queue (and every earlier stage's), in the block */
+        for (int s = 0; s < W22_STAGES && fpp == 1; s++) {
+            size_t fb, off[8], total;
+            const char *f = w22_stage_free(d, s, &fb), *t0 = d->transient.ptr, *t1 = t0 + d->transient.bytes;
+            w22_stage_scratch(d, s, off, &total);
+            printf("  stage %d: %.1f MiB free during its convs\n", s, fb / MiB);
+            CHECK(f && f >= (const char *)d->scratch.ptr + off[4] && f >= t0 && f + fb <= t1, "stage %d: its free span "
+                  "overlaps its slots or leaves the block", s);
+            for (int q = 1; q <= s; q++)
+                CHECK(f + fb <= (const char *)d->queue[q].ptr, "stage %d: its free span overlaps queue %d", s, q);
+        }
         /* one spare per stage of one-frame chunks (stage 0 has them with one latent frame per pass) */
         if (d->rotate) CHECK(d->nspares == (fpp == 1 ? 4 : 3), "fpp %d: %d spare frames, expected %d", fpp,
                              d->nspares, fpp == 1 ? 4 : 3);

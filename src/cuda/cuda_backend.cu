@@ -191,7 +191,7 @@ static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, const f
         }
         if (s == W22_OK && ndim == 4 && w->kh == 3 && w->kw == 3) s = upload_phases(c, w, data);
         if (s == W22_OK && w22_cuda_winograd_min_cin() && w->kt == 3 && w->kh == 3 && w->kw == 3 &&
-            w->cin >= w22_cuda_winograd_min_cin())
+            w->cin >= w22_cuda_winograd_min_cin() && w->cout >= w22_cuda_winograd_min_cin())
             s = w22_cuda_winograd_weights(c, w, data);
         free(host);
     } else {

@@ -1,9 +1,11 @@
-/* W22_WINOGRAD=N (a trial switch, off by default; docs/PERF.md v17): the 3x3x3 convs with cin >= N as Winograd
- * F(2x2, 3x3) over the spatial taps, not fused: per input frame an input transform into 16 components
- * V = B^T d B (bf16, 4x the frame's bytes), 16 GEMMs (3x1x1 convs over the components' frames with U = G g G^T per
- * temporal tap: 12 of the direct conv's 27 MACs per output), and an output transform Y = A^T M A + bias (+ the
- * residual, or the shortcut's 1x1 GEMM written first). Scratch: V and M of the largest conv, beyond the workspace
- * target (a measurement, not the product path). bench/winograd_probe.cu times the same pieces alone. */
+/* Winograd F(2x2, 3x3) for the 3x3x3 convs with cin and cout >= W22_WINOGRAD (default 512; 0: off; docs/PERF.md
+ * v17-v18), over the spatial taps, not fused: per input frame an input transform into 16 components V = B^T d B
+ * (bf16, 4x the frame's bytes), the 16 GEMMs as one launch of the TMA conv (3x1x1 convs over the components' frames
+ * with U = G g G^T per temporal tap: 12 of the direct conv's 27 MACs per output), and an output transform
+ * Y = A^T M A + bias (+ the residual, or the shortcut's 1x1 GEMM written first). V and M live in the caller's free
+ * memory (w22_conv_args.work: in a decode, what the stage leaves free), in bands of tile rows that fit it, so the
+ * path adds nothing to the workspace. Its error is about 2.2x the direct conv's (bench/winograd_probe.cu), 0.26 of
+ * the bench's allowance on the decode. */
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_internal.h"
@@ -134,12 +136,12 @@ w22_status w22_cuda_wino_out(cudaStream_t st, const bf16 *m, long mcs, long msf,
     return W22_OK;
 }
 
-/* W22_WINOGRAD: the smallest cin taken (0: off) */
+/* W22_WINOGRAD=N: the 3x3x3 convs with cin and cout >= N take the path (default 512; 0: off) */
 int w22_cuda_winograd_min_cin(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("W22_WINOGRAD");
-        v = e ? atoi(e) : 0;
+        v = e ? atoi(e) : 512;
         if (v < 0) v = 0;
     }
     return v;
@@ -180,40 +182,48 @@ w22_status w22_cuda_winograd_weights(w22_cuda *c, w22_cuda_weight *w, const floa
     return s;
 }
 
-/* Whether conv g (built by conv.cu from a, a plain 3x3x3 conv: no upsample, phases, time split, DupUp) takes the
- * Winograd path; NULL: it does, else why not. */
-const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w) {
-    const int mc = w22_cuda_winograd_min_cin();
-    if (!mc) return "off";
-    if (!w->dev_wino) return "no Winograd weights";
-    if (w->cin < mc) return "cin below W22_WINOGRAD";
-    if (a->kt != 3 || a->ks != 3 || a->upsample || a->time_split || a->dup_in || a->psum) return "not a plain 3x3x3 conv";
-    if (a->out.h % 2 || a->out.w % 2) return "odd height or width";
-    /* the 16 GEMMs are launches of their own: at 44 x 78 (28 tiles of 128 x 256 each) they ran 2x slower than the
-     * direct conv (v17), at 88 x 156 (108 tiles) 23% faster */
-    static int min_tiles = -1; /* W22_WINOGRAD_TILES (default 64; 0 for tests/cuda_winograd.sh's small cases) */
-    if (min_tiles < 0) {
-        const char *e = getenv("W22_WINOGRAD_TILES");
-        min_tiles = e ? atoi(e) : 64;
-    }
-    if ((long)a->out.f * (a->out.h / 2) * (a->out.w / 2) / 128 * (w->cout / 256) < min_tiles)
-        return "too few tiles per GEMM";
-    if (w->cin % 64 || w->cout % 64) return "channels not a multiple of 64";
-    if (a->in.sw != a->in.c || a->out.sw != a->out.c || (a->residual && a->residual->sw != a->residual->c))
-        return "pixels not dense";
-    return NULL;
+/* Scratch bytes per tile row (two output rows) of a conv of F output frames: V (16 components of F + 2 input
+ * frames, cin) and M (16 components of F frames, cout), bf16. */
+static size_t wino_row_bytes(int F, int w2, int ci, int co) {
+    return (size_t)16 * w2 * ((size_t)(F + 2) * ci + (size_t)F * co) * 2;
 }
 
-/* W22_WINOGRAD_SCRATCH_MB: the scratch's cap; the conv then runs in bands of tile rows that fit it (0, the default:
- * the whole frame in one band, v17's runs) */
-static long wino_cap_bytes(void) {
+/* W22_WINOGRAD_SCRATCH_MB: a cap on the scratch (0, the default: none), for measuring the bands' cost */
+static size_t wino_cap_bytes(void) {
     static long v = -1;
     if (v < 0) {
         const char *e = getenv("W22_WINOGRAD_SCRATCH_MB");
         v = e ? atol(e) << 20 : 0;
         if (v < 0) v = 0;
     }
-    return v;
+    return (size_t)v;
+}
+
+/* Whether conv g (built by conv.cu from a, a plain 3x3x3 conv: no upsample, phases, time split, DupUp) takes the
+ * Winograd path; NULL: it does, else why not. */
+const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w) {
+    const int mc = w22_cuda_winograd_min_cin();
+    if (!mc) return "off";
+    if (!w->dev_wino) return "no Winograd weights";
+    if (w->cin < mc || w->cout < mc) return "channels below W22_WINOGRAD";
+    if (a->kt != 3 || a->ks != 3 || a->upsample || a->time_split || a->dup_in || a->psum) return "not a plain 3x3x3 conv";
+    if (a->out.h % 2 || a->out.w % 2) return "odd height or width";
+    /* W22_WINOGRAD_TILES=n: at least n tiles of 128 x 256 per component GEMM (default 0: every size). With 16
+     * launches the 44 x 78 convs (28 tiles) ran 2x slower than the direct conv (v17); as one launch of 16 x 28 they
+     * gain too (v18) */
+    static int min_tiles = -1;
+    if (min_tiles < 0) {
+        const char *e = getenv("W22_WINOGRAD_TILES");
+        min_tiles = e ? atoi(e) : 0;
+    }
+    if ((long)a->out.f * (a->out.h / 2) * (a->out.w / 2) / 128 * (w->cout / 256) < min_tiles)
+        return "too few tiles per GEMM";
+    if (w->cin % 64 || w->cout % 64) return "channels not a multiple of 64";
+    if (a->in.sw != a->in.c || a->out.sw != a->out.c || (a->residual && a->residual->sw != a->residual->c))
+        return "pixels not dense";
+    const size_t row = wino_row_bytes(a->out.f, a->out.w / 2, w->cin, w->cout), cap = wino_cap_bytes();
+    if (a->work && (a->work_bytes < row || (cap && cap < row))) return "the caller's scratch holds no tile row";
+    return NULL;
 }
 
 /* One band: tile rows [ty0, ty0 + hh) of the output (rows 2 ty0..), the 16 GEMMs and both transforms, V and M the
@@ -263,14 +273,24 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_gem
 
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_gemm *g) {
     const int F = g->F, h2 = a->out.h / 2, w2 = a->out.w / 2, ci = w->cin, co = w->cout, FI = F + 2;
-    const size_t row = (size_t)16 * w2 * ((size_t)FI * ci + (size_t)F * co) * 2; /* scratch bytes per tile row */
-    const long cap = wino_cap_bytes();
-    int hb = cap ? (int)(cap / (long)row) : h2;
+    const size_t row = wino_row_bytes(F, w2, ci, co), cap = wino_cap_bytes();
+    /* the caller's free memory (a decode's: plan.c's w22_stage_free), else the backend's own grow-only scratch;
+     * bands of equal height, as few as fit */
+    size_t have = a->work ? a->work_bytes : (size_t)h2 * row;
+    if (cap && cap < have) have = cap;
+    int hb = (int)(have / row);
     if (hb < 1) hb = 1;
     if (hb > h2) hb = h2;
-    const size_t need = (size_t)hb * row;
-    W22_TRY(w22_cuda_scratch(c, &c->wino_scratch, &c->wino_bytes, need, "the Winograd scratch (V, M)"));
-    bf16 *V = (bf16 *)c->wino_scratch, *M = V + (size_t)16 * FI * hb * w2 * ci;
+    const int nb = (h2 + hb - 1) / hb;
+    hb = (h2 + nb - 1) / nb;
+    bf16 *V;
+    if (a->work) {
+        V = (bf16 *)a->work;
+    } else {
+        W22_TRY(w22_cuda_scratch(c, &c->wino_scratch, &c->wino_bytes, (size_t)hb * row, "the Winograd scratch (V, M)"));
+        V = (bf16 *)c->wino_scratch;
+    }
+    bf16 *M = V + (size_t)16 * FI * hb * w2 * ci;
     const bf16 *res = g->res;
     long rsf = g->r_sf, rsh = g->r_sh, rsw = g->r_sw;
     if (g->sc) { /* the shortcut's 1x1 GEMM (its bias, and the residual if any) into out first, then added */

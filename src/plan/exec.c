@@ -32,6 +32,8 @@ typedef struct {
     int dup_fused;     /* the upsampler's conv added the DupUp: the W22_L_DUPUP layer after it has nothing to do */
     int nout;          /* frames handed to the next stage */
     w22_view zeroed;   /* the fresh view whose border was zeroed last in this chunk (ptr NULL: none) */
+    void *work;        /* what this stage leaves free during its convs (w22_stage_free): their scratch */
+    size_t work_bytes;
 } chunk_ctx;
 
 /* A view of f frames (c channels) in scratch buffer `slot` of this stage (plan.c's w22_stage_scratch), checked
@@ -174,6 +176,7 @@ static w22_status conv_with_halo(chunk_ctx *k, const w22_conv_args *a) {
     w22_status s = w22_halo(d->comm, b, a->in);
     for (int e = 0; e < 2 && s == W22_OK; e++) {
         cut_rows(a, e ? h - 1 : 0, 1, &r);
+        r.a.work = NULL, r.a.work_bytes = 0; /* it runs beside the interior's conv, which has the scratch */
         s = b->ops->conv(b, &r.a);
     }
     w22_status s2 = b->ops->side_end(b);
@@ -200,7 +203,8 @@ static w22_status norm_conv(chunk_ctx *k, w22_view src, const w22_bweight *gamma
     if (gamma) W22_TRY(b->ops->rmsnorm(b, src, fresh, gamma, silu));
     else W22_TRY(b->ops->copy(b, fresh, src));
     w22_conv_args a = {.in = fresh, .out = out, .weight = wt, .bias = bias, .kt = 3, .ks = 3, .residual = residual,
-                       .sc_in = sc_in, .sc_weight = scw, .sc_bias = scb};
+                       .sc_in = sc_in, .sc_weight = scw, .sc_bias = scb, .work = k->work,
+                       .work_bytes = k->work_bytes};
     cache_hist(k, li, kk, fresh, 1, a.hist);
     W22_TRY(conv_with_halo(k, &a));
     return cache_push(k, li, kk, fresh, 1);
@@ -406,6 +410,7 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
     k.first = st->done == 0;
     k.es = (int)d->backend->ops->elem_size;
     k.scratch = d->scratch.ptr;
+    k.work = w22_stage_free(d, s, &k.work_bytes);
     size_t total;
     w22_stage_scratch(d, s, k.off, &total);
     k.x = w22_view_frames(mkview(d->queue[s].ptr, st->in_cap, k.H, k.W, st->cin, 0, k.es), c0, m);

@@ -129,19 +129,32 @@ void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total
     *total = o;
 }
 
+void *w22_stage_free(const w22_decoder *d, int s, size_t *bytes) {
+    *bytes = 0;
+    if (!d->transient.ptr) return NULL;
+    size_t off[8], total;
+    w22_stage_scratch(d, s, off, &total);
+    char *a = (char *)d->scratch.ptr + off[5]; /* the upsample's input and the attention's qkv: not during a conv */
+    char *e = s > 0 ? (char *)d->queue[s].ptr : (char *)d->transient.ptr + d->transient.bytes;
+    if (e <= a) return NULL;
+    *bytes = (size_t)(e - a);
+    return a;
+}
+
 void w22_plan_release(w22_decoder *d) {
     w22_backend *b = d->backend;
-    w22_region *all[] = {&d->scratch, &d->gathered, &d->zdev, &d->cache_block};
-    for (int i = 0; i < 4; i++) {
+    w22_region *all[] = {&d->transient, &d->queue[0], &d->gathered, &d->zdev, &d->cache_block};
+    for (int i = 0; i < 5; i++) {
         if (all[i]->ptr) b->ops->free(b, all[i]->ptr);
         all[i]->ptr = NULL;
         all[i]->bytes = 0;
     }
-    for (int i = 0; i <= W22_STAGES; i++) {
-        if (d->queue[i].ptr) b->ops->free(b, d->queue[i].ptr);
+    for (int i = 0; i <= W22_STAGES; i++) { /* views into transient (queue[0] freed above) */
         d->queue[i].ptr = NULL;
         d->queue[i].bytes = 0;
     }
+    d->scratch.ptr = NULL;
+    d->scratch.bytes = 0;
     for (int l = 0; l < W22_MAX_LAYERS; l++)
         for (int k = 0; k < 3; k++) { /* views into cache_block */
             d->cache[l][k].ptr = NULL;
@@ -219,22 +232,31 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
         st->chunk = c < st->in_cap ? c : st->in_cap;
     }
 
-    /* Queues: stage inputs (no border), and the video staging [rows][frames][3][cols] (full rows: rank 0 gathers). */
+    /* Queues: stage inputs (no border), and the video staging [rows][frames][3][cols] (full rows: rank 0 gathers).
+     * queue[0] apart; the stages' scratch and queues 4, 3, 2, 1 in that order in one block (transient). */
     for (s = 0; s < W22_STAGES; s++) {
         const w22_stage *st = &d->stages[s];
-        W22_TRY(region_alloc(d, &d->queue[s],
-                             w22_frames_bytes(st->in_cap, d->rows << s, w << s, st->cin, 0, es), "stage input"));
+        d->queue[s].bytes = w22_frames_bytes(st->in_cap, d->rows << s, w << s, st->cin, 0, es);
     }
     int vf, vh, vw;
     w22_video_shape(&m->cfg, 1, h, w, &vf, &vh, &vw);
-    W22_TRY(region_alloc(d, &d->queue[W22_STAGES], (size_t)vh * d->stages[3].chunk * 3 * vw * es, "video staging"));
+    d->queue[W22_STAGES].bytes = (size_t)vh * d->stages[3].chunk * 3 * vw * es;
+    W22_TRY(region_alloc(d, &d->queue[0], d->queue[0].bytes, "stage 0 input"));
     size_t scratch = 0;
     for (s = 0; s < W22_STAGES; s++) {
         size_t off[8], total;
         w22_stage_scratch(d, s, off, &total);
         if (total > scratch) scratch = total;
     }
-    W22_TRY(region_alloc(d, &d->scratch, scratch, "stage scratch"));
+    size_t qoff[W22_STAGES + 1], tb = align_up(scratch);
+    for (s = W22_STAGES; s >= 1; s--) {
+        qoff[s] = tb;
+        tb += align_up(d->queue[s].bytes);
+    }
+    W22_TRY(region_alloc(d, &d->transient, tb, "stage scratch and queues"));
+    d->scratch.ptr = d->transient.ptr;
+    d->scratch.bytes = scratch;
+    for (s = 1; s <= W22_STAGES; s++) d->queue[s].ptr = (char *)d->transient.ptr + qoff[s];
     if (d->world > 1)
         W22_TRY(region_alloc(d, &d->gathered, w22_frames_bytes(d->stages[0].chunk, h, w, 3 * m->dims[0], 0, es),
                              "attention gather"));

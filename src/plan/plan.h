@@ -49,6 +49,10 @@ struct w22_decoder {
     w22_stage stages[W22_STAGES];
     w22_region queue[W22_STAGES + 1]; /* queue[s]: stage s's input; queue[4]: video staging */
     w22_region scratch;  /* the stages' private buffers (one stage at a time) */
+    /* One allocation holding scratch, then queue[4], [3], [2], [1] (views into it; queue[0] apart): during stage s's
+     * convs everything from its upsample buffer on to the start of queue[s] holds nothing live, one span that the
+     * convs may use as scratch (w22_stage_free) */
+    w22_region transient;
     w22_region gathered; /* attention: the frame's q|k|v from every rank */
     w22_region cache_block; /* every causal cache and spare frame, one allocation */
     w22_region cache[W22_MAX_LAYERS][3]; /* per layer (views into cache_block): causal history of conv1, conv2
@@ -81,6 +85,10 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w);
 void w22_plan_release(w22_decoder *d);
 /* Runs a decode of d->z (in backend memory) through the stages; frames go to d->deliver. */
 w22_status w22_plan_run(w22_decoder *d);
+
+/* The span of the transient block that holds nothing live while stage s runs its convs (see transient), or NULL
+ * and 0 before a workspace is made. */
+void *w22_stage_free(const w22_decoder *d, int s, size_t *bytes);
 
 /* This rank's share of n rows: [*r0, *r0 + *rows). */
 void w22_split_rows(int n, int rank, int world, int *r0, int *rows);

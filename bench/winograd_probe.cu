@@ -220,6 +220,7 @@ static void probe(w22_backend *gb, int C, int H, int W, int F, int iters) {
 
 int main(int argc, char **argv) {
     int iters = 50, F = 1, shapes[16][3], ns = 0;
+    setenv("W22_WINOGRAD", "0", 1); /* the backend's conv stays the direct one: the probe builds its own pieces */
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--frames") && i + 1 < argc) F = atoi(argv[++i]);

@@ -207,6 +207,8 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     } else if (!w22_cuda_winograd_blocker(a, w)) {
         W22_TRY(w22_cuda_conv_winograd(c, a, w, &g));
     } else {
+        W22_TRY(w22_cuda_weight_direct(c, (w22_cuda_weight *)w));
+        g.b = (const bf16 *)w->dev;
         W22_TRY(w22_cuda_gemm(c, &g, "conv"));
     }
     if (dup && !fuse) {

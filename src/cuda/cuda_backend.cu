@@ -181,18 +181,26 @@ static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, const f
             for (int ci = 0; ci < w->cin; ci++)
                 for (int t = 0; t < vol; t++)
                     h16[((size_t)o * vol + t) * w->cin + ci] = w22_f32_to_bf16(data[((size_t)o * w->cin + ci) * vol + t]);
-        s = w22_cuda_malloc(c, w->bytes, &w->dev, "a conv weight");
-        if (s == W22_OK) {
-            cudaError_t e = cudaMemcpy(w->dev, host, w->bytes, cudaMemcpyHostToDevice);
-            if (e != cudaSuccess) {
-                (void)cudaGetLastError();
-                s = w22_fail(W22_ERR_CUDA, "cudaMemcpy of a conv weight (%zu bytes): %s", w->bytes, cudaGetErrorString(e));
-            }
-        }
-        if (s == W22_OK && ndim == 4 && w->kh == 3 && w->kw == 3) s = upload_phases(c, w, data);
-        if (s == W22_OK && w22_cuda_winograd_min_cin() && w->kt == 3 && w->kh == 3 && w->kw == 3 &&
-            w->cin >= w22_cuda_winograd_min_cin() && w->cout >= w22_cuda_winograd_min_cin())
+        /* the Winograd path's convs (cin and cout >= W22_WINOGRAD) get its component weights, and keep the direct
+         * ones on the host until a direct conv needs them: at even sizes on one rank none does (1.0 GB less at 512) */
+        const int mc = w22_cuda_winograd_min_cin(),
+                  wino = mc && w->kt == 3 && w->kh == 3 && w->kw == 3 && w->cin >= mc && w->cout >= mc;
+        if (wino) {
+            w->bytes = 0;
             s = w22_cuda_winograd_weights(c, w, data);
+            if (s == W22_OK) w->host_direct = host, host = NULL;
+        } else {
+            s = w22_cuda_malloc(c, w->bytes, &w->dev, "a conv weight");
+            if (s == W22_OK) {
+                cudaError_t e = cudaMemcpy(w->dev, host, w->bytes, cudaMemcpyHostToDevice);
+                if (e != cudaSuccess) {
+                    (void)cudaGetLastError();
+                    s = w22_fail(W22_ERR_CUDA, "cudaMemcpy of a conv weight (%zu bytes): %s", w->bytes,
+                                 cudaGetErrorString(e));
+                }
+            }
+            if (s == W22_OK && ndim == 4 && w->kh == 3 && w->kw == 3) s = upload_phases(c, w, data);
+        }
         free(host);
     } else {
         s = w22_fail(W22_ERR_INVALID_ARG, "cuda weight_upload: unknown kind %d", (int)kind);
@@ -201,6 +209,7 @@ static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, const f
         w22_cuda_free_ptr(c, w->dev);
         if (w->dev_phase) w22_cuda_free_ptr(c, w->dev_phase);
         if (w->dev_wino) w22_cuda_free_ptr(c, w->dev_wino);
+        free(w->host_direct);
         free(w);
         return s;
     }
@@ -214,7 +223,25 @@ static void op_weight_free(w22_backend *b, w22_bweight *bw) {
     w22_cuda_free_ptr(cuda_of(b), w->dev);
     if (w->dev_phase) w22_cuda_free_ptr(cuda_of(b), w->dev_phase);
     if (w->dev_wino) w22_cuda_free_ptr(cuda_of(b), w->dev_wino);
+    free(w->host_direct);
     free(w);
+}
+
+w22_status w22_cuda_weight_direct(w22_cuda *c, w22_cuda_weight *w) {
+    if (w->dev || !w->host_direct) return W22_OK;
+    const size_t n = (size_t)w->cout * w->cin * w->kt * w->kh * w->kw * 2;
+    W22_TRY(w22_cuda_malloc(c, n, &w->dev, "a conv weight (the direct path's, at its first use)"));
+    const cudaError_t e = cudaMemcpy(w->dev, w->host_direct, n, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        w22_cuda_free_ptr(c, w->dev);
+        w->dev = NULL;
+        return w22_fail(W22_ERR_CUDA, "cudaMemcpy of a conv weight (%zu bytes): %s", n, cudaGetErrorString(e));
+    }
+    w->bytes += n;
+    free(w->host_direct);
+    w->host_direct = NULL;
+    return W22_OK;
 }
 
 static size_t op_weight_bytes(const w22_bweight *bw) { return bw ? ((const w22_cuda_weight *)bw)->bytes : 0; }

@@ -66,6 +66,9 @@ typedef struct {
     void *dev_phase;
     /* 3x3x3 convs under W22_WINOGRAD (winograd.cu): the 16 Winograd components' weights, each [cout][3][cin] bf16 */
     void *dev_wino;
+    /* With dev_wino: the direct conv's weights (dev's layout) stay here on the host, dev NULL, until a conv of this
+     * weight takes the direct path (odd sizes, a rank's odd row count): w22_cuda_weight_direct uploads them then */
+    void *host_direct;
 } w22_cuda_weight;
 
 static inline w22_cuda *cuda_of(w22_backend *b) { return (w22_cuda *)b->impl; }
@@ -91,6 +94,8 @@ static inline w22_cuda *cuda_of(w22_backend *b) { return (w22_cuda *)b->impl; }
 w22_status w22_cuda_after_launch(w22_cuda *c, const char *what, const char *file, int line);
 /* Device memory with tracking; OOM is W22_ERR_OUT_OF_MEMORY with the free bytes. */
 w22_status w22_cuda_malloc(w22_cuda *c, size_t bytes, void **ptr, const char *what);
+/* w->dev, uploaded from w->host_direct first if it is still on the host */
+w22_status w22_cuda_weight_direct(w22_cuda *c, w22_cuda_weight *w);
 void w22_cuda_free_ptr(w22_cuda *c, void *ptr);
 /* A grow-only scratch (*ptr of *bytes): at least `need` bytes, the old one freed after the stream's queued work */
 w22_status w22_cuda_scratch(w22_cuda *c, void **ptr, size_t *bytes, size_t need, const char *what);

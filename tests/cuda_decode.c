@@ -10,10 +10,12 @@
  * the standard clip). We require rms(d) <= 0.03 x rms(ref) + 1e-3 and max|d| <= 0.25; the diffusers-calibrated
  * check (3x diffusers' bf16 error) is bench/'s and python/tests/test_gpu.py's.
  * Frames per pass and ranks change no element's arithmetic in the direct convs (max|d| <= 1e-2 between them: the
- * split tail's sums aside, the same products in the same order). The Winograd path (on by default for 512 channels
- * and up) is taken only where a conv's rows are even: a rank with an odd row count runs the direct conv, whose
- * error is half the Winograd path's. So a rank-split decode is held to the CPU budget above, and to max|d| <= 0.05
- * against the one-rank decode (observed 0.014-0.021: the two paths' errors, each ~0.01, apart). */
+ * same products in the same order, but for the split tail's fp32 partial sums where the tile counts differ). Under
+ * the Winograd path (on by default for 512 channels and up) such differences grow: its transformed frames V and
+ * products M are rounded to bf16 at magnitudes above the output's, so one flipped rounding moves the output ~2x as
+ * far, and where a rank's rows are odd that rank runs the direct conv instead (half the path's error). So with the
+ * path on, a decode at other frames per pass or split over ranks is held to the CPU budget above, and to max|d| <=
+ * 0.05 against the first decode (observed: 0.014-0.021 split over ranks, 0.018 at 1 vs 4 frames per pass). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,11 +129,17 @@ static void one_case(const char *name, w22_config cfg, int T, int h, int wd, int
     /* again: bitwise the same; and with one latent frame per pass */
     s = decode_gpu(w, NULL, 4, z, T, h, wd, v2, nv, NULL, NULL);
     CHECK(s == W22_OK && memcmp(v1, v2, nv * 2) == 0, "%s: a second call differs", name);
+    const double tol = w22_winograd_on() ? 0.05 : 1e-2; /* see the top */
     s = decode_gpu(w, NULL, 1, z, T, h, wd, v2, nv, NULL, NULL);
     to_f32(v2, alt, nv);
     df = t_compare(alt, got, nv);
-    CHECK(s == W22_OK && df.nonfinite == 0 && df.max_abs <= 1e-2, "%s: frames per pass 1 vs 4: max|d| %.4g", name,
-          df.max_abs);
+    t_diff dc = t_compare(alt, ref, nv);
+    printf("%-28s frames per pass 1 vs 4: max|d| %.3g; vs CPU fp32: max|d| %.4f rms %.5f\n", name, df.max_abs,
+           dc.max_abs, dc.rms);
+    CHECK(s == W22_OK && df.nonfinite == 0 && df.max_abs <= tol, "%s: frames per pass 1 vs 4: max|d| %.4g (tolerance "
+          "%g)", name, df.max_abs, tol);
+    CHECK(dc.rms <= 0.03 * dc.ref_rms + 1e-3 && dc.max_abs <= 0.25, "%s: frames per pass 1 vs CPU: rms %.5f, max|d| "
+          "%.4f over budget", name, dc.rms, dc.max_abs);
     /* simulated ranks on this GPU */
     for (int world = 2; world <= ranks; world++) {
         w22_comm *comms[4];
@@ -150,10 +158,9 @@ static void one_case(const char *name, w22_config cfg, int T, int h, int wd, int
         }
         to_f32(v2, alt, nv);
         df = t_compare(alt, got, nv);
-        t_diff dc = t_compare(alt, ref, nv);
+        dc = t_compare(alt, ref, nv);
         printf("%-28s world %d vs 1: max|d| %.3g; vs CPU fp32: max|d| %.4f rms %.5f\n", name, world, df.max_abs,
                dc.max_abs, dc.rms);
-        const double tol = w22_winograd_on() ? 0.05 : 1e-2;
         CHECK(df.nonfinite == 0 && df.max_abs <= tol, "%s: world %d differs: max|d| %.4g (tolerance %g), %zu unwritten",
               name, world, df.max_abs, tol, df.nonfinite);
         CHECK(dc.rms <= 0.03 * dc.ref_rms + 1e-3 && dc.max_abs <= 0.25, "%s: world %d vs CPU: rms %.5f, max|d| %.4f "

@@ -199,6 +199,17 @@ static size_t wino_cap_bytes(void) {
     return (size_t)v;
 }
 
+/* W22_WINOGRAD_WORK=0: the caller's free memory (w22_conv_args.work) ignored, the backend's own scratch taken
+ * (whole frames unless capped), for measuring what the bands cost; 1, the default: the caller's memory */
+static int wino_use_work(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_WINOGRAD_WORK");
+        v = !(e && !strcmp(e, "0"));
+    }
+    return v;
+}
+
 /* Whether conv g (built by conv.cu from a, a plain 3x3x3 conv: no upsample, phases, time split, DupUp) takes the
  * Winograd path; NULL: it does, else why not. */
 const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w) {
@@ -222,7 +233,8 @@ const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_wei
     if (a->in.sw != a->in.c || a->out.sw != a->out.c || (a->residual && a->residual->sw != a->residual->c))
         return "pixels not dense";
     const size_t row = wino_row_bytes(a->out.f, a->out.w / 2, w->cin, w->cout), cap = wino_cap_bytes();
-    if (a->work && (a->work_bytes < row || (cap && cap < row))) return "the caller's scratch holds no tile row";
+    if (a->work && wino_use_work() && (a->work_bytes < row || (cap && cap < row)))
+        return "the caller's scratch holds no tile row";
     return NULL;
 }
 
@@ -276,7 +288,8 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
     const size_t row = wino_row_bytes(F, w2, ci, co), cap = wino_cap_bytes();
     /* the caller's free memory (a decode's: plan.c's w22_stage_free), else the backend's own grow-only scratch;
      * bands of equal height, as few as fit */
-    size_t have = a->work ? a->work_bytes : (size_t)h2 * row;
+    const int own = !a->work || !wino_use_work();
+    size_t have = own ? (size_t)h2 * row : a->work_bytes;
     if (cap && cap < have) have = cap;
     int hb = (int)(have / row);
     if (hb < 1) hb = 1;
@@ -284,7 +297,7 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
     const int nb = (h2 + hb - 1) / hb;
     hb = (h2 + nb - 1) / nb;
     bf16 *V;
-    if (a->work) {
+    if (!own) {
         V = (bf16 *)a->work;
     } else {
         W22_TRY(w22_cuda_scratch(c, &c->wino_scratch, &c->wino_bytes, (size_t)hb * row, "the Winograd scratch (V, M)"));

@@ -199,15 +199,20 @@ static size_t wino_cap_bytes(void) {
     return (size_t)v;
 }
 
+/* A measurement switch: 0 when the environment sets `name` to 0, else 1 (read once into *v) */
+static int wino_switch(const char *name, int *v) {
+    if (*v < 0) {
+        const char *e = getenv(name);
+        *v = !(e && !strcmp(e, "0"));
+    }
+    return *v;
+}
+
 /* W22_WINOGRAD_WORK=0: the caller's free memory (w22_conv_args.work) ignored, the backend's own scratch taken
  * (whole frames unless capped), for measuring what the bands cost; 1, the default: the caller's memory */
 static int wino_use_work(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_WINOGRAD_WORK");
-        v = !(e && !strcmp(e, "0"));
-    }
-    return v;
+    return wino_switch("W22_WINOGRAD_WORK", &v);
 }
 
 /* Whether conv g (built by conv.cu from a, a plain 3x3x3 conv: no upsample, phases, time split, DupUp) takes the
@@ -261,11 +266,7 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_gem
     const int fits = mcs * 16 < INT_MAX;
     for (int xi = 0; xi < 16 && fits; xi++) q.ph_o[xi] = (int)(xi * mcs);
     static int one = -1;
-    if (one < 0) {
-        const char *e = getenv("W22_WINOGRAD_BATCH");
-        one = !(e && !strcmp(e, "0"));
-    }
-    if (one && fits && !w22_cuda_wgmma_tma_batch_blocker(&q)) {
+    if (wino_switch("W22_WINOGRAD_BATCH", &one) && fits && !w22_cuda_wgmma_tma_batch_blocker(&q)) {
         W22_TRY(w22_cuda_gemm_wgmma_batch(c, &q, "conv (winograd components, one launch)"));
     } else {
         q.batch = 0, q.a_frames = 0;

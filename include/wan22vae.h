@@ -122,8 +122,9 @@ void w22_decoder_params_init(w22_decoder_params *p);
 
 typedef struct w22_decoder w22_decoder;
 
-/* Makes a decoder: uploads the weights to the backend in its own layout. The weights may be freed after. With a
- * comm it makes no collective call (ranks may open, fail and agree afterwards); the first decode is where the ranks
+/* Makes a decoder: uploads the weights to the backend in its own layout. The weights may be freed after. (CUDA: the
+ * convs that run as Winograd, 512 channels and up, get their Winograd weights on the GPU and keep their direct ones
+ * in host memory, about 1 GB, until a decode at an odd size needs them there.) With a comm it makes no collective call (ranks may open, fail and agree afterwards); the first decode is where the ranks
  * first meet, in an agreement that every rank is ready. */
 w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w22_decoder **out);
 void w22_decoder_free(w22_decoder *d);

@@ -62,6 +62,18 @@ void w22_cuda_free_ptr(w22_cuda *c, void *ptr) {
     if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError(); /* free cannot report; keep the process usable */
 }
 
+w22_status w22_cuda_upload(w22_cuda *c, void **dev, const void *host, size_t bytes, const char *what) {
+    W22_TRY(w22_cuda_malloc(c, bytes, dev, what));
+    const cudaError_t e = cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        w22_cuda_free_ptr(c, *dev);
+        *dev = NULL;
+        return w22_fail(W22_ERR_CUDA, "cudaMemcpy of %s (%zu bytes): %s", what, bytes, cudaGetErrorString(e));
+    }
+    return W22_OK;
+}
+
 w22_status w22_cuda_scratch(w22_cuda *c, void **ptr, size_t *bytes, size_t need, const char *what) {
     if (need <= *bytes) return W22_OK;
     CU_TRY(cudaStreamSynchronize(c->stream)); /* the old scratch may still be in use by queued work */
@@ -121,16 +133,8 @@ static w22_status upload_phases(w22_cuda *c, w22_cuda_weight *w, const float *da
                         h[((((size_t)(py * 2 + px) * cout + o) * 4) + d) * cin + ci] = w22_f32_to_bf16(sum);
                     }
                 }
-    w22_status s = w22_cuda_malloc(c, n * 2, &w->dev_phase, "phase weights");
-    if (s == W22_OK) {
-        cudaError_t e = cudaMemcpy(w->dev_phase, h, n * 2, cudaMemcpyHostToDevice);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            s = w22_fail(W22_ERR_CUDA, "cudaMemcpy of phase weights: %s", cudaGetErrorString(e));
-        } else {
-            w->bytes += n * 2;
-        }
-    }
+    w22_status s = w22_cuda_upload(c, &w->dev_phase, h, n * 2, "phase weights");
+    if (s == W22_OK) w->bytes += n * 2;
     free(h);
     return s;
 }
@@ -151,14 +155,7 @@ static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, const f
         /* bias, gamma: fp32, any shape ([c], [c,1,1], ...) taken as its n elements */
         w->n = (int)n;
         w->bytes = n * sizeof(float);
-        s = w22_cuda_malloc(c, w->bytes, &w->dev, "a weight vector");
-        if (s == W22_OK) {
-            cudaError_t e = cudaMemcpy(w->dev, data, w->bytes, cudaMemcpyHostToDevice);
-            if (e != cudaSuccess) {
-                (void)cudaGetLastError();
-                s = w22_fail(W22_ERR_CUDA, "cudaMemcpy of a weight vector: %s", cudaGetErrorString(e));
-            }
-        }
+        s = w22_cuda_upload(c, &w->dev, data, w->bytes, "a weight vector");
     } else if (kind == W22_WK_CONV) {
         if (ndim < 2) {
             free(w);
@@ -190,15 +187,7 @@ static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, const f
             s = w22_cuda_winograd_weights(c, w, data);
             if (s == W22_OK) w->host_direct = host, host = NULL;
         } else {
-            s = w22_cuda_malloc(c, w->bytes, &w->dev, "a conv weight");
-            if (s == W22_OK) {
-                cudaError_t e = cudaMemcpy(w->dev, host, w->bytes, cudaMemcpyHostToDevice);
-                if (e != cudaSuccess) {
-                    (void)cudaGetLastError();
-                    s = w22_fail(W22_ERR_CUDA, "cudaMemcpy of a conv weight (%zu bytes): %s", w->bytes,
-                                 cudaGetErrorString(e));
-                }
-            }
+            s = w22_cuda_upload(c, &w->dev, host, w->bytes, "a conv weight");
             if (s == W22_OK && ndim == 4 && w->kh == 3 && w->kw == 3) s = upload_phases(c, w, data);
         }
         free(host);
@@ -230,14 +219,7 @@ static void op_weight_free(w22_backend *b, w22_bweight *bw) {
 w22_status w22_cuda_weight_direct(w22_cuda *c, w22_cuda_weight *w) {
     if (w->dev || !w->host_direct) return W22_OK;
     const size_t n = (size_t)w->cout * w->cin * w->kt * w->kh * w->kw * 2;
-    W22_TRY(w22_cuda_malloc(c, n, &w->dev, "a conv weight (the direct path's, at its first use)"));
-    const cudaError_t e = cudaMemcpy(w->dev, w->host_direct, n, cudaMemcpyHostToDevice);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        w22_cuda_free_ptr(c, w->dev);
-        w->dev = NULL;
-        return w22_fail(W22_ERR_CUDA, "cudaMemcpy of a conv weight (%zu bytes): %s", n, cudaGetErrorString(e));
-    }
+    W22_TRY(w22_cuda_upload(c, &w->dev, w->host_direct, n, "a conv weight (the direct path's, at its first use)"));
     w->bytes += n;
     free(w->host_direct);
     w->host_direct = NULL;

@@ -94,6 +94,8 @@ static inline w22_cuda *cuda_of(w22_backend *b) { return (w22_cuda *)b->impl; }
 w22_status w22_cuda_after_launch(w22_cuda *c, const char *what, const char *file, int line);
 /* Device memory with tracking; OOM is W22_ERR_OUT_OF_MEMORY with the free bytes. */
 w22_status w22_cuda_malloc(w22_cuda *c, size_t bytes, void **ptr, const char *what);
+/* w22_cuda_malloc, then a copy of `bytes` from host; on a failed copy nothing stays allocated (*dev NULL) */
+w22_status w22_cuda_upload(w22_cuda *c, void **dev, const void *host, size_t bytes, const char *what);
 /* w->dev, uploaded from w->host_direct first if it is still on the host */
 w22_status w22_cuda_weight_direct(w22_cuda *c, w22_cuda_weight *w);
 void w22_cuda_free_ptr(w22_cuda *c, void *ptr);

@@ -168,16 +168,8 @@ w22_status w22_cuda_winograd_weights(w22_cuda *c, w22_cuda_weight *w, const floa
                         h[(size_t)(4 * r + j) * per + ((size_t)o * 3 + dt) * ci + i] = w22_f32_to_bf16(u);
                     }
             }
-    w22_status s = w22_cuda_malloc(c, n * 2, &w->dev_wino, "Winograd weights");
-    if (s == W22_OK) {
-        const cudaError_t e = cudaMemcpy(w->dev_wino, h, n * 2, cudaMemcpyHostToDevice);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            s = w22_fail(W22_ERR_CUDA, "cudaMemcpy of Winograd weights: %s", cudaGetErrorString(e));
-        } else {
-            w->bytes += n * 2;
-        }
-    }
+    w22_status s = w22_cuda_upload(c, &w->dev_wino, h, n * 2, "Winograd weights");
+    if (s == W22_OK) w->bytes += n * 2;
     free(h);
     return s;
 }

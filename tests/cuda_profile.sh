@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # W22_PROFILE=1 (src/cuda/profile.cu): a small decode with the timed op table gives the same bytes as without it,
-# and its report on stderr has rows for the convs and the norms with their calls counted.
+# and its report on stderr has rows for the convs and the norms with their calls counted; W22_PROFILE=2 adds the
+# Winograd path's parts.
 set -u
 B=${BUILD:-build}
 tmp=$(mktemp -d)
@@ -21,6 +22,18 @@ if grep -E '^ +[0-9.]+ +[0-9.]+% +[1-9][0-9]* +[0-9.]+ +[0-9]+ +conv .*\[.+\]$' 
     ok "conv rows with calls, rate and path"; else bad "conv rows with calls, rate and path"; fi
 if grep -E '^ +[0-9.]+ +[0-9.]+% +[1-9][0-9]* .* rmsnorm\+silu ' "$tmp/prof.log" >/dev/null; then
     ok "rmsnorm rows"; else bad "rmsnorm rows"; fi
-[ "$fail" -eq 0 ] || tail -n 40 "$tmp/prof.log"
+# W22_PROFILE=2 with every conv of 64 channels or more on the Winograd path: the same bytes again, the path's parts as
+# rows of their own, and the ops' total without them (parts counted twice would exceed the span of the events)
+W22_WINOGRAD=64 dec "$tmp/wino.npy" > "$tmp/wino.log" 2>&1 || { cat "$tmp/wino.log"; exit 1; }
+W22_WINOGRAD=64 W22_PROFILE=2 dec "$tmp/prof2.npy" > "$tmp/prof2.log" 2>&1 || { cat "$tmp/prof2.log"; exit 1; }
+if cmp -s "$tmp/wino.npy" "$tmp/prof2.npy"; then ok "same output with W22_PROFILE=2"; else bad "same output with W22_PROFILE=2"; fi
+if grep -q ' part: winograd input transform ' "$tmp/prof2.log" && grep -q ' part: winograd 16 GEMMs .*\[.\+\]$' "$tmp/prof2.log" \
+    && grep -q ' part: winograd output transform ' "$tmp/prof2.log"; then
+    ok "W22_PROFILE=2: the Winograd parts"; else bad "W22_PROFILE=2: the Winograd parts"; fi
+if grep -q ' part: ' "$tmp/prof.log"; then bad "no parts with W22_PROFILE=1"; else ok "no parts with W22_PROFILE=1"; fi
+if awk '/^w22 profile/ { for (i = 1; i < NF; i++) { if ($i == "ops") o = $(i + 1); if ($i == "of") s = $(i + 1) } }
+        END { exit !(o > 0 && o <= s * 1.001) }' "$tmp/prof2.log"; then
+    ok "W22_PROFILE=2: ops' total within the events' span"; else bad "W22_PROFILE=2: ops' total within the events' span"; fi
+[ "$fail" -eq 0 ] || tail -n 40 "$tmp/prof.log" "$tmp/prof2.log"
 echo "cuda_profile: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -202,6 +202,11 @@ w22_status w22_cuda_gemm_init(w22_cuda *c);
 /* The op table (cuda_backend.cu), and W22_PROFILE=1's timed one that wraps it (profile.cu). */
 extern const w22_backend_ops w22_cuda_ops_plain;
 w22_status w22_cuda_prof_init(w22_backend *b);
+/* W22_PROFILE=2's parts of an op: begin returns a handle (0 when parts are off: end then does nothing), end records
+ * the part under its key (printf-style) with its FLOPs and bytes */
+int w22_cuda_prof_part_begin(w22_cuda *c);
+void w22_cuda_prof_part_end(w22_cuda *c, int part, double flops, double bytes, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 /* The wgmma kernel (conv_sm90_wgmma.cu): its init (attributes, driver entry point; sets use_wgmma), why a GEMM
  * that the mma kernel takes does not qualify (NULL: it does), and the launch. */
 w22_status w22_cuda_wgmma_init(w22_cuda *c);

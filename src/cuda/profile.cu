@@ -1,7 +1,9 @@
 /* W22_PROFILE=1 (read at backend creation): the CUDA backend's ops timed one by one with events, summed by what
  * they were (op, shape, and for a conv the kernel path it took), and printed to stderr when the backend is
  * destroyed. For finding where a decode's time goes by layer, which a kernel-name profile cannot tell (every
- * conv is one kernel). The events sit between the launches, so the total runs a little slower than without. */
+ * conv is one kernel). The events sit between the launches, so the total runs a little slower than without.
+ * W22_PROFILE=2: also the parts of an op that launches several kernels (the Winograd path's transforms and GEMMs),
+ * as rows marked "part:", inside their op's time and not added to the total. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@ typedef struct {
 typedef struct {
     char key[160];
     double flops, bytes;
+    int part; /* a part of an op (W22_PROFILE=2): not added to the ops' time */
 } prof_pend;
 
 struct w22_cuda_prof {
@@ -26,6 +29,7 @@ struct w22_cuda_prof {
     int nrows, caprows;
     double span_ms, op_ms; /* first event to last, per collect, summed; and the ops' own time */
     long syncs;
+    int parts; /* W22_PROFILE=2 */
 };
 
 static int prof_row_cmp(const void *a, const void *b) {
@@ -54,8 +58,12 @@ static w22_status prof_collect(w22_cuda *c) {
     w22_cuda_prof *p = c->prof;
     if (!p || !p->n) return W22_OK;
     CU_TRY(cudaEventSynchronize(p->ev[2 * p->n - 1]));
-    float span = 0;
-    CU_TRY(cudaEventElapsedTime(&span, p->ev[0], p->ev[2 * p->n - 1]));
+    float span = 0; /* to the last op's end: a part (W22_PROFILE=2) may be the last slot and end before its op */
+    for (int i = p->n - 1; i >= 0; i--)
+        if (!p->pend[i].part) {
+            CU_TRY(cudaEventElapsedTime(&span, p->ev[0], p->ev[2 * i + 1]));
+            break;
+        }
     p->span_ms += span;
     for (int i = 0; i < p->n; i++) {
         float ms = 0;
@@ -66,7 +74,7 @@ static w22_status prof_collect(w22_cuda *c) {
         r->ms += ms;
         r->flops += p->pend[i].flops;
         r->bytes += p->pend[i].bytes;
-        p->op_ms += ms;
+        if (!p->pend[i].part) p->op_ms += ms;
     }
     p->n = 0;
     p->syncs++;
@@ -93,6 +101,7 @@ static w22_status prof_begin(w22_cuda *c, int *slot) {
         }
     }
     *slot = p->n++;
+    p->pend[*slot].part = 0;
     CU_TRY(cudaEventRecord(p->ev[2 * *slot], c->stream));
     return W22_OK;
 }
@@ -112,6 +121,31 @@ static w22_status prof_end(w22_cuda *c, int slot, w22_status s, double flops, do
     if (s != W22_OK) return s;
     CU_TRY(e);
     return W22_OK;
+}
+
+/* The parts (cuda_internal.h): a slot + 1 from begin (0: parts are off), ended with its key. */
+int w22_cuda_prof_part_begin(w22_cuda *c) {
+    if (!c->prof || !c->prof->parts) return 0;
+    /* a full buffer is read out at an op's begin, never inside an op (its own slot still open): the part is left out */
+    if (c->prof->n == c->prof->cap && c->prof->n >= 16384) return 0;
+    int slot;
+    if (prof_begin(c, &slot) != W22_OK) return 0; /* a profile that cannot time a part leaves it out */
+    c->prof->pend[slot].part = 1;
+    return slot + 1;
+}
+
+void w22_cuda_prof_part_end(w22_cuda *c, int part, double flops, double bytes, const char *fmt, ...) {
+    if (!part) return;
+    w22_cuda_prof *p = c->prof;
+    prof_pend *pd = &p->pend[part - 1];
+    int n = snprintf(pd->key, sizeof pd->key, "part: ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pd->key + n, sizeof pd->key - n, fmt, ap);
+    va_end(ap);
+    pd->flops = flops;
+    pd->bytes = bytes;
+    cudaEventRecord(p->ev[2 * (part - 1) + 1], c->stream);
 }
 
 static double elems(w22_view v) { return (double)v.f * v.h * v.w * v.c; }
@@ -240,6 +274,7 @@ w22_status w22_cuda_prof_init(w22_backend *b) {
     w22_cuda *c = cuda_of(b);
     c->prof = (w22_cuda_prof *)calloc(1, sizeof *c->prof);
     if (!c->prof) return w22_fail(W22_ERR_OUT_OF_MEMORY, "profile: out of host memory");
+    c->prof->parts = !strcmp(e, "2");
     b->ops = &cuda_ops_profiled;
     return W22_OK;
 }

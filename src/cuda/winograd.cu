@@ -241,11 +241,14 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_gem
                             int w2, const bf16 *res, long rsf, long rsh, long rsw) {
     const int F = g->F, ci = w->cin, co = w->cout, FI = F + 2;
     const long vcs = (long)FI * hh * w2 * ci, mcs = (long)F * hh * w2 * co; /* a component's elements */
+    int part = w22_cuda_prof_part_begin(c); /* W22_PROFILE=2: the transforms and the GEMMs apart */
     for (int j = 0; j < FI; j++) {
         W22_TRY(w22_cuda_wino_in(c->stream, w22_gemm_frame(*g, j) + 2L * ty0 * g->a_sh, g->a_sh, g->a_sw,
                                  V + (long)j * hh * w2 * ci, vcs, (long)w2 * ci, ci, hh, w2, ci));
         CU_LAUNCHED(c, "winograd input transform");
     }
+    w22_cuda_prof_part_end(c, part, 0, 2.0 * FI * hh * w2 * ci * (4 + 16), "winograd input transform c%d %dx%d f%d", ci,
+                           2 * hh, 2 * w2, FI);
     /* the 16 GEMMs: one launch where the TMA conv takes the batch (W22_WINOGRAD_BATCH=0: 16 launches, v17's runs) */
     w22_gemm q;
     memset(&q, 0, sizeof q);
@@ -258,6 +261,7 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_gem
     const int fits = mcs * 16 < INT_MAX;
     for (int xi = 0; xi < 16 && fits; xi++) q.ph_o[xi] = (int)(xi * mcs);
     static int one = -1;
+    part = w22_cuda_prof_part_begin(c);
     if (wino_switch("W22_WINOGRAD_BATCH", &one) && fits && !w22_cuda_wgmma_tma_batch_blocker(&q)) {
         W22_TRY(w22_cuda_gemm_wgmma_batch(c, &q, "conv (winograd components, one launch)"));
     } else {
@@ -269,10 +273,15 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_gem
             W22_TRY(w22_cuda_gemm(c, &r, "conv (winograd component)"));
         }
     }
+    w22_cuda_prof_part_end(c, part, 2.0 * 16 * q.M * co * 3 * ci, 0, "winograd 16 GEMMs %d->%d %dx%d f%d [%s]", ci, co,
+                           2 * hh, 2 * w2, F, c->last_path);
+    part = w22_cuda_prof_part_begin(c);
     W22_TRY(w22_cuda_wino_out(c->stream, M, mcs, (long)hh * w2 * co, (long)w2 * co, co,
                               (bf16 *)g->out + 2L * ty0 * g->o_sh, g->o_sf, g->o_sh, g->o_sw,
                               res ? res + 2L * ty0 * rsh : NULL, rsf, rsh, rsw, g->bias, F, hh, w2, co));
     CU_LAUNCHED(c, "winograd output transform");
+    w22_cuda_prof_part_end(c, part, 0, 2.0 * F * hh * w2 * co * (16 + 4 + (res ? 4 : 0)),
+                           "winograd output transform c%d %dx%d f%d%s", co, 2 * hh, 2 * w2, F, res ? " res" : "");
     return W22_OK;
 }
 
@@ -309,7 +318,9 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
         q.bias = g->sc_bias;
         q.out = g->out, q.o_sf = g->o_sf, q.o_sh = g->o_sh, q.o_sw = g->o_sw;
         q.res = g->res, q.r_sf = g->r_sf, q.r_sh = g->r_sh, q.r_sw = g->r_sw;
+        const int part = w22_cuda_prof_part_begin(c);
         W22_TRY(w22_cuda_gemm(c, &q, "conv (winograd: the shortcut)"));
+        w22_cuda_prof_part_end(c, part, 2.0 * q.M * co * q.cin, 0, "winograd: the shortcut's 1x1 GEMM %d->%d", q.cin, co);
         res = (const bf16 *)g->out, rsf = g->o_sf, rsh = g->o_sh, rsw = g->o_sw;
     }
     for (int ty0 = 0; ty0 < h2; ty0 += hb)

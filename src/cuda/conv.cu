@@ -169,8 +169,11 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
         g.r_sf = a->residual->sf, g.r_sh = a->residual->sh, g.r_sw = a->residual->sw;
     }
     const int phases = a->upsample && w->dev_phase && !getenv("W22_NO_PHASES");
-    /* the DupUp fused when every phase takes it; W22_NO_PHASES's one GEMM has high-resolution rows: not there */
-    int fuse = dup && phases;
+    /* the DupUp fused when every phase takes it; W22_NO_PHASES's one GEMM has high-resolution rows: not there.
+     * W22_DUP_FUSE=0: the separate dupup_add kernel after the conv, for timing what the fused residual costs */
+    static int dup_fuse = -1;
+    if (dup_fuse < 0) dup_fuse = !(getenv("W22_DUP_FUSE") && !strcmp(getenv("W22_DUP_FUSE"), "0"));
+    int fuse = dup && phases && dup_fuse;
     for (int p = 0; p < 4 && fuse; p++) {
         w22_gemm q = g;
         fuse = dup_phase(a, p >> 1, p & 1, &q);
@@ -212,7 +215,10 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
         W22_TRY(w22_cuda_gemm(c, &g, "conv"));
     }
     if (dup && !fuse) {
+        const int part = w22_cuda_prof_part_begin(c); /* W22_PROFILE=2 */
         W22_TRY(w22_cuda_dupup_add(b, a->out, *dup, a->dup_ft, a->dup_first_single));
+        w22_cuda_prof_part_end(c, part, 0, 2.0 * 3 * a->out.f * a->out.h * a->out.w * a->out.c,
+                               "dupup_add after the conv c%d %dx%d f%d", a->out.c, a->out.h, a->out.w, a->out.f);
         c->last_path = "conv, then the separate dupup_add";
     }
     return W22_OK;

@@ -51,15 +51,12 @@
  * (W22_WGMMA_EPI=none: no stores; W22_WGMMA_LOAD=none: no loads, the consumers multiply whatever shared memory
  * holds). */
 enum { MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16 };
-/* mode >> MODE_PF_SHIFT: the producer's L2 prefetch distance in stages (W22_TMA_PREFETCH; 0: none) */
-#define MODE_PF_SHIFT 8
 
 /* The stage ring (wg_layout) and, where the cp.async kernels keep their row tables, the overlapped epilogue's staging
  * of row half 0 (MODE_EPI_SMEM): BN / 32 vectors of 16 bytes per consumer thread. */
 template <int BN, int STAGES> struct tma_layout {
     static constexpr int epi_off = wg_layout<BN, STAGES>::ftab_off;
-    static constexpr int word_off = epi_off + BN / 32 * WG_EPI_STRIDE; /* the split tail's "arrived last"; + 4: the
-                                                                         * lookahead's count (W22_TMA_PREFETCH) */
+    static constexpr int word_off = epi_off + BN / 32 * WG_EPI_STRIDE; /* the split tail's "arrived last" */
     static constexpr int bytes = word_off + 16 + 1024; /* + slack to align the base */
     static_assert(bytes <= 227 * 1024, "shared memory beyond the sm_90 per-block limit (227 KB)");
 };
@@ -226,8 +223,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         prefetch_tensormap(&tm_a);
         if (g.hist_n || g.phases) prefetch_tensormap(&tm_h0), prefetch_tensormap(&tm_h1);
         if (g.sc || g.phases) prefetch_tensormap(&tm_sca);
-        /* the lookahead's count of the stages the producer has issued (W22_TMA_PREFETCH) */
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(base + tma_layout<BN, STAGES>::word_off + 4), "r"(0) : "memory");
     }
     __syncthreads();
     if (CL == 2) cluster_sync_all(); /* the peer's barriers are initialized before any multicast or remote arrival */
@@ -238,8 +233,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         if (tid == 0) {
             int s = 0, loads = 0; /* stage of the next load; loads issued so far */
             uint32_t ph = 0;
-            const uint32_t issued = base + tma_layout<BN, STAGES>::word_off + 4; /* the lookahead's pace */
-            const bool pace = mode >> MODE_PF_SHIFT;
             for (int w = w0; w < items; w += wstep) {
                 const wg_item wi = wg_item_of(w, whole, split, iters);
                 const wg_tile wt = wg_tile_of<BN, CL>(tile0 + wi.tile, tpp, tiles_n, mt, crank);
@@ -289,53 +282,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                         }
                     }
                     if (++s == STAGES) s = 0, ph ^= 1;
-                    if (pace) asm volatile("st.volatile.shared.u32 [%0], %1;\n" ::"r"(issued), "r"(loads + 1) : "memory");
-                }
-            }
-        } else if (tid == 32 && (mode >> MODE_PF_SHIFT)) {
-            /* The lookahead (W22_TMA_PREFETCH = pfd), a thread of the producer's second warp: the producer's walk over
-             * the items' stages again, each stage's A box prefetched into L2 once the producer has issued the loads
-             * of the stage pfd before it (its count in shared memory; never a wait on the ring, so it cannot hang
-             * when the ring stops). Why: a Winograd GEMM's A (V, written by the input transform just before, 4x the
-             * input's bytes) comes from DRAM, and the ring's 4 stages cover ~2.5 us at the power-capped clock; the
-             * direct conv's A is mostly L2 hits. */
-            const int pfd = mode >> MODE_PF_SHIFT;
-            const uint32_t issued = base + tma_layout<BN, STAGES>::word_off + 4;
-            int pos = 0; /* stages walked */
-            for (int w = w0; w < items; w += wstep) {
-                const wg_item wi = wg_item_of(w, whole, split, iters);
-                const wg_tile wt = wg_tile_of<BN, CL>(tile0 + wi.tile, tpp, tiles_n, mt, crank);
-                const int p = wt.p, t = wt.tm / tpf, r0 = (wt.tm - t * tpf) * WG_BM, y0 = r0 / g.W, x0 = r0 - y0 * g.W;
-                const CUtensorMap *ma = p == 0 || !g.phases ? &tm_a : p == 1 ? &tm_h0 : p == 2 ? &tm_h1 : &tm_sca;
-                const int pq = g.phases ? p : 0, pf = g.batch ? p * (int)g.a_frames : 0;
-                const int xa = x0 + cx + (pq & 1), ya = y0 + cy + (pq >> 1);
-                int c0, dt, dy, dx;
-                wg_k_start(g, wi.k0, main_iters, c0, dt, dy, dx);
-                for (int it = wi.k0; it < wi.k1; it++, pos++) {
-                    if (pos >= pfd) { /* the first pfd stages the producer loads at once */
-                        for (;;) {
-                            uint32_t n;
-                            asm volatile("ld.volatile.shared.u32 %0, [%1];\n" : "=r"(n) : "r"(issued) : "memory");
-                            if ((int)n >= pos - pfd + 1) break;
-                            __nanosleep(256);
-                        }
-                        if (it < main_iters) {
-                            const int j = t + dt;
-                            const bool nw = j >= g.hist_n;
-                            tma_prefetch_im2col(nw ? ma : j == 0 ? &tm_h0 : &tm_h1, c0, xa, ya,
-                                                nw ? j - g.hist_n + pf : 0, (uint16_t)dx, (uint16_t)dy);
-                        } else {
-                            tma_prefetch_im2col(&tm_sca, c0, x0, y0, t, 0, 0);
-                        }
-                    }
-                    c0 += WG_BK;
-                    if (it < main_iters && c0 == g.cin) {
-                        c0 = 0;
-                        if (++dx == g.ks) {
-                            dx = 0;
-                            if (++dy == g.ks) dy = 0, dt++;
-                        }
-                    }
                 }
             }
         }
@@ -434,10 +380,6 @@ static int env_mode(void) {
             : !strcmp(e, "none")     ? MODE_NO_EPI
                                      : MODE_EPI_VEC;
         if (l && !strcmp(l, "none")) v |= MODE_NO_LOAD;
-        /* W22_TMA_PREFETCH=n: the producer prefetches A into L2 n stages ahead of its loads (0, the default: none) */
-        const char *p = getenv("W22_TMA_PREFETCH");
-        const int pfd = p ? atoi(p) : 0;
-        if (pfd > 0 && pfd < 64) v |= pfd << MODE_PF_SHIFT;
     }
     return v;
 }

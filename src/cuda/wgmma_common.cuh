@@ -102,14 +102,6 @@ static __device__ __forceinline__ void tma_load_im2col(uint32_t dst, const CUten
                  "l"((uint64_t)map), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(n), "h"(ow), "h"(oh)
                  : "memory");
 }
-/* The same box prefetched into L2 only (no shared memory, no barrier): the TMA conv's lookahead (W22_TMA_PREFETCH) */
-static __device__ __forceinline__ void tma_prefetch_im2col(const CUtensorMap *map, int c, int w, int h, int n, uint16_t ow,
-                                                           uint16_t oh) {
-    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.im2col [%0, {%1, %2, %3, %4}], {%5, %6};\n" ::"l"(
-                     (uint64_t)map),
-                 "r"(c), "r"(w), "r"(h), "r"(n), "h"(ow), "h"(oh)
-                 : "memory");
-}
 /* The same load multicast to the CTAs of `mask` in this cluster: each receives the box at the same shared-memory
  * offset and the bytes are completed on its own mbarrier at the offset of `bar`. */
 static __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1,

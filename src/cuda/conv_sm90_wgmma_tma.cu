@@ -50,7 +50,7 @@
  * measurement switches that make the results wrong and exist to time parts of the kernel by leaving them out
  * (W22_WGMMA_EPI=none: no stores; W22_WGMMA_LOAD=none: no loads, the consumers multiply whatever shared memory
  * holds). */
-enum { MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16 };
+enum { MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16, MODE_PHASE_MINOR = 32 };
 
 /* The stage ring (wg_layout) and, where the cp.async kernels keep their row tables, the overlapped epilogue's staging
  * of row half 0 (MODE_EPI_SMEM): BN / 32 vectors of 16 bytes per consumer thread. */
@@ -184,16 +184,25 @@ static __device__ __forceinline__ void wg_split_sum(const float *part, int slot0
 
 /* Work item w's tile: its phase p, M tile tm (of mt per phase) and first output channel n0. In a cluster of 2 (CL 2)
  * a tile index names a pair of M tiles of one N tile: rank r takes M tile 2 q + r; where mt is odd the last pair's
- * rank 1 has none (valid false: it loads M tile mt - 1, for its B half, and stores nothing). */
+ * rank 1 has none (valid false: it loads M tile mt - 1, for its B half, and stores nothing). Phase-major (tpp tiles
+ * per phase), or with MODE_PHASE_MINOR (np phases) the phases of an M tile (pair) adjacent: (q, p, n), n fastest. */
 struct wg_tile {
     int p, tm, n0;
     bool valid;
 };
 template <int BN, int CL>
-static __device__ __forceinline__ wg_tile wg_tile_of(int tile_ix, int tpp, int tiles_n, int mt, int crank) {
+static __device__ __forceinline__ wg_tile wg_tile_of(int tile_ix, int tpp, int tiles_n, int mt, int crank, int np_minor) {
     wg_tile r;
-    r.p = tile_ix / tpp;
-    const int j = tile_ix - r.p * tpp, q = j / tiles_n;
+    int j, q;
+    if (np_minor) {
+        q = tile_ix / (np_minor * tiles_n);
+        j = tile_ix - q * np_minor * tiles_n;
+        r.p = j / tiles_n;
+        j = j - r.p * tiles_n + q * tiles_n; /* as phase-major's j: q tiles_n + n */
+    } else {
+        r.p = tile_ix / tpp;
+        j = tile_ix - r.p * tpp, q = j / tiles_n;
+    }
     r.n0 = (j - q * tiles_n) * BN;
     r.tm = CL * q + crank;
     r.valid = r.tm < mt;
@@ -216,6 +225,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     const uint32_t full0 = base + L::bars_off, empty0 = full0 + STAGES * 8;
     const int tid = threadIdx.x, wg = tid >> 7; /* 0: the producer warpgroup; 1, 2: consumers */
     const int HW = g.H * g.W;
+    const int np_minor = mode & MODE_PHASE_MINOR ? g.phases : 0; /* the tile order (wg_tile_of) */
     /* CL 2: this CTA's rank in its cluster; the clusters share out the items as the CTAs do with CL 1 */
     const int crank = CL == 2 ? (int)cluster_rank() : 0, w0 = blockIdx.x / CL, wstep = gridDim.x / CL;
     if (tid == 0) { /* full[s]: the producer's one arrive.expect_tx; the TMA completes both loads' bytes */
@@ -235,7 +245,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             uint32_t ph = 0;
             for (int w = w0; w < items; w += wstep) {
                 const wg_item wi = wg_item_of(w, whole, split, iters);
-                const wg_tile wt = wg_tile_of<BN, CL>(tile0 + wi.tile, tpp, tiles_n, mt, crank);
+                const wg_tile wt = wg_tile_of<BN, CL>(tile0 + wi.tile, tpp, tiles_n, mt, crank, np_minor);
                 const int p = wt.p, tm = wt.tm, n0 = wt.n0; /* p: the phase (0 for a single GEMM) */
                 const int t = tm / tpf, r0 = (tm - t * tpf) * WG_BM, y0 = r0 / g.W, x0 = r0 - y0 * g.W;
                 /* phase p = py 2 + px: its A map (phases 1-3's in the history's and shortcut's slots, which a phase
@@ -303,7 +313,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         uint32_t ph = 0;
         for (int w = w0; w < items; w += wstep) {
             const wg_item wi = wg_item_of(w, whole, split, iters);
-            const wg_tile wt = wg_tile_of<BN, CL>(tile0 + wi.tile, tpp, tiles_n, mt, crank);
+            const wg_tile wt = wg_tile_of<BN, CL>(tile0 + wi.tile, tpp, tiles_n, mt, crank, np_minor);
             const int p = wt.p, tm = wt.tm, n0 = wt.n0;
             const int t = tm / tpf, m0 = t * HW + (tm - t * tpf) * WG_BM;
             const int m_end = m0 + WG_BM < (t + 1) * HW ? m0 + WG_BM : (t + 1) * HW; /* this frame's rows only */
@@ -665,7 +675,7 @@ static int tma_tail_env(void) {
     }
     return v;
 }
-static int tma_plan(const w22_cuda *c, const w22_gemm *g, int persist, long *lim, long *tile0) {
+static int tma_plan(const w22_cuda *c, const w22_gemm *g, int persist, int minor, long *lim, long *tile0) {
     *lim = *tile0 = 0;
     if (g->N % 256 || c->tma_clusters <= 0) return TMA_TILES;
     if (!persist) return TMA_PAIRS;
@@ -678,20 +688,35 @@ static int tma_plan(const w22_cuda *c, const w22_gemm *g, int persist, long *lim
     const double r_pairs = PAIR_COST * tma_rounds(pairs, iters, cl, SPLIT_SLOTS / 2, ok, 0);
     int plan = r_pairs <= r_tiles ? TMA_PAIRS : TMA_TILES;
     const long full = pairs / cl, done = full * cl, p = done / ppp, j = done - p * ppp; /* the pairs' whole rounds */
-    if (tma_tail_env() && full >= 1 && done < pairs && j % tn == 0) {
-        const long t0 = (p * mt + j / tn * 2) * tn;
+    /* phase-minor (MODE_PHASE_MINOR): the pairs' rounds must end on a whole pair of M tiles, all phases */
+    const long group = (long)np * tn;
+    if (tma_tail_env() && full >= 1 && done < pairs && (minor ? done % group == 0 : j % tn == 0)) {
+        const long t0 = minor ? 2 * (done / group) * group : (p * mt + j / tn * 2) * tn;
         const double r_tail = PAIR_COST * full + tma_rounds(tiles - t0, iters, c->sms, SPLIT_SLOTS, ok, 1);
         if (r_tail < (plan == TMA_PAIRS ? r_pairs : r_tiles)) plan = TMA_PAIRS_TAIL, *lim = done, *tile0 = t0;
     }
     return plan;
 }
 
+/* W22_PHASE_ORDER=minor: an upsample conv's phase tiles ordered (M tile, phase, N tile) (MODE_PHASE_MINOR), so that
+ * the four phases of an M tile read its input pixels and its DupUp residual's while they are in L2; else
+ * phase-major (read once) */
+static int phase_minor_env(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_PHASE_ORDER");
+        v = e && !strcmp(e, "minor");
+    }
+    return v;
+}
+
 static w22_status run_tma(w22_cuda *c, const w22_gemm *g, int mode, const char *what) {
+    if (g->phases && phase_minor_env()) mode |= MODE_PHASE_MINOR;
     /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
     const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
     const int epi = mode & MODE_EPI_SMEM ? 3 : mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0;
     long lim, tile0;
-    const int plan = tma_plan(c, g, persist, &lim, &tile0);
+    const int plan = tma_plan(c, g, persist, (mode & MODE_PHASE_MINOR) != 0, &lim, &tile0);
     int split = 1;
     w22_status s = W22_OK;
     if (plan == TMA_PAIRS_TAIL) { /* the pairs' rounds, then the tail on the SMs (its split is the one named) */

@@ -10,41 +10,46 @@
 #include <string.h>
 #include "cuda_internal.h"
 
-/* 8 bf16 channels <-> 8 floats */
-static __device__ __forceinline__ void w_unpack8(uint4 u, float *f) {
+/* VW bf16 channels (8: one 16-byte vector; 4: 8 bytes) <-> VW floats */
+template <int VW> struct w_vec;
+template <> struct w_vec<8> { typedef uint4 t; };
+template <> struct w_vec<4> { typedef uint2 t; };
+template <int VW> static __device__ __forceinline__ void w_load(const bf16 *p, float *f) {
+    const typename w_vec<VW>::t u = *(const typename w_vec<VW>::t *)p;
     const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
 #pragma unroll
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < VW / 2; k++) {
         const float2 v = __bfloat1622float2(h[k]);
         f[2 * k] = v.x, f[2 * k + 1] = v.y;
     }
 }
-static __device__ __forceinline__ uint4 w_pack8(const float *f) {
-    uint4 u;
+template <int VW> static __device__ __forceinline__ void w_store(bf16 *p, const float *f) {
+    typename w_vec<VW>::t u;
     __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
 #pragma unroll
-    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-    return u;
+    for (int k = 0; k < VW / 2; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    *(typename w_vec<VW>::t *)p = u;
 }
 
 /* One input frame: V[xi = 4i + j](ty, tx, c) = (B^T d B)[i][j], d the 4 x 4 window at rows 2ty - 1.., cols 2tx - 1..
  * (x readable one pixel beyond its edges: the conv's zero border); B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].
- * A thread: one tile, 8 channels. */
-__global__ void w22_wino_in_kernel(const bf16 *x, long xsh, long xsw, bf16 *v, long vcs, long vsh, long vsw, int h2,
-                                   int w2, int C) {
-    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, c8 = C / 8;
-    if (i >= (long)h2 * w2 * c8) return;
-    const int c = (int)(i % c8) * 8, tx = (int)(i / c8 % w2), ty = (int)(i / c8 / w2);
+ * A thread: one tile, VW channels (W22_WINOGRAD_VEC, default 8). */
+template <int VW>
+__global__ void w22_wino_in_kernel(const bf16 *__restrict__ x, long xsh, long xsw, bf16 *__restrict__ v, long vcs,
+                                   long vsh, long vsw, int h2, int w2, int C) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, cv = C / VW;
+    if (i >= (long)h2 * w2 * cv) return;
+    const int c = (int)(i % cv) * VW, tx = (int)(i / cv % w2), ty = (int)(i / cv / w2);
     const bf16 *p = x + (2 * ty - 1) * xsh + (2 * tx - 1) * xsw + c;
-    float d[4][4][8], t[4][4][8];
+    float d[4][4][VW], t[4][4][VW];
 #pragma unroll
     for (int r = 0; r < 4; r++)
 #pragma unroll
-        for (int s = 0; s < 4; s++) w_unpack8(*(const uint4 *)(p + r * xsh + s * xsw), d[r][s]);
+        for (int s = 0; s < 4; s++) w_load<VW>(p + r * xsh + s * xsw, d[r][s]);
 #pragma unroll
     for (int s = 0; s < 4; s++)
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
+        for (int k = 0; k < VW; k++) {
             t[0][s][k] = d[0][s][k] - d[2][s][k];
             t[1][s][k] = d[1][s][k] + d[2][s][k];
             t[2][s][k] = d[2][s][k] - d[1][s][k];
@@ -53,47 +58,48 @@ __global__ void w22_wino_in_kernel(const bf16 *x, long xsh, long xsw, bf16 *v, l
     bf16 *q = v + ty * vsh + tx * vsw + c;
 #pragma unroll
     for (int r = 0; r < 4; r++) {
-        float o[4][8];
+        float o[4][VW];
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
+        for (int k = 0; k < VW; k++) {
             o[0][k] = t[r][0][k] - t[r][2][k];
             o[1][k] = t[r][1][k] + t[r][2][k];
             o[2][k] = t[r][2][k] - t[r][1][k];
             o[3][k] = t[r][1][k] - t[r][3][k];
         }
 #pragma unroll
-        for (int s = 0; s < 4; s++) *(uint4 *)(q + (4 * r + s) * vcs) = w_pack8(o[s]);
+        for (int s = 0; s < 4; s++) w_store<VW>(q + (4 * r + s) * vcs, o[s]);
     }
 }
 
 /* y(f, 2ty + a, 2tx + b, c) = (A^T M A)[a][b] + bias[c] + res(f, 2ty + a, 2tx + b, c), M[i][j] = m[4i + j](f, ty, tx, c);
  * A^T = [1 1 1 0; 0 1 -1 -1]. res may alias y: a thread reads its four pixels' residual before it writes them. */
+template <int VW>
 __global__ void w22_wino_out_kernel(const bf16 *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf, long ysh,
                                     long ysw, const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int F,
                                     int h2, int w2, int C) {
-    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, c8 = C / 8;
-    if (i >= (long)F * h2 * w2 * c8) return;
-    const int c = (int)(i % c8) * 8, tx = (int)(i / c8 % w2), ty = (int)(i / c8 / w2 % h2), f = (int)(i / c8 / w2 / h2);
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, cv = C / VW;
+    if (i >= (long)F * h2 * w2 * cv) return;
+    const int c = (int)(i % cv) * VW, tx = (int)(i / cv % w2), ty = (int)(i / cv / w2 % h2), f = (int)(i / cv / w2 / h2);
     const bf16 *p = m + f * msf + ty * msh + tx * msw + c;
-    float r[2][4][8];
+    float r[2][4][VW];
 #pragma unroll
     for (int s = 0; s < 4; s++) {
-        float a[4][8];
+        float a[4][VW];
 #pragma unroll
-        for (int k4 = 0; k4 < 4; k4++) w_unpack8(*(const uint4 *)(p + (4 * k4 + s) * mcs), a[k4]);
+        for (int k4 = 0; k4 < 4; k4++) w_load<VW>(p + (4 * k4 + s) * mcs, a[k4]);
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
+        for (int k = 0; k < VW; k++) {
             r[0][s][k] = a[0][k] + a[1][k] + a[2][k];
             r[1][s][k] = a[1][k] - a[2][k] - a[3][k];
         }
     }
-    float b[8], o[2][2][8];
+    float b[VW], o[2][2][VW];
 #pragma unroll
-    for (int k = 0; k < 8; k++) b[k] = bias ? bias[c + k] : 0.f;
+    for (int k = 0; k < VW; k++) b[k] = bias ? bias[c + k] : 0.f;
 #pragma unroll
     for (int a = 0; a < 2; a++)
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
+        for (int k = 0; k < VW; k++) {
             o[a][0][k] = r[a][0][k] + r[a][1][k] + r[a][2][k] + b[k];
             o[a][1][k] = r[a][1][k] - r[a][2][k] - r[a][3][k] + b[k];
         }
@@ -103,25 +109,40 @@ __global__ void w22_wino_out_kernel(const bf16 *m, long mcs, long msf, long msh,
         for (int a = 0; a < 2; a++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                float rv[8];
-                w_unpack8(*(const uint4 *)(rp + a * rsh + e * rsw), rv);
+                float rv[VW];
+                w_load<VW>(rp + a * rsh + e * rsw, rv);
 #pragma unroll
-                for (int k = 0; k < 8; k++) o[a][e][k] += rv[k];
+                for (int k = 0; k < VW; k++) o[a][e][k] += rv[k];
             }
     }
     bf16 *q = y + f * ysf + 2 * ty * ysh + 2 * tx * ysw + c;
 #pragma unroll
     for (int a = 0; a < 2; a++)
 #pragma unroll
-        for (int e = 0; e < 2; e++) *(uint4 *)(q + a * ysh + e * ysw) = w_pack8(o[a][e]);
+        for (int e = 0; e < 2; e++) w_store<VW>(q + a * ysh + e * ysw, o[a][e]);
+}
+
+/* W22_WINOGRAD_VEC=4: the transforms with 4 channels per thread (8-byte accesses; half the registers, twice the
+ * threads), else 8 (read once) */
+static int wino_vec(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("W22_WINOGRAD_VEC");
+        v = e && atoi(e) == 4 ? 4 : 8;
+    }
+    return v;
 }
 
 /* The transforms' launches (also bench/winograd_probe's): one input frame x (h2 x w2 tiles, C channels) into V's 16
  * components (vcs elements apart); F frames of M's components into y (+ bias, + res: NULL for none). */
 w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *x, long xsh, long xsw, bf16 *v, long vcs, long vsh, long vsw,
                             int h2, int w2, int C) {
-    const long n = (long)h2 * w2 * (C / 8);
-    w22_wino_in_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(x, xsh, xsw, v, vcs, vsh, vsw, h2, w2, C);
+    const int vw = wino_vec();
+    const long n = (long)h2 * w2 * (C / vw);
+    if (vw == 4)
+        w22_wino_in_kernel<4><<<(unsigned)((n + 255) / 256), 256, 0, st>>>(x, xsh, xsw, v, vcs, vsh, vsw, h2, w2, C);
+    else
+        w22_wino_in_kernel<8><<<(unsigned)((n + 255) / 256), 256, 0, st>>>(x, xsh, xsw, v, vcs, vsh, vsw, h2, w2, C);
     CU_TRY(cudaGetLastError());
     return W22_OK;
 }
@@ -129,9 +150,14 @@ w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *x, long xsh, long xsw, 
 w22_status w22_cuda_wino_out(cudaStream_t st, const bf16 *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf,
                              long ysh, long ysw, const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int F,
                              int h2, int w2, int C) {
-    const long n = (long)F * h2 * w2 * (C / 8);
-    w22_wino_out_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(m, mcs, msf, msh, msw, y, ysf, ysh, ysw, res, rsf,
-                                                                      rsh, rsw, bias, F, h2, w2, C);
+    const int vw = wino_vec();
+    const long n = (long)F * h2 * w2 * (C / vw);
+    if (vw == 4)
+        w22_wino_out_kernel<4><<<(unsigned)((n + 255) / 256), 256, 0, st>>>(m, mcs, msf, msh, msw, y, ysf, ysh, ysw, res,
+                                                                             rsf, rsh, rsw, bias, F, h2, w2, C);
+    else
+        w22_wino_out_kernel<8><<<(unsigned)((n + 255) / 256), 256, 0, st>>>(m, mcs, msf, msh, msw, y, ysf, ysh, ysw, res,
+                                                                             rsf, rsh, rsw, bias, F, h2, w2, C);
     CU_TRY(cudaGetLastError());
     return W22_OK;
 }

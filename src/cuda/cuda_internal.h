@@ -146,12 +146,13 @@ typedef struct {
      * (conv_sm90_wgmma_tma.cu; 0: a single GEMM, every other field as above). The fields above are phase 0's. Phase
      * p = py 2 + px has its B rows at b + p N b_sw (the four one K-major block of 4N rows), pads pad_y - py and
      * pad_x - px, its outputs at out + ph_o[p] and its residual at res + ph_r[p] (elements; ph_r includes that
-     * phase's DupUp r_coff, and r_coff is 0). Tiles are phase-major: a quarter of them per phase. */
+     * phase's DupUp r_coff, and r_coff is 0). Tiles: a quarter of them per phase, the phases of an M tile adjacent
+     * (the TMA kernel's wg_tile_of; phase-major under W22_PHASE_ORDER=major). */
     int phases;
     /* batch = n (2..W22_GEMM_BATCH; 0: none): n GEMMs of the same geometry as one, on the TMA wgmma kernel only
      * (winograd.cu's 16 components): GEMM p reads A frames from p a_frames on (one tensor of n a_frames frames at
      * a_sf; no history), its B rows from p N on (one block), writes out + ph_o[p]; no residual or shortcut. Tiles are
-     * GEMM-major, as the phases'. */
+     * GEMM-major (the GEMMs share nothing but the launch). */
     int batch;
     long a_frames;
     int ph_o[16], ph_r[16]; /* phases or batch: GEMM p's output and residual offsets from GEMM 0's (elements) */

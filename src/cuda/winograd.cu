@@ -33,7 +33,7 @@ template <int VW> static __device__ __forceinline__ void w_store(bf16 *p, const 
 
 /* One input frame: V[xi = 4i + j](ty, tx, c) = (B^T d B)[i][j], d the 4 x 4 window at rows 2ty - 1.., cols 2tx - 1..
  * (x readable one pixel beyond its edges: the conv's zero border); B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].
- * A thread: one tile, VW channels (W22_WINOGRAD_VEC, default 8). */
+ * A thread: one tile, VW channels (W22_WINOGRAD_VEC, default 4). */
 template <int VW>
 __global__ void w22_wino_in_kernel(const bf16 *__restrict__ x, long xsh, long xsw, bf16 *__restrict__ v, long vcs,
                                    long vsh, long vsw, int h2, int w2, int C) {
@@ -122,13 +122,14 @@ __global__ void w22_wino_out_kernel(const bf16 *m, long mcs, long msf, long msh,
         for (int e = 0; e < 2; e++) w_store<VW>(q + a * ysh + e * ysw, o[a][e]);
 }
 
-/* W22_WINOGRAD_VEC=4: the transforms with 4 channels per thread (8-byte accesses; half the registers, twice the
- * threads), else 8 (read once) */
+/* The transforms' channels per thread: 4 (the default since v19: 8-byte accesses, 54-56 registers, 32 warps an SM;
+ * the input transform 2.4 -> 3.1 TB/s, f121 -2.5%), or 8 under W22_WINOGRAD_VEC=8 (16-byte accesses, 88-102
+ * registers: 16 warps, too few loads in flight). Read once. */
 static int wino_vec(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("W22_WINOGRAD_VEC");
-        v = e && atoi(e) == 4 ? 4 : 8;
+        v = e && atoi(e) == 8 ? 8 : 4;
     }
     return v;
 }

@@ -67,6 +67,8 @@ def setup_line(report):
         parts.append(f"ours: {s['ours']}")
     if report.get("runs"):
         parts.append(f"merged from {len(report['runs']) + 1} commands")
+    if s.get("w22_env"):  # the library's switches set for the run (bench.py records them)
+        parts.append("switches " + " ".join(f"{k}={v}" for k, v in sorted(s["w22_env"].items())))
     return ", ".join(parts)
 
 

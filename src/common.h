@@ -19,6 +19,10 @@ void w22_clear_error(void);
         if (w22_try_s_ != W22_OK) return w22_try_s_; \
     } while (0)
 
+/* A measurement switch, read once: 1 when the environment sets `name` to `value`, else 0; *cache is -1 before the
+ * first call (each caller's own static). */
+int w22_env_is(int *cache, const char *name, const char *value);
+
 /* malloc that records W22_ERR_OUT_OF_MEMORY with what was asked for; NULL on failure. */
 void *w22_malloc(size_t bytes, const char *what);
 void *w22_calloc(size_t n, size_t size, const char *what);

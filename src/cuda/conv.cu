@@ -42,11 +42,7 @@ static int dup_phase(const w22_conv_args *a, int py, int px, w22_gemm *q) {
 /* W22_PHASES=separate: the four phase GEMMs as four launches, for A/B timing against their one launch (read once) */
 static int phases_one_launch(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_PHASES");
-        v = !(e && !strcmp(e, "separate"));
-    }
-    return v;
+    return !w22_env_is(&v, "W22_PHASES", "separate");
 }
 
 w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
@@ -171,9 +167,8 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     const int phases = a->upsample && w->dev_phase && !getenv("W22_NO_PHASES");
     /* the DupUp fused when every phase takes it; W22_NO_PHASES's one GEMM has high-resolution rows: not there.
      * W22_DUP_FUSE=0: the separate dupup_add kernel after the conv, for timing what the fused residual costs */
-    static int dup_fuse = -1;
-    if (dup_fuse < 0) dup_fuse = !(getenv("W22_DUP_FUSE") && !strcmp(getenv("W22_DUP_FUSE"), "0"));
-    int fuse = dup && phases && dup_fuse;
+    static int dup_sep = -1;
+    int fuse = dup && phases && !w22_env_is(&dup_sep, "W22_DUP_FUSE", "0");
     for (int p = 0; p < 4 && fuse; p++) {
         w22_gemm q = g;
         fuse = dup_phase(a, p >> 1, p & 1, &q);

@@ -373,11 +373,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 /* On unless W22_WGMMA_LOAD=cpasync (read once per process; the default since v9's run, docs/PERF.md) */
 static int tma_enabled(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_WGMMA_LOAD");
-        v = !(e && !strcmp(e, "cpasync"));
-    }
-    return v;
+    return !w22_env_is(&v, "W22_WGMMA_LOAD", "cpasync");
 }
 
 /* W22_WGMMA_EPI (defer, the default: stores overlapped with the next tile, v12; half: only row half 1's, v11; v2:
@@ -401,11 +397,7 @@ int w22_cuda_wgmma_tma_on(const w22_cuda *c) { return tma_enabled() && c->tmap_i
 /* W22_TMA_CLUSTER: 2 (the default) runs the 128 x 256 tiles in clusters of 2 sharing B, 1 without (read once). */
 static int tma_cluster_env(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_TMA_CLUSTER");
-        v = e && !strcmp(e, "1") ? 1 : 2;
-    }
-    return v;
+    return w22_env_is(&v, "W22_TMA_CLUSTER", "1") ? 1 : 2;
 }
 
 /* The launch attribute of a cluster of 2 along x. */
@@ -671,11 +663,7 @@ enum { TMA_TILES, TMA_PAIRS, TMA_PAIRS_TAIL };
  * at 176 x 312, at 0.997 ms against 0.991 as tiles in an earlier run: an A/B in one run is still to do. */
 static int tma_tail_env(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_TMA_TAIL");
-        v = !(e && !strcmp(e, "0"));
-    }
-    return v;
+    return !w22_env_is(&v, "W22_TMA_TAIL", "0");
 }
 static int tma_plan(const w22_cuda *c, const w22_gemm *g, int persist, int minor, long *lim, long *tile0) {
     *lim = *tile0 = 0;
@@ -706,11 +694,7 @@ static int tma_plan(const w22_cuda *c, const w22_gemm *g, int persist, int minor
  * W22_PHASE_ORDER=major gives v18's order. Read once. */
 static int phase_minor_env(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_PHASE_ORDER");
-        v = !(e && !strcmp(e, "major"));
-    }
-    return v;
+    return !w22_env_is(&v, "W22_PHASE_ORDER", "major");
 }
 
 static w22_status run_tma(w22_cuda *c, const w22_gemm *g, int mode, const char *what) {

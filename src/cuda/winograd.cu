@@ -219,13 +219,7 @@ static size_t wino_cap_bytes(void) {
 }
 
 /* A measurement switch: 0 when the environment sets `name` to 0, else 1 (read once into *v) */
-static int wino_switch(const char *name, int *v) {
-    if (*v < 0) {
-        const char *e = getenv(name);
-        *v = !(e && !strcmp(e, "0"));
-    }
-    return *v;
-}
+static int wino_switch(const char *name, int *v) { return !w22_env_is(v, name, "0"); }
 
 /* W22_WINOGRAD_WORK=0: the caller's free memory (w22_conv_args.work) ignored, the backend's own scratch taken
  * (whole frames unless capped), for measuring what the bands cost; 1, the default: the caller's memory */

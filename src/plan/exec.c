@@ -282,12 +282,8 @@ static w22_status run_attention(chunk_ctx *k, int li) {
 /* Whether the upsampler's conv adds the up block's DupUp (w22_conv_args.dup_in) instead of a dupup_add pass over its
  * output after it: on unless W22_DUPUP=separate (the old order, for measuring), read once. */
 static int dupup_fused(void) {
-    static int fused = -1;
-    if (fused < 0) {
-        const char *e = getenv("W22_DUPUP");
-        fused = !(e && !strcmp(e, "separate"));
-    }
-    return fused;
+    static int sep = -1;
+    return !w22_env_is(&sep, "W22_DUPUP", "separate");
 }
 
 /* [time_conv, two frames per input frame but the decode's first] then nearest 2x + 3x3 conv into the next

@@ -23,13 +23,7 @@ size_t w22_frames_bytes(int f, int h, int w, int c, int border, size_t es) {
 /* W22_CACHE_ROTATE=0 / W22_HEAD_PSUM=0 (read once): the caches' pushes as copies / the head's history as input
  * frames, the designs before, for A/B runs. The memory balances only with both on: the spares take about what the
  * partial sums free. */
-static int switch_on(const char *name, int *v) {
-    if (*v < 0) {
-        const char *e = getenv(name);
-        *v = !(e && !strcmp(e, "0"));
-    }
-    return *v;
-}
+static int switch_on(const char *name, int *v) { return !w22_env_is(v, name, "0"); }
 static int want_rotate(const w22_decoder *d) {
     static int v = -1;
     return !d->rotate_off && switch_on("W22_CACHE_ROTATE", &v);

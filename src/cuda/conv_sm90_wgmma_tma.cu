@@ -55,14 +55,18 @@
 enum {
     MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16, MODE_PHASE_MINOR = 32,
     MODE_HINT_A = 64, /* A's loads evict-first in L2 (W22_TMA_HINT, the batch GEMMs only) */
-    MODE_HINT_B = 128 /* B's loads evict-last */
+    MODE_HINT_B = 128, /* B's loads evict-last */
+    MODE_EPI_TMA = 256 /* the tile through shared memory to TMA stores (kernel TE 1; W22_EPI_TMA, the batch GEMMs) */
 };
 
 /* The stage ring (wg_layout) and, where the cp.async kernels keep their row tables, the overlapped epilogue's staging
  * of row half 0 (MODE_EPI_SMEM): BN / 32 vectors of 16 bytes per consumer thread. */
-template <int BN, int STAGES> struct tma_layout {
+template <int BN, int STAGES, int TE = 0> struct tma_layout {
     static constexpr int epi_off = wg_layout<BN, STAGES>::ftab_off;
-    static constexpr int word_off = epi_off + BN / 32 * WG_EPI_STRIDE; /* the split tail's "arrived last" */
+    /* TE: the whole bf16 tile for the TMA store, BN / 64 boxes of 128 rows x 128 bytes (128B swizzle: 1024-aligned) */
+    static constexpr int stg_off = (epi_off + 1023) / 1024 * 1024;
+    static constexpr int word_off = TE ? stg_off + BN * WG_BM * 2 /* the split tail's "arrived last" */
+                                       : epi_off + BN / 32 * WG_EPI_STRIDE;
     static constexpr int bytes = word_off + 16 + 1024; /* + slack to align the base */
     static_assert(bytes <= 227 * 1024, "shared memory beyond the sm_90 per-block limit (227 KB)");
 };
@@ -188,6 +192,43 @@ static __device__ __forceinline__ void wg_split_sum(const float *part, int slot0
     }
 }
 
+/* The TMA store epilogue (MODE_EPI_TMA, v20): the tile's accumulators as bf16 into the staging (the TMA's 128B swizzle:
+ * 16-byte chunk c of row r at chunk c ^ (r % 8), so that the 8 rows of a warp's store hit 8 different chunks, no bank
+ * conflicts), then one thread stores its BN / 64 boxes of 64 channels x 128 rows: the rows past the frame are clipped
+ * by the map ({N, H W, frames}). Why: ncu had the 512-channel batch GEMM 73% tensor-busy with the overlapped epilogue
+ * and 87% without stores; the overlapped one costs each stage instructions (the held vectors' shifts, the addresses)
+ * and the tile's tail a long pack (the quad transposes), while the tensor cores wait. Here a tile's tail is 64 shared
+ * stores and two barriers per thread, and the stores run in the TMA unit during the next tile. The staging is free
+ * again when the previous store has read it (the storing thread waits for that before the first barrier). */
+template <int BN>
+static __device__ __forceinline__ void wg_epi_tma(const float *acc, uint32_t stg, const CUtensorMap *tm_o, int cw,
+                                                  int warp4, int lane, bool storer, int r0, int frame, int n0) {
+    if (storer) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+    asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* the two consumer warpgroups */
+    const int gq = lane >> 2, tq = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const uint32_t rb = stg + (uint32_t)(cw * 64 + warp4 * 16 + gq + h * 8) * 128 + tq * 4;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) { /* channels 8 j ..: box j / 8, chunk j % 8 */
+            const uint32_t a = rb + (j >> 3) * (WG_BM * 128) + (((j & 7) ^ gq) << 4);
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(wg_pack_bf16(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]))
+                         : "memory");
+        }
+    }
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the writes, before the TMA reads them */
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if (storer) {
+#pragma unroll
+        for (int b = 0; b < BN / 64; b++)
+            asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                             (uint64_t)tm_o),
+                         "r"(n0 + 64 * b), "r"(r0), "r"(frame), "r"(stg + b * (WG_BM * 128))
+                         : "memory");
+        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    }
+}
+
 /* Work item w's tile: its phase p, M tile tm (of mt per phase) and first output channel n0. In a cluster of 2 (CL 2)
  * a tile index names a pair of M tiles of one N tile: rank r takes M tile 2 q + r; where mt is odd the last pair's
  * rank 1 has none (valid false: it loads M tile mt - 1, for its B half, and stores nothing). Phase-major (tpp tiles
@@ -216,11 +257,12 @@ static __device__ __forceinline__ wg_tile wg_tile_of(int tile_ix, int tpp, int t
     return r;
 }
 
-template <int BN, int STAGES, int CL>
+template <int BN, int STAGES, int CL, int TE>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     w22_conv_wgmma_tma_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_scb,
                               const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_h0,
                               const __grid_constant__ CUtensorMap tm_h1, const __grid_constant__ CUtensorMap tm_sca,
+                              const __grid_constant__ CUtensorMap tm_o, /* TE: the output's map */
                               const __grid_constant__ w22_gemm g, int tpf, int cx, int cy, int main_iters, int iters,
                               int tiles_n, int tpp, int mt, int tile0, int whole, int split, int items,
                               float *part, unsigned *count, int mode) {
@@ -239,6 +281,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         prefetch_tensormap(&tm_a);
         if (g.hist_n || g.phases) prefetch_tensormap(&tm_h0), prefetch_tensormap(&tm_h1);
         if (g.sc || g.phases) prefetch_tensormap(&tm_sca);
+        if (TE) prefetch_tensormap(&tm_o);
     }
     __syncthreads();
     if (CL == 2) cluster_sync_all(); /* the peer's barriers are initialized before any multicast or remote arrival */
@@ -319,7 +362,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         const bool defer = mode & MODE_EPI_DEFER;
         const uint32_t peer_empty0 = CL == 2 ? cluster_map(empty0, crank ^ 1) : 0;
         /* this thread's staging (MODE_EPI_SMEM), else 0: half 0 stored in the tail */
-        const uint32_t epi = mode & MODE_EPI_SMEM ? base + tma_layout<BN, STAGES>::epi_off + (tid - 128) * 16 : 0;
+        const uint32_t epi = mode & MODE_EPI_SMEM ? base + tma_layout<BN, STAGES, TE>::epi_off + (tid - 128) * 16 : 0;
         const int steps = epi ? 2 * (BN / 32) : BN / 32; /* stages of the next tile that store the held outputs */
         wg_defer<BN> dq; /* the previous tile's outputs, stored during this tile's first stages */
         dq.orow[0] = dq.orow[1] = dq.rrow[0] = dq.rrow[1] = -1;
@@ -356,7 +399,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             if (wi.piece >= 0) { /* a split tile (its pieces run in the grid's last round) */
                 const int ti = (wi.tile - whole) * CL + crank; /* CL 2: a pair's two tiles, each its own slots */
                 if (!wg_split_arrive<NACC>(part, count + ti, ti * split + wi.piece, split, acc, tid - 128,
-                                           base + tma_layout<BN, STAGES>::word_off)) {
+                                           base + tma_layout<BN, STAGES, TE>::word_off)) {
                     dq.orow[0] = dq.orow[1] = -1; /* not the last piece: nothing of this item to store */
                     __syncwarp();
                     continue;
@@ -366,6 +409,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             /* the phase's offsets: g is a __grid_constant__ so that this runtime index is an indexed constant load
              * (a copy of g would go to local memory; selects of the four values made ptxas hoist all eight out of
              * the tile loop, and the registers they took cost the stage loop 17 instructions on the 128 tile) */
+            if (TE) { /* the batch's GEMM p, frame t: frame p F + t of the output map (F = mt / tpf) */
+                wg_epi_tma<BN>(acc, base + tma_layout<BN, STAGES, TE>::stg_off, &tm_o, cw, warp4, lane, tid == 128,
+                               m0 - t * HW, p * (mt / tpf) + t, n0);
+                __syncwarp();
+                continue;
+            }
             const int po = g.ph_o[p], pr = g.ph_r[p];
             if (defer)
                 wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr, epi);
@@ -377,6 +426,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         }
         if (defer) /* the CTA's last tile: nothing left to overlap with */
             for (int j = 0; j < steps; j++) defer_step<BN>(dq, g, j, tq, epi);
+        if (TE && tid == 128) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); /* the last stores done */
     }
     if (CL == 2) cluster_sync_all(); /* no CTA leaves while its peer may still arrive on its barriers or load into it */
 }
@@ -424,12 +474,16 @@ static cudaLaunchAttribute cluster2_attr(void) {
 }
 
 w22_status w22_cuda_wgmma_tma_init(w22_cuda *c) {
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4, 1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 tma_layout<256, 4>::bytes));
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4, 2, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 tma_layout<256, 4>::bytes));
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<128, 6, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<128, 6, 1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 tma_layout<128, 6>::bytes));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 3, 1, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                tma_layout<256, 3, 1>::bytes));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 3, 2, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                tma_layout<256, 3, 1>::bytes));
     /* the clusters of 2 that fit at once: the persistent grid of the cluster kernel (an SM left alone in its GPC
      * idles); 0: no cluster launches */
     c->tma_clusters = 0;
@@ -443,7 +497,7 @@ w22_status w22_cuda_wgmma_tma_init(w22_cuda *c) {
         lc.attrs = &at;
         lc.numAttrs = 1;
         int n = 0;
-        CU_TRY(cudaOccupancyMaxActiveClusters(&n, w22_conv_wgmma_tma_kernel<256, 4, 2>, &lc));
+        CU_TRY(cudaOccupancyMaxActiveClusters(&n, w22_conv_wgmma_tma_kernel<256, 4, 2, 0>, &lc));
         c->tma_clusters = n;
     }
     void *fn = NULL;
@@ -540,7 +594,35 @@ static w22_status split_buffers(w22_cuda *c) {
 
 /* A launch of the GEMM's items: with CL 2 the first `lim` pairs (0: all), with CL 1 the tiles from `tile0` on (the
  * tail the pairs left: one_round lets a single round split). */
-template <int BN, int STAGES, int CL>
+/* The TMA store's map of a batch's output (MODE_EPI_TMA): {N, H W, batch F} (GEMM p's frame t is frame p F + t),
+ * boxes of 64 channels x 128 rows in the 128B swizzle. */
+static w22_status out_map(w22_cuda *c, CUtensorMap *m, const w22_gemm *g, const char *what) {
+    const long F = g->M / ((long)g->H * g->W);
+    const cuuint64_t dims[3] = {(cuuint64_t)g->N, (cuuint64_t)g->H * g->W, (cuuint64_t)(g->batch * F)};
+    const cuuint64_t strides[2] = {(cuuint64_t)g->o_sw * 2, (cuuint64_t)g->o_sf * 2};
+    const cuuint32_t box[3] = {64, WG_BM, 1}, estr[3] = {1, 1, 1};
+    const CUresult r = ((encode_tiled_fn)c->tmap_encode)(
+        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, g->out, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return w22_fail(W22_ERR_CUDA, "%s: cuTensorMapEncodeTiled (the output's store map: N %d, %dx%d, %ld frames) "
+                        "failed: %d", what, g->N, g->H, g->W, (long)g->batch * F, (int)r);
+    return W22_OK;
+}
+
+/* Whether a batch's output takes the TMA store (MODE_EPI_TMA): bf16, nothing added, dense rows of N channels, GEMM
+ * p's output p F frames on, 16-byte aligned. */
+static int epi_tma_ok(const w22_gemm *g) {
+    const long F = g->M / ((long)g->H * g->W);
+    if (!g->batch || g->N % 256 || g->bias || g->sc_bias || g->res || g->out_f32 || g->split_c) return 0;
+    if (g->o_sw != g->N || g->o_sh != (long)g->W * g->o_sw || g->o_sf != (long)g->H * g->o_sh) return 0;
+    if (((uintptr_t)g->out & 15) || (long)g->batch * F * g->o_sf >= ((long)1 << 40)) return 0;
+    for (int p = 0; p < g->batch; p++)
+        if (g->ph_o[p] != p * F * g->o_sf) return 0;
+    return 1;
+}
+
+template <int BN, int STAGES, int CL, int TE>
 static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, int *split_used, const char *what,
                          long lim, long tile0, int one_round) {
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
@@ -571,6 +653,8 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
             W22_TRY(im2col_map(c, pm[p - 1], g->a, g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H, F + g->kt - 1,
                                border, g->pad_y - (p >> 1), g->pad_x - (p & 1), what));
     }
+    CUtensorMap to = tb; /* never read without the TMA store */
+    if (TE) W22_TRY(out_map(c, &to, g, what));
     const int main_iters = g->kt * g->ks * g->ks * (g->cin / WG_BK);
     const int iters = main_iters + (g->sc ? g->sc_cin / WG_BK : 0);
     const int tiles_n = g->N / BN, tpf = (HW + WG_BM - 1) / WG_BM;
@@ -596,8 +680,8 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     if (!kg.phases && !kg.batch) /* the kernel adds them */
         memset(kg.ph_o, 0, sizeof kg.ph_o), memset(kg.ph_r, 0, sizeof kg.ph_r);
     if (CL == 1) {
-        w22_conv_wgmma_tma_kernel<BN, STAGES, 1><<<grid, WG_THREADS, tma_layout<BN, STAGES>::bytes, c->stream>>>(
-            tb, ts, ta, th0, th1, tsa, kg, tpf, cx, cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, (int)tile0,
+        w22_conv_wgmma_tma_kernel<BN, STAGES, 1, TE><<<grid, WG_THREADS, tma_layout<BN, STAGES, TE>::bytes, c->stream>>>(
+            tb, ts, ta, th0, th1, tsa, to, kg, tpf, cx, cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, (int)tile0,
             whole, split, items, part, count, mode);
         return W22_OK;
     }
@@ -606,11 +690,11 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     cudaLaunchAttribute at = cluster2_attr();
     lc.gridDim = dim3(2 * (unsigned)grid);
     lc.blockDim = dim3(WG_THREADS);
-    lc.dynamicSmemBytes = tma_layout<BN, STAGES>::bytes;
+    lc.dynamicSmemBytes = tma_layout<BN, STAGES, TE>::bytes;
     lc.stream = c->stream;
     lc.attrs = &at;
     lc.numAttrs = 1;
-    CU_TRY(cudaLaunchKernelEx(&lc, w22_conv_wgmma_tma_kernel<BN, STAGES, CL>, tb, ts, ta, th0, th1, tsa, kg, tpf, cx,
+    CU_TRY(cudaLaunchKernelEx(&lc, w22_conv_wgmma_tma_kernel<BN, STAGES, CL, TE>, tb, ts, ta, th0, th1, tsa, to, kg, tpf, cx,
                               cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, 0, whole, split, items, part,
                               count, mode));
     return W22_OK;
@@ -652,6 +736,10 @@ static const char *const tma_names[3][2][2][4][4] = {TMA_SPLIT(""), TMA_SPLIT(" 
 #undef TMA_SPLIT
 #undef TMA_NAMES
 #undef TMA_NAMES4
+static const char *const tma_tma_names[3][2] = {
+    {"wgmma 128x256 tma tma-store", "wgmma 128x256 tma tma-store split"},
+    {"wgmma 128x256 tma tma-store cluster2", "wgmma 128x256 tma tma-store cluster2 split"},
+    {"wgmma 128x256 tma tma-store cluster2 tail", "wgmma 128x256 tma tma-store cluster2 tail split"}};
 
 /* The persistent grid's rounds for `tiles` items of `iters` stages on `grid` runners (CTAs or clusters), the
  * part-empty last one counted as the 1 / split of a tile that its pieces take (split: 1 where not allowed). */
@@ -719,16 +807,23 @@ static w22_status run_tma(w22_cuda *c, const w22_gemm *g, int mode, const char *
     const int plan = tma_plan(c, g, persist, (mode & MODE_PHASE_MINOR) != 0, &lim, &tile0);
     int split = 1;
     w22_status s = W22_OK;
-    if (plan == TMA_PAIRS_TAIL) { /* the pairs' rounds, then the tail on the SMs (its split is the one named) */
-        s = launch<256, 4, 2>(c, g, persist, mode, &split, what, lim, 0, 0);
-        if (s == W22_OK) s = launch<256, 4, 1>(c, g, persist, mode, &split, what, 0, tile0, 1);
+    if ((mode & MODE_EPI_TMA) && plan == TMA_PAIRS_TAIL) { /* the TMA store: 3 stages (its staging takes the 4th) */
+        s = launch<256, 3, 2, 1>(c, g, persist, mode, &split, what, lim, 0, 0);
+        if (s == W22_OK) s = launch<256, 3, 1, 1>(c, g, persist, mode, &split, what, 0, tile0, 1);
+    } else if (mode & MODE_EPI_TMA) {
+        s = plan == TMA_PAIRS ? launch<256, 3, 2, 1>(c, g, persist, mode, &split, what, 0, 0, 0)
+                              : launch<256, 3, 1, 1>(c, g, persist, mode, &split, what, 0, 0, 0);
+    } else if (plan == TMA_PAIRS_TAIL) { /* the pairs' rounds, then the tail on the SMs (its split is the one named) */
+        s = launch<256, 4, 2, 0>(c, g, persist, mode, &split, what, lim, 0, 0);
+        if (s == W22_OK) s = launch<256, 4, 1, 0>(c, g, persist, mode, &split, what, 0, tile0, 1);
     } else {
-        s = plan == TMA_PAIRS ? launch<256, 4, 2>(c, g, persist, mode, &split, what, 0, 0, 0)
-            : big             ? launch<256, 4, 1>(c, g, persist, mode, &split, what, 0, 0, 0)
-                              : launch<128, 6, 1>(c, g, persist, mode, &split, what, 0, 0, 0);
+        s = plan == TMA_PAIRS ? launch<256, 4, 2, 0>(c, g, persist, mode, &split, what, 0, 0, 0)
+            : big             ? launch<256, 4, 1, 0>(c, g, persist, mode, &split, what, 0, 0, 0)
+                              : launch<128, 6, 1, 0>(c, g, persist, mode, &split, what, 0, 0, 0);
     }
     if (s != W22_OK) return s;
-    c->last_path = tma_names[plan][g->phases != 0][split > 1][epi][persist * 2 + big];
+    c->last_path = mode & MODE_EPI_TMA ? tma_tma_names[plan][split > 1]
+                                       : tma_names[plan][g->phases != 0][split > 1][epi][persist * 2 + big];
     CU_LAUNCHED(c, what);
     return W22_OK;
 }
@@ -804,11 +899,21 @@ static int tma_hint_env(void) {
     return v;
 }
 
+/* W22_EPI_TMA=1: a batch GEMM's tiles stored through shared memory by the TMA (MODE_EPI_TMA, v20), on a ring of 3
+ * stages; unset or 0: the overlapped epilogue on 4 (read once). */
+static int epi_tma_env(void) {
+    static int v = -1;
+    return w22_env_is(&v, "W22_EPI_TMA", "1");
+}
+
 /* The batch as one launch (w22_gemm.batch). */
 w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_gemm *g, const char *what) {
     const char *why = w22_cuda_wgmma_tma_batch_blocker(g);
     if (why) return w22_fail(W22_ERR_INVALID_ARG, "%s: the GEMMs as one launch: %s", what, why);
     w22_gemm q[W22_GEMM_BATCH];
     for (int p = 0; p < g->batch; p++) q[p] = *g;
-    return run_tma(c, g, mode_for(q, g->batch, g->ph_o, g->ph_r) | tma_hint_env(), what);
+    int mode = mode_for(q, g->batch, g->ph_o, g->ph_r) | tma_hint_env();
+    if (epi_tma_env() && epi_tma_ok(g) && !(mode & (MODE_NO_EPI | MODE_NO_LOAD)))
+        mode = (mode & ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM)) | MODE_EPI_TMA;
+    return run_tma(c, g, mode, what);
 }

@@ -899,11 +899,11 @@ static int tma_hint_env(void) {
     return v;
 }
 
-/* W22_EPI_TMA=1: a batch GEMM's tiles stored through shared memory by the TMA (MODE_EPI_TMA, v20), on a ring of 3
- * stages; unset or 0: the overlapped epilogue on 4 (read once). */
+/* A batch GEMM's tiles stored through shared memory by the TMA (MODE_EPI_TMA, v20: f121 -1.8% in the decode), on a
+ * ring of 3 stages; W22_EPI_TMA=0: v19's overlapped epilogue on 4 (read once). */
 static int epi_tma_env(void) {
     static int v = -1;
-    return w22_env_is(&v, "W22_EPI_TMA", "1");
+    return !w22_env_is(&v, "W22_EPI_TMA", "0");
 }
 
 /* The batch as one launch (w22_gemm.batch). */

@@ -24,7 +24,9 @@
  * v9's run: -0.6% on f121), or one tile per CTA with W22_WGMMA_PERSIST=0.
  * The epilogue (v11-v12): a tile's outputs are packed in its tail (half in registers, half in shared memory) and
  * stored during the next tile's first stages (wgmma_common.cuh, "the overlapped epilogue"), so the stores overlap
- * the MMAs; W22_WGMMA_EPI=half / v2 give v11 / v10.
+ * the MMAs; W22_WGMMA_EPI=half / v2 give v11 / v10. The Winograd batch GEMMs (dense outputs, nothing added) store
+ * their tiles by the TMA instead (v20, MODE_EPI_TMA, kernel TE: wg_epi_tma), on a ring of 3 stages: the 4th's
+ * shared memory holds the tile.
  * An upsample conv's four phase GEMMs (conv.cu) run as one launch (w22_gemm.phases): one ramp and one part-empty
  * last round instead of four (858 tiles per phase at 176 x 312, 6.5 rounds each, are 3432 in 26). Tiles are
  * ordered (M tile or pair, phase, N tile) since v19 (the four phases of a pixel block read its input and DupUp
@@ -54,9 +56,7 @@
  * holds). */
 enum {
     MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16, MODE_PHASE_MINOR = 32,
-    MODE_HINT_A = 64, /* A's loads evict-first in L2 (W22_TMA_HINT, the batch GEMMs only) */
-    MODE_HINT_B = 128, /* B's loads evict-last */
-    MODE_EPI_TMA = 256 /* the tile through shared memory to TMA stores (kernel TE 1; W22_EPI_TMA, the batch GEMMs) */
+    MODE_EPI_TMA = 64 /* the tile through shared memory to TMA stores (kernel TE 1; W22_EPI_TMA, the batch GEMMs) */
 };
 
 /* The stage ring (wg_layout) and, where the cp.async kernels keep their row tables, the overlapped epilogue's staging
@@ -316,20 +316,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                         mbar_arrive_expect_tx(full, L::stage_bytes);
                         const int j = t + dt; /* the input frame of this tap: a history frame or a new one */
                         const bool nw = j >= g.hist_n;
-                        const CUtensorMap *mj = nw ? ma : j == 0 ? &tm_h0 : &tm_h1;
-                        const int fj = nw ? j - g.hist_n + pf : 0;
-                        if (mode & MODE_HINT_A)
-                            tma_load_im2col_hint(sa, mj, full, c0, xa, ya, fj, (uint16_t)dx, (uint16_t)dy,
-                                                 l2_policy(0));
-                        else
-                            tma_load_im2col(sa, mj, full, c0, xa, ya, fj, (uint16_t)dx, (uint16_t)dy);
+                        tma_load_im2col(sa, nw ? ma : j == 0 ? &tm_h0 : &tm_h1, full, c0, xa, ya,
+                                        nw ? j - g.hist_n + pf : 0, (uint16_t)dx, (uint16_t)dy);
                         const int kb = ((dt * g.ks + dy) * g.ks + dx) * g.cin + c0;
-                        if (CL == 2 && (mode & MODE_HINT_B))
-                            tma_load_2d_mc_hint(sb + b_off, &tm_b, full, kb, nb, 3, l2_policy(1));
-                        else if (CL == 2)
+                        if (CL == 2)
                             tma_load_2d_mc(sb + b_off, &tm_b, full, kb, nb, 3);
-                        else if (mode & MODE_HINT_B)
-                            tma_load_2d_hint(sb, &tm_b, full, kb, nb, l2_policy(1));
                         else
                             tma_load_2d(sb, &tm_b, full, kb, nb);
                     } else {
@@ -885,20 +876,6 @@ const char *w22_cuda_wgmma_tma_batch_blocker(const w22_gemm *g) {
     return NULL;
 }
 
-/* W22_TMA_HINT: L2 eviction policies on a batch GEMM's loads, as mode bits: b (B, the GEMMs' weights, evict-last:
- * 25 MB at 512 channels that every M tile reads again), a (A, the transformed input, evict-first: each read by the
- * N tiles of its M tile only), ab (both); unset: none (read once). Why: ncu had the 512-channel batch GEMM reading
- * 2.33 GB from DRAM for 1.35 GB of A (docs/PERF.md v19). */
-static int tma_hint_env(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_TMA_HINT");
-        v = !e ? 0 : !strcmp(e, "a") ? MODE_HINT_A : !strcmp(e, "b") ? MODE_HINT_B
-            : !strcmp(e, "ab") ? MODE_HINT_A | MODE_HINT_B : 0;
-    }
-    return v;
-}
-
 /* A batch GEMM's tiles stored through shared memory by the TMA (MODE_EPI_TMA, v20: f121 -1.8% in the decode), on a
  * ring of 3 stages; W22_EPI_TMA=0: v19's overlapped epilogue on 4 (read once). */
 static int epi_tma_env(void) {
@@ -912,7 +889,7 @@ w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_gemm *g, const char 
     if (why) return w22_fail(W22_ERR_INVALID_ARG, "%s: the GEMMs as one launch: %s", what, why);
     w22_gemm q[W22_GEMM_BATCH];
     for (int p = 0; p < g->batch; p++) q[p] = *g;
-    int mode = mode_for(q, g->batch, g->ph_o, g->ph_r) | tma_hint_env();
+    int mode = mode_for(q, g->batch, g->ph_o, g->ph_r);
     if (epi_tma_env() && epi_tma_ok(g) && !(mode & (MODE_NO_EPI | MODE_NO_LOAD)))
         mode = (mode & ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM)) | MODE_EPI_TMA;
     return run_tma(c, g, mode, what);

@@ -102,37 +102,6 @@ static __device__ __forceinline__ void tma_load_im2col(uint32_t dst, const CUten
                  "l"((uint64_t)map), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(n), "h"(ow), "h"(oh)
                  : "memory");
 }
-/* The same loads with an L2 eviction policy (W22_TMA_HINT: the TMA conv's batch GEMMs): `pol` from l2_policy. */
-static __device__ __forceinline__ void tma_load_2d_hint(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0,
-                                                        int c1, uint64_t pol) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
-                 "[%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "l"(pol)
-                 : "memory");
-}
-static __device__ __forceinline__ void tma_load_im2col_hint(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c,
-                                                            int w, int h, int n, uint16_t ow, uint16_t oh, uint64_t pol) {
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes.L2::cache_hint "
-                 "[%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8}, %9;\n" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(bar), "r"(c), "r"(w), "r"(h), "r"(n), "h"(ow), "h"(oh), "l"(pol)
-                 : "memory");
-}
-static __device__ __forceinline__ void tma_load_2d_mc_hint(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0,
-                                                           int c1, uint16_t mask, uint64_t pol) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-                 ".L2::cache_hint [%0], [%1, {%3, %4}], [%2], %5, %6;\n" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(bar), "r"(c0), "r"(c1), "h"(mask), "l"(pol)
-                 : "memory");
-}
-/* An L2 policy for every line a load touches: evict-first (last: 1) among the lines of normal priority. */
-static __device__ __forceinline__ uint64_t l2_policy(int last) {
-    uint64_t p;
-    if (last)
-        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
-    else
-        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-    return p;
-}
 /* The same load multicast to the CTAs of `mask` in this cluster: each receives the box at the same shared-memory
  * offset and the bytes are completed on its own mbarrier at the offset of `bar`. */
 static __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1,

@@ -1681,7 +1681,7 @@ def main(argv=None):
              "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(), "python": platform.python_version(),
              "commit": git_commit(a.commit), "argv": sys.argv[1:] if argv is None else argv,
              # the library's switches set for this run (W22_*: docs/PERF.md), which its defaults may not match
-             "w22_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("W22_")},
+             "w22_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("W22_") and k != "W22_LIB"},
              "weights_seed": a.weights_seed, "latents_seed": a.latents_seed, "data": "synthetic (docs/synthetic.md)",
              "peak_tflops": PEAK_TFLOPS, "peak_bytes_per_s": PEAK_BYTES_PER_S,
              "skipped": [k for k, v in (("check", a.check), ("time", a.time), ("audit", a.audit),

@@ -68,7 +68,9 @@ def setup_line(report):
     if report.get("runs"):
         parts.append(f"merged from {len(report['runs']) + 1} commands")
     if s.get("w22_env"):  # the library's switches set for the run (bench.py records them)
-        parts.append("switches " + " ".join(f"{k}={v}" for k, v in sorted(s["w22_env"].items())))
+        sw = {k: v for k, v in s["w22_env"].items() if k != "W22_LIB"}  # the library's path, not a switch
+        if sw:
+            parts.append("switches " + " ".join(f"{k}={v}" for k, v in sorted(sw.items())))
     return ", ".join(parts)
 
 

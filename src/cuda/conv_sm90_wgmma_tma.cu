@@ -192,41 +192,65 @@ static __device__ __forceinline__ void wg_split_sum(const float *part, int slot0
     }
 }
 
-/* The TMA store epilogue (MODE_EPI_TMA, v20): the tile's accumulators as bf16 into the staging (the TMA's 128B swizzle:
- * 16-byte chunk c of row r at chunk c ^ (r % 8), so that the 8 rows of a warp's store hit 8 different chunks, no bank
- * conflicts), then one thread stores its BN / 64 boxes of 64 channels x 128 rows: the rows past the frame are clipped
- * by the map ({N, H W, frames}). Why: ncu had the 512-channel batch GEMM 73% tensor-busy with the overlapped epilogue
- * and 87% without stores; the overlapped one costs each stage instructions (the held vectors' shifts, the addresses)
- * and the tile's tail a long pack (the quad transposes), while the tensor cores wait. Here a tile's tail is 64 shared
- * stores and two barriers per thread, and the stores run in the TMA unit during the next tile. The staging is free
- * again when the previous store has read it (the storing thread waits for that before the first barrier). */
+/* The TMA store epilogue (MODE_EPI_TMA, v20): the tile's accumulators (+ biases) as bf16 into the staging (the TMA's
+ * 128B swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8), so that the 8 rows of a warp's store hit 8 different
+ * chunks, no bank conflicts), then one thread stores them. A batch GEMM's dense output (box_px 0): BN / 64 boxes of
+ * 64 channels x 128 rows of a map {N, H W, frames}, the rows past the frame clipped by it. A direct conv's bordered
+ * frames (box_px > 0, W22_EPI_TMA_DIRECT): the tile's 128 pixels wrap image rows, so boxes of box_px pixels of one
+ * row (box_px divides both W and 128: no box crosses a row) of a map {N, W, H, frames}, those past the frame skipped.
+ * Why: ncu had the 512-channel batch GEMM 73% tensor-busy with the overlapped epilogue and 87% without stores, the
+ * 256-channel direct conv 81% and 92%; the overlapped one costs each stage instructions (the held vectors' shifts, the
+ * addresses) and the tile's tail a long pack (the quad transposes), while the tensor cores wait. Here a tile's tail is
+ * 64 shared stores and two barriers per thread, and the stores run in the TMA unit during the next tile. The staging
+ * is free again when the previous store has read it (the storing thread waits for that before the first barrier). */
 template <int BN>
-static __device__ __forceinline__ void wg_epi_tma(const float *acc, uint32_t stg, const CUtensorMap *tm_o, int cw,
-                                                  int warp4, int lane, bool storer, int r0, int frame, int n0) {
+static __device__ __forceinline__ void wg_epi_tma(const w22_gemm &g, const float *acc, uint32_t stg,
+                                                  const CUtensorMap *tm_o, int cw, int warp4, int lane, bool storer,
+                                                  int r0, int frame, int n0, int box_px) {
     if (storer) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
     asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* the two consumer warpgroups */
     const int gq = lane >> 2, tq = lane & 3;
+    const uint32_t rb = stg + (uint32_t)(cw * 64 + warp4 * 16 + gq) * 128 + tq * 4;
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const uint32_t rb = stg + (uint32_t)(cw * 64 + warp4 * 16 + gq + h * 8) * 128 + tq * 4;
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) { /* channels 8 j ..: box j / 8, chunk j % 8 */
-            const uint32_t a = rb + (j >> 3) * (WG_BM * 128) + (((j & 7) ^ gq) << 4);
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(wg_pack_bf16(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]))
-                         : "memory");
+    for (int j = 0; j < BN / 8; j++) { /* channels 8 j ..: box j / 8, chunk j % 8 */
+        const int n = n0 + 8 * j + 2 * tq;
+        float2 bs = make_float2(0.f, 0.f);
+        if (g.bias) bs = *(const float2 *)(g.bias + n);
+        if (g.sc_bias) {
+            const float2 sb = *(const float2 *)(g.sc_bias + n);
+            bs.x += sb.x, bs.y += sb.y;
         }
+        const uint32_t a = rb + (j >> 3) * (WG_BM * 128) + (((j & 7) ^ gq) << 4);
+#pragma unroll
+        for (int h = 0; h < 2; h++) /* rows gq and gq + 8: the same chunk (8 rows on) */
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a + h * 8 * 128),
+                         "r"(wg_pack_bf16(acc[4 * j + 2 * h] + bs.x, acc[4 * j + 2 * h + 1] + bs.y))
+                         : "memory");
     }
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the writes, before the TMA reads them */
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    if (storer) {
-#pragma unroll
-        for (int b = 0; b < BN / 64; b++)
+    if (!storer) return;
+    const int HW = g.H * g.W;
+#pragma unroll 1
+    for (int b = 0; b < BN / 64; b++) {
+        const uint32_t src = stg + b * (WG_BM * 128);
+        if (!box_px) {
             asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
                              (uint64_t)tm_o),
-                         "r"(n0 + 64 * b), "r"(r0), "r"(frame), "r"(stg + b * (WG_BM * 128))
+                         "r"(n0 + 64 * b), "r"(r0), "r"(frame), "r"(src)
                          : "memory");
-        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+            continue;
+        }
+#pragma unroll 1
+        for (int k = 0; k < WG_BM && r0 + k < HW; k += box_px) {
+            const int y = (r0 + k) / g.W, x = r0 + k - y * g.W;
+            asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+                             (uint64_t)tm_o),
+                         "r"(n0 + 64 * b), "r"(x), "r"(y), "r"(frame), "r"(src + k * 128)
+                         : "memory");
+        }
     }
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
 
 /* Work item w's tile: its phase p, M tile tm (of mt per phase) and first output channel n0. In a cluster of 2 (CL 2)
@@ -265,7 +289,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                               const __grid_constant__ CUtensorMap tm_o, /* TE: the output's map */
                               const __grid_constant__ w22_gemm g, int tpf, int cx, int cy, int main_iters, int iters,
                               int tiles_n, int tpp, int mt, int tile0, int whole, int split, int items,
-                              float *part, unsigned *count, int mode) {
+                              float *part, unsigned *count, int mode, int box_px) {
     typedef wg_layout<BN, STAGES> L;
     extern __shared__ unsigned char smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -401,8 +425,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
              * (a copy of g would go to local memory; selects of the four values made ptxas hoist all eight out of
              * the tile loop, and the registers they took cost the stage loop 17 instructions on the 128 tile) */
             if (TE) { /* the batch's GEMM p, frame t: frame p F + t of the output map (F = mt / tpf) */
-                wg_epi_tma<BN>(acc, base + tma_layout<BN, STAGES, TE>::stg_off, &tm_o, cw, warp4, lane, tid == 128,
-                               m0 - t * HW, p * (mt / tpf) + t, n0);
+                wg_epi_tma<BN>(g, acc, base + tma_layout<BN, STAGES, TE>::stg_off, &tm_o, cw, warp4, lane,
+                               tid == 128, m0 - t * HW, p * (mt / tpf) + t, n0, box_px);
                 __syncwarp();
                 continue;
             }
@@ -601,6 +625,40 @@ static w22_status out_map(w22_cuda *c, CUtensorMap *m, const w22_gemm *g, const 
     return W22_OK;
 }
 
+/* The pixels of a direct conv's TMA store box: the largest power of two dividing both W and 128, at least 8 (the
+ * 128B swizzle's 1024-byte atom: a box starts on one); 0: none. */
+static int frame_box_px(int W) {
+    int p = 128;
+    while (p >= 8 && W % p) p /= 2;
+    return p >= 8 ? p : 0;
+}
+
+/* The TMA store's map of a direct conv's output frames ({N, W, H, F} at the output's strides; boxes of box_px pixels
+ * of one row x 64 channels). */
+static w22_status out_map_frames(w22_cuda *c, CUtensorMap *m, const w22_gemm *g, int *box_px, const char *what) {
+    const long F = g->M / ((long)g->H * g->W);
+    *box_px = frame_box_px(g->W);
+    const cuuint64_t dims[4] = {(cuuint64_t)g->N, (cuuint64_t)g->W, (cuuint64_t)g->H, (cuuint64_t)F};
+    const cuuint64_t strides[3] = {(cuuint64_t)g->o_sw * 2, (cuuint64_t)g->o_sh * 2,
+                                   (cuuint64_t)(F > 1 ? g->o_sf : g->o_sh * g->H) * 2};
+    const cuuint32_t box[4] = {64, (cuuint32_t)*box_px, 1, 1}, estr[4] = {1, 1, 1, 1};
+    const CUresult r = ((encode_tiled_fn)c->tmap_encode)(
+        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, g->out, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return w22_fail(W22_ERR_CUDA, "%s: cuTensorMapEncodeTiled (the output frames' store map: N %d, %dx%d, %ld "
+                        "frames, box %d) failed: %d", what, g->N, g->H, g->W, F, *box_px, (int)r);
+    return W22_OK;
+}
+
+/* Whether a direct conv's output takes the TMA store (W22_EPI_TMA_DIRECT): bf16, no residual, one frame map (no time
+ * split, phases or batch), 16-byte strides, W a multiple of 8 (frame_box_px). */
+static int epi_tma_direct_ok(const w22_gemm *g) {
+    if (g->batch || g->phases || g->N % 256 || g->res || g->out_f32 || g->split_c || !frame_box_px(g->W)) return 0;
+    if (g->o_sw % 8 || g->o_sh % 8 || g->o_sf % 8 || g->o_sw < g->N || ((uintptr_t)g->out & 15)) return 0;
+    return 1;
+}
+
 /* Whether a batch's output takes the TMA store (MODE_EPI_TMA): bf16, nothing added, dense rows of N channels, GEMM
  * p's output p F frames on, 16-byte aligned. */
 static int epi_tma_ok(const w22_gemm *g) {
@@ -645,7 +703,9 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
                                border, g->pad_y - (p >> 1), g->pad_x - (p & 1), what));
     }
     CUtensorMap to = tb; /* never read without the TMA store */
-    if (TE) W22_TRY(out_map(c, &to, g, what));
+    int box_px = 0;      /* the TMA store's pixels a box: 0 for a batch's dense rows (boxes of 128) */
+    if (TE && g->batch) W22_TRY(out_map(c, &to, g, what));
+    if (TE && !g->batch) W22_TRY(out_map_frames(c, &to, g, &box_px, what));
     const int main_iters = g->kt * g->ks * g->ks * (g->cin / WG_BK);
     const int iters = main_iters + (g->sc ? g->sc_cin / WG_BK : 0);
     const int tiles_n = g->N / BN, tpf = (HW + WG_BM - 1) / WG_BM;
@@ -673,7 +733,7 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     if (CL == 1) {
         w22_conv_wgmma_tma_kernel<BN, STAGES, 1, TE><<<grid, WG_THREADS, tma_layout<BN, STAGES, TE>::bytes, c->stream>>>(
             tb, ts, ta, th0, th1, tsa, to, kg, tpf, cx, cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, (int)tile0,
-            whole, split, items, part, count, mode);
+            whole, split, items, part, count, mode, box_px);
         return W22_OK;
     }
     cudaLaunchConfig_t lc;
@@ -687,7 +747,7 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     lc.numAttrs = 1;
     CU_TRY(cudaLaunchKernelEx(&lc, w22_conv_wgmma_tma_kernel<BN, STAGES, CL, TE>, tb, ts, ta, th0, th1, tsa, to, kg, tpf, cx,
                               cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, 0, whole, split, items, part,
-                              count, mode));
+                              count, mode, box_px));
     return W22_OK;
 }
 
@@ -819,9 +879,19 @@ static w22_status run_tma(w22_cuda *c, const w22_gemm *g, int mode, const char *
     return W22_OK;
 }
 
+/* W22_EPI_TMA_DIRECT=1: the direct convs that allow it (epi_tma_direct_ok) store their tiles by the TMA as the batch
+ * GEMMs do (v20's trial switch, off by default: measured once, docs/PERF.md); read once. */
+static int epi_tma_direct_env(void) {
+    static int v = -1;
+    return w22_env_is(&v, "W22_EPI_TMA_DIRECT", "1");
+}
+
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
     const int zero[1] = {0};
-    return run_tma(c, g, mode_for(g, 1, zero, zero), what);
+    int mode = mode_for(g, 1, zero, zero);
+    if (epi_tma_direct_env() && epi_tma_direct_ok(g) && (mode & MODE_EPI_VEC) && !(mode & (MODE_NO_EPI | MODE_NO_LOAD)))
+        mode = (mode & ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM)) | MODE_EPI_TMA;
+    return run_tma(c, g, mode, what);
 }
 
 /* Phase p's output and residual offsets from phase 0's (elements; the residual's with p's DupUp r_coff). */

@@ -10,6 +10,7 @@ pass=0; fail=0
 out=$(W22_EPI_TMA_DIRECT=1 "$B/tests/cuda_ops" -o conv 2>&1)
 ok=$(printf '%s\n' "$out" | grep -E '^conv .*\[wgmma[^]]*tma-store[^]]*\] ok$' | wc -l)
 bad=$(printf '%s\n' "$out" | grep -E '^conv .*\] FAIL$' | wc -l)
+printf '%s\n' "$out" | grep -E '^conv .*\[wgmma[^]]*tma-store[^]]*\] ok$'
 printf '%s\n' "$out" | grep -E '^conv .*\] FAIL$'
 if [ "$ok" -ge 3 ]; then echo "direct conv cases on the TMA store within tolerance: $ok: ok"; pass=$((pass + 1));
 else echo "direct conv cases on the TMA store within tolerance: $ok (expected 3 or more): FAIL"; fail=$((fail + 1)); fi

@@ -421,15 +421,15 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 }
                 wg_split_sum<NACC>(part, ti * split, split, acc, tid - 128);
             }
-            /* the phase's offsets: g is a __grid_constant__ so that this runtime index is an indexed constant load
-             * (a copy of g would go to local memory; selects of the four values made ptxas hoist all eight out of
-             * the tile loop, and the registers they took cost the stage loop 17 instructions on the 128 tile) */
-            if (TE) { /* the batch's GEMM p, frame t: frame p F + t of the output map (F = mt / tpf) */
+            if (TE) { /* frame t of GEMM p (a batch's; 0 for a direct conv): frame p F + t of the map, F = mt / tpf */
                 wg_epi_tma<BN>(g, acc, base + tma_layout<BN, STAGES, TE>::stg_off, &tm_o, cw, warp4, lane,
                                tid == 128, m0 - t * HW, p * (mt / tpf) + t, n0, box_px);
                 __syncwarp();
                 continue;
             }
+            /* the phase's offsets: g is a __grid_constant__ so that this runtime index is an indexed constant load
+             * (a copy of g would go to local memory; selects of the four values made ptxas hoist all eight out of
+             * the tile loop, and the registers they took cost the stage loop 17 instructions on the 128 tile) */
             const int po = g.ph_o[p], pr = g.ph_r[p];
             if (defer)
                 wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr, epi);
@@ -607,22 +607,28 @@ static w22_status split_buffers(w22_cuda *c) {
     return W22_OK;
 }
 
-/* A launch of the GEMM's items: with CL 2 the first `lim` pairs (0: all), with CL 1 the tiles from `tile0` on (the
- * tail the pairs left: one_round lets a single round split). */
 /* The TMA store's map of a batch's output (MODE_EPI_TMA): {N, H W, batch F} (GEMM p's frame t is frame p F + t),
  * boxes of 64 channels x 128 rows in the 128B swizzle. */
+/* The output's store map of `rank` dims (strides in elements), boxes of 64 channels x box1 in the 128B swizzle. */
+static w22_status store_map(w22_cuda *c, CUtensorMap *m, const w22_gemm *g, int rank, const cuuint64_t *dims,
+                            const long *strides, int box1, const char *what) {
+    cuuint64_t sb[3];
+    for (int i = 0; i + 1 < rank; i++) sb[i] = (cuuint64_t)strides[i] * 2;
+    const cuuint32_t box[4] = {64, (cuuint32_t)box1, 1, 1}, estr[4] = {1, 1, 1, 1};
+    const CUresult r = ((encode_tiled_fn)c->tmap_encode)(
+        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, g->out, dims, sb, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return w22_fail(W22_ERR_CUDA, "%s: cuTensorMapEncodeTiled (the output's store map: N %d, %dx%d, %llu frames, "
+                        "box %d) failed: %d", what, g->N, g->H, g->W, (unsigned long long)dims[rank - 1], box1, (int)r);
+    return W22_OK;
+}
+
 static w22_status out_map(w22_cuda *c, CUtensorMap *m, const w22_gemm *g, const char *what) {
     const long F = g->M / ((long)g->H * g->W);
     const cuuint64_t dims[3] = {(cuuint64_t)g->N, (cuuint64_t)g->H * g->W, (cuuint64_t)(g->batch * F)};
-    const cuuint64_t strides[2] = {(cuuint64_t)g->o_sw * 2, (cuuint64_t)g->o_sf * 2};
-    const cuuint32_t box[3] = {64, WG_BM, 1}, estr[3] = {1, 1, 1};
-    const CUresult r = ((encode_tiled_fn)c->tmap_encode)(
-        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, g->out, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return w22_fail(W22_ERR_CUDA, "%s: cuTensorMapEncodeTiled (the output's store map: N %d, %dx%d, %ld frames) "
-                        "failed: %d", what, g->N, g->H, g->W, (long)g->batch * F, (int)r);
-    return W22_OK;
+    const long strides[2] = {g->o_sw, g->o_sf};
+    return store_map(c, m, g, 3, dims, strides, WG_BM, what);
 }
 
 /* The pixels of a direct conv's TMA store box: the largest power of two dividing both W and 128, at least 8 (the
@@ -639,16 +645,8 @@ static w22_status out_map_frames(w22_cuda *c, CUtensorMap *m, const w22_gemm *g,
     const long F = g->M / ((long)g->H * g->W);
     *box_px = frame_box_px(g->W);
     const cuuint64_t dims[4] = {(cuuint64_t)g->N, (cuuint64_t)g->W, (cuuint64_t)g->H, (cuuint64_t)F};
-    const cuuint64_t strides[3] = {(cuuint64_t)g->o_sw * 2, (cuuint64_t)g->o_sh * 2,
-                                   (cuuint64_t)(F > 1 ? g->o_sf : g->o_sh * g->H) * 2};
-    const cuuint32_t box[4] = {64, (cuuint32_t)*box_px, 1, 1}, estr[4] = {1, 1, 1, 1};
-    const CUresult r = ((encode_tiled_fn)c->tmap_encode)(
-        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, g->out, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return w22_fail(W22_ERR_CUDA, "%s: cuTensorMapEncodeTiled (the output frames' store map: N %d, %dx%d, %ld "
-                        "frames, box %d) failed: %d", what, g->N, g->H, g->W, F, *box_px, (int)r);
-    return W22_OK;
+    const long strides[3] = {g->o_sw, g->o_sh, F > 1 ? g->o_sf : g->o_sh * g->H}; /* one frame: never stepped */
+    return store_map(c, m, g, 4, dims, strides, *box_px, what);
 }
 
 /* Whether a direct conv's output takes the TMA store (W22_EPI_TMA_DIRECT): bf16, no residual, one frame map (no time
@@ -671,6 +669,15 @@ static int epi_tma_ok(const w22_gemm *g) {
     return 1;
 }
 
+/* mode with the TMA store instead of the overlapped epilogue, unless a measurement mode leaves the stores or loads
+ * out. */
+static int epi_tma_mode(int mode) {
+    if (mode & (MODE_NO_EPI | MODE_NO_LOAD)) return mode;
+    return (mode & ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM)) | MODE_EPI_TMA;
+}
+
+/* A launch of the GEMM's items: with CL 2 the first `lim` pairs (0: all), with CL 1 the tiles from `tile0` on (the
+ * tail the pairs left: one_round lets a single round split). */
 template <int BN, int STAGES, int CL, int TE>
 static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, int *split_used, const char *what,
                          long lim, long tile0, int one_round) {
@@ -889,8 +896,7 @@ static int epi_tma_direct_env(void) {
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
     const int zero[1] = {0};
     int mode = mode_for(g, 1, zero, zero);
-    if (epi_tma_direct_env() && epi_tma_direct_ok(g) && (mode & MODE_EPI_VEC) && !(mode & (MODE_NO_EPI | MODE_NO_LOAD)))
-        mode = (mode & ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM)) | MODE_EPI_TMA;
+    if (epi_tma_direct_env() && epi_tma_direct_ok(g) && (mode & MODE_EPI_VEC)) mode = epi_tma_mode(mode);
     return run_tma(c, g, mode, what);
 }
 
@@ -960,7 +966,6 @@ w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_gemm *g, const char 
     w22_gemm q[W22_GEMM_BATCH];
     for (int p = 0; p < g->batch; p++) q[p] = *g;
     int mode = mode_for(q, g->batch, g->ph_o, g->ph_r);
-    if (epi_tma_env() && epi_tma_ok(g) && !(mode & (MODE_NO_EPI | MODE_NO_LOAD)))
-        mode = (mode & ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM)) | MODE_EPI_TMA;
+    if (epi_tma_env() && epi_tma_ok(g)) mode = epi_tma_mode(mode);
     return run_tma(c, g, mode, what);
 }

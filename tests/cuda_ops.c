@@ -1016,6 +1016,10 @@ static void run_cases(void) {
     conv_case("upsample2d", 512, 512, 1, 8, 12, 1, 3, 1, 0, RES_NONE, 0);
     conv_case("res", 256, 256, 2, 12, 20, 3, 3, 0, 0, RES_INPLACE, 0);
     conv_case("res", 512, 512, 1, 6, 10, 3, 3, 0, 0, RES_SEPARATE, 0);
+    /* W 24 and 16 (multiples of 8): under W22_EPI_TMA_DIRECT=1 the residual goes in as extra K and the tiles take the
+     * TMA store (tests/cuda_epi_tma.sh): boxes of 8 and 16 pixels, res = out and a residual of its own */
+    conv_case("res", 256, 256, 2, 12, 24, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_case("res", 256, 256, 1, 10, 16, 3, 3, 0, 0, RES_SEPARATE, 0);
     conv_case("shortcut", 256, 256, 2, 12, 20, 3, 3, 0, 0, RES_NONE, 512);
     conv_case("shortcut", 512, 512, 1, 8, 12, 3, 3, 0, 0, RES_NONE, 1024);
     conv_case("sc+res", 256, 256, 1, 6, 10, 3, 3, 0, 0, RES_SEPARATE, 512);

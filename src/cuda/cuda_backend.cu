@@ -302,6 +302,7 @@ static void op_destroy(w22_backend *b) {
         w22_cuda_free_ptr(c, c->attn_scratch);
         w22_cuda_free_ptr(c, c->split_part);
         w22_cuda_free_ptr(c, c->wino_scratch);
+        w22_cuda_free_ptr(c, c->ident);
         if (c->side) {
             cudaStreamSynchronize(c->side);
             cudaStreamDestroy(c->side);

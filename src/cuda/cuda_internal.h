@@ -50,6 +50,8 @@ typedef struct {
     void *tmap_im2col; /* cuTensorMapEncodeIm2col, for W22_WGMMA_LOAD=tma (conv_sm90_wgmma_tma.cu); NULL: none */
     void *wino_scratch; /* W22_WINOGRAD's V and M (winograd.cu), grown to the largest conv; NULL: none yet */
     size_t wino_bytes;
+    void *ident; /* bf16 identity [ident_n][ident_n]: a residual's weights as extra K (conv_sm90_wgmma_tma.cu) */
+    int ident_n;
 } w22_cuda;
 
 /* A weight in this backend's layout. Conv: [cout][kt][kh][kw][cin] bf16 (the GEMM's B operand, K-major);

@@ -348,7 +348,18 @@ static int phases_one(void) {
 /* The last GEMM ran on the wgmma kernel the environment selects: the TMA's im2col loads unless W22_WGMMA_LOAD=cpasync;
  * the persistent grid with them unless W22_WGMMA_PERSIST=0, with the cp.async loads when W22_WGMMA_PERSIST=1.
  * phases: the GEMM is an upsample's four phases, one launch where phases_one(). */
-static void check_wgmma_path(const char *op, const char *shape, int split, int phases, int cluster) {
+/* Whether a direct conv's tiles are stored by the TMA (conv_sm90_wgmma_tma.cu, epi_tma_direct_ok and residual_as_k,
+ * restated): on the TMA kernel with the default epilogue, unless W22_EPI_TMA_DIRECT=0; cout a multiple of 256, the
+ * output's width a multiple of 8, no upsample or time split, and not both a residual and a shortcut (a residual goes
+ * in as extra K, in the shortcut's place: cout / 64 more stages). */
+static int tma_store_expected(int cout, int ow, int upsample, int time_split, int res, int sc_cin) {
+    const char *d = getenv("W22_EPI_TMA_DIRECT"), *ee = getenv("W22_WGMMA_EPI");
+    if ((d && !strcmp(d, "0")) || (ee && strcmp(ee, "defer")) || !want_tma()) return 0;
+    return cout % 256 == 0 && ow % 8 == 0 && !upsample && !time_split && !(res && sc_cin);
+}
+
+/* tma_store: the tiles are stored by the TMA (tma_store_expected), an epilogue of its own on the persistent grid. */
+static void check_wgmma_path(const char *op, const char *shape, int split, int phases, int cluster, int tma_store) {
     const char *pe = getenv("W22_WGMMA_PERSIST");
     const int want_t = want_tma();
     const int want_p = want_t ? !(pe && !strcmp(pe, "0")) : pe && !strcmp(pe, "1");
@@ -356,6 +367,7 @@ static void check_wgmma_path(const char *op, const char *shape, int split, int p
      * or its 16-byte tail store (v2): every case here is aligned for each */
     const char *ee = getenv("W22_WGMMA_EPI");
     const char *want_e = !want_t ? NULL
+                         : tma_store                   ? " tma-store"
                          : !ee || !strcmp(ee, "defer") ? " defer"
                          : !strcmp(ee, "half")         ? " half"
                          : !strcmp(ee, "v2")           ? " vec"
@@ -363,7 +375,7 @@ static void check_wgmma_path(const char *op, const char *shape, int split, int p
     /* the split tail on the TMA kernel's persistent grid, where the caller's tile count calls for it */
     const int want_s = want_t && want_p && split;
     const int want_4 = phases && phases_one(), want_c = cluster;
-    const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || strstr(gpu_path(), "persistent")) &&
+    const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || tma_store || strstr(gpu_path(), "persistent")) &&
                    (!want_t || strstr(gpu_path(), " tma")) && (!want_e || strstr(gpu_path(), want_e)) &&
                    !want_s == !strstr(gpu_path(), " split") && !want_4 == !strstr(gpu_path(), " phases4") &&
                    (want_c == 2   ? strstr(gpu_path(), " cluster2 tail") != NULL
@@ -449,11 +461,12 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
             /* the split tail: per launch (an upsample's four phase GEMMs are alike: ks 2 on the low-resolution grid,
              * one launch of 4x the tiles unless W22_PHASES=separate) */
             const int bn = cout % 256 == 0 ? 256 : 128, tpf = (h * w + 127) / 128;
-            const int iters = upsample ? 4 * (cin / 64) : kt * ks * ks * (cin / 64) + sc_cin / 64;
+            const int te = tma_store_expected(cout, ow, upsample, time_split, res, sc_cin);
+            const int iters = upsample ? 4 * (cin / 64) : kt * ks * ks * (cin / 64) + sc_cin / 64 + (te && res ? cout / 64 : 0);
             const int launches = upsample && phases_one() ? 4 : 1;
             int cl;
             const int sp = split_expected(launches, F * tpf, cout / bn, bn, iters, &cl);
-            check_wgmma_path("conv", shape, sp, upsample, cl);
+            check_wgmma_path("conv", shape, sp, upsample, cl, te);
         }
         const char *rp = rows_path(cin, cout, oh, kt, ks, upsample, time_split, sc_cin);
         if (!selftest && rp) {
@@ -525,7 +538,7 @@ static void dupconv_case(const char *tag, int C, int cd, int ft, int first_singl
                 int cl;
                 const int sp = split_expected(phases_one() ? 4 : 1, F * ((h * w + 127) / 128),
                                               C % 256 ? C / 128 : C / 256, C % 256 ? 128 : 256, 4 * (C / 64), &cl);
-                check_wgmma_path("conv+dupup", shape, sp, 1, cl);
+                check_wgmma_path("conv+dupup", shape, sp, 1, cl, 0);
             }
         }
     }
@@ -573,7 +586,7 @@ static void repeat_case(int cin, int cout, int h, int w, int reps) {
         int cl;
         const int sp = split_expected(1, (h * w + 127) / 128, cout % 256 ? cout / 128 : cout / 256,
                                       cout % 256 ? 128 : 256, 27 * (cin / 64), &cl);
-        check_wgmma_path("conv", shape, sp, 0, cl);
+        check_wgmma_path("conv", shape, sp, 0, cl, tma_store_expected(cout, w, 0, 0, 0, 0));
     }
     free(first);
     free(now);

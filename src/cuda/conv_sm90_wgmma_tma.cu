@@ -870,11 +870,12 @@ static int phase_minor_env(void) {
     return !w22_env_is(&v, "W22_PHASE_ORDER", "major");
 }
 
-/* The TMA store's staging: two boxes of 64 channels (32 KB) taken in turns, on a ring of 4 stages (v21, the
- * default), or W22_EPI_STG=full: the whole tile (64 KB) on a ring of 3 (v20's). Read once. */
+/* The TMA store's staging: the whole tile (64 KB) on a ring of 3 stages (v20's, the default), or W22_EPI_STG=half:
+ * two boxes of 64 channels (32 KB) taken in turns, on a ring of 4 (v21a: f121 the same within 0.3%, the batch GEMMs
+ * unchanged: the 4th stage does not pay). Read once. */
 static int epi_stg_full_env(void) {
     static int v = -1;
-    return w22_env_is(&v, "W22_EPI_STG", "full");
+    return !w22_env_is(&v, "W22_EPI_STG", "half");
 }
 
 static w22_status run_tma(w22_cuda *c, const w22_gemm *g, int mode, const char *what) {
@@ -913,11 +914,12 @@ static w22_status run_tma(w22_cuda *c, const w22_gemm *g, int mode, const char *
     return W22_OK;
 }
 
-/* W22_EPI_TMA_DIRECT=1: the direct convs that allow it (epi_tma_direct_ok) store their tiles by the TMA as the batch
- * GEMMs do (v20's trial switch, off by default: measured once, docs/PERF.md); read once. */
+/* The direct convs that allow it (epi_tma_direct_ok, a plain residual taken as extra K) store their tiles by the TMA
+ * as the batch GEMMs do (v21: f121 -1.2%, the 256-channel convs at 352 x 624 -1.3 to -5.7%); W22_EPI_TMA_DIRECT=0:
+ * v20's overlapped epilogue. Read once. */
 static int epi_tma_direct_env(void) {
     static int v = -1;
-    return w22_env_is(&v, "W22_EPI_TMA_DIRECT", "1");
+    return !w22_env_is(&v, "W22_EPI_TMA_DIRECT", "0");
 }
 
 /* The identity [n][n] in bf16, the weights of a residual taken as the GEMM's extra K (residual_as_k): made at the
@@ -963,7 +965,7 @@ static int residual_as_k(w22_cuda *c, w22_gemm *g, w22_status *st) {
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
     const int zero[1] = {0};
     int mode = mode_for(g, 1, zero, zero);
-    if (epi_tma_direct_env() && (mode & MODE_EPI_VEC)) {
+    if (epi_tma_direct_env() && (mode & MODE_EPI_SMEM)) { /* the default epilogue's GEMMs (W22_WGMMA_EPI unset) */
         w22_gemm q = *g; /* a residual as extra K where that lets the tile take the TMA store */
         w22_status st = W22_OK;
         if (q.res && epi_tma_direct_ok_but_res(&q) && !residual_as_k(c, &q, &st) && st != W22_OK) return st;

@@ -26,7 +26,9 @@
  * stored during the next tile's first stages (wgmma_common.cuh, "the overlapped epilogue"), so the stores overlap
  * the MMAs; W22_WGMMA_EPI=half / v2 give v11 / v10. The Winograd batch GEMMs (dense outputs, nothing added) store
  * their tiles by the TMA instead (v20, MODE_EPI_TMA, kernel TE: wg_epi_tma), on a ring of 3 stages: the 4th's
- * shared memory holds the tile.
+ * shared memory holds the tile; since v21 the direct convs whose output allows it too, a plain residual taken as
+ * extra K (residual_as_k), so that only the convs with phases, a DupUp or time-split output, or a residual and a
+ * shortcut keep the overlapped epilogue.
  * An upsample conv's four phase GEMMs (conv.cu) run as one launch (w22_gemm.phases): one ramp and one part-empty
  * last round instead of four (858 tiles per phase at 176 x 312, 6.5 rounds each, are 3432 in 26). Tiles are
  * ordered (M tile or pair, phase, N tile) since v19 (the four phases of a pixel block read its input and DupUp

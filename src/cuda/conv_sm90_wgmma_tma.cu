@@ -881,6 +881,14 @@ static int epi_stg_full_env(void) {
     return !w22_env_is(&v, "W22_EPI_STG", "half");
 }
 
+/* A launch with the TMA store: the kernel of the staging epi_stg_full_env picks (TE 4 boxes on 3 stages, or 2 on 4). */
+template <int CL>
+static w22_status launch_te(w22_cuda *c, const w22_gemm *g, int persist, int mode, int *split, const char *what,
+                            long lim, long tile0, int one_round) {
+    return epi_stg_full_env() ? launch<256, 3, CL, 4>(c, g, persist, mode, split, what, lim, tile0, one_round)
+                              : launch<256, 4, CL, 2>(c, g, persist, mode, split, what, lim, tile0, one_round);
+}
+
 static w22_status run_tma(w22_cuda *c, const w22_gemm *g, int mode, const char *what) {
     if (g->phases && phase_minor_env()) mode |= MODE_PHASE_MINOR;
     /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
@@ -890,18 +898,12 @@ static w22_status run_tma(w22_cuda *c, const w22_gemm *g, int mode, const char *
     const int plan = tma_plan(c, g, persist, (mode & MODE_PHASE_MINOR) != 0, &lim, &tile0);
     int split = 1;
     w22_status s = W22_OK;
-    const int full = epi_stg_full_env();
-    if ((mode & MODE_EPI_TMA) && plan == TMA_PAIRS_TAIL) { /* the TMA store (epi_stg_full_env: its staging) */
-        s = full ? launch<256, 3, 2, 4>(c, g, persist, mode, &split, what, lim, 0, 0)
-                 : launch<256, 4, 2, 2>(c, g, persist, mode, &split, what, lim, 0, 0);
-        if (s == W22_OK)
-            s = full ? launch<256, 3, 1, 4>(c, g, persist, mode, &split, what, 0, tile0, 1)
-                     : launch<256, 4, 1, 2>(c, g, persist, mode, &split, what, 0, tile0, 1);
+    if ((mode & MODE_EPI_TMA) && plan == TMA_PAIRS_TAIL) { /* the TMA store (launch_te: its staging) */
+        s = launch_te<2>(c, g, persist, mode, &split, what, lim, 0, 0);
+        if (s == W22_OK) s = launch_te<1>(c, g, persist, mode, &split, what, 0, tile0, 1);
     } else if (mode & MODE_EPI_TMA) {
-        s = plan == TMA_PAIRS ? (full ? launch<256, 3, 2, 4>(c, g, persist, mode, &split, what, 0, 0, 0)
-                                      : launch<256, 4, 2, 2>(c, g, persist, mode, &split, what, 0, 0, 0))
-            : full            ? launch<256, 3, 1, 4>(c, g, persist, mode, &split, what, 0, 0, 0)
-                              : launch<256, 4, 1, 2>(c, g, persist, mode, &split, what, 0, 0, 0);
+        s = plan == TMA_PAIRS ? launch_te<2>(c, g, persist, mode, &split, what, 0, 0, 0)
+                              : launch_te<1>(c, g, persist, mode, &split, what, 0, 0, 0);
     } else if (plan == TMA_PAIRS_TAIL) { /* the pairs' rounds, then the tail on the SMs (its split is the one named) */
         s = launch<256, 4, 2, 0>(c, g, persist, mode, &split, what, lim, 0, 0);
         if (s == W22_OK) s = launch<256, 4, 1, 0>(c, g, persist, mode, &split, what, 0, tile0, 1);
@@ -949,20 +951,19 @@ static w22_status identity_weights(w22_cuda *c, int n, const bf16 **out) {
  * 256-channel 3x3x3 conv), so that the epilogue adds nothing and the tile may take the TMA store (v21). The sum is
  * made in fp32 (conv + residual, + bias) and rounded once, where the epilogue added the residual to the rounded conv
  * output and rounded again. A residual that is the output itself is read by the tile's loads before its epilogue
- * writes it, and no other tile reads those rows. 0: g keeps its residual. */
-static int residual_as_k(w22_cuda *c, w22_gemm *g, w22_status *st) {
-    *st = W22_OK;
+ * writes it, and no other tile reads those rows. Where it cannot, g keeps its residual. */
+static w22_status residual_as_k(w22_cuda *c, w22_gemm *g) {
     if (!g->res || g->sc || g->phases || g->batch || g->split_c || g->r_csh || g->r_tsh || g->r_toff || g->r_coff)
-        return 0;
+        return W22_OK;
     const long F = g->M / ((long)g->H * g->W);
     if (g->N % 64 || !st16(g->r_sw) || !st16(g->r_sh) || (F > 1 && !st16(g->r_sf)) || !al16(g->res) || g->r_sw < g->N)
-        return 0;
+        return W22_OK;
     const bf16 *id;
-    if ((*st = identity_weights(c, g->N, &id)) != W22_OK) return 0;
+    W22_TRY(identity_weights(c, g->N, &id));
     g->sc = g->res, g->sc_sf = g->r_sf, g->sc_sh = g->r_sh, g->sc_sw = g->r_sw, g->sc_cin = g->N, g->scb = id;
     g->sc_bias = NULL;
     g->res = NULL, g->r_sf = g->r_sh = g->r_sw = 0;
-    return 1;
+    return W22_OK;
 }
 
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
@@ -970,8 +971,7 @@ w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *w
     int mode = mode_for(g, 1, zero, zero);
     if (epi_tma_direct_env() && (mode & MODE_EPI_SMEM)) { /* the default epilogue's GEMMs (W22_WGMMA_EPI unset) */
         w22_gemm q = *g; /* a residual as extra K where that lets the tile take the TMA store */
-        w22_status st = W22_OK;
-        if (q.res && epi_tma_direct_ok_but_res(&q) && !residual_as_k(c, &q, &st) && st != W22_OK) return st;
+        if (q.res && epi_tma_direct_ok_but_res(&q)) W22_TRY(residual_as_k(c, &q));
         if (epi_tma_direct_ok(&q)) return run_tma(c, &q, epi_tma_mode(mode), what);
     }
     return run_tma(c, g, mode, what);

@@ -109,9 +109,10 @@ static void probe(w22_backend *gb, int C, int H, int W, int F, int iters) {
     auto wino = [&](int k, int tf, cudaEvent_t *ev) {
         const w22_view xv = bview(xd[k], FI, H, W, C);
         if (ev) CK(cudaEventRecord(ev[0], st));
-        for (int j = FI - tf; j < FI; j++)
-            WT(w22_cuda_wino_in(st, (const bf16 *)xv.ptr + j * xv.sf, xv.sh, xv.sw, (bf16 *)vd + voff + j * vsf,
-                                (long)vcomp, vsh, C, h2, w2, C));
+        const bf16 *xf[W22_WINO_FRAMES];
+        for (int j = FI - tf; j < FI; j++) xf[j - (FI - tf)] = (const bf16 *)xv.ptr + j * xv.sf;
+        WT(w22_cuda_wino_in(st, xf, tf, xv.sh, xv.sw, (bf16 *)vd + voff + (FI - tf) * vsf, (long)vcomp, vsf, vsh, C,
+                            h2, w2, C));
         if (ev) CK(cudaEventRecord(ev[1], st));
         for (int xi = 0; xi < 16; xi++) {
             w22_conv_args g = {};

@@ -102,8 +102,10 @@ typedef struct {
     /* out = in / max(||in||_2 over channels, 1e-12) * sqrt(C) * gamma, then SiLU when silu. */
     w22_status (*rmsnorm)(w22_backend *b, w22_view in, w22_view out, const w22_bweight *gamma, int silu);
     /* Per frame f: out[f, p] = softmax(q[f, p] . k[f, :]^T / sqrt(C)) v[f, :], over every pixel of k's frame.
-     * q, out: this rank's rows; k, v: the whole frame. */
-    w22_status (*attention)(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out);
+     * q, out: this rank's rows; k, v: the whole frame. work (NULL: none): work_bytes of backend memory free during
+     * the call, which a backend may use as scratch (the decode passes what the stage leaves free). */
+    w22_status (*attention)(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out, void *work,
+                            size_t work_bytes);
     /* out += DupUp(in): out (F, 2h, 2w, cout) from in (f, h, w, cin), ft = 1 or 2 time copies (first_single:
      * frame 0 of in gives one frame, the last copy). Output channel o, time copy t, sub-row i, sub-col j takes
      * input channel (o*ft*4 + t*4 + i*2 + j) / (cout*ft*4 / cin). */

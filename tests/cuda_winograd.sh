@@ -5,7 +5,8 @@
 # (W22_WINOGRAD_SCRATCH_MB=1: a band of a few tile rows in these cases), and with v18's transforms of 8 channels a
 # thread (W22_WINOGRAD_VEC=8; the default is 4), and with v19's overlapped epilogue in the batch GEMM (W22_EPI_TMA=0;
 # the default stores the tiles of every case whose cout is a multiple of 256 by the TMA, the whole tile staged on a
-# ring of 3 stages), and with the staging of two boxes in turns on a ring of 4 (W22_EPI_STG=half). Each such case then also fails cuda_ops'
+# ring of 3 stages), and with the staging of two boxes in turns on a ring of 4 (W22_EPI_STG=half). cuda_ops' "frames"
+# case has 9 input frames: two launches of the input transform. Each such case then also fails cuda_ops'
 # check of the kernel path (it expects the wgmma conv): that line is not counted here; the numeric lines are.
 set -u
 B=${BUILD:-build}

@@ -7,7 +7,9 @@
  * order; the head's partial sums against its input-frame cache agree to float32 rounding (the 27 taps' sum
  * regrouped by temporal tap: within 1e-5 like the chunkings, whose GEMM blocking differs too). Chunkings mix the two
  * push paths: stage 0 rotates with one latent frame per pass and copies with more, and stage chunk overrides of 2
- * or 3 frames copy where the other stages rotate. */
+ * or 3 frames copy where the other stages rotate. The default (stage 2 in chunks of 2, its upsample conv handing
+ * stage 3 one frame at a time: plan.h's interleave) makes the reference; runs with stage 3's chunk as large as stage
+ * 2's hand on the whole chunk at once. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +119,9 @@ int main(void) {
         {T, {0}, "frames_per_pass T"},
         {2, {0, 1, 3, 1}, "fpp 2, stage chunks 1, 3, 1"},      /* stage 2 copies */
         {1, {0, 2, 1, 2}, "fpp 1, stage chunks 2, 1, 2"},      /* stages 0 and 2 rotate, 1 and 3 copy */
+        {1, {0, 1, 1, 1}, "fpp 1, stage chunks 1, 1, 1"},      /* v21's default: stage 2 hands on its chunk */
+        {1, {0, 1, 2, 2}, "fpp 1, stage chunks 1, 2, 2"},      /* the same, of 2 frames */
+        {2, {0, 1, 4, 1}, "fpp 2, stage chunks 1, 4, 1"},      /* stage 2 interleaved, 4 upsample convs a chunk */
     };
     float *byflag[4];
     for (int f = 0; f < 4; f++) byflag[f] = malloc(nv * 4);

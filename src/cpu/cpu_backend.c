@@ -124,8 +124,9 @@ static w22_status cpu_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w
 }
 
 /* Per frame: S = Q K^T / sqrt(C) (GEMM), a row softmax, O = P V (GEMM). Q, K, V rows are pixels. */
-static w22_status cpu_attention(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out) {
-    (void)b;
+static w22_status cpu_attention(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out, void *work,
+                                size_t work_bytes) {
+    (void)b, (void)work, (void)work_bytes; /* host memory: its own */
     const int C = q.c, nq = q.h * q.w, nk = k.h * k.w;
     float *Q = malloc(sizeof(float) * ((size_t)nq * C * 2 + (size_t)nk * C * 2 + (size_t)nq * nk));
     if (!Q) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for attention (%d x %d scores)", nq, nk);

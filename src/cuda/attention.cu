@@ -4,7 +4,8 @@
  *   Pm = softmax(S / sqrt(C)) per row (fp32 math, bf16 [nq][Pp], zeros past P)
  *   O  = Pm Vt^T (bf16, into out)                                      the conv GEMM
  * nq = this rank's query pixels, P = the frame's pixels (3432 in the real model: 47 MB of fp32 scores), Pp = P
- * rounded up to 8 (the GEMM's K granularity). The scratch is kept and grown on demand. */
+ * rounded up to 8 (the GEMM's K granularity). The scratch: the caller's free memory where it is given and large
+ * enough (a decode passes stage 0's, so that the workspace holds it: v22), else our own, kept and grown on demand. */
 #include "cuda_internal.h"
 #include "cuda_ops.h"
 
@@ -53,7 +54,8 @@ __global__ void w22_softmax_rows_kernel(const float *s, bf16 *pm, int P, int Pp,
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
-w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out) {
+w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out, void *work,
+                              size_t work_bytes) {
     w22_cuda *c = cuda_of(b);
     const int C = q.c;
     if (q.es != 2 || k.es != 2 || v.es != 2 || out.es != 2 || k.c != C || v.c != C || out.c != C || k.f != q.f ||
@@ -72,11 +74,15 @@ w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v
     if (P == 0) return w22_fail(W22_ERR_BAD_SHAPE, "cuda attention: k and v have no pixels");
     const size_t s_bytes = align256((size_t)nq * Pp * 4), p_bytes = align256((size_t)nq * Pp * 2),
                  vt_bytes = align256((size_t)C * Pp * 2), need = s_bytes + p_bytes + vt_bytes;
-    W22_TRY(w22_cuda_scratch(c, &c->attn_scratch, &c->attn_bytes, need,
-                             "the attention scratch (scores, probabilities, V^T)"));
-    float *S = (float *)c->attn_scratch;
-    bf16 *Pm = (bf16 *)((char *)c->attn_scratch + s_bytes);
-    bf16 *Vt = (bf16 *)((char *)c->attn_scratch + s_bytes + p_bytes);
+    char *base = (char *)work; /* the caller's free memory where it holds the scratch (a decode's), else our own */
+    if (!work || work_bytes < need || (uintptr_t)work % 256) {
+        W22_TRY(w22_cuda_scratch(c, &c->attn_scratch, &c->attn_bytes, need,
+                                 "the attention scratch (scores, probabilities, V^T)"));
+        base = (char *)c->attn_scratch;
+    }
+    float *S = (float *)base;
+    bf16 *Pm = (bf16 *)(base + s_bytes);
+    bf16 *Vt = (bf16 *)(base + s_bytes + p_bytes);
     const float scale_log2e = 1.4426950408889634f / sqrtf((float)C);
 
     for (int f = 0; f < q.f; f++) {

@@ -195,8 +195,9 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
 /* The batch GEMM (w22_gemm.batch) on the TMA wgmma kernel; NULL from the blocker: it can run */
 const char *w22_cuda_wgmma_tma_batch_blocker(const w22_gemm *g);
 w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_gemm *g, const char *what);
-w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *x, long xsh, long xsw, bf16 *v, long vcs, long vsh, long vsw,
-                            int h2, int w2, int C);
+#define W22_WINO_FRAMES 8 /* input frames per launch of the Winograd input transform */
+w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *const *x, int nf, long xsh, long xsw, bf16 *v, long vcs,
+                            long vsf, long vsh, long vsw, int h2, int w2, int C);
 w22_status w22_cuda_wino_out(cudaStream_t st, const bf16 *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf,
                              long ysh, long ysw, const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int F,
                              int h2, int w2, int C);

@@ -7,7 +7,8 @@
 /* conv.cu */
 w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a);
 /* attention.cu */
-w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out);
+w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out, void *work,
+                              size_t work_bytes);
 /* norm.cu */
 w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22_bweight *gamma, int silu);
 /* move.cu: zero, copy, latents in, video out */

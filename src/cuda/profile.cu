@@ -196,9 +196,10 @@ static w22_status p_latents_in(w22_backend *b, const void *z, w22_dtype zt, int 
                                w22_view out) {
     PROF(w22_cuda_ops_plain.latents_in(b, z, zt, C, T, H, W, t0, y0, out), 0, 4.0 * elems(out), "latents_in");
 }
-static w22_status p_attention(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out) {
+static w22_status p_attention(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out, void *work,
+                              size_t work_bytes) {
     const double flops = 4.0 * q.f * q.h * q.w * (double)k.h * k.w * q.c;
-    PROF(w22_cuda_ops_plain.attention(b, q, k, v, out), flops, 0, "attention c%d %dx%d f%d", q.c, q.h, q.w, q.f);
+    PROF(w22_cuda_ops_plain.attention(b, q, k, v, out, work, work_bytes), flops, 0, "attention c%d %dx%d f%d", q.c, q.h, q.w, q.f);
 }
 static w22_status p_dupup_add(w22_backend *b, w22_view out, w22_view in, int ft, int first_single) {
     PROF(w22_cuda_ops_plain.dupup_add(b, out, in, ft, first_single), 0, 2.0 * (2 * elems(out) + elems(in)),

@@ -14,14 +14,16 @@
 template <int VW> struct w_vec;
 template <> struct w_vec<8> { typedef uint4 t; };
 template <> struct w_vec<4> { typedef uint2 t; };
-template <int VW> static __device__ __forceinline__ void w_load(const bf16 *p, float *f) {
-    const typename w_vec<VW>::t u = *(const typename w_vec<VW>::t *)p;
+template <int VW> static __device__ __forceinline__ void w_unpack(const typename w_vec<VW>::t &u, float *f) {
     const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
 #pragma unroll
     for (int k = 0; k < VW / 2; k++) {
         const float2 v = __bfloat1622float2(h[k]);
         f[2 * k] = v.x, f[2 * k + 1] = v.y;
     }
+}
+template <int VW> static __device__ __forceinline__ void w_load(const bf16 *p, float *f) {
+    w_unpack<VW>(*(const typename w_vec<VW>::t *)p, f);
 }
 template <int VW> static __device__ __forceinline__ void w_store(bf16 *p, const float *f) {
     typename w_vec<VW>::t u;
@@ -31,40 +33,49 @@ template <int VW> static __device__ __forceinline__ void w_store(bf16 *p, const 
     *(typename w_vec<VW>::t *)p = u;
 }
 
-/* One input frame: V[xi = 4i + j](ty, tx, c) = (B^T d B)[i][j], d the 4 x 4 window at rows 2ty - 1.., cols 2tx - 1..
- * (x readable one pixel beyond its edges: the conv's zero border); B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].
- * A thread: one tile, VW channels (W22_WINOGRAD_VEC, default 4). */
+/* Input frames (up to W22_WINO_FRAMES a launch, blockIdx.y the frame): V[xi = 4i + j](f, ty, tx, c) = (B^T d B)[i][j],
+ * d the 4 x 4 window of frame f at rows 2ty - 1.., cols 2tx - 1.. (x readable one pixel beyond its edges: the conv's
+ * zero border); B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. A thread: one tile, VW channels (W22_WINOGRAD_VEC,
+ * default 4); the window held as loaded (bf16: half the registers of floats), each output row of B^T d B made from
+ * two of its rows. The kernel is DRAM-bound (ncu, v22: 72% of the DRAM peak, 0.84 GB moved for 0.82 of reads and
+ * writes); two tiles a thread (sharing two window columns: 24 loads for 2 tiles instead of 32) came out even. */
+struct w22_wino_frames {
+    const bf16 *p[W22_WINO_FRAMES];
+};
 template <int VW>
-__global__ void w22_wino_in_kernel(const bf16 *__restrict__ x, long xsh, long xsw, bf16 *__restrict__ v, long vcs,
-                                   long vsh, long vsw, int h2, int w2, int C) {
+__global__ void __launch_bounds__(256, VW == 4 ? 4 : 2)
+    w22_wino_in_kernel(const __grid_constant__ w22_wino_frames x, long xsh, long xsw, bf16 *__restrict__ v, long vcs,
+                       long vsf, long vsh, long vsw, int h2, int w2, int C) {
+    typedef typename w_vec<VW>::t vec;
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, cv = C / VW;
     if (i >= (long)h2 * w2 * cv) return;
     const int c = (int)(i % cv) * VW, tx = (int)(i / cv % w2), ty = (int)(i / cv / w2);
-    const bf16 *p = x + (2 * ty - 1) * xsh + (2 * tx - 1) * xsw + c;
-    float d[4][4][VW], t[4][4][VW];
-#pragma unroll
-    for (int r = 0; r < 4; r++)
-#pragma unroll
-        for (int s = 0; s < 4; s++) w_load<VW>(p + r * xsh + s * xsw, d[r][s]);
+    const bf16 *p = x.p[blockIdx.y] + (2 * ty - 1) * xsh + (2 * tx - 1) * xsw + c;
+    vec raw[4][4];
 #pragma unroll
     for (int s = 0; s < 4; s++)
 #pragma unroll
-        for (int k = 0; k < VW; k++) {
-            t[0][s][k] = d[0][s][k] - d[2][s][k];
-            t[1][s][k] = d[1][s][k] + d[2][s][k];
-            t[2][s][k] = d[2][s][k] - d[1][s][k];
-            t[3][s][k] = d[1][s][k] - d[3][s][k];
+        for (int r = 0; r < 4; r++) raw[r][s] = *(const vec *)(p + r * xsh + s * xsw);
+    bf16 *q = v + blockIdx.y * vsf + ty * vsh + tx * vsw + c;
+#pragma unroll
+    for (int r = 0; r < 4; r++) { /* row r of B^T d: rows (0, 2), (1, 2), (2, 1), (1, 3) of d, +- */
+        const int ra = r == 0 ? 0 : r == 2 ? 2 : 1, rb = r == 0 ? 2 : r == 3 ? 3 : r == 1 ? 2 : 1;
+        const float sg = r == 1 ? 1.f : -1.f;
+        float t[4][VW], o[4][VW];
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            float da[VW], db[VW];
+            w_unpack<VW>(raw[ra][s], da);
+            w_unpack<VW>(raw[rb][s], db);
+#pragma unroll
+            for (int k = 0; k < VW; k++) t[s][k] = da[k] + sg * db[k];
         }
-    bf16 *q = v + ty * vsh + tx * vsw + c;
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-        float o[4][VW];
 #pragma unroll
         for (int k = 0; k < VW; k++) {
-            o[0][k] = t[r][0][k] - t[r][2][k];
-            o[1][k] = t[r][1][k] + t[r][2][k];
-            o[2][k] = t[r][2][k] - t[r][1][k];
-            o[3][k] = t[r][1][k] - t[r][3][k];
+            o[0][k] = t[0][k] - t[2][k];
+            o[1][k] = t[1][k] + t[2][k];
+            o[2][k] = t[2][k] - t[1][k];
+            o[3][k] = t[1][k] - t[3][k];
         }
 #pragma unroll
         for (int s = 0; s < 4; s++) w_store<VW>(q + (4 * r + s) * vcs, o[s]);
@@ -134,16 +145,27 @@ static int wino_vec(void) {
     return v;
 }
 
-/* The transforms' launches (also bench/winograd_probe's): one input frame x (h2 x w2 tiles, C channels) into V's 16
- * components (vcs elements apart); F frames of M's components into y (+ bias, + res: NULL for none). */
-w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *x, long xsh, long xsw, bf16 *v, long vcs, long vsh, long vsw,
-                            int h2, int w2, int C) {
-    const int vw = wino_vec();
-    const long n = (long)h2 * w2 * (C / vw);
-    if (vw == 4)
-        w22_wino_in_kernel<4><<<(unsigned)((n + 255) / 256), 256, 0, st>>>(x, xsh, xsw, v, vcs, vsh, vsw, h2, w2, C);
+template <int VW>
+static void wino_in_launch(cudaStream_t st, const w22_wino_frames &x, int nf, long xsh, long xsw, bf16 *v, long vcs,
+                           long vsf, long vsh, long vsw, int h2, int w2, int C) {
+    const long n = (long)h2 * w2 * (C / VW);
+    w22_wino_in_kernel<VW><<<dim3((unsigned)((n + 255) / 256), (unsigned)nf), 256, 0, st>>>(x, xsh, xsw, v, vcs, vsf,
+                                                                                            vsh, vsw, h2, w2, C);
+}
+
+/* The transforms' launches (also bench/winograd_probe's): nf <= W22_WINO_FRAMES input frames x[j] (h2 x w2 tiles, C
+ * channels, the same strides) into V's 16 components (vcs elements apart; frame j at j vsf) in one launch; F
+ * frames of M's components into y (+ bias, + res: NULL for none). */
+w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *const *x, int nf, long xsh, long xsw, bf16 *v, long vcs,
+                            long vsf, long vsh, long vsw, int h2, int w2, int C) {
+    if (nf < 1 || nf > W22_WINO_FRAMES)
+        return w22_fail(W22_ERR_INTERNAL, "winograd input transform: %d frames, expected 1 to %d", nf, W22_WINO_FRAMES);
+    w22_wino_frames f;
+    for (int j = 0; j < W22_WINO_FRAMES; j++) f.p[j] = j < nf ? x[j] : NULL;
+    if (wino_vec() == 4)
+        wino_in_launch<4>(st, f, nf, xsh, xsw, v, vcs, vsf, vsh, vsw, h2, w2, C);
     else
-        w22_wino_in_kernel<8><<<(unsigned)((n + 255) / 256), 256, 0, st>>>(x, xsh, xsw, v, vcs, vsh, vsw, h2, w2, C);
+        wino_in_launch<8>(st, f, nf, xsh, xsw, v, vcs, vsf, vsh, vsw, h2, w2, C);
     CU_TRY(cudaGetLastError());
     return W22_OK;
 }
@@ -263,11 +285,14 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_gem
     const int F = g->F, ci = w->cin, co = w->cout, FI = F + 2;
     const long vcs = (long)FI * hh * w2 * ci, mcs = (long)F * hh * w2 * co; /* a component's elements */
     int part = w22_cuda_prof_part_begin(c); /* W22_PROFILE=2: the transforms and the GEMMs apart */
-    for (int j = 0; j < FI; j++) {
-        W22_TRY(w22_cuda_wino_in(c->stream, w22_gemm_frame(*g, j) + 2L * ty0 * g->a_sh, g->a_sh, g->a_sw,
-                                 V + (long)j * hh * w2 * ci, vcs, (long)w2 * ci, ci, hh, w2, ci));
-        CU_LAUNCHED(c, "winograd input transform");
+    for (int j0 = 0; j0 < FI; j0 += W22_WINO_FRAMES) { /* frames j0.. in one launch */
+        const bf16 *xf[W22_WINO_FRAMES];
+        const int n = FI - j0 < W22_WINO_FRAMES ? FI - j0 : W22_WINO_FRAMES;
+        for (int j = 0; j < n; j++) xf[j] = w22_gemm_frame(*g, j0 + j) + 2L * ty0 * g->a_sh;
+        W22_TRY(w22_cuda_wino_in(c->stream, xf, n, g->a_sh, g->a_sw, V + (long)j0 * hh * w2 * ci, vcs,
+                                 (long)hh * w2 * ci, (long)w2 * ci, ci, hh, w2, ci));
     }
+    CU_LAUNCHED(c, "winograd input transform");
     w22_cuda_prof_part_end(c, part, 0, 2.0 * FI * hh * w2 * ci * (4 + 16), "winograd input transform c%d %dx%d f%d", ci,
                            2 * hh, 2 * w2, FI);
     /* the 16 GEMMs: one launch where the TMA conv takes the batch (W22_WINOGRAD_BATCH=0: 16 launches, v17's runs) */

@@ -268,8 +268,11 @@ static w22_status run_attention(chunk_ctx *k, int li) {
         full = mkview(d->gathered.ptr, k->m, d->h, k->W, 3 * C, 0, k->es);
         W22_TRY(w22_allgather_rows(d->comm, b, qkv, full, row0));
     }
+    /* its scratch: what the stage leaves free past its own slots (the free span less U and QKV, live here) */
+    char *wk = k->scratch + k->off[7] /* the end of slot 6: slot 7 is empty */, *we = (char *)k->work + k->work_bytes;
     W22_TRY(b->ops->attention(b, w22_view_channels(qkv, 0, C), w22_view_channels(full, C, C),
-                              w22_view_channels(full, 2 * C, C), t1));
+                              w22_view_channels(full, 2 * C, C), t1, k->work && we > wk ? wk : NULL,
+                              k->work && we > wk ? (size_t)(we - wk) : 0));
     w22_view out, cur = k->cur;
     W22_TRY(out_buffer(k, C, 1, &out));
     w22_conv_args p = {.in = t1, .out = out, .weight = d->wt[L->w[W22_WS_CONV2_W]],
@@ -278,6 +281,8 @@ static w22_status run_attention(chunk_ctx *k, int li) {
     k->cur = out;
     return W22_OK;
 }
+
+static w22_status run_chunk(w22_decoder *d, int s, int c0, int m);
 
 /* Whether the upsampler's conv adds the up block's DupUp (w22_conv_args.dup_in) instead of a dupup_add pass over its
  * output after it: on unless W22_DUPUP=separate (the old order, for measuring), read once. */
@@ -296,7 +301,7 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
     const int C = L->cin, m = k->m;
     int nu = 0, t0 = 0;
     w22_view u;
-    W22_TRY(slot_view(k, 5, 2 * m, C, 1, &u));
+    W22_TRY(slot_view(k, 5, L->temporal ? 2 * m : m, C, 1, &u));
     if (L->temporal) {
         if (k->first) { /* frame 0 of the decode skips time_conv and stays one frame */
             W22_TRY(b->ops->copy(b, w22_view_frames(u, 0, 1), w22_view_frames(k->cur, 0, 1)));
@@ -320,19 +325,35 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
     u.f = nu;
     W22_TRY(w22_zero_border(b, u));
     W22_TRY(w22_halo(d->comm, b, u));
-    w22_view out = mkview(d->queue[k->s + 1].ptr, nu, 2 * k->H, 2 * k->W, L->cout, 0, k->es);
-    w22_conv_args a = {.in = u, .out = out, .weight = d->wt[L->w[W22_WS_CONV1_W]],
-                       .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 1, .ks = 3, .upsample = 1};
     const w22_layer *next = li + 1 < d->model.nlayers ? &d->model.layers[li + 1] : NULL;
-    if (next && next->kind == W22_L_DUPUP && k->blockin.ptr && dupup_fused()) {
-        a.dup_in = &k->blockin;
-        a.dup_ft = next->temporal ? 2 : 1;
-        a.dup_first_single = k->first && next->temporal; /* as the W22_L_DUPUP case in run_chunk */
+    const int dup = next && next->kind == W22_L_DUPUP && k->blockin.ptr;
+    /* interleaved (plan.h): the next stage's chunk at a time, each run through that stage before the next is made
+     * (a spatial upsampler: output frame j from input frame j, and from the block's input frame j for the DupUp) */
+    const int step = d->stages[k->s].interleave ? d->stages[k->s + 1].chunk : nu;
+    for (int j = 0; j < nu; j += step) {
+        const int n = nu - j < step ? nu - j : step;
+        w22_view out = mkview(d->queue[k->s + 1].ptr, n, 2 * k->H, 2 * k->W, L->cout, 0, k->es);
+        w22_view din = step < nu ? w22_view_frames(k->blockin, j, n) : k->blockin;
+        w22_conv_args a = {.in = step < nu ? w22_view_frames(u, j, n) : u, .out = out,
+                           .weight = d->wt[L->w[W22_WS_CONV1_W]], .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 1,
+                           .ks = 3, .upsample = 1};
+        if (dup && dupup_fused()) {
+            a.dup_in = &din;
+            a.dup_ft = next->temporal ? 2 : 1;
+            a.dup_first_single = k->first && next->temporal; /* as the W22_L_DUPUP case in run_chunk */
+        }
+        W22_TRY(b->ops->conv(b, &a));
+        k->dup_fused = a.dup_in != NULL;
+        k->cur = out;
+        k->nout = n;
+        if (step < nu) { /* the DupUp now if the conv did not add it, then the next stage's chunk */
+            if (dup && !k->dup_fused)
+                W22_TRY(b->ops->dupup_add(b, out, din, next->temporal ? 2 : 1, k->first && next->temporal));
+            k->dup_fused = 1; /* the W22_L_DUPUP layer after has nothing left to do */
+            W22_TRY(run_chunk(d, k->s + 1, 0, n));
+            k->nout = 0; /* handed on already */
+        }
     }
-    W22_TRY(b->ops->conv(b, &a));
-    k->dup_fused = a.dup_in != NULL;
-    k->cur = out;
-    k->nout = nu;
     return W22_OK;
 }
 

@@ -111,12 +111,18 @@ void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total
         t1,                                             /* 2: T1 (conv1 out, attention in/out, head out) */
         w22_frames_bytes(q, H, W, cin_max, 1, es),      /* 3: NH (conv inputs with border; history: the caches) */
         0,                                              /* 4: unused (time_conv reads its input in place) */
-        s < 3 ? w22_frames_bytes(2 * q, H, W, cout, 1, es) : 0,        /* 5: U (upsample conv input) */
+        s < 3 ? w22_frames_bytes(st->temporal ? 2 * q : q, H, W, cout, 1, es) : 0, /* 5: U (upsample conv input) */
         s == 0 ? w22_frames_bytes(q, H, W, 3 * m->dims[0], 0, es) : 0, /* 6: QKV */
         0,
     };
     size_t o = 0;
     for (int i = 0; i < 8; i++) {
+        if (i == 5 && st->interleave) /* U lives on while the next stages run: above their slots */
+            for (int n = s + 1; n < W22_STAGES; n++) {
+                size_t no[8], nt;
+                w22_stage_scratch(d, n, no, &nt);
+                if (nt > o) o = nt;
+            }
         off[i] = o;
         o += align_up(sizes[i]);
     }
@@ -129,6 +135,12 @@ void *w22_stage_free(const w22_decoder *d, int s, size_t *bytes) {
     size_t off[8], total;
     w22_stage_scratch(d, s, off, &total);
     char *a = (char *)d->scratch.ptr + off[5]; /* the upsample's input and the attention's qkv: not during a conv */
+    for (int p = 0; p < s; p++) /* but an interleaving stage's upsample input is live while this one runs */
+        if (d->stages[p].interleave) {
+            size_t po[8], pt;
+            w22_stage_scratch(d, p, po, &pt);
+            if ((char *)d->scratch.ptr + pt > a) a = (char *)d->scratch.ptr + pt;
+        }
     char *e = s > 0 ? (char *)d->queue[s].ptr : (char *)d->transient.ptr + d->transient.bytes;
     if (e <= a) return NULL;
     *bytes = (size_t)(e - a);
@@ -176,14 +188,26 @@ static w22_status region_alloc(w22_decoder *d, w22_region *r, size_t bytes, cons
 
 static int default_chunk(const w22_decoder *d, int s) {
     if (d->chunk_override[s] > 0) return d->chunk_override[s];
-    /* W22_STAGE_CHUNK=n: n frames per chunk at stages 1-3, a measurement switch (docs/PERF.md v4b) */
+    /* W22_STAGE_CHUNK=n: n frames per chunk at stages 1-3, or =a,b,c: a at stage 1, b at 2, c at 3; a measurement
+     * switch (docs/PERF.md v4b, v22) */
     const char *e = getenv("W22_STAGE_CHUNK");
-    if (e && atoi(e) > 0) return atoi(e);
-    /* One frame per chunk past stage 0: the high-resolution stages' buffers hold one frame (the workspace at
-     * 704x1248 is 3.9 GiB, 2.97 of it the causal caches and their spares), and one frame there is already 13.7k
-     * (stage 1) to 220k (stage 3) GEMM rows; one-frame chunks also let the caches rotate instead of copying. Two
-     * frames would fill the last wave of stages 1-2 better (~2-4% of their conv time) for 0.2-0.4 GiB more. */
-    return 1;
+    for (int k = 1; e && *e; k++) {
+        const int n = atoi(e);
+        if (k == s && n > 0) return n;
+        e = strchr(e, ',');
+        if (!e) {
+            if (k < s && n > 0 && k == 1) return n; /* one number: every stage */
+            break;
+        }
+        e++;
+    }
+    /* Stage 2: two frames per chunk (v22: f121 -3.4% against one). Its Winograd convs transform 4 input frames for 2
+     * outputs instead of 6, and their GEMMs run twice the rows. The memory stays within the target because its
+     * upsample conv hands stage 3 one frame at a time (interleave), and its upsample input holds 2 frames, not 4.
+     * Stages 1 and 3: one frame per chunk. At stage 3 one frame is already 220k GEMM rows (13 full rounds), and its
+     * one-frame chunks let the caches rotate instead of copying. Stage 1 in chunks of 2 gives another 1% for 0.18
+     * GiB more, beyond the workspace target (the workspace at 704x1248 is 3.9 GiB, 2.8 of it the causal caches). */
+    return s == 2 ? 2 : 1;
 }
 
 w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
@@ -221,10 +245,14 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     d->stages[0].chunk = d->stages[0].in_cap = d->frames_per_pass;
     for (s = 1; s < W22_STAGES; s++) {
         w22_stage *p = &d->stages[s - 1], *st = &d->stages[s];
-        st->in_cap = p->chunk * (p->temporal ? 2 : 1);
-        int c = default_chunk(d, s);
+        const int made = p->chunk * (p->temporal ? 2 : 1), c = default_chunk(d, s);
+        /* A spatial upsampler making more frames than this stage's chunk hands them on chunk by chunk (exec.c's
+         * run_upsample): the queue holds one chunk, not the previous stage's whole output */
+        p->interleave = !p->temporal && c < made;
+        st->in_cap = p->interleave ? c : made;
         st->chunk = c < st->in_cap ? c : st->in_cap;
     }
+    d->stages[W22_STAGES - 1].interleave = 0;
 
     /* Queues: stage inputs (no border), and the video staging [rows][frames][3][cols] (full rows: rank 0 gathers).
      * queue[0] apart; the stages' scratch and queues 4, 3, 2, 1 in that order in one block (transient). */

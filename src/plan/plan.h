@@ -29,6 +29,9 @@ typedef struct {
     int chunk;           /* input frames per chunk */
     int in_cap;          /* frames its input queue holds */
     int temporal;        /* the stage's upsampler doubles time */
+    int interleave;      /* its upsample conv runs in the next stage's chunks, each handed on before the next is made
+                          * (a spatial upsampler whose chunk outgrows the next stage's: that stage's queue holds one
+                          * chunk of its own, and this stage's upsample input stays above its scratch; plan.c) */
     int done;            /* input frames of this decode consumed so far */
 } w22_stage;
 

@@ -90,6 +90,24 @@ int main(void) {
             for (int q = 1; q <= s; q++)
                 CHECK(f + fb <= (const char *)d->queue[q].ptr, "stage %d: its free span overlaps queue %d", s, q);
         }
+        /* an interleaving stage's upsample input (slot 5) lives on while the later stages run (plan.h): it must lie
+         * above their slots and outside their free spans */
+        for (int p = 0; p < W22_STAGES; p++) {
+            if (!d->stages[p].interleave) continue;
+            size_t po[8], pt;
+            w22_stage_scratch(d, p, po, &pt);
+            for (int n = p + 1; n < W22_STAGES; n++) {
+                size_t no[8], nt, fb;
+                w22_stage_scratch(d, n, no, &nt);
+                const char *f = w22_stage_free(d, n, &fb), *u = (const char *)d->scratch.ptr + po[5];
+                CHECK(nt <= po[5], "fpp %d: stage %d's upsample input at %zu overlaps stage %d's slots (to %zu)", fpp,
+                      p, po[5], n, nt);
+                CHECK(!f || f >= u + (pt - po[5]) || f + fb <= u, "fpp %d: stage %d's free span overlaps stage %d's "
+                      "upsample input", fpp, n, p);
+            }
+        }
+        CHECK(d->stages[2].interleave && d->stages[3].in_cap == 1, "fpp %d: stage 2 interleaves %d, stage 3's queue "
+              "holds %d frames (expected 1)", fpp, d->stages[2].interleave, d->stages[3].in_cap);
         /* the attention's scratch in stage 0's free span past its slots (exec.c's run_attention) */
         {
             size_t fb, off[8], total;

@@ -37,8 +37,8 @@ template <int VW> static __device__ __forceinline__ void w_store(bf16 *p, const 
  * d the 4 x 4 window of frame f at rows 2ty - 1.., cols 2tx - 1.. (x readable one pixel beyond its edges: the conv's
  * zero border); B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. A thread: one tile, VW channels (W22_WINOGRAD_VEC,
  * default 4); the window held as loaded (bf16: half the registers of floats), each output row of B^T d B made from
- * two of its rows. The kernel is DRAM-bound (ncu, v22: 72% of the DRAM peak, 0.84 GB moved for 0.82 of reads and
- * writes); two tiles a thread (sharing two window columns: 24 loads for 2 tiles instead of 32) came out even. */
+ * two of its rows. The kernel is DRAM-bound (ncu, v22: 72% of the DRAM peak; 0.85 GB moved, the input read once and
+ * V written once); two tiles a thread (sharing two window columns: 24 loads for 2 tiles instead of 32) came out even. */
 struct w22_wino_frames {
     const bf16 *p[W22_WINO_FRAMES];
 };
@@ -291,8 +291,8 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_gem
         for (int j = 0; j < n; j++) xf[j] = w22_gemm_frame(*g, j0 + j) + 2L * ty0 * g->a_sh;
         W22_TRY(w22_cuda_wino_in(c->stream, xf, n, g->a_sh, g->a_sw, V + (long)j0 * hh * w2 * ci, vcs,
                                  (long)hh * w2 * ci, (long)w2 * ci, ci, hh, w2, ci));
+        CU_LAUNCHED(c, "winograd input transform");
     }
-    CU_LAUNCHED(c, "winograd input transform");
     w22_cuda_prof_part_end(c, part, 0, 2.0 * FI * hh * w2 * ci * (4 + 16), "winograd input transform c%d %dx%d f%d", ci,
                            2 * hh, 2 * w2, FI);
     /* the 16 GEMMs: one launch where the TMA conv takes the batch (W22_WINOGRAD_BATCH=0: 16 launches, v17's runs) */

@@ -7,9 +7,10 @@
  * order; the head's partial sums against its input-frame cache agree to float32 rounding (the 27 taps' sum
  * regrouped by temporal tap: within 1e-5 like the chunkings, whose GEMM blocking differs too). Chunkings mix the two
  * push paths: stage 0 rotates with one latent frame per pass and copies with more, and stage chunk overrides of 2
- * or 3 frames copy where the other stages rotate. The default (stage 2 in chunks of 2, its upsample conv handing
- * stage 3 one frame at a time: plan.h's interleave) makes the reference; runs with stage 3's chunk as large as stage
- * 2's hand on the whole chunk at once. */
+ * or 3 frames copy where the other stages rotate. The default (stages 1 and 2 in chunks of 2, their upsample convs
+ * handing the next stage one chunk at a time: plan.h's interleave; stage 1's temporal one two frames per input frame,
+ * the decode's first one) makes the reference, at T frames per pass; runs whose next stage's chunk is as large as
+ * the upsampler's output, or odd after a temporal one, hand on the whole chunk at once. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,12 +73,12 @@ static void decode_one(w22_weights *w, const float *z, int T, int h, int wd, int
     set_flags(d, flags);
     CHECK_OK(w22_decode(d, z, W22_DTYPE_F32, T, h, wd, video, W22_DTYPE_F32));
     /* the plan took the flags: spares exactly where a stage of one-frame chunks has a group of two caches (stage 3
-     * of this model always has one: its resblocks 1 and 2) */
+     * of this model has one when its chunk is one frame: its resblocks 1 and 2), none without such a stage */
     CHECK(d->rotate == !(flags & ROT_OFF) && d->head_psum == !(flags & PSUM_OFF),
           "flags %d: planned rotate %d, head_psum %d", flags, d->rotate, d->head_psum);
     int one_frame = 0;
     for (int s = 0; s < 4; s++) one_frame += d->stages[s].chunk == 1;
-    CHECK((flags & ROT_OFF) ? d->nspares == 0 : d->nspares >= 1 && d->nspares <= one_frame * 2,
+    CHECK((flags & ROT_OFF) || !one_frame ? d->nspares == 0 : d->nspares >= 1 && d->nspares <= one_frame * 2,
           "flags %d: %d spare frames for %d stages of one-frame chunks", flags, d->nspares, one_frame);
     w22_decoder_free(d);
 }
@@ -122,6 +123,10 @@ int main(void) {
         {1, {0, 1, 1, 1}, "fpp 1, stage chunks 1, 1, 1"},      /* v21's default: stage 2 hands on its chunk */
         {1, {0, 1, 2, 2}, "fpp 1, stage chunks 1, 2, 2"},      /* the same, of 2 frames */
         {2, {0, 1, 4, 1}, "fpp 2, stage chunks 1, 4, 1"},      /* stage 2 interleaved, 4 upsample convs a chunk */
+        {1, {0, 1, 2, 1}, "fpp 1, stage chunks 1, 2, 1"},      /* v22's default: stage 1 hands on its 2 frames */
+        {3, {0, 4, 2, 1}, "fpp 3, stage chunks 4, 2, 1"},      /* stage 1: chunks 4 then 2, 4 and 2 handings */
+        {1, {0, 2, 4, 1}, "fpp 1, stage chunks 2, 4, 1"},      /* stage 1 hands on its whole 4 (first: 3) frames */
+        {2, {0, 2, 2, 2}, "fpp 2, stage chunks 2, 2, 2"},      /* stage 2 hands on its whole chunk */
     };
     float *byflag[4];
     for (int f = 0; f < 4; f++) byflag[f] = malloc(nv * 4);

@@ -14,7 +14,7 @@
 #include "plan/plan.h"
 #include "testutil.h"
 
-void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total); /* plan.c */
+void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t size[8], size_t *total); /* plan.c */
 
 static size_t counted;
 static w22_status count_alloc(w22_backend *b, size_t bytes, void **ptr) {
@@ -81,46 +81,68 @@ int main(void) {
         /* what each stage leaves free during its convs (the CUDA Winograd path's scratch): after the stage's own
          * activation and conv-input slots, before its input queue (and every earlier stage's), in the block */
         for (int s = 0; s < W22_STAGES && fpp == 1; s++) {
-            size_t fb, off[8], total;
+            size_t fb, off[8], size[8], total;
             const char *f = w22_stage_free(d, s, &fb), *t0 = d->transient.ptr, *t1 = t0 + d->transient.bytes;
-            w22_stage_scratch(d, s, off, &total);
+            w22_stage_scratch(d, s, off, size, &total);
             printf("  stage %d: %.1f MiB free during its convs\n", s, fb / MiB);
-            CHECK(f && f >= (const char *)d->scratch.ptr + off[4] && f >= t0 && f + fb <= t1, "stage %d: its free span "
-                  "overlaps its slots or leaves the block", s);
+            CHECK(f && f >= (const char *)d->scratch.ptr + off[3] + size[3] && f >= t0 && f + fb <= t1, "stage %d: its "
+                  "free span overlaps its slots or leaves the block", s);
             for (int q = 1; q <= s; q++)
                 CHECK(f + fb <= (const char *)d->queue[q].ptr, "stage %d: its free span overlaps queue %d", s, q);
         }
-        /* an interleaving stage's upsample input (slot 5) lives on while the later stages run (plan.h): it must lie
-         * above their slots and outside their free spans */
+        /* an interleaving stage's upsample input (ubuf) lives on while the later stages run (plan.h): it must lie
+         * outside the scratch, the queues and their free spans */
         for (int p = 0; p < W22_STAGES; p++) {
-            if (!d->stages[p].interleave) continue;
-            size_t po[8], pt;
-            w22_stage_scratch(d, p, po, &pt);
+            const char *u = d->ubuf[p].ptr;
+            CHECK(!d->stages[p].interleave == !u, "fpp %d: stage %d interleaves %d with ubuf %p", fpp, p,
+                  d->stages[p].interleave, (const void *)u);
+            if (!u) continue;
+            const char *ue = u + d->ubuf[p].bytes;
+            CHECK(u >= (const char *)d->scratch.ptr + d->scratch.bytes, "fpp %d: stage %d's ubuf in the scratch", fpp, p);
+            for (int q = 1; q <= W22_STAGES; q++) {
+                const char *qa = d->queue[q].ptr, *qe = qa + d->queue[q].bytes;
+                CHECK(ue <= qa || u >= qe, "fpp %d: stage %d's ubuf overlaps queue %d", fpp, p, q);
+            }
             for (int n = p + 1; n < W22_STAGES; n++) {
-                size_t no[8], nt, fb;
-                w22_stage_scratch(d, n, no, &nt);
-                const char *f = w22_stage_free(d, n, &fb), *u = (const char *)d->scratch.ptr + po[5];
-                CHECK(nt <= po[5], "fpp %d: stage %d's upsample input at %zu overlaps stage %d's slots (to %zu)", fpp,
-                      p, po[5], n, nt);
-                CHECK(!f || f >= u + (pt - po[5]) || f + fb <= u, "fpp %d: stage %d's free span overlaps stage %d's "
-                      "upsample input", fpp, n, p);
+                size_t fb;
+                const char *f = w22_stage_free(d, n, &fb);
+                CHECK(!f || f >= ue || f + fb <= u, "fpp %d: stage %d's free span overlaps stage %d's upsample input",
+                      fpp, n, p);
             }
         }
-        CHECK(d->stages[2].interleave && d->stages[3].in_cap == 1, "fpp %d: stage 2 interleaves %d, stage 3's queue "
-              "holds %d frames (expected 1)", fpp, d->stages[2].interleave, d->stages[3].in_cap);
+        /* stages 1 and 2 run chunks of 2, each handing the next stage one chunk at a time; stage 0 never (its up
+         * block's input, the DupUp's source, lies in its scratch: plan.c), so stage 1's queue holds its whole
+         * output, 2 frames per latent frame */
+        CHECK(!d->stages[0].interleave && d->stages[1].interleave && d->stages[2].interleave &&
+                  d->stages[1].in_cap == 2 * fpp && d->stages[2].in_cap == 2 && d->stages[3].in_cap == 1,
+              "fpp %d: stages 0-2 interleave %d %d %d, queues of stages 1-3 hold %d %d %d frames (expected 0 1 1; "
+              "%d 2 1)", fpp, d->stages[0].interleave, d->stages[1].interleave, d->stages[2].interleave,
+              d->stages[1].in_cap, d->stages[2].in_cap, d->stages[3].in_cap, 2 * fpp);
+        /* the wide conv inputs that open stages 2 and 3 (1024 and 512 channels) lie over XA, XB and NH, so NH holds
+         * the narrower ones only */
+        for (int s = 2; s < W22_STAGES && fpp == 1; s++) {
+            size_t off[8], size[8], total;
+            w22_stage_scratch(d, s, off, size, &total);
+            const w22_stage *st = &d->stages[s];
+            const size_t wide = (size_t)st->chunk * ((d->rows << s) + 2) * ((78 << s) + 2) * d->model.dims[s] * 2;
+            CHECK(off[2] < off[0] && off[0] <= off[1] && off[1] <= off[3] && off[3] + size[3] - off[0] >= wide &&
+                      size[3] < wide,
+                  "stage %d: XA, XB, NH at %zu %zu %zu (NH %zu bytes) do not hold a wide input of %zu bytes in a row",
+                  s, off[0], off[1], off[3], size[3], wide);
+        }
         /* the attention's scratch in stage 0's free span past its slots (exec.c's run_attention) */
         {
-            size_t fb, off[8], total;
+            size_t fb, off[8], size[8], total;
             const char *f = w22_stage_free(d, 0, &fb);
-            w22_stage_scratch(d, 0, off, &total);
+            w22_stage_scratch(d, 0, off, size, &total);
             const char *past = (const char *)d->scratch.ptr + total;
             CHECK(f && f + fb >= past + attention, "fpp %d: stage 0 leaves %.1f MiB past its slots, the attention "
                   "needs %.1f", fpp, f ? (double)(f + fb - past) / MiB : 0.0, attention / MiB);
         }
-        /* one spare per stage of one-frame chunks (stage 0 has them with one latent frame per pass; stage 2 runs
-         * chunks of 2) */
-        if (d->rotate) CHECK(d->nspares == (fpp == 1 ? 3 : 2), "fpp %d: %d spare frames, expected %d", fpp,
-                             d->nspares, fpp == 1 ? 3 : 2);
+        /* one spare per stage of one-frame chunks (stage 0 with one latent frame per pass, stage 3; stages 1 and 2
+         * run chunks of 2) */
+        if (d->rotate) CHECK(d->nspares == (fpp == 1 ? 2 : 1), "fpp %d: %d spare frames, expected %d", fpp,
+                             d->nspares, fpp == 1 ? 2 : 1);
         if (fpp == 1) CHECK(bytes <= target, "fpp 1: workspace %zu bytes above the target %zu", bytes, target);
         if (fpp == 2)
             CHECK(bytes <= old_bytes, "fpp 2: workspace %zu bytes above the copy design's %zu", bytes, old_bytes);

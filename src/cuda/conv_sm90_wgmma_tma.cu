@@ -841,9 +841,15 @@ static int tma_tail_env(void) {
     static int v = -1;
     return !w22_env_is(&v, "W22_TMA_TAIL", "0");
 }
+/* W22_TMA_CLUSTER_BATCH=1: the batch GEMMs (Winograd's) as single tiles, no clusters (v22b's ncu at the base clock:
+ * -2% on the 512-channel one; a decode A/B in v22e). Read once. */
+static int tma_batch_tiles_env(void) {
+    static int v = -1;
+    return w22_env_is(&v, "W22_TMA_CLUSTER_BATCH", "1");
+}
 static int tma_plan(const w22_cuda *c, const w22_gemm *g, int persist, int minor, long *lim, long *tile0) {
     *lim = *tile0 = 0;
-    if (g->N % 256 || c->tma_clusters <= 0) return TMA_TILES;
+    if (g->N % 256 || c->tma_clusters <= 0 || (g->batch && tma_batch_tiles_env())) return TMA_TILES;
     if (!persist) return TMA_PAIRS;
     const int HW = g->H * g->W, np = g->phases ? 4 : g->batch ? g->batch : 1, tn = g->N / 256, ok = !c->on_side,
               cl = c->tma_clusters;

@@ -10,7 +10,7 @@
 #include "plan/plan.h"
 
 size_t w22_frames_bytes(int f, int h, int w, int c, int border, size_t es);
-void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total);
+void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t size[8], size_t *total);
 size_t w22_head_psum_bytes(int f, int h, int w, int cout, size_t es, size_t *tmp_off);
 
 /* A view of f frames (h x w x c) at ptr; with border, each frame has a one-pixel border and the view starts at
@@ -24,7 +24,7 @@ static w22_view mkview(void *ptr, int f, int h, int w, int c, int border, int es
 typedef struct {
     w22_decoder *d;
     int s, H, W, m, first, es;
-    size_t off[8];
+    size_t off[8], size[8];
     char *scratch;
     w22_view x;        /* the stage's input frames of this chunk */
     w22_view cur;      /* the activation now */
@@ -40,7 +40,7 @@ typedef struct {
  * against the size the plan gave it: a layout rule that drifted from plan.c fails here instead of overwriting
  * the next buffer. */
 static w22_status slot_view(chunk_ctx *k, int slot, int f, int c, int border, w22_view *v) {
-    const size_t need = w22_frames_bytes(f, k->H, k->W, c, border, k->es), have = k->off[slot + 1] - k->off[slot];
+    const size_t need = w22_frames_bytes(f, k->H, k->W, c, border, k->es), have = k->size[slot];
     if (need > have)
         return w22_fail(W22_ERR_INTERNAL, "plan: stage %d buffer %d needs %zu bytes (%d frames, %d channels), sized %zu",
                         k->s, slot, need, f, c, have);
@@ -49,8 +49,20 @@ static w22_status slot_view(chunk_ctx *k, int slot, int f, int c, int border, w2
 }
 
 /* The fresh input frames of a conv with kt = 3 over this chunk: m frames, bordered when ks = 3 (its two history
- * frames stay in the conv's cache and are read in place: w22_conv_args.hist). */
-static w22_status fresh_view(chunk_ctx *k, int n, int c, w22_view *v) { return slot_view(k, 3, n, c, 1, v); }
+ * frames stay in the conv's cache and are read in place: w22_conv_args.hist). A conv wider than NH (`wide`: the
+ * first resblock's conv1 reading the stage input, whose output goes to T1) lays them from XA's start over XA, XB
+ * and NH, which hold nothing yet (plan.c's stage_conv_inputs sizes NH for it). */
+static w22_status fresh_view_of(chunk_ctx *k, int n, int c, int wide, w22_view *v) {
+    const size_t need = w22_frames_bytes(n, k->H, k->W, c, 1, k->es);
+    if (!wide || need <= k->size[3]) return slot_view(k, 3, n, c, 1, v);
+    const size_t have = k->off[3] + k->size[3] - k->off[0];
+    if (k->cur.ptr != k->x.ptr || k->off[1] < k->off[0] || k->off[3] < k->off[1] || need > have)
+        return w22_fail(W22_ERR_INTERNAL, "plan: stage %d's wide conv input (%d frames, %d channels, %zu bytes) needs "
+                        "the empty XA, XB and NH in a row (%zu bytes)", k->s, n, c, need, have);
+    *v = mkview(k->scratch + k->off[0], n, k->H, k->W, c, 1, k->es);
+    return W22_OK;
+}
+static w22_status fresh_view(chunk_ctx *k, int n, int c, w22_view *v) { return fresh_view_of(k, n, c, 0, v); }
 
 /* W22_BORDER_REZERO=1 (read once): zero a conv input's border before every conv (the old path, for measuring). */
 static int border_rezero(void) {
@@ -66,8 +78,8 @@ static int border_rezero(void) {
  * slot (the other slots are disjoint from it, and the next stage runs after the chunk), so a view laid out as the
  * one zeroed last still has a zero border: the four zero launches are skipped (about 290 launches per latent frame
  * at 704 x 1248). Not with ranks: the halo exchange writes the border rows. */
-static w22_status fresh_bordered(chunk_ctx *k, int n, int c, w22_view *v) {
-    W22_TRY(fresh_view(k, n, c, v));
+static w22_status fresh_bordered(chunk_ctx *k, int n, int c, int wide, w22_view *v) {
+    W22_TRY(fresh_view_of(k, n, c, wide, v));
     const w22_view *z = &k->zeroed;
     if (!border_rezero() && k->d->world == 1 && z->ptr == v->ptr && z->f == v->f && z->h == v->h && z->w == v->w &&
         z->c == v->c && z->sf == v->sf && z->sh == v->sh && z->sw == v->sw)
@@ -199,7 +211,7 @@ static w22_status norm_conv(chunk_ctx *k, w22_view src, const w22_bweight *gamma
     w22_view fresh;
     const int g = d->cache_spare[li][kk] - 1;
     if (g >= 0 && k->m == 1) W22_TRY(spare_view(k, g, src.c, &fresh)); /* rotation: cache_push swaps it in */
-    else W22_TRY(fresh_bordered(k, k->m, src.c, &fresh));
+    else W22_TRY(fresh_bordered(k, k->m, src.c, kk == 0 && d->model.layers[li].kind == W22_L_RESBLOCK, &fresh));
     if (gamma) W22_TRY(b->ops->rmsnorm(b, src, fresh, gamma, silu));
     else W22_TRY(b->ops->copy(b, fresh, src));
     w22_conv_args a = {.in = fresh, .out = out, .weight = wt, .bias = bias, .kt = 3, .ks = 3, .residual = residual,
@@ -301,7 +313,16 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
     const int C = L->cin, m = k->m;
     int nu = 0, t0 = 0;
     w22_view u;
-    W22_TRY(slot_view(k, 5, L->temporal ? 2 * m : m, C, 1, &u));
+    const int inter = d->stages[k->s].interleave;
+    if (inter) { /* it lives on while the later stages run: outside the scratch (plan.h) */
+        const size_t need = w22_frames_bytes(L->temporal ? 2 * m : m, k->H, k->W, C, 1, k->es);
+        if (need > d->ubuf[k->s].bytes)
+            return w22_fail(W22_ERR_INTERNAL, "plan: stage %d's upsample input needs %zu bytes, sized %zu", k->s, need,
+                            d->ubuf[k->s].bytes);
+        u = mkview(d->ubuf[k->s].ptr, L->temporal ? 2 * m : m, k->H, k->W, C, 1, k->es);
+    } else {
+        W22_TRY(slot_view(k, 5, L->temporal ? 2 * m : m, C, 1, &u));
+    }
     if (L->temporal) {
         if (k->first) { /* frame 0 of the decode skips time_conv and stays one frame */
             W22_TRY(b->ops->copy(b, w22_view_frames(u, 0, 1), w22_view_frames(k->cur, 0, 1)));
@@ -327,28 +348,31 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
     W22_TRY(w22_halo(d->comm, b, u));
     const w22_layer *next = li + 1 < d->model.nlayers ? &d->model.layers[li + 1] : NULL;
     const int dup = next && next->kind == W22_L_DUPUP && k->blockin.ptr;
-    /* interleaved (plan.h): the next stage's chunk at a time, each run through that stage before the next is made
-     * (a spatial upsampler: output frame j from input frame j, and from the block's input frame j for the DupUp) */
-    const int step = d->stages[k->s].interleave ? d->stages[k->s + 1].chunk : nu;
-    for (int j = 0; j < nu; j += step) {
-        const int n = nu - j < step ? nu - j : step;
+    /* interleaved (plan.h): the next stage's chunk at a time, each run through that stage before the next is made.
+     * Input frames [i, i + si) make output frames [j, j + n) and take the block's input frames [i, i + si) for the
+     * DupUp: a spatial upsampler one output frame per input frame, a temporal one two (the decode's first: one) */
+    const int tf = L->temporal ? 2 : 1, si = inter ? d->stages[k->s + 1].chunk / tf : m;
+    for (int i = 0, j = 0; i < m; i += si) {
+        const int ni = m - i < si ? m - i : si, single = L->temporal && k->first && i == 0;
+        const int n = inter ? tf * ni - single : nu;
         w22_view out = mkview(d->queue[k->s + 1].ptr, n, 2 * k->H, 2 * k->W, L->cout, 0, k->es);
-        w22_view din = step < nu ? w22_view_frames(k->blockin, j, n) : k->blockin;
-        w22_conv_args a = {.in = step < nu ? w22_view_frames(u, j, n) : u, .out = out,
+        w22_view din = inter ? w22_view_frames(k->blockin, i, ni) : k->blockin;
+        w22_conv_args a = {.in = inter ? w22_view_frames(u, j, n) : u, .out = out,
                            .weight = d->wt[L->w[W22_WS_CONV1_W]], .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 1,
                            .ks = 3, .upsample = 1};
         if (dup && dupup_fused()) {
             a.dup_in = &din;
             a.dup_ft = next->temporal ? 2 : 1;
-            a.dup_first_single = k->first && next->temporal; /* as the W22_L_DUPUP case in run_chunk */
+            a.dup_first_single = k->first && i == 0 && next->temporal; /* as the W22_L_DUPUP case in run_chunk */
         }
         W22_TRY(b->ops->conv(b, &a));
         k->dup_fused = a.dup_in != NULL;
         k->cur = out;
         k->nout = n;
-        if (step < nu) { /* the DupUp now if the conv did not add it, then the next stage's chunk */
+        j += n;
+        if (inter) { /* the DupUp now if the conv did not add it, then the next stage's chunk */
             if (dup && !k->dup_fused)
-                W22_TRY(b->ops->dupup_add(b, out, din, next->temporal ? 2 : 1, k->first && next->temporal));
+                W22_TRY(b->ops->dupup_add(b, out, din, next->temporal ? 2 : 1, k->first && i == 0 && next->temporal));
             k->dup_fused = 1; /* the W22_L_DUPUP layer after has nothing left to do */
             W22_TRY(run_chunk(d, k->s + 1, 0, n));
             k->nout = 0; /* handed on already */
@@ -365,10 +389,10 @@ static w22_status head_conv_psum(chunk_ctx *k, int li, w22_view o) {
     w22_backend *b = d->backend;
     const w22_layer *L = &d->model.layers[li];
     w22_view fresh;
-    W22_TRY(fresh_bordered(k, k->m, L->cin, &fresh));
+    W22_TRY(fresh_bordered(k, k->m, L->cin, 0, &fresh));
     W22_TRY(b->ops->rmsnorm(b, k->cur, fresh, d->wt[L->w[W22_WS_NORM1]], 1));
     size_t tmp_off;
-    const size_t need = w22_head_psum_bytes(k->m, k->H, k->W, L->cout, k->es, &tmp_off), have = k->off[3] - k->off[2];
+    const size_t need = w22_head_psum_bytes(k->m, k->H, k->W, L->cout, k->es, &tmp_off), have = k->size[2];
     const size_t state = w22_frames_bytes(2, k->H, k->W, L->cout, 0, 4);
     if (need > have || (char *)o.ptr != k->scratch + k->off[2] || state > d->cache[li][0].bytes)
         return w22_fail(W22_ERR_INTERNAL, "plan: the head's partial sums need %zu bytes of T1 (sized %zu) from its "
@@ -429,7 +453,7 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
     k.scratch = d->scratch.ptr;
     k.work = w22_stage_free(d, s, &k.work_bytes);
     size_t total;
-    w22_stage_scratch(d, s, k.off, &total);
+    w22_stage_scratch(d, s, k.off, k.size, &total);
     k.x = w22_view_frames(mkview(d->queue[s].ptr, st->in_cap, k.H, k.W, st->cin, 0, k.es), c0, m);
     k.cur = k.x;
     k.blockin.ptr = NULL;
@@ -440,7 +464,7 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
         case W22_L_POST_QUANT: {
             /* into the history window of conv_in (bordered), where conv_in reads it */
             w22_view fresh;
-            W22_TRY(fresh_bordered(&k, m, L->cout, &fresh));
+            W22_TRY(fresh_bordered(&k, m, L->cout, 0, &fresh));
             w22_conv_args a = {.in = k.cur, .out = fresh, .weight = d->wt[L->w[W22_WS_CONV1_W]],
                                .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 1, .ks = 1};
             W22_TRY(b->ops->conv(b, &a));

@@ -78,24 +78,51 @@ void w22_stage_slots(const w22_model *m, int layer0, int layer1, int used[2]) {
     }
 }
 
-/* The scratch offsets of a stage's private buffers (exec.c uses the same function). */
-void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total) {
+/* The channels of a stage's conv inputs (NH, slot 3): *nh for all but the first resblock's conv1 when it reads the
+ * stage input before any activation slot is written, whose channels are *big (0 when there is none). That conv
+ * (the 1024 -> 512 and 512 -> 256 resblocks that open stages 2 and 3) may lay its fresh frames over the empty
+ * activation slots XA and XB and on into NH (exec.c's fresh_view), so NH is sized for the narrower inputs. */
+static void stage_conv_inputs(const w22_model *m, const w22_stage *st, int *nh, int *big) {
+    int written = 0;
+    *nh = *big = 0;
+    for (int l = st->layer0; l < st->layer1; l++) {
+        const w22_layer *L = &m->layers[l];
+        int a = 0, b = 0; /* the layer's conv inputs that go through NH */
+        switch (L->kind) {
+        case W22_L_POST_QUANT: a = L->cout; break; /* conv_in's window */
+        case W22_L_CONV_IN: a = L->cin; break;
+        case W22_L_HEAD: a = L->cin; break;
+        case W22_L_RESBLOCK:
+            if (!written && L->cin > L->cout) *big = L->cin;
+            else a = L->cin;
+            b = L->cout;
+            break;
+        default: break;
+        }
+        if (a > *nh) *nh = a;
+        if (b > *nh) *nh = b;
+        if (L->kind == W22_L_CONV_IN || L->kind == W22_L_RESBLOCK || L->kind == W22_L_ATTN) written = 1;
+    }
+}
+
+/* The scratch offsets and sizes of a stage's private buffers (exec.c uses the same function), in the order T1, XA,
+ * XB, NH, U, QKV: XA, XB and NH adjacent, for the first conv's wide input (stage_conv_inputs). */
+void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t size[8], size_t *total) {
     const w22_stage *st = &d->stages[s];
     const w22_model *m = &d->model;
     const size_t es = d->backend->ops->elem_size;
     const int H = d->rows << st->level, W = d->w << st->level, q = st->chunk;
-    /* Channels each buffer must hold: activations and conv outputs (cact), conv inputs (cin_max). */
-    int cact = 0, cin_max = st->cin;
+    /* Channels of the activations and conv outputs (cact) */
+    int cact = 0, nh_c, big_c;
     for (int l = st->layer0; l < st->layer1; l++) {
         const w22_layer *L = &m->layers[l];
         if (L->kind == W22_L_RESBLOCK || L->kind == W22_L_ATTN || L->kind == W22_L_CONV_IN ||
             L->kind == W22_L_HEAD) { /* the head's output (3 p^2 channels) lands in T1 too */
             if (L->cout > cact) cact = L->cout;
         }
-        if (L->cin > cin_max) cin_max = L->cin;
-        if (L->cout > cin_max && L->kind != W22_L_UPSAMPLE && L->kind != W22_L_DUPUP) cin_max = L->cout;
     }
     if (cact == 0) cact = st->cin;
+    stage_conv_inputs(m, st, &nh_c, &big_c);
     const int cout = m->dims[s < 3 ? s + 1 : 4];
     int used[2];
     w22_stage_slots(m, st->layer0, st->layer1, used);
@@ -109,38 +136,40 @@ void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t *total
         used[0] ? w22_frames_bytes(q, H, W, cact, 0, es) : 0, /* 0: XA */
         used[1] ? w22_frames_bytes(q, H, W, cact, 0, es) : 0, /* 1: XB */
         t1,                                             /* 2: T1 (conv1 out, attention in/out, head out) */
-        w22_frames_bytes(q, H, W, cin_max, 1, es),      /* 3: NH (conv inputs with border; history: the caches) */
+        w22_frames_bytes(q, H, W, nh_c, 1, es),         /* 3: NH (conv inputs with border; history: the caches) */
         0,                                              /* 4: unused (time_conv reads its input in place) */
-        s < 3 ? w22_frames_bytes(st->temporal ? 2 * q : q, H, W, cout, 1, es) : 0, /* 5: U (upsample conv input) */
+        s < 3 && !st->interleave ? w22_frames_bytes(st->temporal ? 2 * q : q, H, W, cout, 1, es) : 0, /* 5: U (upsample
+                                                         * conv input; an interleaving stage's: ubuf) */
         s == 0 ? w22_frames_bytes(q, H, W, 3 * m->dims[0], 0, es) : 0, /* 6: QKV */
         0,
     };
+    /* the wide input over XA, XB and NH (each 256-aligned): NH takes what XA and XB leave of it */
+    const size_t big = big_c ? w22_frames_bytes(q, H, W, big_c, 1, es) : 0, xab = align_up(sizes[0]) + align_up(sizes[1]);
+    if (big > xab + sizes[3]) sizes[3] = big - xab;
+    static const int order[8] = {2, 0, 1, 3, 4, 5, 6, 7};
     size_t o = 0;
     for (int i = 0; i < 8; i++) {
-        if (i == 5 && st->interleave) /* U lives on while the next stages run: above their slots */
-            for (int n = s + 1; n < W22_STAGES; n++) {
-                size_t no[8], nt;
-                w22_stage_scratch(d, n, no, &nt);
-                if (nt > o) o = nt;
-            }
-        off[i] = o;
-        o += align_up(sizes[i]);
+        const int k = order[i];
+        off[k] = o;
+        size[k] = sizes[k];
+        o += align_up(sizes[k]);
     }
     *total = o;
+}
+
+/* Bytes of an interleaving stage's upsample input (ubuf): 2q frames of a temporal upsampler, q of a spatial one. */
+static size_t ubuf_bytes(const w22_decoder *d, int s) {
+    const w22_stage *st = &d->stages[s];
+    return w22_frames_bytes(st->temporal ? 2 * st->chunk : st->chunk, d->rows << st->level, d->w << st->level,
+                            d->model.dims[s + 1], 1, d->backend->ops->elem_size);
 }
 
 void *w22_stage_free(const w22_decoder *d, int s, size_t *bytes) {
     *bytes = 0;
     if (!d->transient.ptr) return NULL;
-    size_t off[8], total;
-    w22_stage_scratch(d, s, off, &total);
+    size_t off[8], size[8], total;
+    w22_stage_scratch(d, s, off, size, &total);
     char *a = (char *)d->scratch.ptr + off[5]; /* the upsample's input and the attention's qkv: not during a conv */
-    for (int p = 0; p < s; p++) /* but an interleaving stage's upsample input is live while this one runs */
-        if (d->stages[p].interleave) {
-            size_t po[8], pt;
-            w22_stage_scratch(d, p, po, &pt);
-            if ((char *)d->scratch.ptr + pt > a) a = (char *)d->scratch.ptr + pt;
-        }
     char *e = s > 0 ? (char *)d->queue[s].ptr : (char *)d->transient.ptr + d->transient.bytes;
     if (e <= a) return NULL;
     *bytes = (size_t)(e - a);
@@ -158,6 +187,7 @@ void w22_plan_release(w22_decoder *d) {
     for (int i = 0; i <= W22_STAGES; i++) { /* views into transient (queue[0] freed above) */
         d->queue[i].ptr = NULL;
         d->queue[i].bytes = 0;
+        if (i < W22_STAGES) d->ubuf[i].ptr = NULL, d->ubuf[i].bytes = 0;
     }
     d->scratch.ptr = NULL;
     d->scratch.bytes = 0;
@@ -201,14 +231,14 @@ static int default_chunk(const w22_decoder *d, int s) {
         }
         e++;
     }
-    /* Stage 2: two frames per chunk (v22: f121 -2.5% against one; -3.4% where its Winograd bands had twice the
-     * room). Its Winograd convs transform 4 input frames for 2
-     * outputs instead of 6, and their GEMMs run twice the rows. The memory stays within the target because its
-     * upsample conv hands stage 3 one frame at a time (interleave), and its upsample input holds 2 frames, not 4.
-     * Stages 1 and 3: one frame per chunk. At stage 3 one frame is already 220k GEMM rows (13 full rounds), and its
-     * one-frame chunks let the caches rotate instead of copying. Stage 1 in chunks of 2 gives another 1% for 0.18
-     * GiB more, beyond the workspace target (the workspace at 704x1248 is 3.9 GiB, 2.8 of it the causal caches). */
-    return s == 2 ? 2 : 1;
+    /* Stages 1 and 2: two frames per chunk (v22: stage 2, f121 -2.5% against one; v23: stage 1 too). Their Winograd
+     * convs transform 4 input frames for 2 outputs instead of 6, and their GEMMs run twice the rows. The memory stays
+     * within the target because their upsample convs hand the next stage one chunk at a time (interleave: stage 2's
+     * queue holds 2 frames, not 4, stage 3's 1, not 2), and the 1024 -> 512 and 512 -> 256 convs that open stages 2
+     * and 3 lay their wide inputs over the empty activation slots (stage_conv_inputs). Stage 3: one frame per chunk:
+     * one frame is already 220k GEMM rows (13 full rounds), and its one-frame chunks let the caches rotate instead of
+     * copying (the workspace at 704x1248 is 3.9 GiB, 2.8 of it the causal caches). */
+    return s == 3 ? 1 : 2;
 }
 
 w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
@@ -247,9 +277,14 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     for (s = 1; s < W22_STAGES; s++) {
         w22_stage *p = &d->stages[s - 1], *st = &d->stages[s];
         const int made = p->chunk * (p->temporal ? 2 : 1), c = default_chunk(d, s);
-        /* A spatial upsampler making more frames than this stage's chunk hands them on chunk by chunk (exec.c's
-         * run_upsample): the queue holds one chunk, not the previous stage's whole output */
-        p->interleave = !p->temporal && c < made;
+        /* An upsampler making more frames than this stage's chunk hands them on chunk by chunk (exec.c's
+         * run_upsample): the queue holds one chunk, not the previous stage's whole output. A temporal one hands on
+         * the two frames of c / 2 input frames at a time (c even; the decode's first input frame makes one). Only
+         * where the up block's input (the DupUp's source, read by every handed-on chunk) is the stage's input, in
+         * its queue: stage 0's block starts after the mid block, its input in a scratch slot that the later
+         * stages' chunks overwrite, so stage 0 (more than one latent frame per pass) hands on its whole output. */
+        const int block_in_queue = m->layers[p->layer0].kind == W22_L_BLOCK_BEGIN;
+        p->interleave = c < made && (!p->temporal || c % 2 == 0) && block_in_queue;
         st->in_cap = p->interleave ? c : made;
         st->chunk = c < st->in_cap ? c : st->in_cap;
     }
@@ -267,19 +302,24 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     W22_TRY(region_alloc(d, &d->queue[0], d->queue[0].bytes, "stage 0 input"));
     size_t scratch = 0;
     for (s = 0; s < W22_STAGES; s++) {
-        size_t off[8], total;
-        w22_stage_scratch(d, s, off, &total);
+        size_t off[8], size[8], total;
+        w22_stage_scratch(d, s, off, size, &total);
         if (total > scratch) scratch = total;
     }
-    size_t qoff[W22_STAGES + 1], tb = align_up(scratch);
+    /* the queues from the last stage's on, each followed by the interleaving upsample input that fills it (plan.h) */
+    size_t qoff[W22_STAGES + 1], uoff[W22_STAGES], tb = align_up(scratch);
     for (s = W22_STAGES; s >= 1; s--) {
         qoff[s] = tb;
         tb += align_up(d->queue[s].bytes);
+        d->ubuf[s - 1].bytes = d->stages[s - 1].interleave ? ubuf_bytes(d, s - 1) : 0;
+        uoff[s - 1] = tb;
+        tb += align_up(d->ubuf[s - 1].bytes);
     }
     W22_TRY(region_alloc(d, &d->transient, tb, "stage scratch and queues"));
     d->scratch.ptr = d->transient.ptr;
     d->scratch.bytes = scratch;
     for (s = 1; s <= W22_STAGES; s++) d->queue[s].ptr = (char *)d->transient.ptr + qoff[s];
+    for (s = 0; s < W22_STAGES; s++) d->ubuf[s].ptr = d->ubuf[s].bytes ? (char *)d->transient.ptr + uoff[s] : NULL;
     if (d->world > 1)
         W22_TRY(region_alloc(d, &d->gathered, w22_frames_bytes(d->stages[0].chunk, h, w, 3 * m->dims[0], 0, es),
                              "attention gather"));

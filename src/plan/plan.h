@@ -30,8 +30,9 @@ typedef struct {
     int in_cap;          /* frames its input queue holds */
     int temporal;        /* the stage's upsampler doubles time */
     int interleave;      /* its upsample conv runs in the next stage's chunks, each handed on before the next is made
-                          * (a spatial upsampler whose chunk outgrows the next stage's: that stage's queue holds one
-                          * chunk of its own, and this stage's upsample input stays above its scratch; plan.c) */
+                          * (an upsampler whose chunk outgrows the next stage's: that stage's queue holds one chunk of
+                          * its own, and this stage's upsample input, live while the later stages run, lies outside
+                          * the scratch: ubuf; plan.c) */
     int done;            /* input frames of this decode consumed so far */
 } w22_stage;
 
@@ -52,9 +53,12 @@ struct w22_decoder {
     w22_stage stages[W22_STAGES];
     w22_region queue[W22_STAGES + 1]; /* queue[s]: stage s's input; queue[4]: video staging */
     w22_region scratch;  /* the stages' private buffers (one stage at a time) */
-    /* One allocation holding scratch, then queue[4], [3], [2], [1] (views into it; queue[0] apart): during stage s's
-     * convs everything from its upsample buffer on to the start of queue[s] holds nothing live, one span that the
-     * convs may use as scratch (w22_stage_free) */
+    w22_region ubuf[W22_STAGES]; /* an interleaving stage's upsample input (plan.h's interleave), else empty */
+    /* One allocation holding scratch, then queue[4], [3], ubuf[2], queue[2], ubuf[1], queue[1], ubuf[0] (views into
+     * it; queue[0] apart; the ubufs only of interleaving stages): during stage s's convs everything from the end of
+     * its activation and conv-input slots to the start of queue[s] holds nothing live, one span that the convs may
+     * use as scratch (w22_stage_free); an interleaving stage's ubuf lies past the later stages' queues, outside
+     * their spans */
     w22_region transient;
     w22_region gathered; /* attention: the frame's q|k|v from every rank */
     w22_region cache_block; /* every causal cache and spare frame, one allocation */

@@ -841,11 +841,12 @@ static int tma_tail_env(void) {
     static int v = -1;
     return !w22_env_is(&v, "W22_TMA_TAIL", "0");
 }
-/* W22_TMA_CLUSTER_BATCH=1: the batch GEMMs (Winograd's) as single tiles, no clusters (v22b's ncu at the base clock:
- * -2% on the 512-channel one; a decode A/B in v22e). Read once. */
+/* The batch GEMMs (Winograd's) as single tiles, no clusters, since v23: 22B's ncu at the base clock had the
+ * 512-channel one 2% faster so, and v23's decode A/B f121 -0.3%. W22_TMA_CLUSTER_BATCH=on gives v22's plan (the
+ * direct convs' choice of tiles, pairs or pairs and a tail). Read once. */
 static int tma_batch_tiles_env(void) {
     static int v = -1;
-    return w22_env_is(&v, "W22_TMA_CLUSTER_BATCH", "1");
+    return !w22_env_is(&v, "W22_TMA_CLUSTER_BATCH", "on");
 }
 static int tma_plan(const w22_cuda *c, const w22_gemm *g, int persist, int minor, long *lim, long *tile0) {
     *lim = *tile0 = 0;

@@ -1182,6 +1182,11 @@ static void run_cases(void) {
     rmsnorm_case(512, 3, 5, 9, 1, 0);
     rmsnorm_case(1024, 2, 4, 5, 0, 1);
     rmsnorm_case(20, 1, 3, 5, 1, 0); /* scalar path */
+    /* the bulk pipeline (v24) with more chunks than its grid's 4-slot rings take at once (~400 CTAs on an H200):
+     * every slot reused, both barrier parities, part chunks at the rows' ends */
+    rmsnorm_case(256, 2, 264, 100, 1, 0);
+    rmsnorm_case(512, 1, 200, 150, 1, 1);
+    rmsnorm_case(1024, 1, 100, 130, 0, 0);
     /* dupup */
     dupup_case(32, 32, 2, 0, 2, 3, 5);
     dupup_case(32, 32, 2, 1, 3, 3, 5);
@@ -1492,6 +1497,10 @@ static void run_perf(void) {
     perf_norm(4, 352, 624, 256);
     perf_norm(4, 176, 312, 512);
     perf_norm(4, 88, 156, 1024);
+    /* as the decode calls it: one frame at stage 3, two at stages 1-2 */
+    perf_norm(1, 352, 624, 256);
+    perf_norm(2, 176, 312, 512);
+    perf_norm(2, 88, 156, 1024);
 }
 
 int main(int argc, char **argv) {

@@ -2,8 +2,8 @@
  * the output, and simulated ranks (threads with an in-memory exchange, worlds 2, 3 and 4, uneven splits) give the
  * single-rank output. Narrow synthetic models, random latents, outputs poisoned with NaN before each call.
  *
- * The causal caches' two designs, each on and off (plan.h): the spare rotation (pointer swaps at one-frame chunks)
- * against the copies must give the same bits, since every conv reads the same values and sums them in the same
+ * The causal caches' two designs, each on and off (plan.h): the spare rotation (pointer swaps at one- and two-frame
+ * chunks; with SHARE every stage's groups through one spare) against the copies must give the same bits, since every conv reads the same values and sums them in the same
  * order; the head's partial sums against its input-frame cache agree to float32 rounding (the 27 taps' sum
  * regrouped by temporal tap: within 1e-5 like the chunkings, whose GEMM blocking differs too). Chunkings mix the two
  * push paths: stage 0 rotates with one latent frame per pass and copies with more, and stage chunk overrides of 2
@@ -26,11 +26,15 @@ static w22_config narrow(void) {
     return c;
 }
 
-enum { ROT_OFF = 1, PSUM_OFF = 2 }; /* decoder flags: as W22_CACHE_ROTATE=0, W22_HEAD_PSUM=0 */
+/* decoder flags: as W22_CACHE_ROTATE=0, W22_HEAD_PSUM=0; SHARE: every stage's rotation group shares one spare unit
+ * (plan.h's share_any), so that two-frame units (stages 1 and 2 here) rotate with one-frame ones (stage 3, and
+ * stage 0 at one latent frame per pass) through the same memory, as stage 2's and 3's do at 704x1248 */
+enum { ROT_OFF = 1, PSUM_OFF = 2, SHARE = 4 };
 
 static void set_flags(w22_decoder *d, int flags) {
     d->rotate_off = (flags & ROT_OFF) != 0;
     d->psum_off = (flags & PSUM_OFF) != 0;
+    d->share_any = (flags & SHARE) != 0;
 }
 
 typedef struct {
@@ -80,6 +84,14 @@ static void decode_one(w22_weights *w, const float *z, int T, int h, int wd, int
     for (int s = 0; s < 4; s++) one_frame += d->stages[s].chunk == 1;
     CHECK((flags & ROT_OFF) || !one_frame ? d->nspares == 0 : d->nspares >= 1 && d->nspares <= one_frame * 2,
           "flags %d: %d spare frames for %d stages of one-frame chunks", flags, d->nspares, one_frame);
+    /* shared: a stage of two-frame chunks rotates its groups' units through a one-frame stage's spare */
+    int two_frame = 0, units2 = 0;
+    for (int s = 0; s < 4; s++) two_frame += d->stages[s].chunk == 2;
+    for (int l = 0; l < W22_MAX_LAYERS; l++)
+        for (int k = 0; k < 3; k++) units2 += d->cache_unit[l][k] == 2;
+    if ((flags & SHARE) && !(flags & ROT_OFF) && one_frame && two_frame)
+        CHECK(units2 > 0, "flags %d fpp %d chunks %d %d %d %d: no cache rotates two-frame units", flags, fpp, d->stages[0].chunk, d->stages[1].chunk, d->stages[2].chunk, d->stages[3].chunk);
+    if (!(flags & SHARE)) CHECK(units2 == 0, "flags %d: %d caches rotate two-frame units unshared", flags, units2);
     w22_decoder_free(d);
 }
 
@@ -139,6 +151,8 @@ int main(void) {
             check_same(what, byflag[f], ref, nv, 1e-5);
         }
         CHECK(memcmp(byflag[0], byflag[ROT_OFF], nv * 4) == 0, "%s: rotation and copies differ", runs[i].what);
+        decode_one(w, z, T, h, wd, runs[i].fpp, runs[i].chunks, SHARE, out, nv);
+        CHECK(memcmp(byflag[0], out, nv * 4) == 0, "%s: rotation through one shared spare differs", runs[i].what);
         CHECK(memcmp(byflag[PSUM_OFF], byflag[ROT_OFF | PSUM_OFF], nv * 4) == 0,
               "%s: rotation and copies differ with the head's input cache", runs[i].what);
     }
@@ -146,7 +160,8 @@ int main(void) {
 
     /* Two calls, the same video: the second starts from zeroed caches and the slots as planned, whatever the
      * first one's rotations left. */
-    for (int fpp = 1; fpp <= 2; fpp++) {
+    for (int fpp = 1; fpp <= 2; fpp++)
+      for (int share = 0; share <= SHARE; share += SHARE) {
         decode_one(w, z, T, h, wd, fpp, NULL, 0, out, nv);
         float *again = malloc(nv * 4);
         w22_decoder_params prm;
@@ -154,21 +169,22 @@ int main(void) {
         prm.frames_per_pass = fpp;
         w22_decoder *d = NULL;
         CHECK_OK(w22_decoder_open(w, &prm, &d));
+        if (d) set_flags(d, share);
         for (int call = 0; call < 2 && d; call++) {
             t_fill_nan(again, nv);
             CHECK_OK(w22_decode(d, z, W22_DTYPE_F32, T, h, wd, again, W22_DTYPE_F32));
-            CHECK(memcmp(out, again, nv * 4) == 0, "fpp %d: call %d of one decoder differs from a fresh decode", fpp,
-                  call);
+            CHECK(memcmp(out, again, nv * 4) == 0, "fpp %d%s: call %d of one decoder differs from a fresh decode",
+                  fpp, share ? " shared" : "", call);
         }
         w22_decoder_free(d);
         free(again);
-    }
+      }
 
     /* Simulated ranks: rows split over threads (5 rows: uneven for 2, 3 and 4); the spares' borders are zeroed and
      * their halo rows exchanged each time. */
     static const struct {
         int fpp, flags;
-    } rank_runs[] = {{2, 0}, {1, 0}, {1, ROT_OFF | PSUM_OFF}};
+    } rank_runs[] = {{2, 0}, {1, 0}, {1, ROT_OFF | PSUM_OFF}, {1, SHARE}};
     for (size_t i = 0; i < sizeof rank_runs / sizeof rank_runs[0]; i++)
         for (int world = 2; world <= 4; world++) {
             w22_comm *comms[4];
@@ -190,7 +206,7 @@ int main(void) {
             }
             char what[64];
             snprintf(what, sizeof what, "world %d, fpp %d%s", world, rank_runs[i].fpp,
-                     rank_runs[i].flags ? ", copies + head cache" : "");
+                     rank_runs[i].flags == SHARE ? ", one shared spare" : rank_runs[i].flags ? ", copies + head cache" : "");
             check_same(what, out, ref, nv, 1e-5);
         }
 

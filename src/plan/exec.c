@@ -1,8 +1,8 @@
 /* Runs the plan: latents in, the four stages chunk by chunk, video frames out. Every op goes through the backend's
  * op table and every exchange through src/dist, so the same code runs on the CPU, on a GPU, and on each rank.
  * The causal caches: a conv reads its two history frames in place; after it, the newest input frame becomes
- * history either by a pointer swap with its group's spare frame (one-frame chunks: the norm wrote the frame into
- * the spare) or by a copy; the head's conv_out keeps partial sums instead (plan.h). */
+ * history either by a pointer swap with its group's spare unit (chunks of one or two frames: the norm wrote them
+ * into the spare) or by a copy; the head's conv_out keeps partial sums instead (plan.h). */
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
@@ -89,19 +89,22 @@ static w22_status fresh_bordered(chunk_ctx *k, int n, int c, int wide, w22_view 
     return W22_OK;
 }
 
-/* The fresh input frame of a one-frame chunk's conv whose cache rotates: its group's spare frame (plan.c), where
- * the norm writes it. With one rank its border is already zero: every slot and spare of a group is zeroed at the
- * decode's start, and afterwards only interiors are written (the rotation moves whole frames, and no copy lands in
- * a group's memory), so no zero launches. With ranks the halo exchange wrote the border rows of the frame this
- * memory held, so it is zeroed every time, as fresh_bordered does. */
-static w22_status spare_view(chunk_ctx *k, int g, int c, w22_view *v) {
+/* The fresh input frames of a conv whose cache rotates, n of them (its unit): its group's spare unit (plan.c), where
+ * the norm writes them. Their borders must be zero: every cache and spare is zero at the decode's start, and
+ * afterwards only interiors are written (the rotation moves whole units, and no copy lands in a group's memory), so
+ * a unit's borders stay zero in the layout of the stage that last wrote it (spare_tag) and are zeroed only when
+ * another stage of the group takes it (twice a chunk of stage 2 at 704x1248). With ranks the halo exchange wrote the
+ * border rows of the frame this memory held, so they are zeroed every time, as fresh_bordered does. */
+static w22_status spare_view(chunk_ctx *k, int g, int c, int n, w22_view *v) {
     w22_decoder *d = k->d;
-    const size_t need = w22_frames_bytes(1, k->H, k->W, c, 1, k->es);
-    if (need != d->spare[g].bytes)
-        return w22_fail(W22_ERR_INTERNAL, "plan: stage %d's conv input of %d channels needs %zu bytes, its spare "
-                        "frame %d holds %zu", k->s, c, need, g, d->spare[g].bytes);
-    *v = mkview(d->spare_now[g], 1, k->H, k->W, c, 1, k->es);
-    if (d->world > 1 || border_rezero()) W22_TRY(w22_zero_border(d->backend, *v));
+    const size_t need = w22_frames_bytes(n, k->H, k->W, c, 1, k->es);
+    if (need > d->spare[g].bytes)
+        return w22_fail(W22_ERR_INTERNAL, "plan: stage %d's conv input of %d frames and %d channels needs %zu bytes, "
+                        "its spare unit %d holds %zu", k->s, n, c, need, g, d->spare[g].bytes);
+    *v = mkview(d->spare_now[g], n, k->H, k->W, c, 1, k->es);
+    if (d->world > 1 || border_rezero() || (d->spare_tag[g] >= 0 && d->spare_tag[g] != k->s))
+        W22_TRY(w22_zero_border(d->backend, *v));
+    d->spare_tag[g] = k->s;
     return W22_OK;
 }
 
@@ -114,9 +117,10 @@ static void cache_hist(chunk_ctx *k, int li, int kk, w22_view like, int border, 
         hist[i] = mkview(d->cache_slot[li][kk][i == 0 ? old : 1 - old], 1, like.h, like.w, like.c, border, like.es);
 }
 
-/* After the conv: the window's last two frames become the history. A one-frame chunk whose frame is its group's
- * spare (spare_view) rotates: that memory becomes the newer slot and the older slot's memory the group's spare,
- * nothing copied. Else the newest frame is copied over the older slot (two frames when the chunk has two or more). */
+/* After the conv: the window's last two frames become the history. A chunk of its cache's unit whose frames are its
+ * group's spare (spare_view) rotates, nothing copied: one frame becomes the newer slot and the older slot's memory
+ * the spare; two frames become both slots and the old unit (the two slots, adjacent) the spare. Else the newest
+ * frame is copied over the older slot (two frames when the chunk has two or more). */
 static w22_status cache_push(chunk_ctx *k, int li, int kk, w22_view fresh, int border) {
     w22_decoder *d = k->d;
     w22_backend *b = d->backend;
@@ -128,10 +132,21 @@ static w22_status cache_push(chunk_ctx *k, int li, int kk, w22_view fresh, int b
     void **slot = d->cache_slot[li][kk];
     unsigned char *old = &d->cache_old[li][kk];
     const int g = d->cache_spare[li][kk] - 1;
-    if (g >= 0 && fresh.f == 1 && base == d->spare_now[g]) {
-        d->spare_now[g] = slot[*old];
-        slot[*old] = base;
-        *old ^= 1;
+    if (g >= 0 && fresh.f == d->cache_unit[li][kk] && base == d->spare_now[g]) {
+        d->spare_tag[g] = k->s; /* the unit it gets back held this stage's frames */
+        if (fresh.f == 1) {
+            d->spare_now[g] = slot[*old];
+            slot[*old] = base;
+            *old ^= 1;
+            return W22_OK;
+        }
+        char *u0 = (char *)(slot[0] < slot[1] ? slot[0] : slot[1]), *u1 = (char *)(slot[0] < slot[1] ? slot[1] : slot[0]);
+        if (u1 != u0 + fb)
+            return w22_fail(W22_ERR_INTERNAL, "plan: a two-frame cache's slots are %td bytes apart, expected %zu",
+                            u1 - u0, fb);
+        d->spare_now[g] = u0;
+        slot[0] = base, slot[1] = base + fb;
+        *old = 0;
         return W22_OK;
     }
     if (fresh.f == 1) {
@@ -210,7 +225,8 @@ static w22_status norm_conv(chunk_ctx *k, w22_view src, const w22_bweight *gamma
     w22_backend *b = d->backend;
     w22_view fresh;
     const int g = d->cache_spare[li][kk] - 1;
-    if (g >= 0 && k->m == 1) W22_TRY(spare_view(k, g, src.c, &fresh)); /* rotation: cache_push swaps it in */
+    if (g >= 0 && k->m == d->cache_unit[li][kk])
+        W22_TRY(spare_view(k, g, src.c, k->m, &fresh)); /* rotation: cache_push swaps it in */
     else W22_TRY(fresh_bordered(k, k->m, src.c, kk == 0 && d->model.layers[li].kind == W22_L_RESBLOCK, &fresh));
     if (gamma) W22_TRY(b->ops->rmsnorm(b, src, fresh, gamma, silu));
     else W22_TRY(b->ops->copy(b, fresh, src));
@@ -525,13 +541,14 @@ w22_status w22_plan_run(w22_decoder *d) {
                                     0, (int)b->ops->elem_size);
                 W22_TRY(b->ops->zero(b, v));
                 d->cache_slot[l][c][0] = d->cache[l][c].ptr;
-                d->cache_slot[l][c][1] = (char *)d->cache[l][c].ptr + d->cache[l][c].bytes / 2;
+                d->cache_slot[l][c][1] = (char *)d->cache[l][c].ptr + d->cache_stride[l][c];
             }
     for (int g = 0; g < d->nspares; g++) {
         w22_view v = mkview(d->spare[g].ptr, 1, 1, (int)(d->spare[g].bytes / b->ops->elem_size), 1, 0,
                             (int)b->ops->elem_size);
         W22_TRY(b->ops->zero(b, v));
         d->spare_now[g] = d->spare[g].ptr;
+        d->spare_tag[g] = -1;
     }
     const int es = (int)b->ops->elem_size;
     for (int t0 = 0; t0 < d->T; t0 += d->frames_per_pass) {

@@ -28,6 +28,11 @@ static int want_rotate(const w22_decoder *d) {
     static int v = -1;
     return !d->rotate_off && switch_on("W22_CACHE_ROTATE", &v);
 }
+/* W22_SPARE_SHARE=0 (read once): no spare shared between stages (v23's plan: stage 2's caches copy), for A/B runs */
+static int want_share(void) {
+    static int v = -1;
+    return switch_on("W22_SPARE_SHARE", &v);
+}
 static int want_psum(const w22_decoder *d) {
     static int v = -1;
     return !d->psum_off && switch_on("W22_HEAD_PSUM", &v);
@@ -196,11 +201,13 @@ void w22_plan_release(w22_decoder *d) {
             d->cache[l][k].ptr = NULL;
             d->cache[l][k].bytes = 0;
             d->cache_slot[l][k][0] = d->cache_slot[l][k][1] = NULL;
-            d->cache_spare[l][k] = 0;
+            d->cache_spare[l][k] = d->cache_unit[l][k] = 0;
+            d->cache_stride[l][k] = 0;
         }
     for (int g = 0; g < W22_MAX_SPARES; g++) {
         d->spare[g].ptr = d->spare_now[g] = NULL;
         d->spare[g].bytes = 0;
+        d->spare_tag[g] = -1;
     }
     d->nspares = 0;
     d->h = d->w = 0;
@@ -326,7 +333,6 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     /* Causal caches: two frames of each kt=3 conv's input, kept between chunks (the head's: two fp32 frames of its
      * partial sums with psum); one allocation carved into them and the spares (dozens of separate ones would each
      * round up to the allocator's granularity: tens of MiB at 704x1248). */
-    size_t cache_total = 0;
     for (s = 0; s < W22_STAGES; s++) {
         const w22_stage *st = &d->stages[s];
         const int H = d->rows << st->level, W = w << st->level;
@@ -347,19 +353,23 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
                 break;
             default: break;
             }
-            for (int k = 0; k < 3; k++) cache_total += align_up(c[k].bytes);
         }
     }
-    /* Spare frames (rotation): at a stage of one-frame chunks, the caches whose new frame a norm writes (norm_conv)
-     * and that have one frame size form a group; a group of two or more gets one spare frame, so that each push is
-     * a pointer swap (exec.c's cache_push) instead of a frame copy. A group of one would need a third frame for
-     * one cache (stage 2's 1024-channel and stage 3's 512-channel conv1 of the first resblock: 114 and 227 MB at
-     * 704x1248): those keep copying. At 704x1248 the spares are 7.5 (stage 0, one latent frame per pass), 29, 57
-     * and 113 MB, about what the head's partial sums free (227 -> 21 MB). */
-    if (rotate)
-        for (s = 0; s < W22_STAGES; s++) {
+    /* Spare units (rotation): at a stage of one- or two-frame chunks, the caches whose new frames a norm writes
+     * (norm_conv) and that have one frame size form a group; a group of two or more gets one spare unit (a chunk's
+     * frames), so that each push is a pointer swap (exec.c's cache_push) instead of a copy. A group of one would
+     * need a third unit for one cache (stage 2's 1024-channel and stage 3's 512-channel conv1 of the first
+     * resblock: 229 and 227 MB at 704x1248): those keep copying. Two stages' groups whose units differ by under 2%
+     * share one spare, every member's slots padded to the larger unit: at 704x1248 stage 2's two-frame unit of 512
+     * channels (114.4 MB) and stage 3's one frame of 256 (113.5 MB) rotate through one spare. A group of two-frame
+     * units only joins another stage's spare: one of its own would cost two frames (stage 1's 58 MB, stage 2's 114:
+     * not within the 4 GiB target), so the stages of one-frame chunks are walked first. */
+    int spare_stage[W22_MAX_SPARES];
+    for (int pass = 0; pass < 2 && rotate; pass++)
+        for (s = W22_STAGES - 1; s >= 0; s--) {
             const w22_stage *st = &d->stages[s];
-            if (st->chunk != 1) continue; /* chunks of several frames push through the fresh slot (copies) */
+            const int u = st->chunk;
+            if (u != pass + 1) continue; /* longer chunks push through the fresh slot (copies) */
             for (int l = st->layer0; l < st->layer1; l++)
                 for (int k = 0; k < 2; k++) {
                     const int c = norm_conv_input(&m->layers[l], k, psum);
@@ -368,16 +378,44 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
                     for (int l2 = l; l2 < st->layer1; l2++)
                         for (int k2 = 0; k2 < 2; k2++) members += norm_conv_input(&m->layers[l2], k2, psum) == c;
                     if (members < 2) continue;
-                    if (d->nspares == W22_MAX_SPARES)
-                        return w22_fail(W22_ERR_INTERNAL, "plan: more than %d cache rotation groups", W22_MAX_SPARES);
-                    const int g = d->nspares++;
-                    d->spare[g].bytes = w22_frames_bytes(1, d->rows << st->level, w << st->level, c, 1, es);
-                    cache_total += align_up(d->spare[g].bytes);
+                    const size_t unit = w22_frames_bytes(u, d->rows << st->level, w << st->level, c, 1, es);
+                    int g = -1;
+                    for (int j = 0; j < d->nspares && g < 0; j++) {
+                        const size_t a = d->spare[j].bytes, lo = a < unit ? a : unit, hi = a < unit ? unit : a;
+                        if (spare_stage[j] != s && ((hi - lo) * 50 < hi || d->share_any) && want_share()) g = j;
+                    }
+                    if (g < 0 && u == 2) continue;
+                    if (g < 0) {
+                        if (d->nspares == W22_MAX_SPARES)
+                            return w22_fail(W22_ERR_INTERNAL, "plan: more than %d cache rotation groups",
+                                            W22_MAX_SPARES);
+                        g = d->nspares++;
+                        d->spare[g].bytes = 0;
+                        spare_stage[g] = s;
+                    }
+                    if (unit > d->spare[g].bytes) d->spare[g].bytes = unit;
                     for (int l2 = l; l2 < st->layer1; l2++)
                         for (int k2 = 0; k2 < 2; k2++)
-                            if (norm_conv_input(&m->layers[l2], k2, psum) == c) d->cache_spare[l2][k2] = g + 1;
+                            if (norm_conv_input(&m->layers[l2], k2, psum) == c)
+                                d->cache_spare[l2][k2] = (unsigned char)(g + 1), d->cache_unit[l2][k2] = (unsigned char)u;
                 }
         }
+    /* the slots: a one-frame unit's cache is two units (slot 1 a unit on), a two-frame one's one unit (its frames
+     * adjacent); a cache that copies, its two frames */
+    size_t cache_total = 0;
+    for (int l = 0; l < W22_MAX_LAYERS; l++)
+        for (int k = 0; k < 3; k++) {
+            w22_region *c = &d->cache[l][k];
+            if (!c->bytes) continue;
+            const int g = d->cache_spare[l][k] - 1;
+            d->cache_stride[l][k] = c->bytes / 2;
+            if (g >= 0) {
+                if (d->cache_unit[l][k] == 1) c->bytes = 2 * d->spare[g].bytes, d->cache_stride[l][k] = d->spare[g].bytes;
+                else c->bytes = d->spare[g].bytes; /* the frames at the unit's start: stride = one frame */
+            }
+            cache_total += align_up(c->bytes);
+        }
+    for (int g = 0; g < d->nspares; g++) cache_total += align_up(d->spare[g].bytes);
     W22_TRY(region_alloc(d, &d->cache_block, cache_total, "causal caches"));
     size_t off = 0;
     for (int l = 0; l < W22_MAX_LAYERS; l++)

@@ -2,9 +2,10 @@
  * post_quant_conv, conv_in and the mid block; stage 3 the head and the unpatchify). Each stage takes its input
  * frames in chunks; a chunk runs every layer of the stage and hands its output frames to the next stage at
  * once, so work memory is bounded by the chunk sizes, never by T. Causal convs keep their last two input frames
- * between chunks, so the chunk sizes do not change the output (docs/design.md). At a stage of one-frame chunks
- * the caches of one frame size share a spare frame: the norm writes the new frame there and the push after the conv
- * swaps pointers instead of copying the frame (W22_CACHE_ROTATE). The head's conv_out keeps its history as fp32
+ * between chunks, so the chunk sizes do not change the output (docs/design.md). At a stage of one- or two-frame
+ * chunks the caches of one frame size share a spare unit (a chunk's frames): the norm writes the new frames there
+ * and the push after the conv swaps pointers instead of copying them (W22_CACHE_ROTATE); two stages whose units
+ * differ by under 2% share one spare. The head's conv_out keeps its history as fp32
  * partial sums of its 12 outputs instead of two 256-channel input frames (W22_HEAD_PSUM). */
 #ifndef W22_PLAN_H
 #define W22_PLAN_H
@@ -14,7 +15,7 @@
 #include "model/model.h"
 
 #define W22_STAGES 4
-#define W22_MAX_SPARES 8 /* rotation groups: at most two frame sizes per stage */
+#define W22_MAX_SPARES 8 /* rotation groups: at most two unit sizes per stage */
 
 /* A byte region of backend memory, viewed with any shape that fits. */
 typedef struct {
@@ -69,11 +70,18 @@ struct w22_decoder {
                                              * decode's start; rotation moves them through the group's memory */
     unsigned char cache_old[W22_MAX_LAYERS][3]; /* which of a cache's two frame slots holds the older frame */
     unsigned char cache_spare[W22_MAX_LAYERS][3]; /* 0: the cache's pushes copy; g + 1: it rotates with spare g */
-    w22_region spare[W22_MAX_SPARES]; /* one frame per rotation group (views into cache_block) */
-    void *spare_now[W22_MAX_SPARES];  /* where group g's free frame is now */
+    unsigned char cache_unit[W22_MAX_LAYERS][3];  /* a rotating cache's unit: the frames a push moves (its stage's
+                                                   * chunk, 1 or 2); a chunk of other length copies */
+    size_t cache_stride[W22_MAX_LAYERS][3]; /* bytes from a cache's first slot to its second at a decode's start */
+    w22_region spare[W22_MAX_SPARES]; /* one unit per rotation group (views into cache_block) */
+    void *spare_now[W22_MAX_SPARES];  /* where group g's free unit is now */
+    int spare_tag[W22_MAX_SPARES];    /* the stage whose frame layout that unit's borders are zero in (-1: all of it
+                                       * is zero); a group may serve two stages (plan.c) */
     int nspares;
     int rotate, head_psum;  /* how this workspace was planned (W22_CACHE_ROTATE, W22_HEAD_PSUM; both on by default) */
     int rotate_off, psum_off; /* tests: 1 plans this decoder as W22_CACHE_ROTATE=0 / W22_HEAD_PSUM=0 would */
+    int share_any;       /* tests: the stages' rotation groups share a spare whatever their units' sizes (at test
+                          * sizes the borders make stage 2's and 3's units differ by more than plan.c's 2%) */
     w22_region zdev;     /* latents copied to the backend (host decodes) */
     size_t workspace_bytes;
     /* The current decode. */

@@ -1182,8 +1182,8 @@ static void run_cases(void) {
     rmsnorm_case(512, 3, 5, 9, 1, 0);
     rmsnorm_case(1024, 2, 4, 5, 0, 1);
     rmsnorm_case(20, 1, 3, 5, 1, 0); /* scalar path */
-    /* the bulk pipeline (v24) with more chunks than its grid's 4-slot rings take at once (~400 CTAs on an H200):
-     * every slot reused, both barrier parities, part chunks at the rows' ends */
+    /* larger frames: many blocks of rows, odd widths (a warp's second pixel past the row's end), in place; they
+     * ran v24's bulk-copy trial kernel (e14807d, 2095c01) over every slot of its ring */
     rmsnorm_case(256, 2, 264, 100, 1, 0);
     rmsnorm_case(512, 1, 200, 150, 1, 1);
     rmsnorm_case(1024, 1, 100, 130, 0, 0);

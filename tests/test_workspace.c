@@ -152,7 +152,8 @@ int main(void) {
         for (int l = d->stages[2].layer0; l < d->stages[2].layer1; l++)
             for (int k = 0; k < 3; k++) units2 += d->cache_unit[l][k] == 2 && d->cache_spare[l][k] == g3;
         if (d->rotate) {
-            CHECK(units2 == 5, "fpp %d: %d of stage 2's caches rotate through stage 3's spare, expected 5", fpp, units2);
+            CHECK(units2 == 5, "fpp %d: %d of stage 2's caches rotate through stage 3's spare, expected 5", fpp,
+                  units2);
             CHECK(g3 > 0 && d->spare[g3 - 1].bytes >= w22_frames_bytes(2, 176, 312, 512, 1, 2) &&
                       d->spare[g3 - 1].bytes >= w22_frames_bytes(1, 352, 624, 256, 1, 2),
                   "fpp %d: the shared spare holds %zu bytes, under a unit", fpp, g3 > 0 ? d->spare[g3 - 1].bytes : 0);

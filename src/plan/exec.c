@@ -104,7 +104,6 @@ static w22_status spare_view(chunk_ctx *k, int g, int c, int n, w22_view *v) {
     *v = mkview(d->spare_now[g], n, k->H, k->W, c, 1, k->es);
     if (d->world > 1 || border_rezero() || (d->spare_tag[g] >= 0 && d->spare_tag[g] != k->s))
         W22_TRY(w22_zero_border(d->backend, *v));
-    d->spare_tag[g] = k->s;
     return W22_OK;
 }
 
@@ -140,7 +139,8 @@ static w22_status cache_push(chunk_ctx *k, int li, int kk, w22_view fresh, int b
             *old ^= 1;
             return W22_OK;
         }
-        char *u0 = (char *)(slot[0] < slot[1] ? slot[0] : slot[1]), *u1 = (char *)(slot[0] < slot[1] ? slot[1] : slot[0]);
+        char *u0 = (char *)(slot[0] < slot[1] ? slot[0] : slot[1]);
+        char *u1 = (char *)(slot[0] < slot[1] ? slot[1] : slot[0]);
         if (u1 != u0 + fb)
             return w22_fail(W22_ERR_INTERNAL, "plan: a two-frame cache's slots are %td bytes apart, expected %zu",
                             u1 - u0, fb);

@@ -397,7 +397,8 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
                     for (int l2 = l; l2 < st->layer1; l2++)
                         for (int k2 = 0; k2 < 2; k2++)
                             if (norm_conv_input(&m->layers[l2], k2, psum) == c)
-                                d->cache_spare[l2][k2] = (unsigned char)(g + 1), d->cache_unit[l2][k2] = (unsigned char)u;
+                                d->cache_spare[l2][k2] = (unsigned char)(g + 1),
+                                d->cache_unit[l2][k2] = (unsigned char)u;
                 }
         }
     /* the slots: a one-frame unit's cache is two units (slot 1 a unit on), a two-frame one's one unit (its frames
@@ -410,8 +411,8 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
             const int g = d->cache_spare[l][k] - 1;
             d->cache_stride[l][k] = c->bytes / 2;
             if (g >= 0) {
-                if (d->cache_unit[l][k] == 1) c->bytes = 2 * d->spare[g].bytes, d->cache_stride[l][k] = d->spare[g].bytes;
-                else c->bytes = d->spare[g].bytes; /* the frames at the unit's start: stride = one frame */
+                if (d->cache_unit[l][k] == 1) d->cache_stride[l][k] = d->spare[g].bytes;
+                c->bytes = d->spare[g].bytes * (d->cache_unit[l][k] == 1 ? 2 : 1); /* two: the frames adjacent */
             }
             cache_total += align_up(c->bytes);
         }

@@ -501,7 +501,8 @@ class W22Config(ctypes.Structure):
 class W22DecoderParams(ctypes.Structure):
     _fields_ = [("device", ctypes.c_int), ("cuda_device", ctypes.c_int), ("frames_per_pass", ctypes.c_int),
                 ("threads", ctypes.c_int), ("comm", ctypes.c_void_p), ("video_on_all_ranks", ctypes.c_int),
-                ("progress", ctypes.c_void_p), ("progress_user", ctypes.c_void_p)]
+                ("progress", ctypes.c_void_p), ("progress_user", ctypes.c_void_p), ("check", ctypes.c_int),
+                ("_reserve", ctypes.c_char * 256)]  # w22_decoder_params_init writes the whole C struct: room to grow
 
 
 W22_DTYPE_F32, W22_DTYPE_BF16 = 0, 1

@@ -116,6 +116,9 @@ typedef struct {
     int video_on_all_ranks; /* 0: the video ends on rank 0 only; 1: on every rank */
     w22_progress_fn progress;
     void *progress_user;
+    int check;            /* 1: the checking mode (also W22_CHECK=1): every op's operands are verified finite, the
+                           * borders the decode relies on zero, and memory it has not written reads as NaN; a
+                           * failure names the stage, layer and buffer. For tests: a sync and a pass per operand. */
 } w22_decoder_params;
 
 void w22_decoder_params_init(w22_decoder_params *p);

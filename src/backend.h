@@ -127,6 +127,17 @@ typedef struct {
      * -1 and h, columns -1 and w, corners included), nothing else. One launch instead of four (CUDA: ~600 launches
      * of f121's ~2460 zero launches, each mostly launch time). */
     w22_status (*zero_border)(w22_backend *b, w22_view v);
+    /* Sets `bytes` bytes at ptr to `byte` (0: zeros; 0xff: NaN in both float32 and bf16, the checking mode's poison).
+     * Sizes in size_t: a cache past 4K UHD holds more than 2^31 elements. */
+    w22_status (*fill)(w22_backend *b, void *ptr, size_t bytes, int byte);
+    /* The checking mode (plan.h's check): counts[0] = the elements of v that are not finite, counts[1] = with border,
+     * the elements of its one-pixel border (rows -1 and h, columns -1 and w) that are not +-0. Waits for the
+     * backend's queued work. Elements of v.es bytes (2: bf16, 4: float32) whatever the backend's own type. */
+    w22_status (*inspect)(w22_backend *b, w22_view v, int border, size_t counts[2]);
+    /* Optional (NULL: none), the checking mode: verifies that the backend's constant memory (its weights in their
+     * layouts, its other read-only tables) still holds what it uploaded; a kernel that writes outside its output can
+     * land there, and then every later decode of this decoder is wrong while a fresh decoder's is right. */
+    w22_status (*audit)(w22_backend *b);
 } w22_backend_ops;
 
 struct w22_backend {

@@ -14,6 +14,9 @@ void w22_decoder_params_init(w22_decoder_params *p) {
 
 void w22_decoder_free(w22_decoder *d) {
     if (!d) return;
+    pthread_mutex_lock(&d->lock); /* a decode running in another thread ends first */
+    pthread_mutex_unlock(&d->lock);
+    pthread_mutex_destroy(&d->lock);
     if (d->backend) {
         w22_plan_release(d);
         for (int i = 0; i < W22_MAX_WEIGHTS; i++)
@@ -37,12 +40,15 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
         return w22_fail(W22_ERR_INVALID_ARG, "device %d, expected W22_DEVICE_CPU or W22_DEVICE_CUDA", p->device);
     w22_decoder *d = calloc(1, sizeof *d);
     if (!d) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a decoder");
+    pthread_mutex_init(&d->lock, NULL);
     d->model = w->model;
     d->params = *p;
     d->comm = p->comm;
     d->rank = p->comm ? p->comm->rank : 0;
     d->world = p->comm ? p->comm->world : 1;
     d->on_all_ranks = p->video_on_all_ranks;
+    const char *ck = getenv("W22_CHECK");
+    d->check = p->check || (ck && !strcmp(ck, "1"));
     /* two latent frames per pass by default (v24: f121 -0.4% against one: stage 0's Winograd convs transform 4
      * input frames for 2 outputs instead of 3 for 1, on twice the GEMM rows; the workspace at 704x1248 3.96 GiB,
      * within the 4 GiB target) */
@@ -217,7 +223,7 @@ static w22_status decode_host(w22_decoder *d, const void *z, w22_dtype zt, int T
     return s;
 }
 
-w22_status w22_decode(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, void *video, w22_dtype vt) {
+static w22_status decode_locked(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, void *video, w22_dtype vt) {
     if (d && !video && (d->rank == 0 || d->on_all_ranks))
         return w22_fail(W22_ERR_INVALID_ARG, "w22_decode: video must not be NULL on rank %d", d->rank);
     if (vt != W22_DTYPE_F32 && vt != W22_DTYPE_BF16 && vt != W22_DTYPE_F16)
@@ -226,15 +232,15 @@ w22_status w22_decode(w22_decoder *d, const void *z, w22_dtype zt, int T, int h,
     return decode_host(d, z, zt, T, h, w, &k);
 }
 
-w22_status w22_decode_frames(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, w22_frames_fn fn,
-                             void *user) {
+static w22_status decode_frames_locked(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w,
+                                       w22_frames_fn fn, void *user) {
     if (!fn) return w22_fail(W22_ERR_INVALID_ARG, "w22_decode_frames: the frames callback must not be NULL");
     sink k = {.fn = fn, .user = user};
     return decode_host(d, z, zt, T, h, w, &k);
 }
 
-w22_status w22_decode_device(w22_decoder *d, const void *z_dev, int T, int h, int w, void *video_dev,
-                             void *cuda_stream) {
+static w22_status decode_device_locked(w22_decoder *d, const void *z_dev, int T, int h, int w, void *video_dev,
+                                       void *cuda_stream) {
     if (!d || !z_dev) return w22_fail(W22_ERR_INVALID_ARG, "w22_decode_device: decoder and latents must not be NULL");
     if (d->params.device != W22_DEVICE_CUDA)
         return w22_fail(W22_ERR_UNSUPPORTED, "w22_decode_device needs a CUDA decoder (this one runs on the CPU)");
@@ -248,5 +254,32 @@ w22_status w22_decode_device(w22_decoder *d, const void *z_dev, int T, int h, in
     d->deliver_user = &k;
     s = run(d, z_dev, W22_DTYPE_BF16, T, h, w);
     w22_backend_cuda_set_stream(d->backend, NULL);
+    return s;
+}
+
+/* The public decodes: one at a time per decoder (plan.h's lock). */
+w22_status w22_decode(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, void *video, w22_dtype vt) {
+    if (!d) return w22_fail(W22_ERR_INVALID_ARG, "w22_decode: the decoder must not be NULL");
+    pthread_mutex_lock(&d->lock);
+    const w22_status s = decode_locked(d, z, zt, T, h, w, video, vt);
+    pthread_mutex_unlock(&d->lock);
+    return s;
+}
+
+w22_status w22_decode_frames(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, w22_frames_fn fn,
+                             void *user) {
+    if (!d) return w22_fail(W22_ERR_INVALID_ARG, "w22_decode_frames: the decoder must not be NULL");
+    pthread_mutex_lock(&d->lock);
+    const w22_status s = decode_frames_locked(d, z, zt, T, h, w, fn, user);
+    pthread_mutex_unlock(&d->lock);
+    return s;
+}
+
+w22_status w22_decode_device(w22_decoder *d, const void *z_dev, int T, int h, int w, void *video_dev,
+                             void *cuda_stream) {
+    if (!d) return w22_fail(W22_ERR_INVALID_ARG, "w22_decode_device: the decoder must not be NULL");
+    pthread_mutex_lock(&d->lock);
+    const w22_status s = decode_device_locked(d, z_dev, T, h, w, video_dev, cuda_stream);
+    pthread_mutex_unlock(&d->lock);
     return s;
 }

@@ -11,11 +11,9 @@
  * W22_HEAD_PSUM=0), which is printed beside it. */
 #include <stdlib.h>
 #include <string.h>
-#include "plan/plan.h"
+#include "plan/plan_internal.h"
 #include "testutil.h"
 
-size_t w22_frames_bytes(int f, int h, int w, int c, int border, size_t es); /* plan.c */
-void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t size[8], size_t *total); /* plan.c */
 
 static size_t counted;
 static w22_status count_alloc(w22_backend *b, size_t bytes, void **ptr) {

@@ -199,6 +199,46 @@ static w22_status cpu_side_noop(w22_backend *b) {
     return W22_OK;
 }
 
+static w22_status cpu_fill(w22_backend *b, void *ptr, size_t bytes, int byte) {
+    (void)b;
+    if (bytes) memset(ptr, byte, bytes);
+    return W22_OK;
+}
+
+/* An element's bits: not finite when its exponent is all ones; zero when all but the sign are 0. */
+static void cpu_count(const char *p, int es, size_t *nonfinite, size_t *nonzero) {
+    if (es == 4) {
+        uint32_t u;
+        memcpy(&u, p, 4);
+        *nonfinite += (u & 0x7f800000u) == 0x7f800000u;
+        *nonzero += (u & 0x7fffffffu) != 0;
+    } else {
+        uint16_t u;
+        memcpy(&u, p, 2);
+        *nonfinite += (u & 0x7f80u) == 0x7f80u;
+        *nonzero += (u & 0x7fffu) != 0;
+    }
+}
+
+static w22_status cpu_inspect(w22_backend *b, w22_view v, int border, size_t counts[2]) {
+    (void)b;
+    size_t nz = 0, nf = 0, bnf = 0;
+    counts[0] = counts[1] = 0;
+    for (long f = 0; f < v.f; f++)
+        for (long y = -border; y < v.h + border; y++)
+            for (long x = -border; x < v.w + border; x++) {
+                const int edge = y < 0 || y >= v.h || x < 0 || x >= v.w;
+                for (long c = 0; c < v.c; c++) {
+                    const char *p = w22_view_at(v, f, y, x, c);
+                    if (edge) cpu_count(p, v.es, &bnf, &nz);
+                    else cpu_count(p, v.es, &nf, &(size_t){0});
+                }
+            }
+    counts[0] = nf;
+    counts[1] = nz;
+    return W22_OK;
+}
+
 static const w22_backend_ops cpu_ops = {
     .name = "cpu",
     .elem_size = sizeof(float),
@@ -223,6 +263,8 @@ static const w22_backend_ops cpu_ops = {
     .side_begin = cpu_side_noop,
     .side_end = cpu_side_noop,
     .side_join = cpu_side_noop,
+    .fill = cpu_fill,
+    .inspect = cpu_inspect,
 };
 
 w22_status w22_backend_cpu_create(int threads, w22_backend **out) {

@@ -934,22 +934,26 @@ static int epi_tma_direct_env(void) {
     return !w22_env_is(&v, "W22_EPI_TMA_DIRECT", "0");
 }
 
-/* The identity [n][n] in bf16, the weights of a residual taken as the GEMM's extra K (residual_as_k): made at the
- * first such conv, kept for the backend's life (128 KB at n = 256; another n replaces it). */
+/* The identity [n][n] in bf16, the weights of a residual taken as the GEMM's extra K (residual_as_k): one per n
+ * (the decode's 1024-channel attention projection and its 256-channel convs), made at the first conv of that n and
+ * kept for the backend's life (2 MB at 1024). Never replaced while a decode runs: v21-v24 kept one identity and
+ * re-made it whenever n changed, several times a decode, each a free, an allocation and an upload that raced the
+ * kernels of the decode (issue 27). */
 static w22_status identity_weights(w22_cuda *c, int n, const bf16 **out) {
-    if (!c->ident || c->ident_n != n) {
+    int k = 0;
+    while (k < W22_IDENT_MAX && c->ident[k] && c->ident_n[k] != n) k++;
+    if (k == W22_IDENT_MAX)
+        return w22_fail(W22_ERR_INTERNAL, "the residual's identity weights: more than %d channel counts", W22_IDENT_MAX);
+    if (!c->ident[k]) {
         uint16_t *h = (uint16_t *)calloc((size_t)n * n, 2);
         if (!h) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory: %zu bytes for an identity", (size_t)n * n * 2);
         for (int i = 0; i < n; i++) h[(size_t)i * n + i] = 0x3F80; /* bf16 1.0 */
-        if (c->ident) cudaStreamSynchronize(c->stream); /* the last user of the old one has run */
-        w22_cuda_free_ptr(c, c->ident);
-        c->ident = NULL, c->ident_n = 0;
-        const w22_status s = w22_cuda_upload(c, &c->ident, h, (size_t)n * n * 2, "the residual's identity weights");
+        const w22_status s = w22_cuda_upload(c, &c->ident[k], h, (size_t)n * n * 2, "the residual's identity weights");
         free(h);
         W22_TRY(s);
-        c->ident_n = n;
+        c->ident_n[k] = n;
     }
-    *out = (const bf16 *)c->ident;
+    *out = (const bf16 *)c->ident[k];
     return W22_OK;
 }
 

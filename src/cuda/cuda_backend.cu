@@ -43,6 +43,8 @@ w22_status w22_cuda_malloc(w22_cuda *c, size_t bytes, void **ptr, const char *wh
     }
     c->allocs[c->nallocs].ptr = p;
     c->allocs[c->nallocs].bytes = bytes;
+    c->allocs[c->nallocs].constant = 0;
+    c->allocs[c->nallocs].sum = 0;
     c->nallocs++;
     c->bytes += bytes;
     if (c->bytes > c->peak) c->peak = c->bytes;
@@ -62,15 +64,37 @@ void w22_cuda_free_ptr(w22_cuda *c, void *ptr) {
     if (cudaFree(ptr) != cudaSuccess) (void)cudaGetLastError(); /* free cannot report; keep the process usable */
 }
 
+unsigned long long w22_word_sum(const void *p, size_t bytes) {
+    const unsigned char *b = (const unsigned char *)p;
+    unsigned long long s = 0;
+    size_t i = 0;
+    for (; i + 4 <= bytes; i += 4) {
+        uint32_t u;
+        memcpy(&u, b + i, 4);
+        s += u;
+    }
+    uint32_t t = 0;
+    if (i < bytes) memcpy(&t, b + i, bytes - i);
+    return s + t;
+}
+
+/* An upload is constant memory (weights, tables): recorded with its sum for the checking mode's audit. */
 w22_status w22_cuda_upload(w22_cuda *c, void **dev, const void *host, size_t bytes, const char *what) {
     W22_TRY(w22_cuda_malloc(c, bytes, dev, what));
-    const cudaError_t e = cudaMemcpy(*dev, host, bytes, cudaMemcpyHostToDevice);
+    /* On the backend's stream, then waited for: a plain cudaMemcpy goes on the legacy default stream, which does not
+     * order the backend's own stream (non-blocking) or a caller's, and from pageable memory it may return before the
+     * data has reached the device. An upload during a decode (an identity, a direct conv's weights at first use) then
+     * raced the kernels that read it: the wrong video of issue 27. */
+    cudaError_t e = cudaMemcpyAsync(*dev, host, bytes, cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         w22_cuda_free_ptr(c, *dev);
         *dev = NULL;
         return w22_fail(W22_ERR_CUDA, "cudaMemcpy of %s (%zu bytes): %s", what, bytes, cudaGetErrorString(e));
     }
+    w22_cuda_alloc_rec *r = &c->allocs[c->nallocs - 1]; /* w22_cuda_malloc appended it */
+    if (r->ptr == *dev) r->constant = 1, r->sum = w22_word_sum(host, bytes);
     return W22_OK;
 }
 
@@ -302,7 +326,9 @@ static void op_destroy(w22_backend *b) {
         w22_cuda_free_ptr(c, c->attn_scratch);
         w22_cuda_free_ptr(c, c->split_part);
         w22_cuda_free_ptr(c, c->wino_scratch);
-        w22_cuda_free_ptr(c, c->ident);
+        for (int k = 0; k < W22_IDENT_MAX; k++) w22_cuda_free_ptr(c, c->ident[k]);
+        w22_cuda_free_ptr(c, c->inspect_count);
+        w22_cuda_free_ptr(c, c->audit_buf);
         if (c->side) {
             cudaStreamSynchronize(c->side);
             cudaStreamDestroy(c->side);
@@ -342,6 +368,9 @@ const w22_backend_ops w22_cuda_ops_plain = {
     op_side_end,
     op_side_join,
     w22_cuda_zero_border,
+    w22_cuda_fill,
+    w22_cuda_inspect,
+    w22_cuda_audit,
 };
 
 /* ---- public entry points ---- */

@@ -17,6 +17,8 @@ typedef __nv_bfloat16 bf16;
 typedef struct {
     void *ptr;
     size_t bytes;
+    unsigned long long sum; /* constant buffers (w22_cuda_upload's): the sum of its 32-bit words, for audit */
+    int constant;
 } w22_cuda_alloc_rec;
 
 typedef struct w22_cuda_prof w22_cuda_prof; /* profile.cu */
@@ -50,8 +52,11 @@ typedef struct {
     void *tmap_im2col; /* cuTensorMapEncodeIm2col, for W22_WGMMA_LOAD=tma (conv_sm90_wgmma_tma.cu); NULL: none */
     void *wino_scratch; /* W22_WINOGRAD's V and M (winograd.cu), grown to the largest conv; NULL: none yet */
     size_t wino_bytes;
-    void *ident; /* bf16 identity [ident_n][ident_n]: a residual's weights as extra K (conv_sm90_wgmma_tma.cu) */
-    int ident_n;
+    void *ident[4]; /* bf16 identities [ident_n][ident_n], one per n: a residual's weights as extra K */
+    int ident_n[4]; /* (conv_sm90_wgmma_tma.cu's identity_weights; W22_IDENT_MAX of them) */
+    unsigned long long *inspect_count; /* the checking mode's two counters (move.cu's inspect); NULL: none yet */
+    void *audit_buf;                   /* the audit's table of constant buffers and their sums (move.cu) */
+    size_t audit_bytes;
 } w22_cuda;
 
 /* A weight in this backend's layout. Conv: [cout][kt][kh][kw][cin] bf16 (the GEMM's B operand, K-major);
@@ -96,7 +101,9 @@ static inline w22_cuda *cuda_of(w22_backend *b) { return (w22_cuda *)b->impl; }
 w22_status w22_cuda_after_launch(w22_cuda *c, const char *what, const char *file, int line);
 /* Device memory with tracking; OOM is W22_ERR_OUT_OF_MEMORY with the free bytes. */
 w22_status w22_cuda_malloc(w22_cuda *c, size_t bytes, void **ptr, const char *what);
-/* w22_cuda_malloc, then a copy of `bytes` from host; on a failed copy nothing stays allocated (*dev NULL) */
+/* w22_cuda_malloc, then a copy of `bytes` from host, in the order of the backend's stream and complete on return
+ * (kernels queued after it see it, whatever stream the caller's copies go on); on a failed copy nothing stays
+ * allocated (*dev NULL) */
 w22_status w22_cuda_upload(w22_cuda *c, void **dev, const void *host, size_t bytes, const char *what);
 /* w->dev, uploaded from w->host_direct first if it is still on the host */
 w22_status w22_cuda_weight_direct(w22_cuda *c, w22_cuda_weight *w);
@@ -106,6 +113,8 @@ w22_status w22_cuda_scratch(w22_cuda *c, void **ptr, size_t *bytes, size_t need,
 /* Debug mode: a view (plus `border` rows/cols around it) must lie inside the allocation that holds its first
  * element, when that allocation is this backend's. */
 w22_status w22_cuda_check_view(w22_cuda *c, const w22_view *v, int border, const char *what);
+/* The sum of a buffer's 32-bit words (the tail's bytes zero-padded): what audit compares a constant buffer with. */
+unsigned long long w22_word_sum(const void *p, size_t bytes);
 
 /* ---- the GEMM behind conv and attention (conv.h documents the fields) ---- */
 typedef struct {
@@ -160,6 +169,7 @@ typedef struct {
     int ph_o[16], ph_r[16]; /* phases or batch: GEMM p's output and residual offsets from GEMM 0's (elements) */
 } w22_gemm;
 #define W22_GEMM_BATCH 16
+#define W22_IDENT_MAX 4
 
 /* Input frame j of a GEMM's window (see a_hist). */
 static __host__ __device__ __forceinline__ const bf16 *w22_gemm_frame(const w22_gemm &g, int j) {

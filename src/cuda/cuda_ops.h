@@ -15,6 +15,9 @@ w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
 w22_status w22_cuda_zero(w22_backend *b, w22_view v);
 w22_status w22_cuda_zero_border(w22_backend *b, w22_view v);
 w22_status w22_cuda_copy(w22_backend *b, w22_view dst, w22_view src);
+w22_status w22_cuda_fill(w22_backend *b, void *ptr, size_t bytes, int byte);
+w22_status w22_cuda_inspect(w22_backend *b, w22_view v, int border, size_t counts[2]);
+w22_status w22_cuda_audit(w22_backend *b);
 w22_status w22_cuda_latents_in(w22_backend *b, const void *z, w22_dtype zt, int C, int T, int H, int W, int t0,
                                int y0, w22_view out);
 w22_status w22_cuda_unpatchify(w22_backend *b, w22_view in, int p, w22_video_dst dst);

@@ -200,3 +200,125 @@ w22_status w22_cuda_unpatchify(w22_backend *b, w22_view in, int p, w22_video_dst
     CU_LAUNCHED(c, "unpatchify");
     return W22_OK;
 }
+
+w22_status w22_cuda_fill(w22_backend *b, void *ptr, size_t bytes, int byte) {
+    w22_cuda *c = cuda_of(b);
+    CU_ENTER(c);
+    if (bytes) CU_TRY(cudaMemsetAsync(ptr, byte, bytes, c->stream));
+    return W22_OK;
+}
+
+/* The checking mode's counts (backend.h's inspect): one thread per element of the view and its border ring,
+ * ES-byte elements; cnt[0] the interior's non-finite ones, cnt[1] the border's nonzero ones. */
+template <int ES>
+__global__ void w22_inspect_kernel(const char *p, long sf, long sh, long sw, int F, int H, int W, int C, int border,
+                                   unsigned long long *cnt) {
+    const long Hb = H + 2L * border, Wb = W + 2L * border, total = (long)F * Hb * Wb * C;
+    unsigned long long nf = 0, nz = 0;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (long)gridDim.x * blockDim.x) {
+        const long c = i % C, q = i / C, x = q % Wb - border, r = q / Wb, y = r % Hb - border, f = r / Hb;
+        const char *e = p + (f * sf + y * sh + x * sw + c) * ES;
+        unsigned exp_all, bits;
+        if (ES == 4) {
+            const unsigned u = *(const unsigned *)e;
+            exp_all = (u & 0x7f800000u) == 0x7f800000u, bits = (u & 0x7fffffffu) != 0;
+        } else {
+            const unsigned short u = *(const unsigned short *)e;
+            exp_all = (u & 0x7f80u) == 0x7f80u, bits = (u & 0x7fffu) != 0;
+        }
+        if (y < 0 || y >= H || x < 0 || x >= W) nz += bits;
+        else nf += exp_all;
+    }
+    if (nf) atomicAdd(&cnt[0], nf);
+    if (nz) atomicAdd(&cnt[1], nz);
+}
+
+w22_status w22_cuda_inspect(w22_backend *b, w22_view v, int border, size_t counts[2]) {
+    w22_cuda *c = cuda_of(b);
+    counts[0] = counts[1] = 0;
+    CU_ENTER(c);
+    if (v.es != 2 && v.es != 4) return w22_fail(W22_ERR_BAD_SHAPE, "cuda inspect: element size %d, expected 2 or 4", v.es);
+    if (v.f <= 0 || v.h <= 0 || v.w <= 0 || v.c <= 0) return W22_OK;
+    if (!c->inspect_count)
+        W22_TRY(w22_cuda_malloc(c, 2 * sizeof(unsigned long long), (void **)&c->inspect_count, "the inspect counters"));
+    CU_TRY(cudaMemsetAsync(c->inspect_count, 0, 2 * sizeof(unsigned long long), c->stream));
+    const long total = (long)v.f * (v.h + 2L * border) * (v.w + 2L * border) * v.c;
+    if (v.es == 4)
+        w22_inspect_kernel<4><<<grid_for(total, 256), 256, 0, c->stream>>>((const char *)v.ptr, v.sf, v.sh, v.sw, v.f,
+                                                                           v.h, v.w, v.c, border, c->inspect_count);
+    else
+        w22_inspect_kernel<2><<<grid_for(total, 256), 256, 0, c->stream>>>((const char *)v.ptr, v.sf, v.sh, v.sw, v.f,
+                                                                           v.h, v.w, v.c, border, c->inspect_count);
+    CU_LAUNCHED(c, "inspect");
+    unsigned long long h[2];
+    CU_TRY(cudaMemcpyAsync(h, c->inspect_count, sizeof h, cudaMemcpyDeviceToHost, c->stream));
+    CU_TRY(cudaStreamSynchronize(c->stream));
+    counts[0] = (size_t)h[0], counts[1] = (size_t)h[1];
+    return W22_OK;
+}
+
+/* The audit (backend.h): one block per constant buffer sums its 32-bit words (the tail zero-padded). */
+struct w22_audit_item {
+    const unsigned char *p;
+    unsigned long long bytes, sum;
+};
+__global__ void w22_audit_kernel(w22_audit_item *it) {
+    w22_audit_item *a = &it[blockIdx.x];
+    const unsigned long long words = a->bytes / 4;
+    unsigned long long s = 0;
+    for (unsigned long long i = threadIdx.x; i < words; i += blockDim.x) s += ((const unsigned *)a->p)[i];
+    if (threadIdx.x == 0 && (a->bytes & 3)) {
+        unsigned t = 0;
+        for (unsigned k = 0; k < (a->bytes & 3); k++) t |= (unsigned)a->p[words * 4 + k] << (8 * k);
+        s += t;
+    }
+    atomicAdd(&a->sum, s);
+}
+
+w22_status w22_cuda_audit(w22_backend *b) {
+    w22_cuda *c = cuda_of(b);
+    CU_ENTER(c);
+    int n = 0;
+    for (int i = 0; i < c->nallocs; i++) n += c->allocs[i].constant;
+    if (!n) return W22_OK;
+    const size_t need = (size_t)n * sizeof(w22_audit_item);
+    if (need > c->audit_bytes) {
+        CU_TRY(cudaStreamSynchronize(c->stream));
+        void *old = c->audit_buf;
+        c->audit_buf = NULL, c->audit_bytes = 0;
+        w22_cuda_free_ptr(c, old);
+        W22_TRY(w22_cuda_malloc(c, 2 * need, &c->audit_buf, "the audit's table"));
+        c->audit_bytes = 2 * need;
+    }
+    w22_audit_item *h = (w22_audit_item *)malloc(need);
+    int *ix = (int *)malloc(n * sizeof(int));
+    if (!h || !ix) {
+        free(h), free(ix);
+        return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for the audit");
+    }
+    for (int i = 0, k = 0; i < c->nallocs; i++)
+        if (c->allocs[i].constant) {
+            h[k].p = (const unsigned char *)c->allocs[i].ptr, h[k].bytes = c->allocs[i].bytes, h[k].sum = 0;
+            ix[k++] = i;
+        }
+    cudaError_t e = cudaMemcpyAsync(c->audit_buf, h, need, cudaMemcpyHostToDevice, c->stream);
+    if (e == cudaSuccess) {
+        w22_audit_kernel<<<n, 512, 0, c->stream>>>((w22_audit_item *)c->audit_buf);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaMemcpyAsync(h, c->audit_buf, need, cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    w22_status s = W22_OK;
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        s = w22_fail(W22_ERR_CUDA, "cuda audit: %s", cudaGetErrorString(e));
+    }
+    for (int k = 0; k < n && s == W22_OK; k++) {
+        const w22_cuda_alloc_rec *r = &c->allocs[ix[k]];
+        if (h[k].sum != r->sum)
+            s = w22_fail(W22_ERR_INTERNAL, "cuda audit: a constant buffer (weights or a table: %zu bytes at %p) changed "
+                         "since its upload: a kernel wrote outside its output", r->bytes, r->ptr);
+    }
+    free(h), free(ix);
+    return s;
+}

@@ -7,11 +7,7 @@
 #include <string.h>
 #include "common.h"
 #include "dist/exchange.h"
-#include "plan/plan.h"
-
-size_t w22_frames_bytes(int f, int h, int w, int c, int border, size_t es);
-void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t size[8], size_t *total);
-size_t w22_head_psum_bytes(int f, int h, int w, int cout, size_t es, size_t *tmp_off);
+#include "plan/plan_internal.h"
 
 /* A view of f frames (h x w x c) at ptr; with border, each frame has a one-pixel border and the view starts at
  * its interior. */
@@ -24,7 +20,7 @@ static w22_view mkview(void *ptr, int f, int h, int w, int c, int border, int es
 typedef struct {
     w22_decoder *d;
     int s, H, W, m, first, es;
-    size_t off[8], size[8];
+    size_t off[W22_SLOTS], size[W22_SLOTS];
     char *scratch;
     w22_view x;        /* the stage's input frames of this chunk */
     w22_view cur;      /* the activation now */
@@ -83,7 +79,7 @@ static w22_status fresh_bordered(chunk_ctx *k, int n, int c, int wide, w22_view 
     const w22_view *z = &k->zeroed;
     if (!border_rezero() && k->d->world == 1 && z->ptr == v->ptr && z->f == v->f && z->h == v->h && z->w == v->w &&
         z->c == v->c && z->sf == v->sf && z->sh == v->sh && z->sw == v->sw)
-        return W22_OK;
+        return w22_check_border(k->d, v, "a fresh conv input whose zeroing was skipped (zeroed earlier in the chunk)");
     W22_TRY(w22_zero_border(k->d->backend, *v));
     k->zeroed = *v;
     return W22_OK;
@@ -103,8 +99,8 @@ static w22_status spare_view(chunk_ctx *k, int g, int c, int n, w22_view *v) {
                         "its spare unit %d holds %zu", k->s, n, c, need, g, d->spare[g].bytes);
     *v = mkview(d->spare_now[g], n, k->H, k->W, c, 1, k->es);
     if (d->world > 1 || border_rezero() || (d->spare_tag[g] >= 0 && d->spare_tag[g] != k->s))
-        W22_TRY(w22_zero_border(d->backend, *v));
-    return W22_OK;
+        return w22_zero_border(d->backend, *v);
+    return w22_check_border(d, v, "a spare unit whose zeroing was skipped (its borders zero in this stage's layout)");
 }
 
 /* The two history frames of cache (li, kk), oldest first, shaped like one frame of `like`. The cache is a ring of
@@ -476,6 +472,7 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
     w22_backend *b = d->backend;
     for (int li = st->layer0; li < st->layer1; li++) {
         const w22_layer *L = &d->model.layers[li];
+        d->at_stage = s, d->at_layer = li; /* the checking mode's messages (an interleaved next stage changes it) */
         switch (L->kind) {
         case W22_L_POST_QUANT: {
             /* into the history window of conv_in (bordered), where conv_in reads it */
@@ -525,28 +522,31 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
     return W22_OK;
 }
 
-w22_status w22_plan_run(w22_decoder *d) {
+static w22_status plan_run(w22_decoder *d) {
     w22_backend *b = d->backend;
     const w22_model *m = &d->model;
     for (int s = 0; s < W22_STAGES; s++) d->stages[s].done = 0;
     d->first_out_frame = 0;
+    d->at_stage = 0, d->at_layer = -1;
+    /* The checking mode: everything but the caches reads NaN until this decode writes it (check.c). */
+    if (d->check) {
+        const w22_region *r[] = {&d->transient, &d->queue[0], &d->gathered};
+        for (int i = 0; i < 3; i++)
+            if (r[i]->ptr) W22_TRY(b->ops->fill(b, r[i]->ptr, r[i]->bytes, 0xff));
+    }
     /* A decode starts with empty history: every cache is zero (the causal convs' zero padding; for the head's
      * partial sums too), and so is every spare frame (its border stays zero: spare_view). The slots start as the
-     * halves of their caches, whatever the last decode's rotations left. */
+     * halves of their caches, whatever the last decode's rotations left. Byte counts in size_t: the largest cache
+     * past 4K UHD holds more than 2^31 elements. */
     memset(d->cache_old, 0, sizeof d->cache_old);
+    if (d->cache_block.ptr) W22_TRY(b->ops->fill(b, d->cache_block.ptr, d->cache_block.bytes, 0));
     for (int l = 0; l < W22_MAX_LAYERS; l++)
         for (int c = 0; c < 3; c++)
             if (d->cache[l][c].ptr) {
-                w22_view v = mkview(d->cache[l][c].ptr, 1, 1, (int)(d->cache[l][c].bytes / b->ops->elem_size), 1,
-                                    0, (int)b->ops->elem_size);
-                W22_TRY(b->ops->zero(b, v));
                 d->cache_slot[l][c][0] = d->cache[l][c].ptr;
                 d->cache_slot[l][c][1] = (char *)d->cache[l][c].ptr + d->cache_stride[l][c];
             }
     for (int g = 0; g < d->nspares; g++) {
-        w22_view v = mkview(d->spare[g].ptr, 1, 1, (int)(d->spare[g].bytes / b->ops->elem_size), 1, 0,
-                            (int)b->ops->elem_size);
-        W22_TRY(b->ops->zero(b, v));
         d->spare_now[g] = d->spare[g].ptr;
         d->spare_tag[g] = -1;
     }
@@ -561,3 +561,11 @@ w22_status w22_plan_run(w22_decoder *d) {
     }
     return b->ops->sync(b);
 }
+
+w22_status w22_plan_run(w22_decoder *d) {
+    W22_TRY(w22_check_begin(d));
+    const w22_status s = plan_run(d);
+    w22_check_end(d);
+    return s;
+}
+

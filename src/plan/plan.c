@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
-#include "plan/plan.h"
+#include "plan/plan_internal.h"
 
 void w22_split_rows(int n, int rank, int world, int *r0, int *rows) {
     int a = (int)((long)n * rank / world), b = (int)((long)n * (rank + 1) / world);
@@ -112,7 +112,7 @@ static void stage_conv_inputs(const w22_model *m, const w22_stage *st, int *nh, 
 
 /* The scratch offsets and sizes of a stage's private buffers (exec.c uses the same function), in the order T1, XA,
  * XB, NH, U, QKV: XA, XB and NH adjacent, for the first conv's wide input (stage_conv_inputs). */
-void w22_stage_scratch(const w22_decoder *d, int s, size_t off[8], size_t size[8], size_t *total) {
+void w22_stage_scratch(const w22_decoder *d, int s, size_t off[W22_SLOTS], size_t size[W22_SLOTS], size_t *total) {
     const w22_stage *st = &d->stages[s];
     const w22_model *m = &d->model;
     const size_t es = d->backend->ops->elem_size;
@@ -248,10 +248,32 @@ static int default_chunk(const w22_decoder *d, int s) {
     return s == 3 ? 1 : 2;
 }
 
+/* The plan and its allocations for latents of h x w (plan_make), all or nothing: a failure (out of memory, say)
+ * leaves no workspace and no size recorded, so that the next call plans again instead of trusting half a plan. */
+static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum);
+
 w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     const int rotate = want_rotate(d), psum = want_psum(d);
-    if (d->h == h && d->w == w && d->scratch.ptr && d->rotate == rotate && d->head_psum == psum) return W22_OK;
+    /* Skipped re-planning: everything a plan depends on is in this test (the size, the frames per pass, the
+     * switches, the tests' chunk overrides and flags); the workspace's contents are not: w22_plan_run starts every
+     * decode from zeroed caches and re-zeroes every border it reads (plan.h). */
+    if (d->h == h && d->w == w && d->scratch.ptr && d->rotate == rotate && d->head_psum == psum &&
+        d->planned_fpp == d->frames_per_pass && !memcmp(d->planned_chunks, d->chunk_override, sizeof d->planned_chunks) &&
+        d->planned_share == d->share_any)
+        return W22_OK;
     w22_plan_release(d);
+    const w22_status s = plan_make(d, h, w, rotate, psum);
+    if (s != W22_OK) {
+        w22_plan_release(d);
+        return s;
+    }
+    d->planned_fpp = d->frames_per_pass;
+    memcpy(d->planned_chunks, d->chunk_override, sizeof d->planned_chunks);
+    d->planned_share = d->share_any;
+    return W22_OK;
+}
+
+static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum) {
     d->rotate = rotate;
     d->head_psum = psum;
     const w22_model *m = &d->model;

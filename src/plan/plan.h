@@ -10,6 +10,7 @@
 #ifndef W22_PLAN_H
 #define W22_PLAN_H
 
+#include <pthread.h>
 #include "backend.h"
 #include "dist/comm.h"
 #include "model/model.h"
@@ -38,6 +39,10 @@ typedef struct {
 } w22_stage;
 
 struct w22_decoder {
+    /* One decode at a time: the entry points of decoder.c hold it for the whole call, and w22_decoder_free takes it
+     * before it frees (a free from another thread waits for the decode). The workspace, the caches and the backend's
+     * scratch are the decoder's own and are not safe to share between two decodes. */
+    pthread_mutex_t lock;
     w22_model model;
     w22_backend *backend;
     w22_comm *comm;      /* NULL for one rank */
@@ -82,6 +87,7 @@ struct w22_decoder {
     int rotate_off, psum_off; /* tests: 1 plans this decoder as W22_CACHE_ROTATE=0 / W22_HEAD_PSUM=0 would */
     int share_any;       /* tests: the stages' rotation groups share a spare whatever their units' sizes (at test
                           * sizes the borders make stage 2's and 3's units differ by more than plan.c's 2%) */
+    int planned_fpp, planned_chunks[W22_STAGES], planned_share; /* what the workspace was planned for */
     w22_region zdev;     /* latents copied to the backend (host decodes) */
     size_t workspace_bytes;
     /* The current decode. */
@@ -93,6 +99,12 @@ struct w22_decoder {
     /* where finished frames go */
     int (*deliver)(w22_decoder *d, const void *staging, int nframes);
     void *deliver_user;
+    /* The checking mode (check.c; W22_CHECK=1 or the params' check): the backend's own ops while a decode runs
+     * through the checking wrappers, and where the decode is (for its messages). */
+    int check;
+    int at_stage, at_layer;
+    const w22_backend_ops *ops_inner;
+    w22_backend_ops ops_checked;
 };
 
 /* Plans and allocates the workspace for latents of h x w (no-op when it is already made for them). */

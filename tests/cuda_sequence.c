@@ -1,0 +1,200 @@
+/* Every call right on the GPU, whatever came before it (issue 27): the full TI2V-5B config (synthetic weights),
+ * bf16 latents and video in device memory, outputs poisoned with NaN before every call.
+ *  1. A seeded random sequence of calls on ONE decoder: T 1..8, latent h and w 1..96 (odd, multiples of 8 and 16,
+ *     portrait and landscape), frames per pass 1..3, a failed call (stopped by its progress callback) now and then.
+ *     Each video must equal, bit for bit, the one a reference decoder makes for the same input right after its
+ *     workspace and the backend's scratch were freed (the state of a fresh decoder: w22_plan_release). A few calls
+ *     are also checked against truly fresh decoders (opening one takes seconds).
+ *  2. The same sequence on two decoders interleaved, and on one decoder alternating between two CUDA streams.
+ *  3. Part of the sequence in the checking mode (W22_CHECK: every op's operands finite, the borders relied on zero,
+ *     unwritten memory NaN), which must pass.
+ *  4. Issue 27's own sequence (44x80, 44x78, back and forth; 8x8 twice).
+ * The bits must match exactly: the same kernels on the same shapes sum in the same order (the split tail's pieces
+ * too: wg_split_sum's fixed order). Usage: cuda_sequence [N calls (default 60)] [max latent size (default 96)]. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+#include "common.h"
+#include "plan/plan.h"
+#include "testutil.h"
+
+typedef struct {
+    int T, h, w, fpp, fail;
+} call;
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static int rnd(int n) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (int)(rng % (uint64_t)n);
+}
+
+static size_t video_elems(const w22_config *cfg, call c) {
+    int F, H, W;
+    w22_video_shape(cfg, c.T, c.h, c.w, &F, &H, &W);
+    return (size_t)3 * F * H * W;
+}
+
+/* the latents of a call on the device (bf16), from a seed of its shape */
+static void *latents(const w22_config *cfg, call c) {
+    const size_t n = (size_t)cfg->z_dim * c.T * c.h * c.w;
+    float *f = malloc(n * 4);
+    uint16_t *z = malloc(n * 2);
+    t_fill_uniform(f, n, 1000 + c.T * 97 + c.h * 31 + c.w, -2.f, 2.f);
+    for (size_t i = 0; i < n; i++) z[i] = w22_f32_to_bf16(f[i]);
+    void *zd = NULL;
+    cudaMalloc(&zd, n * 2);
+    cudaMemcpy(zd, z, n * 2, cudaMemcpyHostToDevice);
+    free(f);
+    free(z);
+    return zd;
+}
+
+static int stop_at_first(void *user, int done, int total) {
+    (void)user, (void)total;
+    return done >= 1;
+}
+
+/* One decode into host memory (out: video_elems bf16). fpp 0 keeps the decoder's. */
+static w22_status dec(w22_decoder *d, call c, uint16_t *out, cudaStream_t st) {
+    const w22_config *cfg = &d->model.cfg;
+    const size_t nv = video_elems(cfg, c);
+    void *zd = latents(cfg, c), *vd = NULL;
+    if (cudaMalloc(&vd, nv * 2) != cudaSuccess) return w22_fail(W22_ERR_OUT_OF_MEMORY, "test: video");
+    cudaMemset(vd, 0xff, nv * 2); /* NaN: unwritten elements show */
+    if (c.fpp) d->frames_per_pass = c.fpp;
+    d->params.progress = c.fail ? stop_at_first : NULL;
+    w22_status s = w22_decode_device(d, zd, c.T, c.h, c.w, vd, st);
+    d->params.progress = NULL;
+    cudaDeviceSynchronize();
+    cudaMemcpy(out, vd, nv * 2, cudaMemcpyDeviceToHost);
+    cudaFree(zd);
+    cudaFree(vd);
+    return s;
+}
+
+static w22_decoder *open_dec(w22_weights *w, int check) {
+    w22_decoder_params p;
+    w22_decoder_params_init(&p);
+    p.device = W22_DEVICE_CUDA;
+    p.check = check;
+    w22_decoder *d = NULL;
+    CHECK_OK(w22_decoder_open(w, &p, &d));
+    return d;
+}
+
+static void compare(const char *who, int i, call c, const uint16_t *v, const uint16_t *ref, size_t n) {
+    size_t diff = 0, nan = 0;
+    double mx = 0;
+    for (size_t k = 0; k < n; k++) {
+        nan += (v[k] & 0x7f80) == 0x7f80;
+        if (v[k] != ref[k]) {
+            diff++;
+            const double a = fabs((double)w22_bf16_to_f32(v[k]) - w22_bf16_to_f32(ref[k]));
+            if (a > mx) mx = a;
+        }
+    }
+    if (diff || nan)
+        printf("  %-12s call %2d T %d %2dx%-2d fpp %d: %zu of %zu differ (max|d| %.4f), %zu not finite\n", who, i, c.T,
+               c.h, c.w, c.fpp, diff, n, mx, nan);
+    CHECK(diff == 0 && nan == 0, "%s call %d (T %d, %dx%d, fpp %d): %zu of %zu elements differ from the reference, %zu "
+          "not finite", who, i, c.T, c.h, c.w, c.fpp, diff, n, nan);
+}
+
+/* a call on d, compared with ref (a failing call must fail) */
+static void one(w22_decoder *d, const char *who, int i, call c, const uint16_t *ref, uint16_t *v, cudaStream_t st) {
+    const w22_status s = dec(d, c, v, st);
+    if (c.fail) {
+        CHECK(s != W22_OK, "%s call %d: a stopped decode returned OK", who, i);
+        return;
+    }
+    CHECK(s == W22_OK, "%s call %d (T %d, %dx%d, fpp %d): %s", who, i, c.T, c.h, c.w, c.fpp, w22_last_error());
+    if (s == W22_OK) compare(who, i, c, v, ref, video_elems(&d->model.cfg, c));
+}
+
+int main(int argc, char **argv) {
+    const int N = argc > 1 ? atoi(argv[1]) : 60, MAXS = argc > 2 ? atoi(argv[2]) : 96;
+    w22_config cfg;
+    w22_config_default(&cfg);
+    w22_weights *w = NULL;
+    CHECK_OK(w22_weights_synthetic(&cfg, 1, &w));
+    if (!w) return t_finish("cuda_sequence");
+    /* the sequence: sizes from a list that has odd ones, multiples of 8 and 16, and any size below MAXS */
+    static const int picks[] = {1, 2, 3, 5, 8, 9, 16, 17, 24, 31, 32, 44, 45, 48, 64, 78, 80, 96};
+    call *calls = calloc(N, sizeof *calls);
+    size_t cap = 0;
+    for (int i = 0; i < N; i++) {
+        call c;
+        c.T = 1 + rnd(8);
+        c.h = rnd(3) ? picks[rnd(18)] : 1 + rnd(MAXS);
+        c.w = rnd(3) ? picks[rnd(18)] : 1 + rnd(MAXS);
+        if (c.h > MAXS) c.h = MAXS;
+        if (c.w > MAXS) c.w = MAXS;
+        c.fpp = 1 + rnd(3);
+        c.fail = i > 0 && rnd(12) == 0;
+        if ((long)c.h * c.w * c.T > 96L * 96 * 3) c.T = 1 + rnd(3); /* the suite's time */
+        calls[i] = c;
+        const size_t n = video_elems(&cfg, c);
+        if (n > cap) cap = n;
+    }
+    uint16_t **refs = calloc(N, sizeof *refs), *v = malloc(cap * 2);
+    /* the references: a decoder brought back to a fresh one's state before each call */
+    w22_decoder *r = open_dec(w, 0);
+    for (int i = 0; r && i < N; i++) {
+        if (calls[i].fail) continue;
+        refs[i] = malloc(video_elems(&cfg, calls[i]) * 2);
+        w22_plan_release(r);
+        CHECK_OK(dec(r, calls[i], refs[i], NULL));
+    }
+    w22_decoder_free(r);
+    /* a few against truly fresh decoders */
+    for (int i = 0, k = 0; i < N && k < 3; i++) {
+        if (calls[i].fail) continue;
+        w22_decoder *f = open_dec(w, 0);
+        if (f) {
+            uint16_t *fv = malloc(video_elems(&cfg, calls[i]) * 2);
+            CHECK_OK(dec(f, calls[i], fv, NULL));
+            compare("fresh", i, calls[i], fv, refs[i], video_elems(&cfg, calls[i]));
+            free(fv);
+        }
+        w22_decoder_free(f);
+        k++, i += N / 3;
+    }
+    printf("references: %d calls (max %d latent rows/cols); %d failures so far\n", N, MAXS, t_failures);
+    /* 1. one decoder through the sequence */
+    w22_decoder *a = open_dec(w, 0), *b = open_dec(w, 0);
+    for (int i = 0; a && i < N; i++) one(a, "one decoder", i, calls[i], refs[i], v, NULL);
+    printf("one decoder: %d failures so far\n", t_failures);
+    /* 2. two decoders interleaved; one decoder on two streams */
+    for (int i = 0; a && b && i < N; i++) one(i % 3 == 1 ? b : a, "interleaved", i, calls[i], refs[i], v, NULL);
+    cudaStream_t s2[2];
+    cudaStreamCreateWithFlags(&s2[0], cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&s2[1], cudaStreamNonBlocking);
+    for (int i = 0; b && i < N; i++) one(b, "two streams", i, calls[i], refs[i], v, s2[i % 2]);
+    printf("interleaved, two streams: %d failures so far\n", t_failures);
+    w22_decoder_free(a);
+    w22_decoder_free(b);
+    /* 3. the checking mode on a third of the sequence */
+    w22_decoder *ck = open_dec(w, 1);
+    for (int i = 0; ck && i < N / 3; i++) one(ck, "checked", i, calls[i], refs[i], v, NULL);
+    w22_decoder_free(ck);
+    printf("checked: %d failures so far\n", t_failures);
+    /* 4. issue 27's sequence: each against the first decode of its input on this decoder after a fresh plan */
+    const call seq[] = {{2, 44, 80, 2, 0}, {2, 44, 80, 2, 0}, {2, 44, 78, 2, 0}, {2, 44, 80, 2, 0}, {2, 44, 78, 2, 0},
+                        {2, 44, 78, 2, 0}, {5, 44, 78, 2, 0}, {2, 44, 78, 2, 0}, {2, 8, 8, 2, 0},  {2, 8, 8, 2, 0}};
+    const int ns = sizeof seq / sizeof seq[0];
+    w22_decoder *d = open_dec(w, 0), *rr = open_dec(w, 0);
+    const size_t big = video_elems(&cfg, seq[6]);
+    uint16_t *ref = malloc(big * 2), *got = malloc(big * 2);
+    for (int i = 0; d && rr && i < ns; i++) {
+        w22_plan_release(rr);
+        CHECK_OK(dec(rr, seq[i], ref, NULL));
+        one(d, "issue 27", i, seq[i], ref, got, NULL);
+    }
+    w22_decoder_free(d);
+    w22_decoder_free(rr);
+    for (int i = 0; i < N; i++) free(refs[i]);
+    free(refs), free(calls), free(v), free(ref), free(got);
+    w22_weights_free(w);
+    return t_finish("cuda_sequence");
+}

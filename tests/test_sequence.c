@@ -1,0 +1,213 @@
+/* Every call right, whatever came before it (CPU backend, narrow synthetic model): a seeded random sequence of
+ * calls on ONE decoder (T 1..8, latent sizes odd, multiples of 8 and 16, portrait and landscape, frames per pass
+ * 1..3, a failed call now and then) gives bitwise the video of a fresh decoder for each input; so do two decoders
+ * interleaved, and two threads sharing one decoder (its lock). The checking mode (check.c) passes on the same
+ * decodes, and catches a broken invariant planted through the backend's op table: a border the plan relies on
+ * left unzeroed, and an op that leaves its output unwritten. Outputs are poisoned with NaN before every call. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "plan/plan.h"
+#include "testutil.h"
+#include "wan22vae.h"
+
+static w22_config narrow(void) {
+    w22_config c;
+    w22_config_default(&c);
+    c.z_dim = 8;
+    c.base_dim = 8;
+    return c;
+}
+
+typedef struct {
+    int T, h, w, fpp, fail;
+} call;
+
+/* latent sizes: odd, multiples of 8 and 16, h > w and h < w, 1 */
+static const int sizes[] = {1, 2, 3, 5, 7, 8, 9, 13, 16, 17, 24};
+
+static uint64_t rng = 88172645463325252ull;
+static int rnd(int n) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (int)(rng % (uint64_t)n);
+}
+
+static size_t video_elems(const w22_config *cfg, call c) {
+    int F, H, W;
+    w22_video_shape(cfg, c.T, c.h, c.w, &F, &H, &W);
+    return (size_t)3 * F * H * W;
+}
+
+static float *latents(const w22_config *cfg, call c) {
+    const size_t n = (size_t)cfg->z_dim * c.T * c.h * c.w;
+    float *z = malloc(n * 4);
+    t_fill_uniform(z, n, 500 + c.T * 1009 + c.h * 101 + c.w, -2.f, 2.f);
+    return z;
+}
+
+static int stop_at_first(void *user, int done, int total) {
+    (void)user, (void)total;
+    return done >= 1; /* a failed call: stopped after its first pass */
+}
+
+static w22_status decode_on(w22_decoder *d, const w22_config *cfg, call c, float *v) {
+    float *z = latents(cfg, c);
+    t_fill_nan(v, video_elems(cfg, c));
+    if (c.fpp) d->frames_per_pass = c.fpp; /* the next prepare re-plans (plan.c's planned_fpp); 0: the decoder's */
+    w22_status s = w22_decode(d, z, W22_DTYPE_F32, c.T, c.h, c.w, v, W22_DTYPE_F32);
+    free(z);
+    return s;
+}
+
+static void fresh(w22_weights *w, const w22_config *cfg, call c, float *v) {
+    w22_decoder_params p;
+    w22_decoder_params_init(&p);
+    p.frames_per_pass = c.fpp;
+    p.threads = 1;
+    w22_decoder *d = NULL;
+    CHECK_OK(w22_decoder_open(w, &p, &d));
+    c.fpp = 0;
+    if (d) CHECK_OK(decode_on(d, cfg, c, v));
+    w22_decoder_free(d);
+}
+
+static w22_decoder *open_dec(w22_weights *w, int check) {
+    w22_decoder_params p;
+    w22_decoder_params_init(&p);
+    p.frames_per_pass = 2;
+    p.threads = 1;
+    p.check = check;
+    w22_decoder *d = NULL;
+    CHECK_OK(w22_decoder_open(w, &p, &d));
+    return d;
+}
+
+/* One call on d: a failing one (stopped by its progress callback) must fail; a good one must equal the fresh
+ * decoder's video bit for bit. */
+static void one(w22_decoder *d, const w22_config *cfg, call c, const float *ref, float *v, const char *who, int i) {
+    if (c.fail) {
+        d->params.progress = stop_at_first;
+        const w22_status s = decode_on(d, cfg, c, v);
+        d->params.progress = NULL;
+        CHECK(s != W22_OK, "%s call %d: a stopped decode returned OK", who, i);
+        return;
+    }
+    const w22_status s = decode_on(d, cfg, c, v);
+    CHECK(s == W22_OK, "%s call %d (T %d, %dx%d, fpp %d): %s", who, i, c.T, c.h, c.w, c.fpp, w22_last_error());
+    const size_t n = video_elems(cfg, c);
+    CHECK(memcmp(v, ref, n * 4) == 0, "%s call %d (T %d, %dx%d, fpp %d) differs from a fresh decoder's video", who,
+          i, c.T, c.h, c.w, c.fpp);
+}
+
+typedef struct {
+    w22_decoder *d;
+    const w22_config *cfg;
+    const call *calls;
+    float **refs;
+    int n, start, step;
+    size_t cap;
+} thread_job;
+
+static void *thread_main(void *p) {
+    thread_job *j = p;
+    float *v = malloc(j->cap * 4);
+    for (int i = j->start; i < j->n; i += j->step) one(j->d, j->cfg, j->calls[i], j->refs[i], v, "thread", i);
+    free(v);
+    return NULL;
+}
+
+/* Planted faults for the checking mode: the backend's table with one op broken. */
+static const w22_backend_ops *real_ops;
+static w22_status no_zero_border(w22_backend *b, w22_view v) {
+    (void)b, (void)v;
+    return W22_OK;
+}
+static w22_status no_norm(w22_backend *b, w22_view in, w22_view out, const w22_bweight *g, int silu) {
+    (void)b, (void)in, (void)out, (void)g, (void)silu;
+    return W22_OK;
+}
+
+static void planted(w22_weights *w, const w22_config *cfg, int which, const char *expect) {
+    w22_decoder *d = open_dec(w, 1);
+    if (!d) return;
+    real_ops = d->backend->ops;
+    w22_backend_ops broken = *real_ops;
+    if (which == 0) broken.zero_border = no_zero_border;
+    else broken.rmsnorm = no_norm;
+    d->backend->ops = &broken;
+    const call c = {3, 5, 3, 1, 0};
+    float *v = malloc(video_elems(cfg, c) * 4);
+    const w22_status s = decode_on(d, cfg, c, v);
+    const char *e = w22_last_error();
+    printf("  planted %-14s -> %s\n", which == 0 ? "border" : "unwritten", s == W22_OK ? "OK (missed)" : e);
+    CHECK(s == W22_ERR_INTERNAL && strstr(e, expect) && strstr(e, "stage") && strstr(e, "layer"),
+          "the checking mode missed a planted fault (%s): %s", expect, s == W22_OK ? "decode OK" : e);
+    d->backend->ops = real_ops;
+    free(v);
+    w22_decoder_free(d);
+}
+
+int main(void) {
+    w22_config cfg = narrow();
+    w22_weights *w = NULL;
+    CHECK_OK(w22_weights_synthetic(&cfg, 3, &w));
+    if (!w) return t_finish("test_sequence");
+    enum { N = 64 };
+    call calls[N];
+    size_t cap = 0;
+    for (int i = 0; i < N; i++) {
+        call c = {1 + rnd(8), sizes[rnd(11)], sizes[rnd(11)], 1 + rnd(3), i > 0 && rnd(10) == 0};
+        if (c.h * c.w * c.T > 900) c.T = 1 + rnd(2); /* keeps the CPU run short */
+        calls[i] = c;
+        const size_t n = video_elems(&cfg, c);
+        if (n > cap) cap = n;
+    }
+    /* the reference: a fresh decoder per call */
+    float *refs[N] = {0}, *v = malloc(cap * 4);
+    for (int i = 0; i < N; i++) {
+        if (calls[i].fail) continue;
+        refs[i] = malloc(video_elems(&cfg, calls[i]) * 4);
+        fresh(w, &cfg, calls[i], refs[i]);
+    }
+    /* one decoder through the whole sequence, in checking mode, then without it */
+    for (int check = 1; check >= 0; check--) {
+        w22_decoder *d = open_dec(w, check);
+        for (int i = 0; d && i < N; i++) one(d, &cfg, calls[i], refs[i], v, check ? "checked" : "one decoder", i);
+        w22_decoder_free(d);
+    }
+    printf("  %d calls on one decoder, checked and not: %d failures so far\n", N, t_failures);
+    /* two decoders interleaved */
+    w22_decoder *a = open_dec(w, 0), *b = open_dec(w, 0);
+    for (int i = 0; a && b && i < N; i++) one(i % 3 == 1 ? b : a, &cfg, calls[i], refs[i], v, "interleaved", i);
+    w22_decoder_free(a);
+    w22_decoder_free(b);
+    /* two threads on one decoder (frames per pass 2, no failed calls: nothing of the decoder is changed between
+     * calls): the lock serializes the decodes; every result still right */
+    enum { NT = 24 };
+    call tc[NT];
+    float *trefs[NT];
+    for (int i = 0; i < NT; i++) {
+        tc[i] = calls[i];
+        tc[i].fpp = 2, tc[i].fail = 0;
+        trefs[i] = malloc(video_elems(&cfg, tc[i]) * 4);
+        fresh(w, &cfg, tc[i], trefs[i]);
+        tc[i].fpp = 0;
+    }
+    w22_decoder *d = open_dec(w, 0);
+    if (d) {
+        thread_job j[2] = {{d, &cfg, tc, trefs, NT, 0, 2, cap}, {d, &cfg, tc, trefs, NT, 1, 2, cap}};
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, thread_main, &j[i]);
+        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+        w22_decoder_free(d);
+    }
+    printf("  interleaved decoders and two threads: %d failures so far\n", t_failures);
+    /* the checking mode catches planted faults */
+    planted(w, &cfg, 0, "zero-border invariant");
+    planted(w, &cfg, 1, "not finite");
+    for (int i = 0; i < N; i++) free(refs[i]);
+    for (int i = 0; i < NT; i++) free(trefs[i]);
+    free(v);
+    w22_weights_free(w);
+    return t_finish("test_sequence");
+}

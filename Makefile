@@ -94,16 +94,35 @@ clean:
 .PHONY: all test test-asan sass clean
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
-# The safetensors reader under libFuzzer + ASan + UBSan for FUZZ_TIME seconds, from the seeds in tests/fuzz_corpus/
-# (made by tools/fuzz_corpus.py); new inputs go to $(BUILD)/fuzz_corpus, crashes to $(BUILD)/fuzz-crash-*.
+# libFuzzer targets under ASan + UBSan: tests/fuzz_<name>.c linked with the library sources FUZZ_SRC_<name>, run
+# for FUZZ_TIME seconds each from the committed seeds FUZZ_CORPUS_<name> (default tests/fuzz_corpus_<name>/, made
+# by tools/fuzz_corpus.py) with tests/fuzz_<name>.dict where present; new inputs go to $(BUILD)/fuzz_corpus_<name>,
+# crashes to $(BUILD)/fuzz-crash-<name>-*. `make fuzz` runs every target in FUZZ_TARGETS, `make fuzz-<name>` one.
+# A new target: its name in FUZZ_TARGETS and a FUZZ_SRC_<name> line (npy and latents go here too).
 # Needs clang with libFuzzer (Debian/Ubuntu: clang-14 + libclang-rt-14-dev).
-FUZZ_CC   ?= clang
-FUZZ_TIME ?= 60
-fuzz:
-	@mkdir -p $(BUILD)/fuzz_corpus
-	$(FUZZ_CC) -g -O1 -std=gnu11 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	    tests/fuzz_safetensors.c src/weights/safetensors.c src/error.c -o $(BUILD)/fuzz_safetensors
-	$(BUILD)/fuzz_safetensors -max_total_time=$(FUZZ_TIME) -rss_limit_mb=2048 -max_len=65536 \
-	    -dict=tests/fuzz_safetensors.dict -artifact_prefix=$(BUILD)/fuzz-crash- $(BUILD)/fuzz_corpus tests/fuzz_corpus
+FUZZ_CC      ?= clang
+FUZZ_TARGETS ?= safetensors weights npy latents
+# ~100 s of fuzzing shared by the targets, so that the whole `make fuzz` (builds included) stays near 120 s
+FUZZ_TIME    ?= $(shell expr 100 / $(words $(FUZZ_TARGETS)))
+FUZZ_FLAGS   := -g -O1 -std=gnu11 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_SRC_safetensors := src/weights/safetensors.c src/error.c
+FUZZ_SRC_weights     := src/weights/safetensors.c src/weights/weights.c src/weights/finite.c src/model/model.c \
+                        src/error.c
+FUZZ_CORPUS_safetensors := tests/fuzz_corpus
+FUZZ_SRC_npy     := src/io/npy.c src/io/latents.c src/io/input.c src/io/outfile.c src/weights/safetensors.c src/error.c
+FUZZ_SRC_latents := $(FUZZ_SRC_npy)
 
+$(BUILD)/fuzz/fuzz_%: tests/fuzz_%.c $(LIB_C) $(wildcard include/*.h src/*.h src/*/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $< $(FUZZ_SRC_$*) -o $@ -lm -lpthread
+
+fuzz-%: $(BUILD)/fuzz/fuzz_%
+	@mkdir -p $(BUILD)/fuzz_corpus_$*
+	$< -max_total_time=$(FUZZ_TIME) -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+	    $(if $(wildcard tests/fuzz_$*.dict),-dict=tests/fuzz_$*.dict) -artifact_prefix=$(BUILD)/fuzz-crash-$*- \
+	    $(BUILD)/fuzz_corpus_$* $(or $(FUZZ_CORPUS_$*),tests/fuzz_corpus_$*)
+
+fuzz: $(FUZZ_TARGETS:%=fuzz-%)
+
+.PRECIOUS: $(BUILD)/fuzz/fuzz_%
 .PHONY: fuzz

@@ -1,7 +1,8 @@
-/* `wan22vae decode`: weights + latents -> video. The output is checked first (a bad --out fails before any
- * work), then the weights and latents load, the decoder streams finished frames into the writer chosen by the
- * output's extension, and only a complete video is renamed into place: on any failure, or Ctrl-C, the temporary
- * output is removed and nothing is left at --out. */
+/* `wan22vae decode`: weights + latents -> video. The output is checked first (a bad --out, or no ffmpeg for .mp4,
+ * fails before any work), then the inputs (regular files), then the latents and the weights load, the decoder
+ * streams finished frames into the writer chosen by the output's extension, and only a complete video is renamed
+ * into place: on any failure, or Ctrl-C, SIGTERM, SIGHUP or SIGQUIT, the temporary output is removed and nothing
+ * is left at --out. */
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <signal.h>
@@ -25,12 +26,29 @@ static const char usage[] =
     "  --cuda-device N      which GPU (default 0)\n"
     "  --frames-per-pass N  latent frames per pass (default: the library's; the output does not change)\n"
     "  --threads N          CPU threads (default: all cores)\n"
-    "  --fps F              frames per second of .y4m/.mp4 (default 24)\n"
+    "  --fps F              frames per second of .y4m/.mp4, 0.01..1000 (default 24)\n"
     "  --force              replace an existing output\n"
     "  --progress           show progress even when stderr is not a terminal\n";
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
+
+/* The signals that stop a decode: each sets `interrupted`, the decode stops at its next callback, and the
+ * temporary output is removed. A signal ignored when we started (SIGHUP under nohup; SIGINT and SIGQUIT in a
+ * non-interactive shell's background job) stays ignored, as the one who started us asked; SIGTERM is always
+ * handled. */
+static void catch_signals(void) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = (int)SA_RESETHAND; /* a second one kills at once */
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        if (sigs[i] != SIGTERM && sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
 
 typedef struct {
     w22_video_writer *vw;
@@ -104,11 +122,14 @@ int cli_decode(int argc, char **argv) {
         case 'g': if (cli_int("decode", "--cuda-device", optarg, 0, 1023, &cuda_device)) return 2; break;
         case 'n': if (cli_int("decode", "--frames-per-pass", optarg, 1, 1 << 20, &fpp)) return 2; break;
         case 't': if (cli_int("decode", "--threads", optarg, 1, 4096, &threads)) return 2; break;
-        case 'r':
+        case 'r': {
+            int num, den;
             fps = strtod(optarg, &end);
-            if (end == optarg || *end || !(fps > 0 && fps <= 1000))
-                return cli_usage_error("decode", "--fps: expected a number in (0, 1000], found '%s'", optarg);
+            if (end == optarg || *end || w22_fps_rational(fps, &num, &den) != W22_OK)
+                return cli_usage_error("decode", "--fps: expected a number in %g..%g, found '%s'", W22_FPS_MIN,
+                                       W22_FPS_MAX, optarg);
             break;
+        }
         case 'f': force = 1; break;
         case 'p': progress = 1; break;
         case 'h': return fputs(usage, stdout), 0;
@@ -127,13 +148,16 @@ int cli_decode(int argc, char **argv) {
     if (w22_video_format_from_path(out, &fmt) != W22_OK)
         return cli_usage_error("decode", "--out %s", w22_last_error());
 
-    /* The output first: a typo in --out should not cost a weight load. */
-    w22_status os = w22_output_check(out, fmt == W22_VIDEO_PNG_DIR, force);
+    /* The output first: a typo in --out, or no ffmpeg for .mp4, should not cost a weight load. */
+    w22_status os = w22_video_check(out, fmt, force);
     if (os != W22_OK) {
         cli_fail("output");
         if (os == W22_ERR_EXISTS && !force) fprintf(stderr, "(--force replaces it)\n");
         return 1;
     }
+    /* Inputs that are not regular files (a FIFO would hang the load) are refused before either loads. */
+    if (w22_input_check(weights_path, "weights") != W22_OK) return cli_fail("loading weights %s", weights_path);
+    if (w22_input_check(latents_path, "latents") != W22_OK) return cli_fail("loading latents %s", latents_path);
 
     int rc = 1;
     w22_weights *weights = NULL;
@@ -141,15 +165,16 @@ int cli_decode(int argc, char **argv) {
     float *z = NULL;
     decode_ctx c = {0};
     int T, h, w, zdim;
+    /* the latents first: small, and a bad file should not wait for the weights */
+    if (w22_io_load_latents(latents_path, &z, &T, &h, &w, &zdim) != W22_OK) {
+        cli_fail("loading latents %s", latents_path);
+        goto done;
+    }
     if (w22_weights_load(weights_path, NULL, &weights) != W22_OK) {
         cli_fail("loading weights %s", weights_path);
         goto done;
     }
     const w22_config *cfg = w22_weights_config(weights);
-    if (w22_io_load_latents(latents_path, &z, &T, &h, &w, &zdim) != W22_OK) {
-        cli_fail("loading latents %s", latents_path);
-        goto done;
-    }
     if (zdim != cfg->z_dim) {
         fprintf(stderr, "wan22vae: latents %s: expected %d channels (the z_dim of the weights %s), found %d "
                 "(shape [1, %d, %d, %d, %d])\n", latents_path, cfg->z_dim, weights_path, zdim, zdim, T, h, w);
@@ -173,6 +198,7 @@ int cli_decode(int argc, char **argv) {
     w22_weights_free(weights); /* the decoder holds its own copy in its layout */
     weights = NULL;
 
+    catch_signals(); /* before the temporary output exists, so that no signal can leave it behind */
     if (w22_video_open(out, fmt, F, H, W, fps, force, &c.vw) != W22_OK) {
         cli_fail("opening the output");
         goto done;
@@ -182,13 +208,8 @@ int cli_decode(int argc, char **argv) {
     c.tty = isatty(2);
     c.show = progress || c.tty;
     c.t0 = w22_now();
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sa.sa_flags = (int)SA_RESETHAND; /* a second Ctrl-C kills at once */
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
 
-    w22_status s = w22_decode_frames(dec, z, W22_DTYPE_F32, T, h, w, on_frames, &c);
+    w22_status s = interrupted ? W22_OK : w22_decode_frames(dec, z, W22_DTYPE_F32, T, h, w, on_frames, &c);
     if (c.show && c.tty && s != W22_OK) fputc('\n', stderr); /* end the progress line before a message */
     if (c.write_status != W22_OK) {
         fprintf(stderr, "wan22vae: writing %s: %s\n", out, c.write_msg);

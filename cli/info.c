@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "common.h"
+#include "io/io.h"
 #include "weights/safetensors.h"
 #include "weights/weights.h"
 #include "cli.h"
@@ -43,6 +44,8 @@ int cli_info(int argc, char **argv) {
     const char *path = argv[optind];
 
     w22_weights *w;
+    /* a FIFO would hang the load's open(): refused first */
+    if (w22_input_check(path, "weights") != W22_OK) return cli_fail("%s: invalid weights", path);
     if (w22_weights_load(path, NULL, &w) != W22_OK) return cli_fail("%s: invalid weights", path);
     const w22_config *c = w22_weights_config(w);
     w22_config def;

@@ -123,24 +123,27 @@ uint16_t w22_f32_to_f16(float f) {
 void w22_to_f32(const void *src, w22_dtype t, size_t n, float *dst) {
     if (t == W22_DTYPE_F32) {
         memcpy(dst, src, n * 4);
-    } else if (t == W22_DTYPE_BF16) {
-        const uint16_t *s = src;
-        for (size_t i = 0; i < n; i++) dst[i] = w22_bf16_to_f32(s[i]);
     } else {
-        const uint16_t *s = src;
-        for (size_t i = 0; i < n; i++) dst[i] = w22_f16_to_f32(s[i]);
+        /* src may sit at any byte offset (a safetensors or .npy data section): each element through memcpy, not a
+         * uint16_t pointer, whose misaligned load is undefined behaviour (memcpy compiles to a plain load). */
+        const unsigned char *s = src;
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, s + 2 * i, 2);
+            dst[i] = t == W22_DTYPE_BF16 ? w22_bf16_to_f32(h) : w22_f16_to_f32(h);
+        }
     }
 }
 
 void w22_from_f32(const float *src, size_t n, w22_dtype t, void *dst) {
     if (t == W22_DTYPE_F32) {
         memcpy(dst, src, n * 4);
-    } else if (t == W22_DTYPE_BF16) {
-        uint16_t *d = dst;
-        for (size_t i = 0; i < n; i++) d[i] = w22_f32_to_bf16(src[i]);
     } else {
-        uint16_t *d = dst;
-        for (size_t i = 0; i < n; i++) d[i] = w22_f32_to_f16(src[i]);
+        unsigned char *d = dst; /* any byte offset, as in w22_to_f32 */
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = t == W22_DTYPE_BF16 ? w22_f32_to_bf16(src[i]) : w22_f32_to_f16(src[i]);
+            memcpy(d + 2 * i, &h, 2);
+        }
     }
 }
 

@@ -1,5 +1,5 @@
 /* libFuzzer target for the safetensors reader: any input must parse or fail with a message, never crash, leak or
- * read outside the buffer (built with ASan + UBSan by `make fuzz`).
+ * read outside the buffer, and what parses keeps the format's layout rule (built with ASan + UBSan by `make fuzz`).
  *
  * Each input is tried twice: as a whole file, and as [byte d][JSON + d data bytes] with the header length filled
  * in, so that mutations of the JSON are not all stopped by a header length that no longer matches. */
@@ -10,6 +10,31 @@
 #include "weights/safetensors.h"
 
 static volatile unsigned sink;
+
+static int cmp_range(const void *a, const void *b) {
+    const size_t *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] < y[0] ? -1 : 1) : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+/* The tensors' byte ranges, sorted, follow each other from the data section's start to the buffer's end. */
+static void check_layout(const w22_st_file *f, const uint8_t *buf, size_t size) {
+    size_t (*r)[2] = malloc(((size_t)f->ntensors + 1) * sizeof *r);
+    if (!r) abort();
+    for (int i = 0; i < f->ntensors; i++) {
+        r[i][0] = (size_t)((const uint8_t *)f->tensors[i].data - buf);
+        r[i][1] = r[i][0] + f->tensors[i].nbytes;
+    }
+    qsort(r, (size_t)f->ntensors, sizeof *r, cmp_range);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | buf[i];
+    size_t end = 8 + (size_t)hlen;
+    for (int i = 0; i < f->ntensors; i++) {
+        if (r[i][0] != end) abort();
+        end = r[i][1];
+    }
+    if (end != size) abort();
+    free(r);
+}
 
 static void try_parse(const uint8_t *buf, size_t size) {
     w22_st_file f;
@@ -28,6 +53,7 @@ static void try_parse(const uint8_t *buf, size_t size) {
         acc += (unsigned)strlen(t->name);
         if (w22_st_find(&f, t->name) != t) abort(); /* names are unique */
     }
+    check_layout(&f, buf, size);
     for (int i = 0; i < f.nmeta; i++) {
         acc += (unsigned)strlen(f.meta_keys[i]) + (unsigned)strlen(f.meta_values[i]);
         if (!w22_st_meta(&f, f.meta_keys[i])) abort();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The `wan22vae` command end to end, on narrow synthetic weights (z_dim 4, base_dim 8) and small latents: decoding
 # into every output format (checked with ffprobe where installed), and every bad input failing with its message
-# and an exit code, leaving no output (and no temporary) behind. Prints "N passed, N failed"; exit 1 on a failure.
+# and an exit code, leaving no output (and no temporary) behind: also .mp4 names with a colon, FIFO inputs, checks
+# made before the weights load, and a signal mid-decode. Prints "N passed, N failed"; exit 1 on a failure.
 # The binary: $W22_BIN, else $BUILD/wan22vae (BUILD defaults to build).
 set -u
 BIN=${W22_BIN:-${BUILD:-build}/wan22vae}
@@ -122,6 +123,80 @@ else
 fi
 W22_FFMPEG=/nonexistent/ffmpeg run "decode .mp4 without ffmpeg" 1 "needs ffmpeg" dec --out noff.mp4
 nothing_left "decode .mp4 without ffmpeg" noff.mp4
+# names with a colon, relative: ffmpeg must write each as a file, never read "file:", "pipe:" or "clip:" as a protocol
+if have ffmpeg; then
+    for o in file:c.mp4 pipe:1.mp4 clip:v2.mp4; do
+        if run "decode .mp4 named $o" 0 "wrote $o" dec --out "$o"; then
+            p=$(probe "./$o"); [ "$p" = "64,48,5" ] && ok "ffprobe $o: 64x48, 5 frames" || bad "ffprobe $o" "$p"
+        fi
+    done
+    left=$(ls -d c.mp4* 1.mp4* v2.mp4* ./*.mp4.tmp-* 2>/dev/null)
+    [ -z "$left" ] && ok "colon names: no stray file" || bad "colon names: no stray file" "found: $left"
+fi
+
+# ---- checked before the weights load (trunc.safetensors would fail the load: the other message must come first)
+head -c 5000 w.safetensors >trunc.safetensors
+t0=$(date +%s%N)
+run "no ffmpeg on PATH: refused before the weights load" 1 "needs ffmpeg" \
+    env PATH=/nonexistent "$BIN" decode --weights trunc.safetensors --latents z.npy --out early.mp4
+dt=$(( ($(date +%s%N) - t0) / 1000000 ))
+! grep -q "loading weights" err.txt && [ "$dt" -lt 5000 ] && ok "no ffmpeg: at once ($dt ms), no weight load" ||
+    bad "no ffmpeg: at once, no weight load" "$dt ms; $(cat err.txt)"
+nothing_left "no ffmpeg on PATH" early.mp4
+long=$(printf 'a%.0s' $(seq 250)).y4m
+run "an output name too long for its temporary" 1 "'<name>.tmp-XXXXXX' fits" \
+    "$BIN" decode --weights trunc.safetensors --latents z.npy --out "$long"
+nothing_left "an output name too long" "$long"
+run "--fps 0.0001 (a rate of 0 in the header)" 2 "--fps: expected a number in 0.01..1000, found '0.0001'" \
+    dec --out slow.y4m --fps 0.0001
+nothing_left "--fps 0.0001" slow.y4m
+run "--fps 0.01" 0 "" dec --out slow2.y4m --fps 0.01
+head -n 1 slow2.y4m | grep -q " F10:1000 " && ok "--fps 0.01: F10:1000" || bad "--fps 0.01" "$(head -n 1 slow2.y4m)"
+
+# ---- FIFOs as inputs: refused at once (a plain open() of one waits for a writer forever)
+mkfifo fifo.safetensors fifo.npy
+run "a FIFO as --weights" 1 "found a FIFO" \
+    timeout 20 "$BIN" decode --weights fifo.safetensors --latents z.npy --out f1.y4m
+nothing_left "a FIFO as --weights" f1.y4m
+run "a FIFO as --latents" 1 "found a FIFO" \
+    timeout 20 "$BIN" decode --weights w.safetensors --latents fifo.npy --out f2.y4m
+nothing_left "a FIFO as --latents" f2.y4m
+run "info: a FIFO" 1 "found a FIFO" timeout 20 "$BIN" info fifo.safetensors
+
+# ---- a signal mid-decode: the decode stops at its next step, says so, exits 1 and leaves nothing. SIGHUP and
+# SIGTERM as sent; SIGINT and SIGQUIT with their default restored (a background job of a script starts with them
+# ignored, and an ignored signal stays ignored).
+"$BIN" synth latents --out zlong.npy --z-dim 4 --frames 200 --height 8 --width 8 >/dev/null 2>&1
+sigs="HUP TERM"
+env --default-signal=INT true 2>/dev/null && sigs="HUP TERM INT QUIT" ||
+    echo "skip SIGINT/SIGQUIT: this env has no --default-signal"
+# signal_mid NAME SIG WANT_RC OUT [prefix...]: starts a decode of zlong.npy, sends SIG once its temporary exists
+signal_mid() {
+    local name=$1 sig=$2 want=$3 out=$4; shift 4
+    "$@" "$BIN" decode --weights w.safetensors --latents zlong.npy --out "$out" --frames-per-pass 1 --threads 1 \
+        >/dev/null 2>err.txt &
+    local pid=$! i
+    for ((i = 0; i < 400; i++)); do ls "$out".tmp-* >/dev/null 2>&1 && break; sleep 0.05; done
+    kill -"$sig" "$pid" 2>/dev/null
+    wait "$pid"
+    local rc=$?
+    [ "$rc" -eq "$want" ] && ok "$name: exit $rc" || bad "$name: exit $rc, expected $want" "$(cat err.txt)"
+}
+for sig in $sigs; do
+    pre=(); [ "$sig" = INT ] || [ "$sig" = QUIT ] && pre=(env --default-signal=INT,QUIT)
+    signal_mid "SIG$sig mid-decode" "$sig" 1 "sig$sig.y4m" "${pre[@]}"
+    grep -q "interrupted by signal" err.txt && ok "SIG$sig: says so" || bad "SIG$sig: says so" "$(cat err.txt)"
+    nothing_left "SIG$sig mid-decode" "sig$sig.y4m"
+done
+# SIGHUP ignored by who started us (nohup) stays ignored: the decode completes
+"$BIN" synth latents --out zmid.npy --z-dim 4 --frames 20 --height 8 --width 8 >/dev/null 2>&1
+nohup_decode() { (trap '' HUP; exec "$BIN" decode --weights w.safetensors --latents zmid.npy --out nohup.y4m \
+                      --frames-per-pass 1 --threads 1 >/dev/null 2>err.txt) & }
+nohup_decode; pid=$!
+for ((i = 0; i < 400; i++)); do ls nohup.y4m.tmp-* >/dev/null 2>&1 && break; sleep 0.05; done
+kill -HUP "$pid" 2>/dev/null; wait "$pid"; rc=$?
+[ "$rc" -eq 0 ] && [ -f nohup.y4m ] && ok "SIGHUP ignored (nohup): the decode completes" ||
+    bad "SIGHUP ignored (nohup): the decode completes" "exit $rc; $(cat err.txt)"
 
 # ---- bad inputs: the message, the exit code, and no output left behind
 run "missing weights file" 1 "loading weights nope.safetensors" \

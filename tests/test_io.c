@@ -1,13 +1,15 @@
 /* src/io/: .npy reading and writing (round trips and hostile headers), latents loading, the NaN/Inf check, the
  * 8-bit conversion at its rounding edges, and the video writers: exact .y4m bytes of a tiny known video, raw
  * .npy / .safetensors video read back, PNG frames (the stored-deflate encoder checked byte by byte), .mp4 through
- * ffmpeg when installed; an existing output is refused and left unchanged, and a failed or stopped write leaves
- * nothing behind. */
+ * ffmpeg when installed (names with a colon too); an existing output is refused and left unchanged, and a failed
+ * or stopped write leaves nothing behind. Hostile inputs: truncated .npy headers (no read past the end), f16/bf16 at
+ * odd addresses, FIFOs as inputs, fps out of range, names too long for their temporaries, sizes that overflow. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "common.h"
@@ -560,6 +562,191 @@ static void test_png(void) {
     CHECK(t_file_exists(tpath("frames/notes.txt")), "the user's file is still there");
 }
 
+/* Headers that end inside a token: each message shows at most what is left of the header. The bytes after the
+ * file are 'X' (a message with them read past the end), and each case is parsed again from a buffer that ends at
+ * an unreadable page, where any read past the end faults (ASan's printf check misses an over-read that stops at a
+ * NUL in the redzone). */
+static void test_npy_truncated(void) {
+    long pg = sysconf(_SC_PAGESIZE);
+    unsigned char *pages = mmap(NULL, (size_t)pg * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(pages != MAP_FAILED && mprotect(pages + pg, (size_t)pg, PROT_NONE) == 0, "guard page");
+    if (pages == MAP_FAILED) return;
+    static const struct { const char *dict, *msg, *shown; } cases[] = {
+        {"[1", "expected '{'", "'[1'"},
+        {"{'descr' '<f4'", "expected ':'", "''<f4''"},
+        {"{'descr': '<f4', 'fortran_order': False, shape", "expected a quoted string", "'shape'"},
+        {"{'descr': '<f4', 'fortran_order': Fals", "True or False", "'Fals'"},
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, x", "non-negative integer", "'x'"},
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (2 3", "expected ',' or ')'", "'3'"},
+        {"{'descr': '<f4' 'fortran_order'", "expected ',' or '}'", "''fortran_ord'"},
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), } ju", "only padding", "'ju'"},
+        {"{'descr': '<f4', 'fortran_order': ", "True or False", "the end of the header"},
+        {"{'descr': '<f4', 'fortran_order': False, 'shape': (2,", "non-negative integer", "the end of the header"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unsigned char back[512];
+        size_t n = make_npy(back, 1, cases[i].dict, 0);
+        memset(back + n, 'X', sizeof back - n);
+        w22_npy_info info;
+        CHECK(w22_npy_parse(back, n, "t.npy", &info) == W22_ERR_FORMAT && has(cases[i].msg) && has(cases[i].shown) &&
+                  !has("X") && !strchr(w22_last_error(), '\n'), "case %zu: %s", i, w22_last_error());
+        unsigned char *exact = pages + pg - n;
+        memcpy(exact, back, n);
+        CHECK(w22_npy_parse(exact, n, "t.npy", &info) == W22_ERR_FORMAT, "case %zu at a page's end: %s", i,
+              w22_last_error());
+    }
+    munmap(pages, (size_t)pg * 2);
+}
+
+/* f16 / bf16 at odd addresses, as in a data section at an odd file offset: every 16-bit read is a memcpy (UBSan's
+ * alignment check fails the misaligned loads this replaced). */
+static void test_odd_offsets(void) {
+    static const uint16_t bf[4] = {0x3f80, 0xc000, 0x0000, 0x7f80}, hf[4] = {0x3c00, 0xc000, 0x0000, 0x7c00};
+    unsigned char *raw = malloc(2 * 4 + 1), *odd = raw + 1;
+    float out[4];
+    memcpy(odd, bf, sizeof bf);
+    w22_to_f32(odd, W22_DTYPE_BF16, 4, out);
+    CHECK(out[0] == 1.0f && out[1] == -2.0f && out[2] == 0.0f && isinf(out[3]), "bf16 at an odd address");
+    memcpy(odd, hf, sizeof hf);
+    w22_to_f32(odd, W22_DTYPE_F16, 4, out);
+    CHECK(out[0] == 1.0f && out[1] == -2.0f && out[2] == 0.0f && isinf(out[3]), "f16 at an odd address");
+    int64_t shape[1] = {4};
+    CHECK(w22_check_finite(odd, W22_DTYPE_F16, 1, shape, "odd") == W22_ERR_NONFINITE && has("+Inf at index 3"),
+          "%s", w22_last_error());
+    memcpy(odd, bf, sizeof bf);
+    CHECK(w22_check_finite(odd, W22_DTYPE_BF16, 1, shape, "odd") == W22_ERR_NONFINITE, "%s", w22_last_error());
+    out[3] = 0.5f;
+    w22_from_f32(out, 4, W22_DTYPE_BF16, odd);
+    uint16_t back;
+    memcpy(&back, odd + 6, 2);
+    CHECK(back == 0x3f00, "bf16 written at an odd address: %#x", back);
+    free(raw);
+
+    /* whole latents files from memory, their data at an odd offset: .npy '<f2' and .safetensors BF16 */
+    float *z = NULL;
+    int T, h, w, c;
+    const char *dict = "{'descr': '<f2', 'fortran_order': False, 'shape': (1, 2, 1, 1, 1), }";
+    unsigned char *buf = malloc(256);
+    size_t n = make_npy(buf, 1, dict, 4);
+    CHECK(n % 2 == 1, "npy data offset %zu is odd", n - 4);
+    memcpy(buf + n - 4, hf, 4);
+    CHECK_OK(w22_io_parse_latents(buf, n, "odd.npy", &z, &T, &h, &w, &c));
+    CHECK(z && c == 2 && T == 1 && z[0] == 1.0f && z[1] == -2.0f, "odd .npy latents");
+    free(z);
+    static const char json[] = "{\"latents\":{\"dtype\":\"BF16\",\"shape\":[1,2,1,1,1],\"data_offsets\":[0,4]}}";
+    size_t j = sizeof json - 1 + ((sizeof json - 1) % 2 == 0); /* odd: the data starts at 8 + j */
+    memset(buf, 0, 8);
+    buf[0] = (unsigned char)j;
+    memset(buf + 8, ' ', j);
+    memcpy(buf + 8, json, sizeof json - 1);
+    memcpy(buf + 8 + j, bf, 4);
+    z = NULL;
+    CHECK_OK(w22_io_parse_latents(buf, 8 + j + 4, "odd.safetensors", &z, &T, &h, &w, &c));
+    CHECK(z && c == 2 && z[0] == 1.0f && z[1] == -2.0f, "odd .safetensors latents");
+    free(z);
+    /* a parse error names the file, not "<memory>" */
+    buf[0] = 0xff;
+    CHECK(w22_io_parse_latents(buf, 8 + j + 4, "bad.safetensors", &z, &T, &h, &w, &c) == W22_ERR_FORMAT &&
+              has("bad.safetensors: ") && !has("<memory>"), "%s", w22_last_error());
+    free(buf);
+}
+
+/* A FIFO (or a directory) as an input is refused at once: a plain open() of a FIFO with no writer blocks forever,
+ * so the alarm fails this test if any open still does. */
+static void test_fifo_inputs(void) {
+    const char *fifo_npy = tpath("fifo.npy"), *fifo_st = tpath("fifo.safetensors");
+    CHECK(mkfifo(fifo_npy, 0600) == 0 && mkfifo(fifo_st, 0600) == 0, "mkfifo");
+    alarm(20);
+    float *z = NULL, *y = NULL;
+    int T, h, w, c, nd;
+    int64_t shp[W22_NPY_MAX_DIMS];
+    CHECK(w22_io_load_latents(fifo_npy, &z, &T, &h, &w, &c) == W22_ERR_IO && has("FIFO") && has("fifo.npy"), "%s",
+          w22_last_error());
+    CHECK(w22_io_load_latents(fifo_st, &z, &T, &h, &w, &c) == W22_ERR_IO && has("FIFO"), "%s", w22_last_error());
+    CHECK(w22_npy_read(fifo_npy, 0, &y, &nd, shp) == W22_ERR_IO && has("FIFO"), "%s", w22_last_error());
+    CHECK(w22_input_check(fifo_st, "weights") == W22_ERR_IO && has("expected the weights to be a regular file") &&
+              has("FIFO"), "%s", w22_last_error());
+    alarm(0);
+    CHECK(z == NULL && y == NULL, "nothing loaded");
+    CHECK(w22_input_check(dir, "weights") == W22_ERR_IO && has("a directory"), "%s", w22_last_error());
+    CHECK(w22_input_check(tpath("absent.safetensors"), "weights") == W22_ERR_IO && has("cannot open the weights"),
+          "%s", w22_last_error());
+    CHECK_OK(w22_io_save_latents(tpath("reg.npy"), (float[1]){0}, 1, 1, 1, 1, 0));
+    CHECK_OK(w22_input_check(tpath("reg.npy"), "latents"));
+}
+
+static void test_fps(void) {
+    static const struct { double fps; int num, den; } ok[] = {
+        {24, 24, 1}, {23.976, 23976, 1000}, {0.01, 10, 1000}, {1000, 1000, 1}, {0.5, 500, 1000},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        int num = 0, den = 0;
+        CHECK(w22_fps_rational(ok[i].fps, &num, &den) == W22_OK && num == ok[i].num && den == ok[i].den,
+              "fps %g: %d/%d", ok[i].fps, num, den);
+    }
+    static const double bad[] = {0.0001, 0.0049, 0, -1, 1000.5, INFINITY, NAN};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int num, den;
+        CHECK(w22_fps_rational(bad[i], &num, &den) == W22_ERR_INVALID_ARG && has("fps"), "fps %g accepted", bad[i]);
+    }
+    /* the writer refuses a rate its header would write as 0 */
+    w22_video_writer *vw = NULL;
+    CHECK(w22_video_open(tpath("slow.y4m"), W22_VIDEO_Y4M, 1, 2, 2, 0.0001, 0, &vw) == W22_ERR_INVALID_ARG &&
+              has("slow.y4m") && has("fps"), "%s", w22_last_error());
+    CHECK(vw == NULL && count_entries("slow.y4m") == 0, "nothing left");
+}
+
+/* What can be checked before the weights load: the temporary names' length, and ffmpeg for .mp4. */
+static void test_output_precheck(void) {
+    char name[300];
+    memset(name, 'a', 250);
+    strcpy(name + 250, ".y4m"); /* 254 characters: "<name>.tmp-XXXXXX" would be 265, over NAME_MAX */
+    const char *p = tpath(name);
+    CHECK(w22_output_check(p, 0, 0) == W22_ERR_INVALID_ARG && has("temporary"), "long name: %s", w22_last_error());
+    CHECK(w22_video_check(p, W22_VIDEO_Y4M, 0) == W22_ERR_INVALID_ARG, "long name: %s", w22_last_error());
+    w22_video_writer *vw = NULL;
+    CHECK(w22_video_open(p, W22_VIDEO_Y4M, 1, 2, 2, 24, 0, &vw) == W22_ERR_INVALID_ARG && has("temporary"), "%s",
+          w22_last_error());
+    CHECK(count_entries("aaaa") == 0, "nothing created");
+    strcpy(name + 240, ".y4m"); /* 244 + 11 = 255: fits */
+    CHECK_OK(w22_output_check(tpath(name), 0, 0));
+    CHECK_OK(w22_video_check(tpath(name), W22_VIDEO_PNG_DIR, 0));
+
+    setenv("W22_FFMPEG", "/nonexistent/ffmpeg", 1);
+    CHECK(w22_video_check(tpath("pre.mp4"), W22_VIDEO_MP4, 0) == W22_ERR_UNSUPPORTED && has("needs ffmpeg"), "%s",
+          w22_last_error());
+    CHECK_OK(w22_video_check(tpath("pre.y4m"), W22_VIDEO_Y4M, 0)); /* only .mp4 needs it */
+    setenv("W22_FFMPEG", dir, 1); /* a directory is not an ffmpeg */
+    CHECK(w22_video_check(tpath("pre.mp4"), W22_VIDEO_MP4, 0) == W22_ERR_UNSUPPORTED, "%s", w22_last_error());
+    unsetenv("W22_FFMPEG");
+    CHECK(count_entries("pre.") == 0, "nothing created");
+}
+
+/* Sizes whose byte counts overflow 64 bits are refused, never wrapped into a short write or read. */
+static void test_size_overflow(void) {
+    float x[4] = {0};
+    int64_t huge[2] = {(int64_t)1 << 62, 4};
+    CHECK(w22_npy_write(tpath("huge.npy"), x, 2, huge, 0) == W22_ERR_INVALID_ARG && has("2^62"), "%s",
+          w22_last_error());
+    CHECK(count_entries("huge.npy") == 0, "nothing written");
+    int64_t neg[2] = {2, -2};
+    CHECK(w22_npy_write(tpath("neg.npy"), x, 2, neg, 0) == W22_ERR_INVALID_ARG, "%s", w22_last_error());
+    int64_t big[3] = {(int64_t)1 << 30, (int64_t)1 << 30, (int64_t)1 << 30};
+    CHECK(w22_check_finite(x, W22_DTYPE_F32, 3, big, "big") == W22_ERR_INVALID_ARG, "%s", w22_last_error());
+    char h[1024];
+    CHECK(w22_st_header_f32("v", 2, huge, h, sizeof h) == 0, "safetensors header of 2^64 bytes");
+    CHECK(w22_io_save_latents(tpath("huge.safetensors"), x, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 0) ==
+              W22_ERR_INVALID_ARG, "%s", w22_last_error());
+    CHECK(w22_io_save_latents(tpath("huge2.npy"), x, 1 << 16, 1 << 16, 1 << 16, 1 << 16, 0) == W22_ERR_INVALID_ARG,
+          "%s", w22_last_error());
+    /* a video whose float32 tensor would pass 2^62 bytes (its offsets and file size would wrap) */
+    w22_video_writer *vw = NULL;
+    CHECK(w22_video_open(tpath("huge_v.npy"), W22_VIDEO_NPY, 1 << 30, 1 << 15, 1 << 15, 24, 0, &vw) ==
+              W22_ERR_INVALID_ARG && has("2^62"), "%s", w22_last_error());
+    w22_video_abort(vw);
+    CHECK(count_entries("huge") == 0, "nothing written");
+}
+
 static int have_tool(const char *name) {
     char cmd[256];
     snprintf(cmd, sizeof cmd, "command -v %s >/dev/null 2>&1", name);
@@ -596,6 +783,25 @@ static void test_mp4(void) {
         if (p) pclose(p);
         CHECK(!strcmp(out, "32,16,3"), "ffprobe: '%s', expected '32,16,3'", out);
     }
+    /* names with a colon, relative: ffmpeg must write them as files, never read "file:", "pipe:" or "clip:" as a
+     * protocol (the video went to a stray "c.mp4.tmp-*" and the output was empty, or ffmpeg failed) */
+    char cwd[1024];
+    CHECK(getcwd(cwd, sizeof cwd) && chdir(dir) == 0, "chdir");
+    static const char *colon[] = {"file:c.mp4", "pipe:1.mp4", "clip:v2.mp4"};
+    for (int i = 0; i < 3; i++) {
+        vw = NULL;
+        CHECK_OK(w22_video_open(colon[i], W22_VIDEO_MP4, F, H, W, 24, 0, &vw));
+        if (!vw) continue;
+        CHECK_OK(w22_video_write(vw, v, 0, F));
+        CHECK_OK(w22_video_finish(vw));
+        size_t n = 0;
+        unsigned char *b = read_all(colon[i], &n);
+        CHECK(n > 12 && !memcmp(b + 4, "ftyp", 4), "%s: an mp4 of %zu bytes", colon[i], n);
+        free(b);
+    }
+    CHECK(count_entries("c.mp4") == 0 && count_entries("1.mp4") == 0 && count_entries("v2.mp4") == 0 &&
+              count_entries("file:c.mp4.tmp") == 0 && count_entries("clip:v2.mp4.tmp") == 0, "no stray temporary");
+    CHECK(chdir(cwd) == 0, "chdir back");
     /* stopped half way: ffmpeg is killed and nothing is left */
     CHECK_OK(w22_video_open(tpath("s.mp4"), W22_VIDEO_MP4, F, H, W, 24, 0, &vw));
     CHECK_OK(w22_video_write(vw, v, 0, 1));
@@ -617,5 +823,11 @@ int main(void) {
     test_tensor_video();
     test_png();
     test_mp4();
+    test_npy_truncated();
+    test_odd_offsets();
+    test_fifo_inputs();
+    test_fps();
+    test_output_precheck();
+    test_size_overflow();
     return t_finish("test_io");
 }

@@ -138,8 +138,32 @@ static void test_json_features(void) {
     w22_st_close(&f);
     free(b);
     expect("empty header object", "{}", 0, W22_OK, NULL);
-    expect("data section longer than needed", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 16,
+}
+
+/* The reference reader's layout rule: sorted by data_offsets, the tensors follow each other without overlap or
+ * gap and fill the data section exactly. */
+static void test_layout(void) {
+#define T(dt, shape, off) "{\"dtype\":\"" dt "\",\"shape\":" shape ",\"data_offsets\":" off "}"
+    expect("out of order but contiguous", "{\"b\":" T("F32", "[1]", "[4,8]") ",\"a\":" T("F32", "[1]", "[0,4]") "}", 8,
            W22_OK, NULL);
+    expect("empty tensors at the boundaries", "{\"e\":" T("F32", "[0]", "[0,0]") ",\"a\":" T("F32", "[1]", "[0,4]")
+           ",\"z\":" T("F16", "[2,0]", "[4,4]") "}", 4, W22_OK, NULL);
+    expect("overlap", "{\"a\":" T("F32", "[2]", "[0,8]") ",\"b\":" T("F32", "[2]", "[4,12]") "}", 12, W22_ERR_FORMAT,
+           "tensors 'a' data_offsets [0, 8] and 'b' [4, 12] overlap");
+    expect("overlap listed backwards", "{\"b\":" T("F32", "[2]", "[4,12]") ",\"a\":" T("F32", "[2]", "[0,8]") "}", 12,
+           W22_ERR_FORMAT, "tensors 'a' data_offsets [0, 8] and 'b' [4, 12] overlap");
+    expect("the same bytes twice", "{\"a\":" T("F32", "[1]", "[0,4]") ",\"b\":" T("F32", "[1]", "[0,4]") "}", 4,
+           W22_ERR_FORMAT, "tensors 'a' data_offsets [0, 4] and 'b' [0, 4] overlap");
+    expect("an empty tensor inside another", "{\"a\":" T("F32", "[2]", "[0,8]") ",\"e\":" T("F32", "[0]", "[4,4]") "}",
+           8, W22_ERR_FORMAT, "'a' data_offsets [0, 8] and 'e' [4, 4] overlap");
+    expect("a gap", "{\"a\":" T("F32", "[1]", "[0,4]") ",\"b\":" T("F32", "[1]", "[8,12]") "}", 12, W22_ERR_FORMAT,
+           "bytes [4, 8) of the data section, between tensors 'a' [0, 4] and 'b' [8, 12], belong to no tensor");
+    expect("not starting at 0", "{\"a\":" T("F32", "[1]", "[4,8]") "}", 8, W22_ERR_FORMAT,
+           "'a' data_offsets [4, 8]: bytes [0, 4) of the data section belong to no tensor");
+    expect("data section longer than needed", "{\"a\":" T("F32", "[1]", "[0,4]") "}", 16, W22_ERR_FORMAT,
+           "the data section has 16 bytes but the tensors end at byte 4 (tensor 'a')");
+    expect("data without tensors", "{}", 4, W22_ERR_FORMAT, "the data section has 4 bytes but the tensors end at byte 0");
+#undef T
 }
 
 static void test_hostile(void) {
@@ -280,6 +304,7 @@ static void test_write_failures(void) {
 int main(void) {
     test_round_trip();
     test_json_features();
+    test_layout();
     test_hostile();
     test_write_failures();
     return t_finish("test_safetensors");

@@ -1,6 +1,8 @@
 /* Loading, validating and saving weights on a narrow model (z_dim 4, base_dim 8): exact round trips, bf16/f16
  * rounding, the accepted file layouts (plain, prefixed, whole VAE, mixed dtypes), the rejected ones (a missing
  * tensor, a wrong shape, a tensor of another model variant), and the config inferred from a file. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
@@ -326,11 +328,237 @@ static void test_rejections(void) {
     CHECK(s == W22_ERR_INVALID_ARG, "NULL path");
 }
 
+/* One config at the edge of what w22_config_check accepts: its model built into a heap block of exactly its size
+ * (ASan sees a write past the layer table, UBSan an index past the weight table), its counts within the limits
+ * and equal to w22_model_counts, every weight name whole and unique, its work countable. */
+static void check_build(const w22_config *c, const char *what) {
+    int nl = -1, nw = -1;
+    w22_model_counts(c, &nl, &nw);
+    CHECK(nl <= W22_MAX_LAYERS && nw <= W22_MAX_WEIGHTS, "%s: %d layers, %d weights, limits %d, %d", what, nl, nw,
+          W22_MAX_LAYERS, W22_MAX_WEIGHTS);
+    if (nl > W22_MAX_LAYERS || nw > W22_MAX_WEIGHTS) return; /* building would write past the tables */
+    w22_model *m = malloc(sizeof *m);
+    w22_model_build(c, m);
+    CHECK(m->nlayers == nl && m->nweights == nw, "%s: built %d layers, %d weights; counted %d, %d", what,
+          m->nlayers, m->nweights, nl, nw);
+    CHECK(w22_weight_count(c) == nw, "%s: w22_weight_count %d, expected %d", what, w22_weight_count(c), nw);
+    for (int i = 0; i < m->nweights; i++) {
+        const w22_weight_desc *d = &m->weights[i];
+        CHECK(d->numel > 0 && strlen(d->name) + 1 < sizeof d->name && w22_model_find(m, d->name) == i,
+              "%s: weight %d '%s' (numel %lld)", what, i, d->name, (long long)d->numel);
+    }
+    double f = w22_decode_flops(c, 31, 44, 78);
+    CHECK(f > 0 && f < 1e300, "%s: flops %g", what, f);
+    /* twice the rows, at least twice the work: the pixel counts (h << 3 at 2^28 rows) must not wrap in int */
+    double g1 = w22_decode_flops(c, 1, 1 << 27, 1), g2 = w22_decode_flops(c, 1, 1 << 28, 1);
+    CHECK(g1 > 0 && g2 >= 2 * g1, "%s: flops %g at 2^27 rows, %g at 2^28", what, g1, g2);
+    free(m);
+}
+
+/* Every num_res_blocks the config check accepts, at the largest dims and the smallest, builds without writing
+ * past the model's tables (they held 128 weights: num_res_blocks 3 overflowed them); one more is refused. */
+static void test_extreme_configs(void) {
+    static const int mults[3][4] = {{16, 16, 16, 16}, {1, 2, 4, 8}, {1, 1, 1, 1}};
+    char what[160];
+    for (int r = 0; r <= W22_MAX_RES_BLOCKS + 1; r++)
+        for (int k = 0; k < 3; k++)
+            for (int tu = 0; tu < 2; tu++) {
+                w22_config c;
+                w22_config_default(&c);
+                c.z_dim = k == 2 ? 1 : 4096;
+                c.base_dim = k == 2 ? 1 : 4096;
+                memcpy(c.dim_mult, mults[k], sizeof c.dim_mult);
+                c.num_res_blocks = r;
+                for (int b = 0; b < 3; b++) c.temporal_up[b] = tu;
+                c.patch_size = 1 + tu;
+                c.out_channels = 3 * c.patch_size * c.patch_size;
+                snprintf(what, sizeof what, "num_res_blocks %d, dims %d, temporal_up %d", r, k, tu);
+                w22_status s = w22_config_check(&c);
+                if (r > W22_MAX_RES_BLOCKS) {
+                    CHECK(s == W22_ERR_INVALID_ARG && strstr(w22_last_error(), "num_res_blocks 9, expected 0..8"),
+                          "%s: %s", what, w22_last_error());
+                    continue;
+                }
+                CHECK(s == W22_OK, "%s: %s", what, w22_last_error());
+                if (s == W22_OK) check_build(&c, what);
+            }
+}
+
+/* Synthetic weights with more res blocks than Wan2.2's 2, saved and loaded back with the config from the file's
+ * metadata (the path of `wan22vae info`, which crashed for num_res_blocks 3). */
+static void test_more_res_blocks(void) {
+    static const int rs[3] = {0, 3, W22_MAX_RES_BLOCKS};
+    for (int k = 0; k < 3; k++) {
+        w22_config c = cfg;
+        c.num_res_blocks = rs[k];
+        w22_weights *w = NULL, *r = NULL;
+        CHECK_OK(w22_weights_synthetic(&c, 5, &w));
+        if (!w) continue;
+        char name[64];
+        snprintf(name, sizeof name, "res%d.safetensors", rs[k]);
+        const char *p = tmp_path(name);
+        CHECK_OK(w22_weights_save(w, p, W22_DTYPE_BF16));
+        CHECK_OK(w22_weights_load(p, NULL, &r));
+        if (r) {
+            CHECK(w22_config_equal(w22_weights_config(r), &c) && r->model.nweights == w->model.nweights,
+                  "num_res_blocks %d: loaded %d of %d tensors", rs[k], r->model.nweights, w->model.nweights);
+            w22_weights_free(r);
+        }
+        w22_weights_free(w);
+    }
+}
+
+static int weight_index(const char *name) {
+    for (int i = 0; i < nw; i++)
+        if (strcmp(w22_weight_name(&cfg, i), name) == 0) return i;
+    return -1;
+}
+
+/* NaN or Inf anywhere in the weights would decode to a NaN video: refused at load, naming the tensor and the
+ * first bad element, from memory and from files in every dtype. */
+static void test_nonfinite(void) {
+    const char *tname = "decoder.up_blocks.0.resnets.1.conv2.weight";
+    int ti = weight_index(tname);
+    CHECK(ti >= 0 && numel[ti] > 9000, "tensor %s", tname);
+    if (ti < 0 || numel[ti] <= 9000) return;
+    const void *data[W22_MAX_WEIGHTS];
+    for (int i = 0; i < nw; i++) data[i] = ref[i];
+    float *bad = malloc((size_t)numel[ti] * sizeof(float));
+    memcpy(bad, ref[ti], (size_t)numel[ti] * sizeof(float));
+    bad[9000] = INFINITY;
+    bad[5001] = NAN; /* the first: reported, past the first scan block */
+    data[ti] = bad;
+    w22_weights *w = (w22_weights *)1;
+    w22_status s = w22_weights_from_memory(&cfg, data, W22_DTYPE_F32, &w);
+    CHECK(s == W22_ERR_NONFINITE && w == NULL && strstr(w22_last_error(), tname) &&
+              strstr(w22_last_error(), "NaN at index 5001 ["),
+          "NaN from memory: %s: %s", w22_status_string(s), w22_last_error());
+    free(bad);
+
+    static const w22_dtype dts[3] = {W22_DTYPE_F32, W22_DTYPE_BF16, W22_DTYPE_F16};
+    static const float vals[3] = {INFINITY, NAN, -INFINITY};
+    static const char *words[3] = {"+Inf at index 7 [", "NaN at index 7 [", "-Inf at index 7 ["};
+    const char *p = tmp_path("nonfinite.safetensors");
+    for (int k = 0; k < 3; k++) {
+        file_spec fs = plain();
+        fs.dt = dts[k];
+        fs.prefix = k == 1 ? "vae." : "";
+        float keep = ref[ti][7];
+        ref[ti][7] = vals[k];
+        CHECK_OK(write_file(p, &fs));
+        ref[ti][7] = keep;
+        char full[128];
+        snprintf(full, sizeof full, "'%s%s'", fs.prefix, tname);
+        expect_fail(p, W22_ERR_NONFINITE, full, words[k], w22_dtype_name(dts[k]), "non-finite weight");
+    }
+    /* a finite float32 beyond float16's range is +Inf in an F16 file */
+    file_spec fs = plain();
+    fs.dt = W22_DTYPE_F16;
+    int bi = weight_index("decoder.conv_out.bias");
+    float keep = ref[bi][0];
+    ref[bi][0] = 1e6f;
+    CHECK_OK(write_file(p, &fs));
+    ref[bi][0] = keep;
+    expect_fail(p, W22_ERR_NONFINITE, "'decoder.conv_out.bias'", "+Inf at index 0 [0]", NULL, "f16 overflow");
+}
+
+/* A model big enough for the scan to be split over threads (8M elements): the first bad element wins whichever
+ * part of the tensor holds it. */
+static void test_nonfinite_threads(void) {
+    w22_config c = cfg;
+    c.z_dim = 16;
+    c.base_dim = 32;
+    w22_weights *syn = NULL, *w = NULL;
+    CHECK_OK(w22_weights_synthetic(&c, 3, &syn));
+    if (!syn) return;
+    int ti = w22_model_find(&syn->model, "decoder.mid_block.resnets.1.conv1.weight");
+    size_t n = ti >= 0 ? (size_t)syn->model.weights[ti].numel : 0;
+    size_t total = 0;
+    for (int i = 0; i < syn->model.nweights; i++) total += (size_t)syn->model.weights[i].numel;
+    CHECK(n > 400000 && total >= (size_t)1 << 22, "tensor size %zu of %zu (finite.c splits from 4M)", n, total);
+    const void *data[W22_MAX_WEIGHTS];
+    for (int i = 0; i < syn->model.nweights; i++) data[i] = syn->data[i];
+    float *bad = malloc(n * sizeof(float));
+    memcpy(bad, syn->data[ti], n * sizeof(float));
+    data[ti] = bad;
+    CHECK_OK(w22_weights_from_memory(&c, data, W22_DTYPE_F32, &w));
+    w22_weights_free(w);
+    size_t late = n - 3, early = n / 5;
+    char want[64];
+    for (int k = 0; k < 2; k++) {
+        bad[late] = -INFINITY;
+        if (k) bad[early] = NAN;
+        w = NULL;
+        w22_status s = w22_weights_from_memory(&c, data, W22_DTYPE_F32, &w);
+        snprintf(want, sizeof want, "%s at index %zu [", k ? "NaN" : "-Inf", k ? early : late);
+        CHECK(s == W22_ERR_NONFINITE && w == NULL && strstr(w22_last_error(), want), "threaded scan: %s",
+              w22_last_error());
+    }
+    free(bad);
+    w22_weights_free(syn);
+}
+
+/* The config text in __metadata__ is parsed strictly: a number beyond int is refused, not wrapped (sscanf's %d
+ * made 4294967304 into 8 and loaded the file as base_dim 8). */
+static void test_config_text(void) {
+    static const char *bad[] = {"4,4294967304,1,2,4,4,2,1,1,0,12,2", "4,8,1,2,4,4,2,1,1,0,12,99999999999999999999",
+                                "4, 8,1,2,4,4,2,1,1,0,12,2", "4,8,1,2,4,4,2,1,1,0,12,2,", "4,8,1,2,4,4,2,1,1,0,12,-",
+                                "4,8,1,2,4,4,2,1,1,0,12,2x"};
+    const char *p = tmp_path("cfgtext.safetensors");
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        file_spec fs = plain();
+        fs.meta_config = bad[k];
+        CHECK_OK(write_file(p, &fs));
+        w22_weights *w = NULL;
+        w22_status s = w22_weights_load(p, NULL, &w);
+        CHECK(s == W22_ERR_FORMAT && strstr(w22_last_error(), "wan22vae_config is '") && w == NULL,
+              "config text '%s': %s: %s", bad[k], w22_status_string(s), w22_last_error());
+        w22_weights_free(w);
+    }
+    file_spec fs = plain();
+    fs.meta_config = "4,8,1,2,4,4,2,1,1,0,12,2";
+    CHECK_OK(write_file(p, &fs));
+    expect_load(p, NULL, W22_DTYPE_F32, "config text");
+}
+
+/* The in-memory entry point (the fuzzer's) gives what the file gives. */
+static void test_parse_memory(void) {
+    file_spec fs = plain();
+    fs.dt = W22_DTYPE_BF16;
+    const char *p = tmp_path("parse.safetensors");
+    CHECK_OK(write_file(p, &fs));
+    FILE *fp = fopen(p, "rb");
+    CHECK(fp != NULL, "open %s", p);
+    if (!fp) return;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *buf = malloc((size_t)n);
+    CHECK(fread(buf, 1, (size_t)n, fp) == (size_t)n, "read %s", p);
+    fclose(fp);
+    w22_weights *w = NULL;
+    CHECK_OK(w22_weights_parse(buf, (size_t)n, NULL, &w));
+    if (w) {
+        check_values(w, W22_DTYPE_BF16, "parsed from memory");
+        w22_weights_free(w);
+    }
+    w22_status s = w22_weights_parse(buf, (size_t)n - 2, NULL, &w);
+    CHECK(s == W22_ERR_FORMAT && w == NULL && strstr(w22_last_error(), "<memory>"), "truncated: %s",
+          w22_last_error());
+    free(buf);
+}
+
 int main(void) {
     make_reference();
     test_memory_and_save();
     test_layouts();
     test_rejections();
+    test_extreme_configs();
+    test_more_res_blocks();
+    test_nonfinite();
+    test_nonfinite_threads();
+    test_config_text();
+    test_parse_memory();
     for (int i = 0; i < nw; i++) free(ref[i]);
     return t_finish("test_weights");
 }

@@ -193,6 +193,73 @@ def test_error_bad_shape_z_dim(cpu_decoder):
     assert e.value.status == "W22_ERR_BAD_SHAPE" and "[1, 4, T, h, w]" in e.value.message
 
 
+class _Spy:
+    """Stands in for the loaded library: records the name of every C function the package looks up."""
+
+    def __init__(self, real):
+        self.real, self.calls = real, []
+
+    def __getattr__(self, name):
+        self.calls.append(name)
+        return getattr(self.real, name)
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    s = _Spy(_lib.lib())
+    monkeypatch.setattr(_lib, "_lib", s)
+    return s
+
+
+def test_error_T0_is_wan22vae_error(cpu_decoder, spy):
+    """T = 0 (a video of 4T-3 < 0 frames) is wan22vae.Error (and a ValueError), found before the library is called."""
+    for z in (np.zeros((1, 4, 0, 2, 3), np.float32), np.zeros((4, 0, 2, 3), np.float16)):
+        with pytest.raises(wan22vae.Error) as e:
+            cpu_decoder(z)
+        assert e.value.status == "W22_ERR_BAD_SHAPE" and isinstance(e.value, ValueError)
+        assert "[1, 4, 0, 2, 3]" in e.value.message and "must be positive" in e.value.message
+    for call in (lambda: cpu_decoder.video_shape(0, 2, 3), lambda: wan22vae.video_shape(NARROW, 0, 2, 3),
+                 lambda: wan22vae.synthetic_latents(NARROW, T=-1), lambda: wan22vae.video_shape(NARROW, 1.5, 2, 3)):
+        with pytest.raises(wan22vae.Error, match="W22_ERR_BAD_SHAPE"):
+            call()
+    assert not [c for c in spy.calls if c in ("w22_decode", "w22_video_shape", "w22_latents_synthetic")], spy.calls
+
+
+def test_error_huge_h_fails_before_allocation(cpu_decoder, spy):
+    """h = 2**27 (a video 2**31 rows high): wan22vae.Error naming the size and the limit, before the latents are
+    copied, the video allocated or any C function sees the size."""
+    import tracemalloc
+    z = np.broadcast_to(np.zeros((), np.float32), (1, 4, 1, 2**27, 1))  # no memory behind it: 2 GiB if copied
+    tracemalloc.start()
+    try:
+        with pytest.raises(wan22vae.Error) as e:
+            cpu_decoder(z)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert e.value.status == "W22_ERR_BAD_SHAPE" and isinstance(e.value, ValueError)
+    assert str(2**27) in e.value.message and "h, w <= 4096" in e.value.message, e.value.message
+    assert peak < 16 << 20, f"{peak} bytes allocated before the error"
+    with pytest.raises(wan22vae.Error, match="4096"):
+        cpu_decoder.video_shape(1, 2**27, 1)  # the C function would wrap 16 * 2**27 to a negative int
+    with pytest.raises(wan22vae.Error, match="100000"):
+        wan22vae.synthetic_latents(NARROW, T=2**40)
+    assert not [c for c in spy.calls if c.startswith(("w22_decode", "w22_video", "w22_latents"))], spy.calls
+
+
+def test_error_bad_latent_dtype_and_args(cpu_decoder, weights):
+    for z in (np.full((1, 4, 1, 2, 3), "x"), [[1, 2], [3]], np.zeros((1, 4, 1, 2, 3), np.complex64)):
+        with pytest.raises(wan22vae.Error) as e:
+            cpu_decoder(z)
+        assert e.value.status in ("W22_ERR_BAD_DTYPE", "W22_ERR_BAD_SHAPE"), e.value
+    for kw in ({"device": "cuda:x"}, {"device": "cpu", "threads": "two"}, {"device": "gpu"}):
+        with pytest.raises(wan22vae.Error, match="W22_ERR_INVALID_ARG"):
+            wan22vae.Decoder(weights, **kw)
+    for cfg in ({"z_dim": "four"}, {"dim_mult": 4}, [1, 2]):
+        with pytest.raises(wan22vae.Error, match="config"):
+            wan22vae.synthetic_weights(cfg)
+
+
 def test_error_bad_out(cpu_decoder, latents):
     with pytest.raises(wan22vae.Error, match="W22_ERR_BAD_SHAPE"):
         cpu_decoder(latents, out=np.empty((1, 3, 4, 48, 64), np.float32))
@@ -291,3 +358,230 @@ def test_diffusers_config_reason():
     r = wd._config_reason(dict(ti2v, z_dim=16, is_residual=False))
     assert "z_dim 16" in r and "is_residual False" in r
     assert wd.status(object())["enabled"] is False
+
+
+# ---- sharded safetensors: the index and its shards ----
+INDEX = "diffusion_pytorch_model.safetensors.index.json"
+
+
+@pytest.fixture(scope="module")
+def bf16_arrays(weights, tmp_path_factory):
+    """{name: raw bf16 (uint16) array} of the narrow synthetic weights."""
+    from wan22vae import _safetensors
+    f = tmp_path_factory.mktemp("bf16") / "w.safetensors"
+    weights.save(f, "bf16")
+    return {n: np.array(a) for n, (a, _, _) in _safetensors.open_arrays(f).items()}
+
+
+def make_shards(folder, arrays, parts, wmap=None):
+    """Shards of the weights in arrays: parts is {file name: slice or list of tensor names}; the index maps each
+    tensor to the first file of parts that holds it (or is wmap when given). Returns the weight names in order."""
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [n for n, _ in wan22vae.weight_table(NARROW)]
+    parts = {k: (names[v] if isinstance(v, slice) else v) for k, v in parts.items()}
+    if wmap is None:
+        wmap = {}
+        for fname, part in parts.items():
+            wmap.update({n: fname for n in part if n not in wmap})
+    for fname, part in parts.items():
+        os.makedirs(os.path.dirname(os.path.join(folder, fname)), exist_ok=True)
+        write_safetensors(os.path.join(folder, fname), {n: arrays[n] for n in part})
+    (folder / INDEX).write_text(json.dumps({"metadata": {}, "weight_map": wmap}))
+    return names
+
+
+def test_sharded_loads_and_allows_cache_symlinks(tmp_path, bf16_arrays, latents):
+    """The accepted forms: shards next to the index, in a subfolder, a path with '..' that stays inside, and shard
+    files that are symlinks out of the folder (the Hugging Face cache links snapshots/<rev>/vae/*.safetensors to
+    ../../../blobs/<hash>)."""
+    ref = None
+    names = [n for n, _ in wan22vae.weight_table(NARROW)]
+    inside = {n: ("a.safetensors" if i < 50 else "sub/../sub/b.safetensors") for i, n in enumerate(names)}
+    flat = {"a.safetensors": slice(0, 50), "b.safetensors": slice(50, None)}
+    sub = {"a.safetensors": slice(0, 50), "sub/b.safetensors": slice(50, None)}
+    for i, (parts, wmap) in enumerate(((flat, None), (sub, None), (sub, inside))):
+        folder = tmp_path / f"v{i}"
+        make_shards(folder, bf16_arrays, parts, wmap)
+        got = wan22vae.Decoder.from_pretrained(folder, device="cpu", threads=2)(latents)
+        if ref is None:
+            ref = got
+        np.testing.assert_array_equal(got, ref)
+    blobs, snap = tmp_path / "blobs", tmp_path / "snapshots" / "rev" / "vae"
+    make_shards(blobs, bf16_arrays, {"a.safetensors": slice(0, 50), "b.safetensors": slice(50, None)})
+    snap.mkdir(parents=True)
+    for f in ("a.safetensors", "b.safetensors"):
+        os.symlink(os.path.relpath(blobs / f, snap), snap / f)
+    shutil.copy(blobs / INDEX, snap / INDEX)
+    np.testing.assert_array_equal(wan22vae.Decoder.from_pretrained(snap, device="cpu", threads=2)(latents), ref)
+    # the index itself may be given as the path
+    via_index = wan22vae.Decoder.from_pretrained(snap / INDEX, device="cpu", threads=2)(latents)
+    np.testing.assert_array_equal(via_index, ref)
+
+
+def test_sharded_refuses_paths_outside_folder(tmp_path, bf16_arrays):
+    """A weight_map shard path that is absolute, has '..', or sits in a folder resolving outside the index's folder
+    is refused (each of these points at a valid shard, which would otherwise be read)."""
+    outside = tmp_path / "outside"
+    names = make_shards(outside, bf16_arrays, {"b.safetensors": slice(50, None)})
+    (outside / "inner").mkdir()
+    shutil.copy(outside / "b.safetensors", outside / "inner" / "b.safetensors")
+    folder = tmp_path / "models" / "vae"
+    make_shards(folder, bf16_arrays, {"a.safetensors": slice(0, 50)})
+    os.symlink(outside, folder / "linked")  # a folder inside that resolves outside
+    for bad in ("../../outside/b.safetensors", str(outside / "b.safetensors"), "sub/../../../outside/b.safetensors",
+                "linked/b.safetensors", "linked/inner/../b.safetensors"):
+        wmap = {n: ("a.safetensors" if i < 50 else bad) for i, n in enumerate(names)}
+        (folder / INDEX).write_text(json.dumps({"weight_map": wmap}))
+        with pytest.raises(wan22vae.Error) as e:
+            wan22vae.load_weights(folder)
+        assert e.value.status == "W22_ERR_FORMAT" and bad in e.value.message and "refused" in e.value.message, \
+            (bad, e.value)
+        assert str(folder / INDEX) in e.value.message
+
+
+def test_sharded_refuses_tensor_in_two_shards(tmp_path, bf16_arrays):
+    names = [n for n, _ in wan22vae.weight_table(NARROW)]
+    a, b = "diffusion_pytorch_model-00001-of-00002.safetensors", "diffusion_pytorch_model-00002-of-00002.safetensors"
+    # names[50:60] in both shards, the index says shard a for them
+    folder = tmp_path / "dup"
+    make_shards(folder, bf16_arrays, {a: slice(0, 60), b: slice(50, None)})
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.load_weights(folder)
+    assert e.value.status == "W22_ERR_FORMAT" and "two shards" in e.value.message
+    assert names[50] in e.value.message and str(folder / a) in e.value.message and str(folder / b) in e.value.message
+    # a weight_map entry whose tensor is not in its shard (it is in the other one)
+    folder = tmp_path / "misplaced"
+    wmap = {n: (a if i < 50 else b) for i, n in enumerate(names)}
+    wmap[names[3]] = b
+    make_shards(folder, bf16_arrays, {a: slice(0, 50), b: slice(50, None)}, wmap=wmap)
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.load_weights(folder)
+    assert e.value.status == "W22_ERR_MISSING_TENSOR" and names[3] in e.value.message
+    assert str(folder / a) in e.value.message and str(folder / b) in e.value.message
+
+
+def test_sharded_malformed_index_and_shards(tmp_path, bf16_arrays):
+    """A malformed index, a missing shard and malformed shards: wan22vae.Error (a ValueError too) naming the file."""
+    folder = tmp_path / "vae"
+    names = make_shards(folder, bf16_arrays, {"a.safetensors": slice(0, 50), "b.safetensors": slice(50, None)})
+    index = folder / INDEX
+    good = index.read_text()
+    wmap = json.loads(good)["weight_map"]
+    for text, expect in (("{not json", "not JSON"), ("\xff\xfe", "not JSON"), ("[1, 2]", "JSON list"),
+                         ('{"metadata": {}}', "without weight_map"), ('{"weight_map": ["a.safetensors"]}', "JSON list"),
+                         ('{"weight_map": {}}', "empty"),
+                         (json.dumps({"weight_map": dict(wmap, **{names[0]: 7})}), "7"),
+                         (json.dumps({"weight_map": dict(wmap, **{names[0]: None})}), "None")):
+        index.write_bytes(text.encode("latin-1"))
+        with pytest.raises(wan22vae.Error) as e:
+            wan22vae.load_weights(folder)
+        assert isinstance(e.value, ValueError) and e.value.status == "W22_ERR_FORMAT", (text, e.value)
+        assert str(index) in e.value.message and expect in e.value.message, (text, e.value.message)
+    index.write_text(good)
+    # a missing shard: named, with the index
+    os.rename(folder / "b.safetensors", folder / "b.moved")
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.load_weights(folder)
+    assert e.value.status == "W22_ERR_IO" and str(folder / "b.safetensors") in e.value.message
+    assert str(index) in e.value.message
+    # malformed shards: each named
+    shard = folder / "b.safetensors"
+    def st(header, data=b"\0" * 8):
+        text = header.encode() if isinstance(header, str) else json.dumps(header).encode()
+        return struct.pack("<Q", len(text)) + text + data
+
+    x = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
+    for blob, expect in ((b"\x01\x00", "too short"), (struct.pack("<Q", 1 << 40) + b"{}", "does not fit"),
+                         (st("{oops}"), "not JSON"), (st(b"\xff".decode("latin-1") + "{}"), "not JSON"),
+                         (st([]), "JSON list"), (st({"x": [1, 2]}), "JSON list"),
+                         (st({"__metadata__": [1]}), "__metadata__"), (st({"x": dict(x, shape="2")}), "shape"),
+                         (st({"x": {"dtype": "F32", "shape": [2]}}), "data_offsets"),
+                         (st({"x": dict(x, data_offsets=[0])}), "data_offsets"),
+                         (st({"x": dict(x, data_offsets=[0, 99])}), "beyond"),
+                         (st({"x": dict(x, data_offsets=[4, 8])}), "needs 8 bytes"),
+                         (st({"x": dict(x, dtype=3)}), "dtype"), (st({"x": dict(x, dtype="I32")}), "dtype I32")):
+        shard.write_bytes(blob)
+        index.write_text(json.dumps({"weight_map": dict({n: "a.safetensors" for n in names[:50]}, x="b.safetensors")}))
+        with pytest.raises(wan22vae.Error) as e:
+            wan22vae.load_weights(folder)
+        assert isinstance(e.value, ValueError) and e.value.status in ("W22_ERR_FORMAT", "W22_ERR_BAD_DTYPE"), \
+            (blob, e.value)
+        assert str(shard) in e.value.message and expect in e.value.message, (blob, e.value.message)
+    index.write_text(good)
+    # a malformed config.json next to the weights
+    os.rename(folder / "b.moved", shard)
+    (folder / "config.json").write_text("{")
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.load_weights(folder)
+    assert e.value.status == "W22_ERR_FORMAT" and str(folder / "config.json") in e.value.message
+
+
+# ---- one decoder, several threads ----
+THREADS_SCRIPT = r"""
+import sys, threading, time
+import numpy as np
+import wan22vae
+N = {"z_dim": 4, "base_dim": 8}
+w = wan22vae.synthetic_weights(N, 7)
+shapes = [(2, 3, 4), (4, 8, 8), (3, 5, 6)]
+zs = [wan22vae.synthetic_latents(N, 10 + i, *s) for i, s in enumerate(shapes)]
+ref_dec = wan22vae.Decoder(w, device="cpu", threads=1)
+refs = [ref_dec(z) for z in zs]
+ref_dec.close()
+
+# 1. two threads decode with one decoder at once: every result is the serial one
+dec = wan22vae.Decoder(w, device="cpu", threads=1)
+bad = []
+def worker(k):
+    for r in range(4):
+        i = (k + r) % len(zs)
+        v = dec(zs[i])
+        if not np.array_equal(v, refs[i]):
+            bad.append((k, r, i))
+ts = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+[t.start() for t in ts]
+[t.join() for t in ts]
+assert not bad, bad
+
+# 2. close() while another thread decodes: close waits, the decode completes intact, a later decode raises
+z = wan22vae.synthetic_latents(N, 5, 3, 16, 16)
+t0 = time.monotonic()
+ref = dec(z)
+took = time.monotonic() - t0  # what one decode of z takes here (a few tenths of a second)
+box = {}
+def long_decode():
+    try:
+        box["video"] = dec(z)
+    except Exception as e:
+        box["error"] = e
+t = threading.Thread(target=long_decode)
+t.start()
+deadline = time.monotonic() + 10
+while not dec.lock().locked() and time.monotonic() < deadline:  # the decode is running
+    time.sleep(0.001)
+assert dec.lock().locked(), "the decode did not start"
+t0 = time.monotonic()
+dec.close()
+waited = time.monotonic() - t0
+t.join()
+assert "error" not in box, box
+assert waited > 0.3 * took, f"close() took {waited:.3f} s: it did not wait for the running decode ({took:.3f} s)"
+assert np.array_equal(box["video"], ref), "the decode that close() raced with was corrupted"
+try:
+    dec(z)
+    raise SystemExit("a decode after close() did not raise")
+except wan22vae.Error as e:
+    assert "closed" in e.message, e
+dec.close()  # twice is fine
+w.free()
+print("ok")
+"""
+
+
+def test_threads_share_decoder_and_close_waits():
+    """One CPU decoder used by two threads at once gives the serial results; close() racing with a decode in another
+    thread waits for it (the decode's video is intact) and a later decode raises wan22vae.Error. In a subprocess, so
+    that a use after free fails this test instead of killing pytest."""
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+    got = subprocess.run([sys.executable, "-c", THREADS_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert got.returncode == 0 and got.stdout.strip() == "ok", (got.returncode, got.stdout[-2000:], got.stderr[-4000:])

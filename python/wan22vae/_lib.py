@@ -17,10 +17,12 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 LIB_NAME = "libwan22vae.so"
 
 
-class Error(RuntimeError):
+class Error(RuntimeError, ValueError):
     """A failed call of libwan22vae: status is the C status name ("W22_ERR_BAD_SHAPE"), message the C library's
     message (what failed, what was expected). Checks this package makes itself, for what the C API cannot see
-    (a tensor's rank, z_dim, dtype, device), use the same status names."""
+    (a tensor's rank, z_dim, dtype, device, latent sizes, weight files and shard indexes), use the same status
+    names. Every error that comes from the caller's input is this class; it is a RuntimeError and also a
+    ValueError (so code that caught the ValueError numpy or json used to raise for bad input still catches it)."""
 
     def __init__(self, status, message):
         self.status = status
@@ -55,6 +57,10 @@ class DecoderParams(ctypes.Structure):
         ("video_on_all_ranks", ctypes.c_int),
         ("progress", PROGRESS_FN),
         ("progress_user", ctypes.c_void_p),
+        ("check", ctypes.c_int),
+        # w22_decoder_params_init writes the whole C struct: room for fields a newer library adds at its end, so
+        # that a library newer than this file never writes past the Python struct (init gives them defaults).
+        ("_reserved", ctypes.c_char * 256),
     ]
 
 

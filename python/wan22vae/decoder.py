@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 
 import numpy as np
 
@@ -20,6 +21,27 @@ from . import _safetensors
 from ._lib import Error, check, fail, lib
 
 CONFIG_KEYS = ("z_dim", "base_dim", "dim_mult", "num_res_blocks", "temporal_up", "out_channels", "patch_size")
+
+# The latent sizes the library decodes (src/decoder.c, check_shape): checked here before any allocation or C call.
+MAX_T = 100000
+MAX_HW = 4096
+
+
+def check_latent_dims(T, h, w, z_dim=None):
+    """(T, h, w) as ints when each is a whole number in [1, MAX_T] / [1, MAX_HW]; else wan22vae.Error
+    (W22_ERR_BAD_SHAPE) naming the sizes and the limits. No C call, no allocation."""
+    dims = []
+    for v in (T, h, w):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise fail("W22_ERR_BAD_SHAPE", f"latent sizes T={T!r} h={h!r} w={w!r}: expected whole numbers (T in "
+                       f"[1, {MAX_T}], h and w in [1, {MAX_HW}])")
+        dims.append(int(v))
+    T, h, w = dims
+    if not (1 <= T <= MAX_T and 1 <= h <= MAX_HW and 1 <= w <= MAX_HW):
+        zd = "z_dim" if z_dim is None else z_dim
+        raise fail("W22_ERR_BAD_SHAPE", f"latents [1, {zd}, {T}, {h}, {w}]: T, h and w must be positive (T <= "
+                   f"{MAX_T}, h, w <= {MAX_HW})")
+    return T, h, w
 
 
 def _torch():
@@ -57,7 +79,11 @@ def make_config(config=None, **overrides):
     AutoencoderKLWan config (it has 'temperal_downsample'), or None (the default); overrides win."""
     c = _lib.Config()
     lib().w22_config_default(ctypes.byref(c))
-    d = dict(config or {})
+    try:
+        d = dict(config or {})
+    except (TypeError, ValueError):
+        raise fail("W22_ERR_INVALID_ARG", f"config is a {type(config).__name__}; expected a dict of "
+                   f"{list(CONFIG_KEYS)} or a diffusers AutoencoderKLWan config") from None
     if "temperal_downsample" in d or "decoder_base_dim" in d:
         d = config_from_diffusers(d)
     d.update(overrides)
@@ -67,19 +93,31 @@ def make_config(config=None, **overrides):
     for k, v in d.items():
         if k in ("dim_mult", "temporal_up"):
             n = 4 if k == "dim_mult" else 3
-            if len(v) != n:
-                raise fail("W22_ERR_INVALID_ARG", f"config: {k} has {len(v)} entries, expected {n}")
+            if not isinstance(v, (list, tuple)) or len(v) != n or not all(_small_int(x) for x in v):
+                raise fail("W22_ERR_INVALID_ARG", f"config: {k} is {v!r}, expected a list of {n} integers")
             setattr(c, k, (ctypes.c_int * n)(*[int(x) for x in v]))
         else:
+            if not _small_int(v):
+                raise fail("W22_ERR_INVALID_ARG", f"config: {k} is {v!r}, expected an integer")
             setattr(c, k, int(v))
     check(lib().w22_config_check(ctypes.byref(c)))
     return c
 
 
+def _small_int(x):
+    """Whether x is a whole number that fits a C int (bools count: diffusers' flags are booleans)."""
+    if isinstance(x, float) and x.is_integer():
+        x = int(x)
+    return isinstance(x, (int, np.integer)) and -2**31 <= int(x) < 2**31
+
+
 def config_from_diffusers(cfg):
     """Our config dict from a diffusers AutoencoderKLWan config (dict or FrozenDict); raises wan22vae.Error for
     structure this library does not implement (is_residual False, attention scales, a missing field)."""
-    cfg = dict(cfg)
+    try:
+        cfg = dict(cfg)
+    except (TypeError, ValueError):
+        raise fail("W22_ERR_INVALID_ARG", f"diffusers config is a {type(cfg).__name__}, expected a dict") from None
     problems = []
     if not cfg.get("is_residual", False):
         problems.append("is_residual is False (the Wan2.1 VAE); expected True (Wan2.2)")
@@ -89,7 +127,17 @@ def config_from_diffusers(cfg):
         problems.append("patch_size is None, expected 2")
     if problems:
         raise fail("W22_ERR_INVALID_ARG", "diffusers config: " + "; ".join(problems))
-    down = list(cfg.get("temperal_downsample", [False, True, True]))
+    down = cfg.get("temperal_downsample", [False, True, True])
+    if not isinstance(down, (list, tuple)) or len(down) != 3:
+        raise fail("W22_ERR_INVALID_ARG", f"diffusers config: temperal_downsample {down!r}, expected 3 booleans")
+    try:
+        return _diffusers_fields(cfg, down)
+    except (TypeError, ValueError, KeyError) as e:
+        raise fail("W22_ERR_INVALID_ARG", f"diffusers config: a field is not a number ({e}); expected integers for "
+                   "z_dim, base_dim, decoder_base_dim, num_res_blocks, out_channels, patch_size") from None
+
+
+def _diffusers_fields(cfg, down):
     return {"z_dim": int(cfg.get("z_dim", 16)),
             "base_dim": int(cfg.get("decoder_base_dim") or cfg.get("base_dim", 96)),
             "dim_mult": list(cfg.get("dim_mult", [1, 2, 4, 4])),
@@ -112,8 +160,10 @@ def weight_table(config=None):
 
 
 def video_shape(config, T, h, w):
-    """(frames, height, width) of the video for latents [*, z_dim, T, h, w]."""
+    """(frames, height, width) of the video for latents [*, z_dim, T, h, w]; wan22vae.Error (W22_ERR_BAD_SHAPE)
+    for sizes the library does not decode (T in [1, MAX_T], h and w in [1, MAX_HW])."""
     c = config if isinstance(config, _lib.Config) else make_config(config)
+    T, h, w = check_latent_dims(T, h, w, c.z_dim)
     f, H, W = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
     lib().w22_video_shape(ctypes.byref(c), T, h, w, ctypes.byref(f), ctypes.byref(H), ctypes.byref(W))
     return f.value, H.value, W.value
@@ -202,70 +252,171 @@ def synthetic_weights(config=None, seed=0):
 def synthetic_latents(config=None, seed=0, T=1, h=1, w=1):
     """The library's synthetic latents [1, z_dim, T, h, w] as a float32 numpy array."""
     c = make_config(config)
-    out = np.empty((1, c.z_dim, T, h, w), np.float32)
+    T, h, w = check_latent_dims(T, h, w, c.z_dim)
+    out = _host_empty((1, c.z_dim, T, h, w), np.float32, "the synthetic latents")
     check(lib().w22_latents_synthetic(ctypes.byref(c), seed, T, h, w, out.ctypes.data_as(ctypes.c_void_p)))
     return out
 
 
+def _host_empty(shape, dtype, what):
+    """np.empty, with wan22vae.Error (W22_ERR_OUT_OF_MEMORY) naming what and its bytes when the host has not the
+    memory."""
+    try:
+        return np.empty(shape, dtype)
+    except (MemoryError, ValueError) as e:
+        nbytes = np.dtype(dtype).itemsize
+        for s in shape:
+            nbytes *= int(s)
+        raise fail("W22_ERR_OUT_OF_MEMORY", f"{what} {list(shape)} ({nbytes} bytes) could not be allocated on the "
+                   f"host ({type(e).__name__}: {e})") from None
+
+
+INDEX_NAME = "diffusion_pytorch_model.safetensors.index.json"
+
+
 def _find_weight_files(path, variant=None):
-    """The safetensors file(s) of a diffusers VAE: path is a file, a VAE folder, or a pipeline folder with vae/."""
+    """("file", path) or ("index", path of a sharded index): the weights of a diffusers VAE; path is a safetensors
+    file, an index json, a VAE folder, or a pipeline folder with vae/."""
     if os.path.isfile(path):
-        return [path]
+        return ("index", path) if path.endswith(".index.json") else ("file", path)
     if not os.path.isdir(path):
-        raise fail("W22_ERR_IO", f"{path}: no such file or folder")
+        raise fail("W22_ERR_IO", f"{path}: no such file or folder; expected a safetensors file, a diffusers VAE folder "
+                   "or a pipeline folder with vae/")
     folder = os.path.join(path, "vae") if os.path.isdir(os.path.join(path, "vae")) else path
     stem = "diffusion_pytorch_model" + (f".{variant}" if variant else "")
-    index = os.path.join(folder, stem + ".safetensors.index.json")
-    if os.path.isfile(index):
-        with open(index) as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))
-        return [os.path.join(folder, s) for s in shards]
+    indexes = [os.path.join(folder, stem + ".safetensors.index.json")]
+    if variant:  # diffusers' own spelling of a variant's index
+        indexes.append(os.path.join(folder, f"diffusion_pytorch_model.safetensors.index.{variant}.json"))
+    for index in indexes:
+        if os.path.isfile(index):
+            return "index", index
     single = os.path.join(folder, stem + ".safetensors")
     if os.path.isfile(single):
-        return [single]
+        return "file", single
     found = sorted(glob.glob(os.path.join(folder, "diffusion_pytorch_model*.safetensors")))
     if variant is None and found:
         variants = sorted({os.path.basename(f).split(".")[1] for f in found
                            if len(os.path.basename(f).split(".")) == 3})
         if len(variants) == 1:
             return _find_weight_files(folder, variants[0])
-        raise fail("W22_ERR_IO", f"{folder}: several variants of the weights ({', '.join(variants)}); pass "
-                   "variant= to choose one")
+        if variants:
+            raise fail("W22_ERR_IO", f"{folder}: several variants of the weights ({', '.join(variants)}); pass "
+                       "variant= to choose one")
+        raise fail("W22_ERR_IO", f"{folder}: safetensors files ({', '.join(os.path.basename(f) for f in found)}) but "
+                   f"no {INDEX_NAME} saying which tensor is where; expected the index next to them")
     raise fail("W22_ERR_IO", f"{folder}: no {stem}.safetensors (nor a sharded index) there")
 
 
-def load_weights(path, config=None, variant=None):
-    """Weights from a safetensors file or a diffusers VAE folder (sharded or not; fp32, bf16 or fp16). The config
-    comes from config (a dict), else the folder's config.json, else the C loader infers it from the tensors."""
-    files = _find_weight_files(os.fspath(path), variant)
-    if config is None:
-        folder = os.path.dirname(files[0])
-        cj = os.path.join(folder, "config.json")
-        if os.path.isfile(cj):
-            with open(cj) as f:
-                config = json.load(f)
-    c = make_config(config) if config is not None else None
-    if len(files) == 1:
-        h = ctypes.c_void_p()
-        check(lib().w22_weights_load(os.fsencode(files[0]), ctypes.byref(c) if c is not None else None,
-                                     ctypes.byref(h)))
-        return Weights(h.value)
-    # Sharded: the C loader reads one file; gather the tensors by name over the shards and hand them over in memory.
+def _shard_path(index, folder, shard, tensor):
+    """The path of one weight_map entry's shard, refusing one that is absolute or resolves outside the index's
+    folder: the folder the shard is in, symlinks and '..' resolved, must be the index's folder or below it. The
+    shard file itself may be a symlink (the Hugging Face cache links snapshots/<rev>/vae/*.safetensors to blobs)."""
+    if not isinstance(shard, str) or not shard or "\x00" in shard:
+        raise fail("W22_ERR_FORMAT", f"{index}: weight_map['{tensor}'] is {shard!r}; expected the file name of a shard "
+                   "next to the index")
+    last = shard.replace("\\", "/").split("/")[-1]
+    if os.path.isabs(shard) or shard.startswith(("/", "\\")) or last in ("", ".", ".."):
+        raise fail("W22_ERR_FORMAT", f"{index}: weight_map['{tensor}'] is the shard path '{shard}', refused: expected "
+                   f"the relative path of a file inside the index's folder {folder}")
+    path = os.path.join(folder, shard)
+    folder_real, parent_real = os.path.realpath(folder), os.path.realpath(os.path.dirname(path))
+    if os.path.commonpath([folder_real, parent_real]) != folder_real:
+        raise fail("W22_ERR_FORMAT", f"{index}: weight_map['{tensor}'] is the shard path '{shard}', refused: it "
+                   f"resolves to {parent_real}, outside the index's folder {folder_real}")
+    return path
+
+
+def read_index(index):
+    """{tensor name: shard path} of a sharded safetensors index (diffusers' {"weight_map": {tensor: shard}}),
+    every shard path checked by _shard_path; wan22vae.Error naming the index for a file that is not such an index."""
+    what = 'a sharded safetensors index, JSON {"weight_map": {tensor name: shard file}}'
+    try:
+        with open(index, "rb") as f:
+            data = json.loads(f.read().decode("utf-8"))
+    except OSError as e:
+        raise _safetensors._open_error(index, e, what) from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise fail("W22_ERR_FORMAT", f"{index}: not JSON ({e}); expected {what}") from None
+    if not isinstance(data, dict) or "weight_map" not in data:
+        got = "a JSON object without weight_map" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
+        raise fail("W22_ERR_FORMAT", f"{index}: {got}; expected {what}")
+    wmap = data["weight_map"]
+    if not isinstance(wmap, dict) or not wmap:
+        got = "empty" if isinstance(wmap, dict) else f"a JSON {type(wmap).__name__}"
+        raise fail("W22_ERR_FORMAT", f"{index}: weight_map is {got}; expected {what}")
+    folder = os.path.dirname(os.path.abspath(index))
+    return {tensor: _shard_path(index, folder, shard, tensor) for tensor, shard in wmap.items()}
+
+
+def _load_sharded(index, c):
+    """Weights from a sharded index: every shard present and well formed, every tensor in exactly one shard, and in
+    the one weight_map names. The C loader reads one file; the tensors go to it in memory."""
+    wmap = read_index(index)
+    shards = list(dict.fromkeys(wmap.values()))  # in the index's order, once each
+    owner, headers = {}, {}
+    for shard in shards:
+        if not os.path.isfile(shard):
+            tensor = next(t for t, s in wmap.items() if s == shard)
+            raise fail("W22_ERR_IO", f"{shard}: no such file; the index {index} names it as the shard of tensor "
+                       f"'{tensor}'")
+        headers[shard] = _safetensors.read_header(shard)[0]
+        for name in headers[shard]:
+            if name in owner:
+                raise fail("W22_ERR_FORMAT", f"{index}: tensor '{name}' is in two shards, {owner[name]} and {shard}; "
+                           "expected each tensor in one shard")
+            owner[name] = shard
+    for tensor, shard in wmap.items():
+        if tensor not in headers[shard]:
+            elsewhere = f" (it is in {owner[tensor]})" if tensor in owner else ""
+            raise fail("W22_ERR_MISSING_TENSOR", f"{index}: weight_map puts tensor '{tensor}' in {shard}, but that "
+                       f"shard does not hold it{elsewhere}; expected every weight_map entry in its shard")
     arrays = {}
-    for f in files:
-        try:
-            arrays.update(_safetensors.open_arrays(f))
-        except (ValueError, KeyError) as e:
-            raise fail("W22_ERR_FORMAT", str(e)) from None
+    for shard in shards:
+        arrays.update(_safetensors.open_arrays(shard, {t for t, s in wmap.items() if s == shard}))
+    source = os.path.dirname(index)
     if c is None:
         pq, no = arrays.get("post_quant_conv.weight"), arrays.get("decoder.norm_out.gamma")
-        if pq is None or no is None:
-            missing = "post_quant_conv.weight" if pq is None else "decoder.norm_out.gamma"
-            raise fail("W22_ERR_MISSING_TENSOR", f"{os.path.dirname(files[0])}: tensor '{missing}' is missing from "
-                       "the shards; expected it to infer the config (or pass a config)")
+        if pq is None or no is None or len(pq[1]) < 1 or len(no[1]) < 1:
+            missing = "post_quant_conv.weight" if pq is None or len(pq[1]) < 1 else "decoder.norm_out.gamma"
+            raise fail("W22_ERR_MISSING_TENSOR", f"{source}: tensor '{missing}' is missing from the shards (or has no "
+                       "dimensions); expected it to infer the config (or pass a config)")
         c = make_config(z_dim=pq[1][0], base_dim=no[1][0])
-    return _weights_from_named(config_to_dict(c), {n: (a, dt) for n, (a, _, dt) in arrays.items()},
-                               source=os.path.dirname(files[0]))
+    return _weights_from_named(config_to_dict(c), {n: (a, dt) for n, (a, _, dt) in arrays.items()}, source=source)
+
+
+def _read_config_json(path):
+    try:
+        with open(path, "rb") as f:
+            config = json.loads(f.read().decode("utf-8"))
+    except OSError as e:
+        raise _safetensors._open_error(path, e, "a diffusers config.json") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise fail("W22_ERR_FORMAT", f"{path}: not JSON ({e}); expected a diffusers AutoencoderKLWan config") from None
+    if not isinstance(config, dict):
+        raise fail("W22_ERR_FORMAT", f"{path}: a JSON {type(config).__name__}; expected a diffusers AutoencoderKLWan "
+                   "config (an object)")
+    return config
+
+
+def load_weights(path, config=None, variant=None):
+    """Weights from a safetensors file, a sharded index, or a diffusers VAE folder (sharded or not; fp32, bf16 or
+    fp16). The config comes from config (a dict), else the folder's config.json, else it is inferred from the
+    tensors. Every problem with the files is a wan22vae.Error naming the file."""
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise fail("W22_ERR_INVALID_ARG", f"path is a {type(path).__name__}; expected a file or folder path") from None
+    kind, found = _find_weight_files(path, variant)
+    if config is None:
+        cj = os.path.join(os.path.dirname(found), "config.json")
+        if os.path.isfile(cj):
+            config = _read_config_json(cj)
+    c = make_config(config) if config is not None else None
+    if kind == "index":
+        return _load_sharded(found, c)
+    h = ctypes.c_void_p()
+    check(lib().w22_weights_load(os.fsencode(found), ctypes.byref(c) if c is not None else None, ctypes.byref(h)))
+    return Weights(h.value)
 
 
 def _weights_from_named(config, named, source):
@@ -314,17 +465,22 @@ def weights_from_tensors(tensors, config=None):
     c = make_config(config)
     table = weight_table(c)
     if isinstance(tensors, dict):
-        named = {k[4:] if k.startswith("vae.") else k: v for k, v in tensors.items()}
+        named = {k[4:] if isinstance(k, str) and k.startswith("vae.") else k: v for k, v in tensors.items()}
         missing = [n for n, _ in table if n not in named]
         if missing:
             shape = dict(table)[missing[0]]
             raise fail("W22_ERR_MISSING_TENSOR", f"tensor '{missing[0]}' is missing ({len(missing)} in all); "
                        f"expected shape {list(shape)}")
         tensors = [named[n] for n, _ in table]
-    tensors = list(tensors)
+    try:
+        tensors = list(tensors)
+    except TypeError:
+        raise fail("W22_ERR_INVALID_ARG", f"weights are a {type(tensors).__name__}; expected a list of tensors in "
+                   "diffusers' order or a dict by diffusers name") from None
     if len(tensors) != len(table):
         raise fail("W22_ERR_INVALID_ARG", f"{len(tensors)} weight tensors, expected {len(table)} (in diffusers' "
                    "order)")
+    tensors = [t if _is_tensor(t) else _numeric_array(t, f"tensor {name}") for (name, _), t in zip(table, tensors)]
     for (name, shape), t in zip(table, tensors):
         if tuple(t.shape) != tuple(shape):
             raise fail("W22_ERR_BAD_SHAPE", f"tensor {name} has shape {list(t.shape)}, expected {list(shape)}")
@@ -370,18 +526,38 @@ def cuda_unavailable_reason():
         return str(e)
 
 
+def _numeric_array(x, what):
+    """x as a numpy array of real numbers (no copy when it is one); wan22vae.Error (W22_ERR_BAD_DTYPE) naming what
+    for anything else (strings, objects, complex numbers, ragged lists)."""
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError) as e:
+        raise fail("W22_ERR_BAD_DTYPE", f"{what} is a {type(x).__name__} numpy cannot take as an array ({e}); "
+                   "expected an array of real numbers") from None
+    if a.dtype.kind not in "fiub":
+        raise fail("W22_ERR_BAD_DTYPE", f"{what} has dtype {a.dtype}; expected float32 or float16 (or real numbers "
+                   "to convert)")
+    return a
+
+
 def _parse_device(device, cuda_device):
     """(W22 device, ordinal) from "cpu", "cuda", "cuda:N" or a torch.device."""
     text = str(device)
     if text == "cpu":
         return _lib.DEVICE_CPU, 0
-    if text.startswith("cuda"):
-        idx = int(text.split(":")[1]) if ":" in text else None
+    if text == "cuda" or text.startswith("cuda:"):
+        idx = text.split(":", 1)[1] if ":" in text else None
+        if idx is not None and not idx.isdigit():
+            raise fail("W22_ERR_INVALID_ARG", f"device {device!r}; expected 'cpu', 'cuda' or 'cuda:N' (N a GPU "
+                       "ordinal)")
+        idx = int(idx) if idx is not None else None
         if idx is None:
             idx = cuda_device
         if idx is None:
             torch = sys.modules.get("torch")
             idx = torch.cuda.current_device() if torch is not None and torch.cuda.is_available() else 0
+        if not _small_int(idx) or int(idx) < 0:
+            raise fail("W22_ERR_INVALID_ARG", f"cuda_device {idx!r}; expected a GPU ordinal >= 0")
         return _lib.DEVICE_CUDA, int(idx)
     raise fail("W22_ERR_INVALID_ARG", f"device {device!r}; expected 'cpu', 'cuda' or 'cuda:N'")
 
@@ -396,15 +572,25 @@ class Decoder:
       tensor for a torch tensor), or into out= (float32, bfloat16 or float16; numpy: float32 or float16).
 
     Latents of 4 dims [z_dim, T, h, w] give a video of 4 dims. Validation errors are wan22vae.Error with the C
-    library's message."""
+    library's message; the latent sizes are checked here (T in [1, MAX_T], h and w in [1, MAX_HW]) before anything
+    is allocated or the library is called.
+
+    Threads: one decoder may be used from several threads. Its calls take turns (a lock per decoder, held for the
+    length of a decode), and close() waits for a running decode before it frees the decoder; a decode after
+    close() raises wan22vae.Error."""
 
     def __init__(self, weights, device="cuda", cuda_device=None, frames_per_pass=0, threads=0, comm=None,
                  video_on_all_ranks=False):
+        self._lock = threading.Lock()
+        self._h = ctypes.c_void_p()
         if not isinstance(weights, Weights):
             weights = weights_from_tensors(weights)
         self.config = weights.config
         self._cfg = make_config(self.config)
         self.device_kind, self.cuda_device = _parse_device(device, cuda_device)
+        for name, v in (("frames_per_pass", frames_per_pass), ("threads", threads)):
+            if not _small_int(v):
+                raise fail("W22_ERR_INVALID_ARG", f"{name} {v!r}; expected an integer (0: the library's choice)")
         p = _lib.DecoderParams()
         lib().w22_decoder_params_init(ctypes.byref(p))
         p.device, p.cuda_device = self.device_kind, self.cuda_device
@@ -413,8 +599,9 @@ class Decoder:
         p.video_on_all_ranks = int(bool(video_on_all_ranks))
         self._comm = comm
         self.rank = 0
-        self._h = ctypes.c_void_p()
-        check(lib().w22_decoder_open(weights.handle, ctypes.byref(p), ctypes.byref(self._h)))
+        h = ctypes.c_void_p()
+        check(lib().w22_decoder_open(weights.handle, ctypes.byref(p), ctypes.byref(h)))
+        self._h = h
 
     @classmethod
     def from_pretrained(cls, path, device="cuda", variant=None, config=None, **kwargs):
@@ -435,9 +622,19 @@ class Decoder:
 
     @property
     def handle(self):
+        """The w22_decoder handle (for callers that make their own C calls: hold self.lock() around them, so that
+        close() cannot free it meanwhile)."""
         if not self._h:
-            raise fail("W22_ERR_INVALID_ARG", "this decoder was closed")
+            raise fail("W22_ERR_INVALID_ARG", "this decoder was closed; expected a decoder that is open")
         return self._h
+
+    def lock(self):
+        """The decoder's lock: decodes hold it, close() takes it before freeing."""
+        return self._lock
+
+    @property
+    def closed(self):
+        return not self._h
 
     @property
     def is_cuda(self):
@@ -447,17 +644,26 @@ class Decoder:
         return video_shape(self._cfg, T, h, w)
 
     def device_bytes(self):
-        return int(lib().w22_decoder_device_bytes(self.handle))
+        with self._lock:
+            return int(lib().w22_decoder_device_bytes(self.handle))
 
     def _latent_dims(self, shape):
+        """(T, h, w) of latents of this shape, checked (z_dim, rank, sizes) before anything is allocated."""
+        try:
+            shape = tuple(int(s) for s in shape)
+        except (TypeError, ValueError):
+            raise fail("W22_ERR_BAD_SHAPE", f"latents of shape {shape!r}, expected [1, {self._cfg.z_dim}, T, h, w]") \
+                from None
         if len(shape) == 4:
-            shape = (1,) + tuple(shape)
+            shape = (1,) + shape
         if len(shape) != 5 or shape[0] != 1 or shape[1] != self._cfg.z_dim:
             raise fail("W22_ERR_BAD_SHAPE", f"latents {list(shape)}, expected [1, {self._cfg.z_dim}, T, h, w] (or "
                        f"[{self._cfg.z_dim}, T, h, w])")
-        return int(shape[2]), int(shape[3]), int(shape[4])
+        return check_latent_dims(shape[2], shape[3], shape[4], self._cfg.z_dim)
 
     def __call__(self, z, out=None):
+        if not self._h:
+            raise fail("W22_ERR_INVALID_ARG", "this decoder was closed; expected a decoder that is open")
         if _is_tensor(z) and z.is_cuda:
             return self._decode_cuda(z, out)
         return self._decode_host(z, out)
@@ -473,6 +679,9 @@ class Decoder:
         if z.device.index != self.cuda_device:
             raise fail("W22_ERR_INVALID_ARG", f"latents on {z.device}, the decoder on cuda:{self.cuda_device}")
         if z.dtype != torch.bfloat16 or not z.is_contiguous():
+            if z.is_complex() or z.dtype == torch.bool:
+                raise fail("W22_ERR_BAD_DTYPE", f"latents are {z.dtype}; expected torch.bfloat16 (or a real dtype to "
+                           "convert)")
             z = z.to(torch.bfloat16).contiguous()
         F, H, W = self.video_shape(T, h, w)
         shape = (1, 3, F, H, W) if z.dim() == 5 else (3, F, H, W)
@@ -480,32 +689,38 @@ class Decoder:
             out = torch.empty(shape, dtype=torch.bfloat16, device=z.device)
         else:
             check_device_out(out, shape, z.device)
-        stream = torch.cuda.current_stream(z.device).cuda_stream
-        check(lib().w22_decode_device(self.handle, ctypes.c_void_p(z.data_ptr()), T, h, w,
-                                      ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(stream)))
+        with self._lock:
+            handle = self.handle
+            stream = torch.cuda.current_stream(z.device).cuda_stream
+            check(lib().w22_decode_device(handle, ctypes.c_void_p(z.data_ptr()), T, h, w,
+                                          ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(stream)))
         return out
 
     def _decode_host(self, z, out):
         if _is_tensor(z):
             torch = sys.modules["torch"]
+            T, h, w = self._latent_dims(tuple(z.shape))  # before any copy
+            if z.is_complex():
+                raise fail("W22_ERR_BAD_DTYPE", f"latents are {z.dtype}; expected float32, bfloat16 or float16 (or "
+                           "real numbers to convert)")
             if z.dtype not in (torch.float32, torch.bfloat16, torch.float16):
                 z = z.float()
             z = z.detach().contiguous()
             zt, zptr = _dtype_code(z.dtype), z.data_ptr()
         else:
-            z = np.asarray(z)
+            z = _numeric_array(z, "latents")
+            T, h, w = self._latent_dims(z.shape)  # before any copy
             if z.dtype not in (np.float32, np.float16):
                 z = z.astype(np.float32)
             z = np.ascontiguousarray(z)
             zt, zptr = (_lib.DTYPE_F32 if z.dtype == np.float32 else _lib.DTYPE_F16), z.ctypes.data
-        T, h, w = self._latent_dims(tuple(z.shape))
         F, H, W = self.video_shape(T, h, w)
         shape = (1, 3, F, H, W) if len(z.shape) == 5 else (3, F, H, W)
         if out is None:
             if _is_tensor(z):
                 out = sys.modules["torch"].empty(shape, dtype=sys.modules["torch"].float32)
             else:
-                out = np.empty(shape, np.float32)
+                out = _host_empty(shape, np.float32, "the video")
         if _is_tensor(out):
             if out.is_cuda or not out.is_contiguous() or tuple(out.shape) != shape:
                 raise fail("W22_ERR_BAD_SHAPE", f"out is a {'CUDA' if out.is_cuda else 'CPU'} tensor "
@@ -518,13 +733,19 @@ class Decoder:
                 raise fail("W22_ERR_BAD_SHAPE", f"out is {type(out).__name__} {list(getattr(out, 'shape', []))}; "
                            f"expected a writable contiguous float32/float16 array {list(shape)}")
             vt, vptr = (_lib.DTYPE_F32 if out.dtype == np.float32 else _lib.DTYPE_F16), out.ctypes.data
-        check(lib().w22_decode(self.handle, ctypes.c_void_p(zptr), zt, T, h, w, ctypes.c_void_p(vptr), vt))
+        with self._lock:
+            check(lib().w22_decode(self.handle, ctypes.c_void_p(zptr), zt, T, h, w, ctypes.c_void_p(vptr), vt))
         return out
 
     def close(self):
-        if getattr(self, "_h", None):
-            lib().w22_decoder_free(self._h)
-            self._h = ctypes.c_void_p()
+        """Frees the decoder; waits for a decode running in another thread. Later decodes raise wan22vae.Error."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return
+        with lock:
+            if self._h:
+                h, self._h = self._h, ctypes.c_void_p()
+                lib().w22_decoder_free(h)
 
     def __enter__(self):
         return self

@@ -23,7 +23,8 @@ import warnings
 
 from . import _dist
 from ._lib import Error
-from .decoder import Decoder, cuda_available, cuda_unavailable_reason, video_shape, weights_from_tensors
+from .decoder import (MAX_HW, MAX_T, Decoder, cuda_available, cuda_unavailable_reason, video_shape,
+                      weights_from_tensors)
 
 logger = logging.getLogger("wan22vae")
 
@@ -220,6 +221,8 @@ def _call_reason(vae, st, z):
         return f"latents are {z.dtype}; the kernel path takes torch.bfloat16 (the VAE's dtype)"
     if z.dim() != 5 or z.shape[1] != 48 or min(z.shape) < 1:
         return f"latents {list(z.shape)}; the kernel path takes [B, 48, T, h, w]"
+    if z.shape[2] > MAX_T or z.shape[3] > MAX_HW or z.shape[4] > MAX_HW:
+        return f"latents {list(z.shape)} exceed the kernel path's sizes (T <= {MAX_T}, h, w <= {MAX_HW})"
     if z.shape[3] < st.world:
         return f"latent height {z.shape[3]} is smaller than the group's {st.world} ranks"
     return None

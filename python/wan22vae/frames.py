@@ -39,7 +39,15 @@ def to_uint8_frames(video, rounding="round", pin=True):
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(video, torch.Tensor):
         return _torch_frames(torch, _video_cf(video.detach()), rounding, pin)
-    v = _video_cf(np.asarray(video))
+    try:
+        v = np.asarray(video)
+    except (TypeError, ValueError) as e:
+        raise fail("W22_ERR_BAD_DTYPE", f"video is a {type(video).__name__} numpy cannot take as an array ({e}); "
+                   "expected a video [1, 3, F, H, W] of real numbers") from None
+    if v.dtype.kind not in "fiub":
+        raise fail("W22_ERR_BAD_DTYPE", f"video has dtype {v.dtype}; expected float32, float16 or bfloat16 values in "
+                   "[-1, 1]")
+    v = _video_cf(v)
     if v.dtype not in (np.float32, np.float16, np.float64):
         v = v.astype(np.float32)
     x = np.clip(v * v.dtype.type(0.5) + v.dtype.type(0.5), 0, 1).astype(np.float32) * np.float32(255)

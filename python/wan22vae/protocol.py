@@ -18,7 +18,7 @@ import sys
 
 from . import _dist
 from ._lib import Error, check, fail, lib
-from .decoder import Decoder, make_config, video_shape, weights_from_tensors
+from .decoder import Decoder, check_latent_dims, make_config, video_shape, weights_from_tensors
 
 # (the weights' data_ptrs, rank, world) -> _Entry
 _DECODERS = {}
@@ -130,7 +130,7 @@ def run(z, weights, rank, world, pg, out):
         raise fail("W22_ERR_BAD_DTYPE" if z.dtype != torch.bfloat16 else "W22_ERR_INVALID_ARG",
                    f"z is {z.dtype} on {z.device}{'' if z.is_contiguous() else ', not contiguous'}; expected "
                    f"contiguous torch.bfloat16 on {entry.device} (run makes no copies)")
-    T, h, w = int(z.shape[2]), int(z.shape[3]), int(z.shape[4])
+    T, h, w = check_latent_dims(int(z.shape[2]), int(z.shape[3]), int(z.shape[4]), entry.z_dim)
     out_ptr = None
     if rank == 0:
         shape = entry.video(T, h, w)
@@ -141,8 +141,9 @@ def run(z, weights, rank, world, pg, out):
                        f"torch.bfloat16 {list(shape)} on {entry.device}")
         out_ptr = out.data_ptr()
     stream = torch.cuda.current_stream(entry.device).cuda_stream
-    check(lib().w22_decode_device(entry.handle, ctypes.c_void_p(z.data_ptr()), T, h, w, ctypes.c_void_p(out_ptr),
-                                  ctypes.c_void_p(stream)))
+    with entry.decoder.lock():  # release() in another thread waits for this decode (and a later run raises)
+        check(lib().w22_decode_device(entry.decoder.handle, ctypes.c_void_p(z.data_ptr()), T, h, w,
+                                      ctypes.c_void_p(out_ptr), ctypes.c_void_p(stream)))
 
 
 def release():

@@ -11,6 +11,15 @@
 
 #define W22_NPY_MAX_DIMS 8
 
+/* ---- inputs ---- */
+
+/* Whether path can be read as an input (what: "weights", "latents" in messages): it opens, and it is a regular
+ * file. A FIFO, a device or a directory is W22_ERR_IO, found without blocking (a FIFO with no writer would hang
+ * a plain open()). For checking inputs before the expensive work. */
+w22_status w22_input_check(const char *path, const char *what);
+/* Reads a whole regular file (checked as w22_input_check does) into a malloc'd buffer. */
+w22_status w22_read_input(const char *path, const char *what, unsigned char **buf, size_t *size);
+
 /* ---- npy ---- */
 
 typedef enum {
@@ -53,6 +62,10 @@ size_t w22_st_header_f32(const char *name, int ndim, const int64_t *shape, char 
  * tensor; F32, BF16 or F16) or .npy ('<f4', '<f2'), as malloc'd float32. Non-finite values are
  * W22_ERR_NONFINITE. The caller compares zdim with its config. */
 w22_status w22_io_load_latents(const char *path, float **z, int *T, int *h, int *w, int *zdim);
+/* The same from a file's bytes in memory (buf[0, size), not kept); name's extension picks the format and names
+ * the file in messages. The whole path from bytes to checked latents, which w22_io_load_latents takes too. */
+w22_status w22_io_parse_latents(const void *buf, size_t size, const char *name, float **z, int *T, int *h, int *w,
+                                int *zdim);
 /* Writes latents [1, zdim, T, h, w] float32 as .safetensors (tensor "latents") or .npy, by path's extension. */
 w22_status w22_io_save_latents(const char *path, const float *z, int zdim, int T, int h, int w, int overwrite);
 
@@ -76,6 +89,13 @@ w22_status w22_output_check(const char *path, int is_dir, int overwrite);
 
 /* ---- video writers ---- */
 
+/* Frames per second of .y4m / .mp4: within [W22_FPS_MIN, W22_FPS_MAX], so that the header's rational is nonzero. */
+#define W22_FPS_MIN 0.01
+#define W22_FPS_MAX 1000.0
+/* fps as the rational the headers carry: an integer as N/1, else to 1/1000 (23.976 -> 23976/1000).
+ * W22_ERR_INVALID_ARG outside [W22_FPS_MIN, W22_FPS_MAX] (NaN included). */
+w22_status w22_fps_rational(double fps, int *num, int *den);
+
 typedef enum {
     W22_VIDEO_Y4M,
     W22_VIDEO_MP4,
@@ -90,6 +110,10 @@ w22_status w22_video_format_from_path(const char *path, w22_video_format *fmt);
 const char *w22_video_format_name(w22_video_format fmt);
 
 typedef struct w22_video_writer w22_video_writer;
+
+/* Everything about a video output that can be checked before the expensive work: w22_output_check, the length of
+ * the temporary names next to it, and for .mp4 an ffmpeg to run. */
+w22_status w22_video_check(const char *path, w22_video_format fmt, int overwrite);
 
 /* Starts writing a video of `frames` frames of height x width at fps into a temporary file (or directory) next to
  * path. Nothing appears at path until w22_video_finish succeeds. */

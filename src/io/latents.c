@@ -23,7 +23,14 @@ static void shape_str(int ndim, const int64_t *shape, char *buf, size_t cap) {
 
 w22_status w22_check_finite(const void *x, w22_dtype t, int ndim, const int64_t *shape, const char *what) {
     size_t n = 1, count = 0, first = 0;
-    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    if (ndim < 0 || ndim > W22_NPY_MAX_DIMS)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: expected 0..%d dimensions, found %d", what, W22_NPY_MAX_DIMS, ndim);
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0 || (shape[i] && n > SIZE_MAX / 4 / (uint64_t)shape[i]))
+            return w22_fail(W22_ERR_INVALID_ARG, "%s: expected non-negative sizes of at most 2^62 bytes in all, "
+                            "found dimension %d = %lld", what, i, (long long)shape[i]);
+        n *= (size_t)shape[i];
+    }
     int first_kind = 0; /* 1 NaN, 2 +Inf, 3 -Inf */
     for (size_t i = 0; i < n; i++) {
         int kind = 0;
@@ -32,7 +39,8 @@ w22_status w22_check_finite(const void *x, w22_dtype t, int ndim, const int64_t 
             memcpy(&u, (const char *)x + 4 * i, 4);
             if ((u & 0x7f800000u) == 0x7f800000u) kind = (u & 0x7fffffu) ? 1 : (u >> 31) ? 3 : 2;
         } else {
-            uint16_t h = ((const uint16_t *)x)[i];
+            uint16_t h; /* x may sit at an odd offset of a file: memcpy, not a misaligned uint16_t load */
+            memcpy(&h, (const char *)x + 2 * i, 2);
             uint16_t em = t == W22_DTYPE_BF16 ? 0x7f80 : 0x7c00, mm = t == W22_DTYPE_BF16 ? 0x7f : 0x3ff;
             if ((h & em) == em) kind = (h & mm) ? 1 : (h >> 15) ? 3 : 2;
         }
@@ -75,10 +83,21 @@ static w22_status latent_dims(const char *path, const char *src, int ndim, const
     return W22_OK;
 }
 
-static w22_status load_safetensors(const char *path, float **z, int *T, int *h, int *w, int *zdim) {
+/* w22_st_parse names its buffer "<memory>" in messages: name the file instead. */
+static w22_status st_renamed(w22_status s, const char *name) {
+    static const char tag[] = "<memory>";
+    const char *m = w22_last_error();
+    if (strncmp(m, tag, sizeof tag - 1) != 0) return s;
+    char rest[2048];
+    snprintf(rest, sizeof rest, "%s", m + sizeof tag - 1);
+    return w22_fail(s, "%s%s", name, rest);
+}
+
+static w22_status parse_safetensors(const void *buf, size_t size, const char *path, float **z, int *T, int *h,
+                                    int *w, int *zdim) {
     w22_st_file f;
-    w22_status s = w22_st_open(path, &f);
-    if (s != W22_OK) return s;
+    w22_status s = w22_st_parse(buf, size, &f);
+    if (s != W22_OK) return st_renamed(s, path);
     const w22_st_tensor *t = w22_st_find(&f, "latents");
     if (!t && f.ntensors == 1) t = &f.tensors[0];
     if (!t) {
@@ -105,30 +124,48 @@ static w22_status load_safetensors(const char *path, float **z, int *T, int *h, 
     return s;
 }
 
+static w22_status parse_npy(const void *buf, size_t size, const char *path, float **z, int *T, int *h, int *w,
+                            int *zdim) {
+    w22_npy_info info;
+    W22_TRY(w22_npy_parse(buf, size, path, &info));
+    if (info.type == W22_NPY_U2)
+        return w22_fail(W22_ERR_BAD_DTYPE, "%s: npy dtype: expected '<f4' or '<f2', found '<u2' (uint16; raw bf16 "
+                        "is not accepted for latents)", path);
+    W22_TRY(latent_dims(path, "array", info.ndim, info.shape, zdim, T, h, w));
+    int64_t s5[5] = {1, *zdim, *T, *h, *w};
+    char what[300];
+    snprintf(what, sizeof what, "%s: latents", path);
+    w22_dtype t = info.type == W22_NPY_F32 ? W22_DTYPE_F32 : W22_DTYPE_F16;
+    const unsigned char *data = (const unsigned char *)buf + info.data_offset;
+    W22_TRY(w22_check_finite(data, t, 5, s5, what));
+    if (!(*z = w22_malloc((size_t)info.numel * 4, "latents"))) return W22_ERR_OUT_OF_MEMORY;
+    w22_to_f32(data, t, (size_t)info.numel, *z);
+    return W22_OK;
+}
+
+w22_status w22_io_parse_latents(const void *buf, size_t size, const char *name, float **z, int *T, int *h, int *w,
+                                int *zdim) {
+    *z = NULL;
+    if (!name) name = "latents";
+    if (!buf && size) return w22_fail(W22_ERR_INVALID_ARG, "%s: expected the file's bytes, found NULL", name);
+    if (ends_with(name, ".safetensors")) return parse_safetensors(buf, size, name, z, T, h, w, zdim);
+    if (ends_with(name, ".npy")) return parse_npy(buf ? buf : "", size, name, z, T, h, w, zdim);
+    return w22_fail(W22_ERR_INVALID_ARG, "%s: expected latents in a .safetensors or .npy file, found another "
+                    "extension", name);
+}
+
 w22_status w22_io_load_latents(const char *path, float **z, int *T, int *h, int *w, int *zdim) {
     *z = NULL;
     if (!path) return w22_fail(W22_ERR_INVALID_ARG, "latents: expected a path, found NULL");
-    if (ends_with(path, ".safetensors")) return load_safetensors(path, z, T, h, w, zdim);
-    if (!ends_with(path, ".npy"))
+    if (!ends_with(path, ".safetensors") && !ends_with(path, ".npy"))
         return w22_fail(W22_ERR_INVALID_ARG, "%s: expected latents in a .safetensors or .npy file, found another "
                         "extension", path);
-    float *x;
-    int ndim;
-    int64_t shape[W22_NPY_MAX_DIMS];
-    W22_TRY(w22_npy_read(path, 0, &x, &ndim, shape));
-    w22_status s = latent_dims(path, "array", ndim, shape, zdim, T, h, w);
-    if (s == W22_OK) {
-        int64_t s5[5] = {1, *zdim, *T, *h, *w};
-        char what[300];
-        snprintf(what, sizeof what, "%s: latents", path);
-        s = w22_check_finite(x, W22_DTYPE_F32, 5, s5, what);
-    }
-    if (s != W22_OK) {
-        free(x);
-        return s;
-    }
-    *z = x;
-    return W22_OK;
+    unsigned char *buf;
+    size_t size;
+    W22_TRY(w22_read_input(path, "latents", &buf, &size));
+    w22_status s = w22_io_parse_latents(buf, size, path, z, T, h, w, zdim);
+    free(buf);
+    return s;
 }
 
 size_t w22_st_header_f32(const char *name, int ndim, const int64_t *shape, char *buf, size_t cap) {
@@ -137,6 +174,7 @@ size_t w22_st_header_f32(const char *name, int ndim, const int64_t *shape, char 
     uint64_t bytes = 4;
     if (ndim < 0 || ndim > 8) return 0;
     for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0 || (shape[i] && bytes > (UINT64_C(1) << 62) / (uint64_t)shape[i])) return 0;
         n += (size_t)snprintf(dims + n, sizeof dims - n, "%s%lld", i ? "," : "", (long long)shape[i]);
         bytes *= (uint64_t)shape[i];
     }
@@ -161,10 +199,13 @@ w22_status w22_io_save_latents(const char *path, const float *z, int zdim, int T
         return w22_fail(W22_ERR_INVALID_ARG, "%s: expected a .safetensors or .npy path for latents", path);
     char header[1024];
     size_t hlen = w22_st_header_f32("latents", 5, shape, header, sizeof header);
+    if (!hlen)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: latents [1, %d, %d, %d, %d]: expected at most 2^62 bytes", path,
+                        zdim, T, h, w);
     w22_outfile o;
     W22_TRY(w22_outfile_create(&o, path, 0, overwrite));
     w22_status s = w22_outfile_pwrite(&o, header, hlen, 0);
-    if (s == W22_OK) s = w22_outfile_pwrite(&o, z, (size_t)zdim * T * h * w * 4, hlen);
+    if (s == W22_OK) s = w22_outfile_pwrite(&o, z, (size_t)zdim * (size_t)T * (size_t)h * (size_t)w * 4, hlen);
     if (s == W22_OK) return w22_outfile_commit(&o);
     w22_outfile_discard(&o);
     return s;

@@ -3,11 +3,9 @@
  * Format: numpy/lib/format.py (magic "\x93NUMPY", version, little-endian header length, a Python dict literal
  * padded with spaces and ended by '\n', then the data in C order). */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include "common.h"
 #include "io/io.h"
 #include "io/outfile.h"
@@ -20,6 +18,16 @@ typedef struct {
     const char *what;
 } cursor;
 
+/* How many bytes of the header are left to show in a message, at most max: the header is not NUL-terminated, so
+ * every "%.*s" of it is bounded by what is left before its end. */
+static int shown(const cursor *c, int max) {
+    ptrdiff_t left = c->end - c->p;
+    return left < max ? (int)left : max;
+}
+
+/* "'<up to 12 bytes>'" of what follows, or "the end of the header", for "found %s%.*s%s". */
+#define FOUND(c) shown(c, 1) ? "'" : "the end of the header", shown(c, 12), (c)->p, shown(c, 1) ? "'" : ""
+
 static void skip_ws(cursor *c) {
     while (c->p < c->end && (*c->p == ' ' || *c->p == '\t')) c->p++;
 }
@@ -27,8 +35,8 @@ static void skip_ws(cursor *c) {
 static w22_status expect_char(cursor *c, char ch, const char *where) {
     skip_ws(c);
     if (c->p >= c->end || *c->p != ch)
-        return w22_fail(W22_ERR_FORMAT, "%s: npy header: expected '%c' %s, found %s%.12s%s", c->what, ch, where,
-                        c->p < c->end ? "'" : "the end", c->p < c->end ? c->p : "", c->p < c->end ? "'" : "");
+        return w22_fail(W22_ERR_FORMAT, "%s: npy header: expected '%c' %s, found %s%.*s%s", c->what, ch, where,
+                        FOUND(c));
     c->p++;
     return W22_OK;
 }
@@ -37,8 +45,8 @@ static w22_status expect_char(cursor *c, char ch, const char *where) {
 static w22_status parse_str(cursor *c, char *out, size_t cap, const char *where) {
     skip_ws(c);
     if (c->p >= c->end || (*c->p != '\'' && *c->p != '"'))
-        return w22_fail(W22_ERR_FORMAT, "%s: npy header: expected a quoted string %s, found '%.12s'", c->what, where,
-                        c->p < c->end ? c->p : "");
+        return w22_fail(W22_ERR_FORMAT, "%s: npy header: expected a quoted string %s, found %s%.*s%s", c->what,
+                        where, FOUND(c));
     char q = *c->p++;
     size_t n = 0;
     while (c->p < c->end && *c->p != q) {
@@ -59,8 +67,8 @@ static w22_status parse_bool(cursor *c, int *v) {
     size_t left = (size_t)(c->end - c->p);
     if (left >= 4 && !memcmp(c->p, "True", 4)) return c->p += 4, *v = 1, W22_OK;
     if (left >= 5 && !memcmp(c->p, "False", 5)) return c->p += 5, *v = 0, W22_OK;
-    return w22_fail(W22_ERR_FORMAT, "%s: npy header: 'fortran_order': expected True or False, found '%.8s'", c->what,
-                    c->p);
+    return w22_fail(W22_ERR_FORMAT, "%s: npy header: 'fortran_order': expected True or False, found %s%.*s%s",
+                    c->what, FOUND(c));
 }
 
 /* A tuple of non-negative ints: (), (5,), (1, 2, 3) or (1, 2, 3,). Python 2's "3L" is accepted. */
@@ -72,8 +80,8 @@ static w22_status parse_shape(cursor *c, int *ndim, int64_t *shape) {
         skip_ws(c);
         if (c->p < c->end && *c->p == ')') break;
         if (c->p >= c->end || *c->p < '0' || *c->p > '9')
-            return w22_fail(W22_ERR_FORMAT, "%s: npy header: 'shape': expected a non-negative integer, found '%.8s'",
-                            c->what, c->p < c->end ? c->p : "");
+            return w22_fail(W22_ERR_FORMAT, "%s: npy header: 'shape': expected a non-negative integer, found "
+                            "%s%.*s%s", c->what, FOUND(c));
         int64_t v = 0;
         while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
             if (v > ((int64_t)1 << 50))
@@ -93,8 +101,8 @@ static w22_status parse_shape(cursor *c, int *ndim, int64_t *shape) {
             continue;
         }
         if (c->p < c->end && *c->p == ')') break;
-        return w22_fail(W22_ERR_FORMAT, "%s: npy header: 'shape': expected ',' or ')', found '%.8s'", c->what,
-                        c->p < c->end ? c->p : "");
+        return w22_fail(W22_ERR_FORMAT, "%s: npy header: 'shape': expected ',' or ')', found %s%.*s%s", c->what,
+                        FOUND(c));
     }
     c->p++;
     if (*ndim == 1 && !trailing_comma)
@@ -164,14 +172,14 @@ w22_status w22_npy_parse(const void *buf, size_t size, const char *what, w22_npy
             continue;
         }
         if (c.p < c.end && *c.p == '}') break;
-        return w22_fail(W22_ERR_FORMAT, "%s: npy header: expected ',' or '}' after '%s', found '%.8s'", what, key,
-                        c.p < c.end ? c.p : "the end");
+        return w22_fail(W22_ERR_FORMAT, "%s: npy header: expected ',' or '}' after '%s', found %s%.*s%s", what, key,
+                        FOUND(&c));
     }
     c.p++; /* '}' */
     skip_ws(&c);
     if (c.p != c.end)
-        return w22_fail(W22_ERR_FORMAT, "%s: npy header: expected only padding after the dict, found '%.8s'", what,
-                        c.p);
+        return w22_fail(W22_ERR_FORMAT, "%s: npy header: expected only padding after the dict, found %s%.*s%s", what,
+                        FOUND(&c));
     if (!seen_descr || !seen_fortran || !seen_shape)
         return w22_fail(W22_ERR_FORMAT, "%s: npy header: expected the keys 'descr', 'fortran_order', 'shape', "
                         "missing '%s'", what, !seen_descr ? "descr" : !seen_fortran ? "fortran_order" : "shape");
@@ -195,33 +203,13 @@ w22_status w22_npy_parse(const void *buf, size_t size, const char *what, w22_npy
     return W22_OK;
 }
 
-/* The whole file in memory (latents are small; video is never read back). */
-static w22_status read_file(const char *path, unsigned char **buf, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return w22_fail(W22_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return w22_fail(W22_ERR_IO, "%s: expected a regular file", path);
-    }
-    *size = (size_t)st.st_size;
-    *buf = w22_malloc(*size, path);
-    if (!*buf) return fclose(f), W22_ERR_OUT_OF_MEMORY;
-    size_t got = fread(*buf, 1, *size, f);
-    fclose(f);
-    if (got != *size) {
-        free(*buf);
-        return w22_fail(W22_ERR_IO, "%s: expected %zu bytes, read %zu", path, *size, got);
-    }
-    return W22_OK;
-}
-
 w22_status w22_npy_read(const char *path, int u2_is_bf16, float **data, int *ndim, int64_t shape[W22_NPY_MAX_DIMS]) {
     unsigned char *buf = NULL;
     size_t size = 0;
     w22_npy_info info;
     *data = NULL;
-    W22_TRY(read_file(path, &buf, &size));
+    /* the whole file in memory (latents are small; video is never read back) */
+    W22_TRY(w22_read_input(path, "npy file", &buf, &size));
     w22_status s = w22_npy_parse(buf, size, path, &info);
     if (s == W22_OK && info.type == W22_NPY_U2 && !u2_is_bf16)
         s = w22_fail(W22_ERR_BAD_DTYPE, "%s: npy dtype: expected '<f4' or '<f2', found '<u2' (uint16; raw bf16 is "
@@ -248,6 +236,7 @@ size_t w22_npy_header_f32(int ndim, const int64_t *shape, char *buf, size_t cap)
         n += (size_t)snprintf(dims + n, sizeof dims - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
     if (ndim == 1) snprintf(dims + n, sizeof dims - n, ",");
     int d = snprintf(dict, sizeof dict, "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }", dims);
+    if (d < 0 || (size_t)d >= sizeof dict) return 0;
     /* magic (6) + version (2) + length (2) + dict + spaces + '\n', to a multiple of 64 as numpy pads */
     size_t total = (10 + (size_t)d + 1 + 63) / 64 * 64;
     if (total > cap || total - 10 > 65535) return 0;
@@ -265,13 +254,19 @@ w22_status w22_npy_write(const char *path, const float *data, int ndim, const in
     size_t hlen = w22_npy_header_f32(ndim, shape, header, sizeof header);
     if (!hlen) return w22_fail(W22_ERR_INVALID_ARG, "%s: npy: expected at most %d dimensions, found %d", path,
                                W22_NPY_MAX_DIMS, ndim);
-    size_t numel = 1;
-    for (int i = 0; i < ndim; i++) numel *= (size_t)shape[i];
+    /* the data's size: every dimension non-negative and the byte count within size_t (and off_t) */
+    uint64_t bytes = 4;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0 || (shape[i] && bytes > (UINT64_C(1) << 62) / (uint64_t)shape[i]))
+            return w22_fail(W22_ERR_INVALID_ARG, "%s: npy: expected non-negative dimensions of at most 2^62 bytes "
+                            "in all, found dimension %d = %lld", path, i, (long long)shape[i]);
+        bytes *= (uint64_t)shape[i];
+    }
     w22_outfile o;
     w22_status s = w22_outfile_create(&o, path, 0, overwrite);
     if (s != W22_OK) return s;
     s = w22_outfile_pwrite(&o, header, hlen, 0);
-    if (s == W22_OK) s = w22_outfile_pwrite(&o, data, numel * 4, hlen);
+    if (s == W22_OK) s = w22_outfile_pwrite(&o, data, (size_t)bytes, hlen);
     if (s == W22_OK) return w22_outfile_commit(&o);
     w22_outfile_discard(&o);
     return s;

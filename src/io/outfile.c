@@ -45,6 +45,29 @@ static w22_status check_parent(const char *path) {
     return W22_OK;
 }
 
+/* The names the writers will make must be valid, checked before any work: the temporary "<name>.tmp-XXXXXX" (and
+ * "<name>.old-XXXXXX" when replacing a directory) within the file system's name limit, and the longest path made
+ * (a frame inside a temporary directory, or the "./" ffmpeg gets before a relative name) within PATH_MAX. */
+static w22_status check_names(const char *path, int is_dir) {
+    static const char suffix[] = ".tmp-XXXXXX", frame[] = "/frame_00000.png";
+    char dir[PATH_MAX];
+    parent_of(path, dir, sizeof dir);
+    const char *slash = strrchr(path, '/');
+    size_t base = strlen(slash ? slash + 1 : path), len = strlen(path);
+    long name_max = pathconf(dir, _PC_NAME_MAX);
+    if (name_max <= 0) name_max = NAME_MAX;
+    if (base + sizeof suffix - 1 > (size_t)name_max)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: the output's name has %zu characters; expected at most %ld, so "
+                        "that its temporary '<name>%s' fits the file system's limit of %ld", path, base,
+                        name_max - (long)(sizeof suffix - 1), suffix, name_max);
+    size_t longest = 2 + len + sizeof suffix - 1 + (is_dir ? sizeof frame - 1 : 0);
+    if (longest >= PATH_MAX)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: the output's path has %zu characters; expected at most %zu, so "
+                        "that the paths made under it fit PATH_MAX (%d)", path, len,
+                        (size_t)PATH_MAX - 1 - (longest - len), PATH_MAX);
+    return W22_OK;
+}
+
 int w22_dir_only_frames(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return 0;
@@ -83,6 +106,7 @@ w22_status w22_output_check(const char *path, int is_dir, int overwrite) {
     char p[PATH_MAX];
     W22_TRY(strip_path(path, p, sizeof p));
     W22_TRY(check_parent(p));
+    W22_TRY(check_names(p, is_dir));
     return check_existing(p, is_dir, overwrite);
 }
 
@@ -93,6 +117,7 @@ w22_status w22_outfile_create(w22_outfile *o, const char *path, int is_dir, int 
     o->overwrite = overwrite;
     W22_TRY(strip_path(path, o->path, sizeof o->path));
     W22_TRY(check_parent(o->path));
+    W22_TRY(check_names(o->path, is_dir));
     W22_TRY(check_existing(o->path, is_dir, overwrite));
     if ((size_t)snprintf(o->tmp, sizeof o->tmp, "%s.tmp-XXXXXX", o->path) >= sizeof o->tmp)
         return w22_fail(W22_ERR_INVALID_ARG, "%s: the path is too long for a temporary name", o->path);

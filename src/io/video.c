@@ -37,6 +37,17 @@ const char *w22_video_format_name(w22_video_format fmt) {
     return "?";
 }
 
+w22_status w22_fps_rational(double fps, int *num, int *den) {
+    if (!(fps >= W22_FPS_MIN && fps <= W22_FPS_MAX))
+        return w22_fail(W22_ERR_INVALID_ARG, "fps: expected a number in [%g, %g], found %g", W22_FPS_MIN,
+                        W22_FPS_MAX, fps);
+    if (fabs(fps - rint(fps)) < 1e-9) *num = (int)rint(fps), *den = 1;
+    else *num = (int)rint(fps * 1000), *den = 1000;
+    if (*num < 1) /* unreachable within the range; the headers must never say 0 frames a second */
+        return w22_fail(W22_ERR_INVALID_ARG, "fps %g: expected a nonzero rate, found %d/%d", fps, *num, *den);
+    return W22_OK;
+}
+
 static const w22_video_ops *ops_of(w22_video_format fmt) {
     switch (fmt) {
     case W22_VIDEO_Y4M: return &w22_video_y4m_ops;
@@ -55,6 +66,13 @@ static void release(w22_video_writer *vw) {
     free(vw);
 }
 
+w22_status w22_video_check(const char *path, w22_video_format fmt, int overwrite) {
+    if (!ops_of(fmt)) return w22_fail(W22_ERR_INVALID_ARG, "video output: unknown format %d", (int)fmt);
+    W22_TRY(w22_output_check(path, fmt == W22_VIDEO_PNG_DIR, overwrite));
+    if (fmt == W22_VIDEO_MP4) W22_TRY(w22_mp4_check(path));
+    return W22_OK;
+}
+
 w22_status w22_video_open(const char *path, w22_video_format fmt, int frames, int height, int width, double fps,
                           int overwrite, w22_video_writer **out) {
     *out = NULL;
@@ -63,8 +81,12 @@ w22_status w22_video_open(const char *path, w22_video_format fmt, int frames, in
     if (frames < 1 || height < 1 || width < 1 || (size_t)height * width > ((size_t)1 << 31))
         return w22_fail(W22_ERR_INVALID_ARG, "%s: expected a video of at least 1 frame of 1x1 (and under 2^31 "
                         "pixels a frame), found %d frames of %dx%d", path, frames, width, height);
-    if (!(fps > 0 && fps <= 1000))
-        return w22_fail(W22_ERR_INVALID_ARG, "%s: expected fps in (0, 1000], found %g", path, fps);
+    /* the largest file (a float32 tensor, 12 bytes a pixel) must have a size that off_t holds */
+    if ((uint64_t)height * (uint64_t)width * 12 > (UINT64_C(1) << 62) / (uint64_t)frames)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: expected a video of at most 2^62 bytes as float32, found %d frames "
+                        "of %dx%d", path, frames, width, height);
+    int num, den;
+    if (w22_fps_rational(fps, &num, &den) != W22_OK) return w22_fail_context(W22_ERR_INVALID_ARG, "%s: ", path);
     w22_video_writer *vw = w22_calloc(1, sizeof *vw, "video writer");
     if (!vw) return W22_ERR_OUT_OF_MEMORY;
     vw->fmt = fmt;
@@ -72,8 +94,8 @@ w22_status w22_video_open(const char *path, w22_video_format fmt, int frames, in
     vw->height = height;
     vw->width = width;
     vw->fps = fps;
-    if (fabs(fps - rint(fps)) < 1e-9) vw->fps_num = (int)rint(fps), vw->fps_den = 1;
-    else vw->fps_num = (int)rint(fps * 1000), vw->fps_den = 1000;
+    vw->fps_num = num;
+    vw->fps_den = den;
     vw->out.fd = -1;
     vw->written = w22_calloc((size_t)frames, 1, "frame bookkeeping");
     vw->rgb = w22_malloc((size_t)height * width * 3, "one RGB frame");

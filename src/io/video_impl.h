@@ -36,4 +36,7 @@ struct w22_video_writer {
 extern const w22_video_ops w22_video_y4m_ops, w22_video_mp4_ops, w22_video_png_ops, w22_video_npy_ops,
     w22_video_safetensors_ops;
 
+/* W22_ERR_UNSUPPORTED, naming ffmpeg, when no ffmpeg can be run for an .mp4 output (video_mp4.c). */
+w22_status w22_mp4_check(const char *path);
+
 #endif

@@ -6,12 +6,14 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "common.h"
@@ -24,13 +26,20 @@ typedef struct {
     int sock;       /* our end of ffmpeg's stdin */
     int errfd;      /* ffmpeg's stderr, an unlinked temporary file */
     char exe[4096];
+    char url[PATH_MAX + 8]; /* the temporary file as ffmpeg's output URL */
 } mp4_state;
+
+/* An executable regular file (a directory named ffmpeg on PATH passes access(X_OK) but cannot run). */
+static int is_exe(const char *exe) {
+    struct stat st;
+    return access(exe, X_OK) == 0 && stat(exe, &st) == 0 && S_ISREG(st.st_mode);
+}
 
 static int find_ffmpeg(char *exe, size_t cap) {
     const char *env = getenv("W22_FFMPEG");
     if (env && *env) {
         snprintf(exe, cap, "%s", env);
-        return access(exe, X_OK) == 0;
+        return is_exe(exe);
     }
     const char *path = getenv("PATH");
     if (!path) path = "/usr/local/bin:/usr/bin:/bin";
@@ -38,10 +47,29 @@ static int find_ffmpeg(char *exe, size_t cap) {
         const char *end = strchr(path, ':');
         size_t n = end ? (size_t)(end - path) : strlen(path);
         snprintf(exe, cap, "%.*s/ffmpeg", (int)(n ? n : 1), n ? path : ".");
-        if (access(exe, X_OK) == 0) return 1;
+        if (is_exe(exe)) return 1;
         path += n + (end ? 1 : 0);
     }
     return 0;
+}
+
+static w22_status no_ffmpeg(const char *path) {
+    return w22_fail(W22_ERR_UNSUPPORTED, "%s: writing .mp4 needs ffmpeg: expected an executable 'ffmpeg' on PATH "
+                    "(or $W22_FFMPEG), found none; install ffmpeg, or write .y4m or PNG frames instead", path);
+}
+
+w22_status w22_mp4_check(const char *path) {
+    char exe[4096];
+    return find_ffmpeg(exe, sizeof exe) ? W22_OK : no_ffmpeg(path);
+}
+
+/* A file name as ffmpeg must get it: ffmpeg reads "proto:rest" as a protocol (file:, pipe:, ...), so any name with
+ * a colon would go elsewhere; "file:" + a path that starts with '/' or "./" is always that file. */
+static w22_status file_url(const char *path, char *url, size_t cap) {
+    if ((size_t)snprintf(url, cap, "file:%s%s", path[0] == '/' ? "" : "./", path) >= cap)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: expected a path of at most %zu characters for ffmpeg", path,
+                        cap - 8);
+    return W22_OK;
 }
 
 /* Runs argv with stdin from in_fd (or /dev/null when -1), stdout to out_fd (or /dev/null), stderr to err_fd. */
@@ -100,10 +128,8 @@ static w22_status mp4_open(w22_video_writer *vw) {
     if (!st) return W22_ERR_OUT_OF_MEMORY;
     st->sock = st->errfd = -1;
     vw->impl = st;
-    if (!find_ffmpeg(st->exe, sizeof st->exe))
-        return w22_fail(W22_ERR_UNSUPPORTED, "%s: writing .mp4 needs ffmpeg: expected an executable 'ffmpeg' on "
-                        "PATH (or $W22_FFMPEG), found none; install ffmpeg, or write .y4m or PNG frames instead",
-                        vw->out.path);
+    if (!find_ffmpeg(st->exe, sizeof st->exe)) return no_ffmpeg(vw->out.path);
+    W22_TRY(file_url(vw->out.tmp, st->url, sizeof st->url));
     int x264 = has_libx264(st->exe);
     /* ffmpeg writes the temporary file itself, by name; our descriptor of it is not needed. */
     close(vw->out.fd);
@@ -117,7 +143,7 @@ static w22_status mp4_open(w22_video_writer *vw) {
     char *argv[] = {st->exe, "-hide_banner", "-loglevel", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24",
                     "-video_size", size, "-framerate", rate, "-i", "pipe:0", "-vf", (char *)pad,
                     "-c:v", x264 ? "libx264" : "mpeg4", x264 ? "-crf" : "-q:v", x264 ? "18" : "2",
-                    "-pix_fmt", "yuv420p", "-movflags", "+faststart", "-f", "mp4", vw->out.tmp, NULL};
+                    "-pix_fmt", "yuv420p", "-movflags", "+faststart", "-f", "mp4", st->url, NULL};
     int sv[2];
     FILE *err = tmpfile();
     if (!err) return w22_fail(W22_ERR_IO, "%s: cannot make a temporary file for ffmpeg's messages: %s",

@@ -25,6 +25,24 @@ int w22_config_equal(const w22_config *a, const w22_config *b) {
     return 1;
 }
 
+/* diffusers: dims = [dim * u for u in [dim_mult[-1]] + dim_mult[::-1]]: conv_in/mid, then after each up block. */
+static void config_dims(const w22_config *c, int dims[5]) {
+    dims[0] = c->base_dim * c->dim_mult[3];
+    for (int i = 0; i < 4; i++) dims[i + 1] = c->base_dim * c->dim_mult[3 - i];
+}
+
+/* cfg must be within w22_config_check's bounds (the counts are then far from int's range). */
+void w22_model_counts(const w22_config *c, int *nlayers, int *nweights) {
+    int dims[5], r = c->num_res_blocks;
+    config_dims(c, dims);
+    int w = 4 + 5 + 12 + 4 * (r + 1) * 6 + 3;
+    for (int b = 0; b < 4; b++)
+        if (dims[b] != dims[b + 1]) w += 2; /* the block's first resnet has a conv_shortcut */
+    for (int b = 0; b < 3; b++) w += c->temporal_up[b] ? 4 : 2;
+    *nlayers = W22_LAYERS_FOR(r);
+    *nweights = w;
+}
+
 w22_status w22_config_check(const w22_config *c) {
     if (!c) return w22_fail(W22_ERR_INVALID_ARG, "config: NULL");
     if (c->z_dim < 1 || c->z_dim > 4096)
@@ -34,8 +52,9 @@ w22_status w22_config_check(const w22_config *c) {
     for (int i = 0; i < 4; i++)
         if (c->dim_mult[i] < 1 || c->dim_mult[i] > 16)
             return w22_fail(W22_ERR_INVALID_ARG, "config: dim_mult[%d] = %d, expected 1..16", i, c->dim_mult[i]);
-    if (c->num_res_blocks < 0 || c->num_res_blocks > 8)
-        return w22_fail(W22_ERR_INVALID_ARG, "config: num_res_blocks %d, expected 0..8", c->num_res_blocks);
+    if (c->num_res_blocks < 0 || c->num_res_blocks > W22_MAX_RES_BLOCKS)
+        return w22_fail(W22_ERR_INVALID_ARG, "config: num_res_blocks %d, expected 0..%d", c->num_res_blocks,
+                        W22_MAX_RES_BLOCKS);
     for (int i = 0; i < 3; i++)
         if (c->temporal_up[i] != 0 && c->temporal_up[i] != 1)
             return w22_fail(W22_ERR_INVALID_ARG, "config: temporal_up[%d] = %d, expected 0 or 1", i,
@@ -46,8 +65,8 @@ w22_status w22_config_check(const w22_config *c) {
         return w22_fail(W22_ERR_INVALID_ARG, "config: out_channels %d, expected 3 x patch_size^2 = %d",
                         c->out_channels, 3 * c->patch_size * c->patch_size);
     /* DupUp3D needs out * ft * 4 to be a multiple of in for every up block with an upsampler. */
-    int dims[5] = {c->base_dim * c->dim_mult[3], c->base_dim * c->dim_mult[3], c->base_dim * c->dim_mult[2],
-                   c->base_dim * c->dim_mult[1], c->base_dim * c->dim_mult[0]};
+    int dims[5];
+    config_dims(c, dims);
     for (int i = 0; i < 3; i++) {
         int ft = c->temporal_up[i] ? 2 : 1;
         if ((dims[i + 1] * ft * 4) % dims[i] != 0)
@@ -55,6 +74,13 @@ w22_status w22_config_check(const w22_config *c) {
                             "config: up block %d: DupUp needs out (%d) x %d a multiple of in (%d)", i, dims[i + 1],
                             ft * 4, dims[i]);
     }
+    /* w22_model_build writes into fixed tables: what passes here must fit them (model.h sizes them so). */
+    int nl, nw;
+    w22_model_counts(c, &nl, &nw);
+    if (nl > W22_MAX_LAYERS || nw > W22_MAX_WEIGHTS)
+        return w22_fail(W22_ERR_INVALID_ARG, "config: num_res_blocks %d makes %d layers and %d weights, expected "
+                        "at most W22_MAX_LAYERS %d and W22_MAX_WEIGHTS %d", c->num_res_blocks, nl, nw,
+                        W22_MAX_LAYERS, W22_MAX_WEIGHTS);
     return W22_OK;
 }
 
@@ -133,10 +159,7 @@ static void add_resblock(w22_model *m, const char *prefix, int cin, int cout, in
 void w22_model_build(const w22_config *cfg, w22_model *m) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    const int base = cfg->base_dim;
-    /* diffusers: dims = [dim * u for u in [dim_mult[-1]] + dim_mult[::-1]] */
-    m->dims[0] = base * cfg->dim_mult[3];
-    for (int i = 0; i < 4; i++) m->dims[i + 1] = base * cfg->dim_mult[3 - i];
+    config_dims(cfg, m->dims);
     const int z = cfg->z_dim, c0 = m->dims[0];
     char p[W22_NAME_MAX];
 

@@ -5,8 +5,15 @@
 
 #include "wan22vae.h"
 
-#define W22_MAX_WEIGHTS 128
-#define W22_MAX_LAYERS 32
+/* The table sizes follow from w22_config_check's bound on num_res_blocks (R), so that every config it accepts fits.
+ * Layers: post_quant, conv_in, mid (resnet, attention, resnet), 3 up blocks of (begin, R + 1 resnets, upsample,
+ * dupup), the last block's R + 1 resnets, the head. Weights at most: 2 + 2 (post_quant, conv_in), 5 (attention),
+ * 12 (mid resnets), 4 blocks x (R + 1) resnets x 6, 3 shortcuts x 2, 3 upsamplers x (2 + 2 time_conv), 3 (head). */
+#define W22_MAX_RES_BLOCKS 8
+#define W22_LAYERS_FOR(R) (19 + 4 * (R))
+#define W22_WEIGHTS_MAX_FOR(R) (66 + 24 * (R))
+#define W22_MAX_LAYERS W22_LAYERS_FOR(W22_MAX_RES_BLOCKS)       /* 51 */
+#define W22_MAX_WEIGHTS W22_WEIGHTS_MAX_FOR(W22_MAX_RES_BLOCKS) /* 258 */
 #define W22_NAME_MAX 96
 
 typedef enum {
@@ -57,6 +64,8 @@ typedef struct {
     int dims[5];      /* channels: conv_in/mid, then after each up block */
 } w22_model;
 
+/* The layer and weight counts of cfg's model (what w22_model_build makes), without building it. */
+void w22_model_counts(const w22_config *cfg, int *nlayers, int *nweights);
 /* Fills m from cfg (which must pass w22_config_check). */
 void w22_model_build(const w22_config *cfg, w22_model *m);
 /* The weight index of a diffusers name (without prefix), or -1. */

@@ -11,7 +11,7 @@ double w22_decode_flops(const w22_config *cfg, int T, int h, int w) {
     double total = 0;
     for (int i = 0; i < m.nlayers; i++) {
         const w22_layer *l = &m.layers[i];
-        double px = (double)(h << l->level) * (double)(w << l->level);
+        double px = (double)h * (1 << l->level) * (double)w * (1 << l->level); /* in double: h << 3 may overflow */
         double f = frames[l->level];
         double ci = l->cin, co = l->cout;
         switch (l->kind) {

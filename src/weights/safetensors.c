@@ -491,6 +491,64 @@ static w22_status read_tensor(const jparser *p, const jnode *e, const unsigned c
     return t->name ? W22_OK : W22_ERR_OUT_OF_MEMORY;
 }
 
+/* A tensor's byte range [b, e) in the data section, for the layout check. */
+typedef struct {
+    uint64_t b, e;
+    int i;
+} span;
+
+static int cmp_span(const void *x, const void *y) {
+    const span *a = x, *c = y;
+    if (a->b != c->b) return a->b < c->b ? -1 : 1;
+    if (a->e != c->e) return a->e < c->e ? -1 : 1;
+    return (a->i > c->i) - (a->i < c->i);
+}
+
+static w22_status layout_fail(const w22_st_file *f, const char *file, const span *prev, const span *cur) {
+    const char *name = f->tensors[cur->i].name;
+    unsigned long long b = cur->b, e = cur->e;
+    if (!prev)
+        return w22_fail(W22_ERR_FORMAT, "%s: tensor '%.200s' data_offsets [%llu, %llu]: bytes [0, %llu) of the data "
+                        "section belong to no tensor; expected the first tensor at offset 0 (safetensors: contiguous "
+                        "tensors)", file, name, b, e, b);
+    const char *pname = f->tensors[prev->i].name;
+    unsigned long long pb = prev->b, pe = prev->e;
+    if (cur->b < prev->e)
+        return w22_fail(W22_ERR_FORMAT, "%s: tensors '%.200s' data_offsets [%llu, %llu] and '%.200s' [%llu, %llu] "
+                        "overlap; expected disjoint byte ranges (safetensors: sorted, contiguous, no overlap)", file,
+                        pname, pb, pe, name, b, e);
+    return w22_fail(W22_ERR_FORMAT, "%s: bytes [%llu, %llu) of the data section, between tensors '%.200s' [%llu, %llu] "
+                    "and '%.200s' [%llu, %llu], belong to no tensor; expected contiguous tensors (safetensors)", file,
+                    pe, b, pname, pb, pe, name, b, e);
+}
+
+/* The reference reader's rule: sorted by data_offsets, each tensor starts where the previous one ends and the
+ * last ends at the end of the data section. So no byte is shared by two tensors or belongs to none. */
+static w22_status check_layout(const w22_st_file *f, const unsigned char *data, size_t data_size, const char *file) {
+    int n = f->ntensors;
+    span *v = w22_calloc((size_t)n, sizeof *v, "the tensors' byte ranges");
+    if (!v) return W22_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < n; i++) {
+        v[i].b = (uint64_t)((const unsigned char *)f->tensors[i].data - data);
+        v[i].e = v[i].b + f->tensors[i].nbytes;
+        v[i].i = i;
+    }
+    qsort(v, (size_t)n, sizeof *v, cmp_span);
+    uint64_t end = 0;
+    w22_status s = W22_OK;
+    for (int k = 0; k < n && s == W22_OK; k++) {
+        if (v[k].b != end) s = layout_fail(f, file, k ? &v[k - 1] : NULL, &v[k]);
+        end = v[k].e;
+    }
+    if (s == W22_OK && end != data_size)
+        s = w22_fail(W22_ERR_FORMAT, "%s: the data section has %zu bytes but the tensors end at byte %llu%s%.200s%s; "
+                     "expected the tensors to fill it exactly (safetensors: no trailing bytes)", file, data_size,
+                     (unsigned long long)end, n ? " (tensor '" : "", n ? f->tensors[v[n - 1].i].name : "",
+                     n ? "')" : "");
+    free(v);
+    return s;
+}
+
 static w22_status parse_file(const unsigned char *buf, size_t size, const char *file, w22_st_file *f) {
     if (size < 8)
         return w22_fail(W22_ERR_FORMAT, "%s: the file has %zu bytes, expected at least 8 (the header length)",
@@ -534,6 +592,7 @@ static w22_status parse_file(const unsigned char *buf, size_t size, const char *
             else if ((s = read_tensor(&p, e, data, data_size, &f->tensors[f->ntensors])) == W22_OK) f->ntensors++;
         }
     }
+    if (s == W22_OK) s = check_layout(f, data, data_size, file);
     free(p.nodes);
     free(p.arena);
     return s;

@@ -23,14 +23,32 @@ static void config_text(const w22_config *c, char *buf, size_t cap) {
              c->temporal_up[2], c->out_channels, c->patch_size);
 }
 
-static int config_parse(const char *s, w22_config *c) {
-    int v[CONFIG_FIELDS], used = 0;
-    for (int i = 0; i < CONFIG_FIELDS; i++) {
-        int n = 0;
-        if (sscanf(s + used, i ? ",%d%n" : "%d%n", &v[i], &n) != 1) return 0;
-        used += n;
+/* One decimal int of the config text at *s (an optional '-', digits): strict, since sscanf's %d is undefined
+ * behaviour for out-of-range numbers and the text comes from the file. */
+static int parse_field(const char **s, int *v) {
+    const char *p = *s;
+    int neg = *p == '-';
+    if (neg) p++;
+    if (*p < '0' || *p > '9') return 0;
+    long long x = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        x = x * 10 + (*p - '0');
+        if (x > (long long)INT32_MAX + 1) return 0;
     }
-    if (s[used]) return 0;
+    x = neg ? -x : x;
+    if (x > INT32_MAX || x < INT32_MIN) return 0;
+    *v = (int)x;
+    *s = p;
+    return 1;
+}
+
+static int config_parse(const char *s, w22_config *c) {
+    int v[CONFIG_FIELDS];
+    for (int i = 0; i < CONFIG_FIELDS; i++) {
+        if (i && *s++ != ',') return 0;
+        if (!parse_field(&s, &v[i])) return 0;
+    }
+    if (*s) return 0;
     c->z_dim = v[0];
     c->base_dim = v[1];
     for (int i = 0; i < 4; i++) c->dim_mult[i] = v[2 + i];
@@ -188,6 +206,29 @@ static w22_status bind_tensors(w22_weights *w, const w22_st_file *f, const char 
     return W22_OK;
 }
 
+/* The weights in a parsed safetensors file: the prefix, the config (cfg, else the file's own), every tensor's
+ * name and shape, and every value finite (a NaN or Inf would decode to a NaN video). */
+static w22_status weights_from_file(const w22_st_file *f, const char *source, const w22_config *cfg,
+                                    w22_weights **out) {
+    char prefix[256];
+    w22_config inferred;
+    W22_TRY(find_prefix(f, source, prefix, sizeof prefix));
+    if (!cfg) {
+        W22_TRY(infer_config(f, source, prefix, &inferred));
+        cfg = &inferred;
+    }
+    w22_weights *w = weights_new(cfg, source);
+    if (!w) return W22_ERR_OUT_OF_MEMORY;
+    w22_status s = bind_tensors(w, f, source, prefix);
+    if (s == W22_OK) s = w22_weights_check_finite(w, source, prefix);
+    if (s != W22_OK) {
+        w22_weights_free(w);
+        return s;
+    }
+    *out = w;
+    return W22_OK;
+}
+
 w22_status w22_weights_load(const char *path, const w22_config *cfg, w22_weights **out) {
     if (!out) return w22_fail(W22_ERR_INVALID_ARG, "w22_weights_load: out is NULL");
     *out = NULL;
@@ -195,31 +236,29 @@ w22_status w22_weights_load(const char *path, const w22_config *cfg, w22_weights
     if (cfg) W22_TRY(w22_config_check(cfg));
     w22_st_file f;
     W22_TRY(w22_st_open(path, &f));
-    char prefix[256];
-    w22_config inferred;
     w22_weights *w = NULL;
-    w22_status s = find_prefix(&f, path, prefix, sizeof prefix);
-    if (s == W22_OK && !cfg) {
-        s = infer_config(&f, path, prefix, &inferred);
-        cfg = &inferred;
-    }
+    w22_status s = weights_from_file(&f, path, cfg, &w);
     if (s == W22_OK) {
-        w = weights_new(cfg, path);
-        s = w ? bind_tensors(w, &f, path, prefix) : W22_ERR_OUT_OF_MEMORY;
+        /* the mapping moves to the weights object; the tensor table is no longer needed */
+        w->map = f.map;
+        w->map_size = f.size;
+        f.map = NULL;
+        f.mapped = 0;
+        *out = w;
     }
-    if (s != W22_OK) {
-        w22_weights_free(w);
-        w22_st_close(&f);
-        return s;
-    }
-    /* the mapping moves to the weights object; the tensor table is no longer needed */
-    w->map = f.map;
-    w->map_size = f.size;
-    f.map = NULL;
-    f.mapped = 0;
     w22_st_close(&f);
-    *out = w;
-    return W22_OK;
+    return s;
+}
+
+w22_status w22_weights_parse(const void *buf, size_t size, const w22_config *cfg, w22_weights **out) {
+    if (!out) return w22_fail(W22_ERR_INVALID_ARG, "w22_weights_parse: out is NULL");
+    *out = NULL;
+    if (cfg) W22_TRY(w22_config_check(cfg));
+    w22_st_file f;
+    W22_TRY(w22_st_parse(buf, size, &f));
+    w22_status s = weights_from_file(&f, "<memory>", cfg, out);
+    w22_st_close(&f); /* not mapped: the buffer stays the caller's */
+    return s;
 }
 
 w22_status w22_weights_from_memory(const w22_config *cfg, const void *const *data, w22_dtype dtype,
@@ -244,6 +283,11 @@ w22_status w22_weights_from_memory(const w22_config *cfg, const void *const *dat
         }
         w->data[i] = data[i];
         w->dtype[i] = dtype;
+    }
+    w22_status s = w22_weights_check_finite(w, "w22_weights_from_memory", "");
+    if (s != W22_OK) {
+        w22_weights_free(w);
+        return s;
     }
     *out = w;
     return W22_OK;

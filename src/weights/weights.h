@@ -15,6 +15,12 @@ struct w22_weights {
     char source[512];   /* the file, or "synthetic seed N", or "memory" */
 };
 
+/* w22_weights_load from a safetensors image in memory (borrowed: buf must outlive the weights). For the fuzzer
+ * and tests: the same checks as a file, messages name "<memory>". */
+w22_status w22_weights_parse(const void *buf, size_t size, const w22_config *cfg, w22_weights **out);
+/* W22_ERR_NONFINITE naming the first NaN/Inf (source, prefix + tensor name, element index), else W22_OK. Every
+ * path that hands out a validated weights object from outside data calls it (src/weights/finite.c). */
+w22_status w22_weights_check_finite(const w22_weights *w, const char *source, const char *prefix);
 /* Tensor i as float32 into dst (model.weights[i].numel elements). */
 void w22_weights_get_f32(const w22_weights *w, int i, float *dst);
 

@@ -94,7 +94,7 @@ w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v
         w22_transpose_v_kernel<<<tg, tb, 0, c->stream>>>(vf, v.sh, v.sw, v.w, P, C, Vt, Pp);
         CU_LAUNCHED(c, "attention transpose V");
 
-        w22_gemm g;
+        w22_mm g;
         memset(&g, 0, sizeof g);
         g.M = nq, g.N = P, g.F = 1, g.H = q.h, g.W = q.w;
         g.a = qf, g.a_sf = 0, g.a_sh = q.sh, g.a_sw = q.sw;

@@ -1,5 +1,5 @@
 /* The conv op: checks a w22_conv_args against backend.h's contract and lowers it to the implicit GEMM
- * (w22_gemm: conv_sm90_mma.cu, or conv_scalar.cu for shapes the tensor cores do not take); a conv with its history
+ * (w22_mm: conv_sm90_mma.cu, or conv_scalar.cu for shapes the tensor cores do not take); a conv with its history
  * as partial sums (psum) goes to conv_psum.cu. An upsampling conv is four
  * phase GEMMs (2x2 convs on the low-resolution grid), run as one launch of the TMA wgmma kernel where it takes them
  * (w22_cuda_gemm_phases: one ramp and one part-empty last round instead of four), else as four GEMMs
@@ -17,14 +17,14 @@ static w22_status bad(const char *fmt_what, long got, long want) {
         if ((long)(got) != (long)(want)) return bad(what, got, want); \
     } while (0)
 
-/* The DupUp residual of upsample phase (py, px) as w22_gemm's r_tsh .. r_coff (cuda_internal.h), or 0 when the
+/* The DupUp residual of upsample phase (py, px) as w22_mm's r_tsh .. r_coff (cuda_internal.h), or 0 when the
  * epilogue cannot take this DupUp. The phase GEMM's row (T, y, x) is the DupUp input pixel (y, x) of frame (T + ft - 1)
  * >> 1 with first_single, else T >> 1 (ft 2; T with ft 1), time copy the rest, and output channel o reads input channel
  * (o ft 4 + tc 4 + py 2 + px) / r (backend.h), r = cout ft 4 / cin. When r divides ft 4 that is o cs + (tc 4 + py 2 +
  * px) / r with cs = ft 4 / r; the epilogue takes cs 1 or 2 and an offset that no time copy changes (one GEMM row
  * serves every time copy of its frame only through T). The model's two: ft 2, r 8 (cin = cout): o; ft 1, r 2
  * (cin = 2 cout): 2 o + py. Others (cs 4 or 8, or ft 2 with r 4: the offset is tc) run the separate kernel. */
-static int dup_phase(const w22_conv_args *a, int py, int px, w22_gemm *q) {
+static int dup_phase(const w22_conv_args *a, int py, int px, w22_mm *q) {
     const int ft = a->dup_ft, r = a->out.c * ft * 4 / a->dup_in->c, sub = py * 2 + px;
     if ((ft * 4) % r) return 0;
     const int cs = ft * 4 / r, coff = sub / r;
@@ -131,7 +131,7 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     if (a->residual) W22_TRY(w22_cuda_check_view(c, a->residual, 0, "conv residual"));
     if (a->sc_in) W22_TRY(w22_cuda_check_view(c, a->sc_in, 0, "conv sc_in"));
 
-    w22_gemm g;
+    w22_mm g;
     memset(&g, 0, sizeof g);
     g.F = nf;
     g.H = a->out.h;
@@ -170,16 +170,16 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     static int dup_sep = -1;
     int fuse = dup && phases && !w22_env_is(&dup_sep, "W22_DUP_FUSE", "0");
     for (int p = 0; p < 4 && fuse; p++) {
-        w22_gemm q = g;
+        w22_mm q = g;
         fuse = dup_phase(a, p >> 1, p & 1, &q);
     }
     if (phases) {
         /* nearest-2x + 3x3 as four 2x2 phase convs on the low-resolution grid (cuda_internal.h) */
         const int kv = 4 * w->cin;
-        w22_gemm q[4];
+        w22_mm q[4];
         for (int py = 0; py < 2; py++)
             for (int px = 0; px < 2; px++) {
-                w22_gemm *p = &q[py * 2 + px];
+                w22_mm *p = &q[py * 2 + px];
                 *p = g;
                 p->H = a->in.h, p->W = a->in.w, p->M = nf * a->in.h * a->in.w;
                 p->ks = 2, p->upsample = 0, p->pad_y = 1 - py, p->pad_x = 1 - px;

@@ -9,7 +9,7 @@
 
 /* Output and residual offsets of GEMM row m (pixel (t, y, x) of the F x H x W grid; HW = H * W). A DupUp residual's
  * frame is (T + r_toff) >> r_tsh (0 and 0 otherwise: T). */
-static __device__ __forceinline__ void w22_epilogue_row(const w22_gemm &g, int m, int HW, long *orow, long *rrow) {
+static __device__ __forceinline__ void w22_epilogue_row(const w22_mm &g, int m, int HW, long *orow, long *rrow) {
     const int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
     const int tf = g.split_c ? 2 * t : t;
     *orow = tf * g.o_sf + y * g.o_sh + x * g.o_sw;
@@ -18,7 +18,7 @@ static __device__ __forceinline__ void w22_epilogue_row(const w22_gemm &g, int m
 
 /* Output and residual column offsets of channel n: with a time split, channels [q split_c, (q + 1) split_c) go to
  * output frame 2t + q. A DupUp residual's channel is (n << r_csh) + r_coff (0 and 0 otherwise: n). */
-static __device__ __forceinline__ void w22_epilogue_cols(const w22_gemm &g, int n, long *ocol, long *rcol) {
+static __device__ __forceinline__ void w22_epilogue_cols(const w22_mm &g, int n, long *ocol, long *rcol) {
     *ocol = n;
     *rcol = ((long)n << g.r_csh) + g.r_coff;
     if (g.split_c) {
@@ -28,7 +28,7 @@ static __device__ __forceinline__ void w22_epilogue_cols(const w22_gemm &g, int 
     }
 }
 
-static __device__ __forceinline__ void w22_epilogue_pair(const w22_gemm &g, long orow, long rrow, int n, float v0,
+static __device__ __forceinline__ void w22_epilogue_pair(const w22_mm &g, long orow, long rrow, int n, float v0,
                                                          float v1) {
     if (g.bias) v0 += g.bias[n], v1 += g.bias[n + 1];
     if (g.sc_bias) v0 += g.sc_bias[n], v1 += g.sc_bias[n + 1];
@@ -62,9 +62,9 @@ static __device__ __forceinline__ void w22_add_bf16x8(float v[8], const uint4 r)
 /* v[0..7] += the residual of eight adjacent output channels n .. n + 7 (n % 8 == 0), whose first is at res + off
  * (off = rrow + rcol). One 16-byte load; a DupUp residual with r_csh = 1 reads channels 2n + r_coff, 2n + 2 + r_coff,
  * ..: the two aligned 16-byte vectors from 2n on, and each pair's low (r_coff 0) or high (1) half. The r_coff is
- * taken from off, whose other terms are multiples of 8 (w22_epilogue_vec_ok): the phases of one launch (w22_gemm
+ * taken from off, whose other terms are multiples of 8 (w22_epilogue_vec_ok): the phases of one launch (w22_mm
  * .phases) carry theirs in the row offset. */
-static __device__ __forceinline__ void w22_add_res8(const w22_gemm &g, long off, float v[8]) {
+static __device__ __forceinline__ void w22_add_res8(const w22_mm &g, long off, float v[8]) {
     if (!g.r_csh) {
         w22_add_bf16x8(v, *(const uint4 *)(g.res + off));
         return;
@@ -86,7 +86,7 @@ static __device__ __forceinline__ void w22_add8(float v[8], const float *p) {
  * checked that bias, residual and output rows are 16-byte aligned and that split_c % 8 == 0 (w22_epilogue_vec_ok),
  * so the eight channels share one split column and one aligned vector of each operand. Same arithmetic and one
  * rounding, as the pair store. */
-static __device__ __forceinline__ void w22_epilogue_vec8(const w22_gemm &g, long orow, long rrow, int n, float v[8]) {
+static __device__ __forceinline__ void w22_epilogue_vec8(const w22_mm &g, long orow, long rrow, int n, float v[8]) {
     if (g.bias) w22_add8(v, g.bias + n);
     if (g.sc_bias) w22_add8(v, g.sc_bias + n);
     long ocol, rcol;
@@ -109,7 +109,7 @@ static __device__ __forceinline__ void w22_epilogue_vec8(const w22_gemm &g, long
 
 /* Host: whether a GEMM's epilogue may store eight channels at a time (w22_epilogue_vec8's conditions). A DupUp
  * residual's vectors start at rrow + (n << r_csh), r_coff applied in the pick: the same alignment conditions. */
-static inline int w22_epilogue_vec_ok(const w22_gemm *g) {
+static inline int w22_epilogue_vec_ok(const w22_mm *g) {
     const long el = g->out_f32 ? 4 : 8; /* elements per 16 bytes */
 #define W22_AL16(p) (((uintptr_t)(p) & 15) == 0)
     int ok = W22_AL16(g->out) && g->o_sf % el == 0 && g->o_sh % el == 0 && g->o_sw % el == 0 && g->N % 8 == 0 &&

@@ -5,7 +5,7 @@
  * Two launches per call. (1) The three temporal taps as ONE spatial 3x3 GEMM of the new frames, N = 3 cout, into
  * fp32 scratch (psum_tmp): the weight needs no copy of its own, because the backend stores a conv weight as
  * [cout][tap = (dt, dy, dx)][cin] (cuda_backend.cu), so GEMM row n = o * 3 + dt (the taps of o at dt) starts at
- * n * 9 cin: rows of stride 9 cin (w22_gemm's b_sw), K = 9 cin contiguous in (dy, dx, c). The input is read once
+ * n * 9 cin: rows of stride 9 cin (w22_mm's b_sw), K = 9 cin contiguous in (dy, dx, c). The input is read once
  * for all three dt. (2) A combine kernel per pixel and output channel walks the call's frames in order:
  * out = Y_2 + A + bias (rounded to bf16 once), A = Y_1 + B, B = Y_0.
  *
@@ -89,7 +89,7 @@ w22_status w22_cuda_conv_psum(w22_backend *b, const w22_conv_args *a) {
     W22_TRY(w22_cuda_check_view(c, ps, 0, "conv (partial sums) state"));
     W22_TRY(w22_cuda_check_view(c, tmp, 0, "conv (partial sums) scratch"));
 
-    w22_gemm g;
+    w22_mm g;
     memset(&g, 0, sizeof g);
     g.F = a->in.f, g.H = a->out.h, g.W = a->out.w;
     g.M = g.F * g.H * g.W;

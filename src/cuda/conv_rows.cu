@@ -36,7 +36,7 @@
 #define CR_STAGE_BYTES (CR_A_BYTES + CR_B_BYTES)
 #define CR_SMEM (CR_STAGES * CR_STAGE_BYTES)   /* 91136: two blocks per SM */
 
-__global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_gemm g, int xtiles, int iters) {
+__global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_mm g, int xtiles, int iters) {
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -150,7 +150,7 @@ static int rows_mode(void) {
     return v;
 }
 
-const char *w22_cuda_rows_blocker(const w22_gemm *g) {
+const char *w22_cuda_rows_blocker(const w22_mm *g) {
     if (!rows_mode()) return "off (W22_CONV_ROWS=0)";
     if (g->upsample || g->sc) return "upsample or shortcut";
     if (g->ks != 3 || (g->kt != 1 && g->kt != 3) || g->pad_y != 1 || g->pad_x != 1) return "not a centred 3x3(x3)";
@@ -175,7 +175,7 @@ w22_status w22_cuda_rows_init(w22_cuda *c) {
     return W22_OK;
 }
 
-w22_status w22_cuda_gemm_rows(w22_cuda *c, const w22_gemm *g, const char *what) {
+w22_status w22_cuda_gemm_rows(w22_cuda *c, const w22_mm *g, const char *what) {
     if (rows_mode() == 2 && w22_rows2d_takes(g)) return w22_cuda_gemm_rows2d(c, g, what);
     const int xtiles = (g->W + CR_BM - 1) / CR_BM;
     const long tiles = (long)g->F * g->H * xtiles;

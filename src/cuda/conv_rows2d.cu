@@ -100,7 +100,7 @@ static __device__ __forceinline__ void r2_tile(int i, int F, int xtiles, int *t,
 /* A warp's outputs of tile `tile`: rows y0 + 4 wr + o, columns x0 + 16 wc + (lane / 4) (+ 8), channel pairs
  * 16 jb + 2 (lane % 4) (+ 8) (the m16n8 accumulator layout); outside H x W or past N masked. */
 template <int NB>
-static __device__ __forceinline__ void r2_store(const w22_gemm &g, const float (&acc)[R2_WR][NB][2][4], int tile,
+static __device__ __forceinline__ void r2_store(const w22_mm &g, const float (&acc)[R2_WR][NB][2][4], int tile,
                                                 int xtiles, int wr, int wc, int lane) {
     int t, y0, x0;
     r2_tile(tile, g.F, xtiles, &t, &y0, &x0);
@@ -139,7 +139,7 @@ template <int NB> static __device__ __forceinline__ void r2_zero(float (&acc)[R2
 }
 
 template <int NB>
-__global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w22_gemm g, int xtiles, int tiles) {
+__global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w22_mm g, int xtiles, int tiles) {
     typedef r2_cfg<NB> C;
     constexpr int BN = C::BN, STAGES = C::STAGES, STAGE_BYTES = C::STAGE_BYTES, BJ = C::BJ;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w2
     cp_async_wait<0>();
 }
 
-int w22_rows2d_takes(const w22_gemm *g) {
+int w22_rows2d_takes(const w22_mm *g) {
     return g->N <= R2_MAX_N && g->H >= R2_MIN_H && g->a_sh * (R2_AH + 1) + g->a_sw * R2_AW < INT_MAX &&
            (long)g->F * ((g->H + R2_TH - 1) / R2_TH) * ((g->W + R2_TW - 1) / R2_TW) < INT_MAX;
 }
@@ -306,7 +306,7 @@ w22_status w22_cuda_rows2d_init(w22_cuda *c) {
     return W22_OK;
 }
 
-w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_gemm *g, const char *what) {
+w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_mm *g, const char *what) {
     const int xtiles = (g->W + R2_TW - 1) / R2_TW;
     const int tiles = g->F * ((g->H + R2_TH - 1) / R2_TH) * xtiles;
     const int grid = tiles < c->sms ? tiles : c->sms;

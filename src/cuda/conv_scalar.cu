@@ -1,9 +1,9 @@
 /* The GEMM of conv_sm90_mma.cu computed one output element per thread with fp32 FMAs: the fallback for shapes the
  * tensor-core kernel does not take (channel counts not multiples of 8, odd N, unaligned views, offsets beyond
- * int). Slow but simple; same w22_gemm semantics, 64-bit offsets everywhere. */
+ * int). Slow but simple; same w22_mm semantics, 64-bit offsets everywhere. */
 #include "cuda_internal.h"
 
-__global__ void w22_conv_scalar_kernel(const w22_gemm g) {
+__global__ void w22_conv_scalar_kernel(const w22_mm g) {
     const long idx = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (long)g.M * g.N) return;
     const int n = (int)(idx % g.N), m = (int)(idx / g.N);
@@ -38,7 +38,7 @@ __global__ void w22_conv_scalar_kernel(const w22_gemm g) {
         ((bf16 *)g.out)[o] = __float2bfloat16_rn(acc);
 }
 
-w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_gemm *g, const char *what) {
+w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_mm *g, const char *what) {
     const long total = (long)g->M * g->N;
     const long blocks = (total + 255) / 256;
     if (blocks > 0x7fffffffL) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld outputs is too many", what, total);

@@ -21,7 +21,7 @@
 
 template <int BM, int BN, int WM, int WN, int STAGES, int MINB>
 __global__ void __launch_bounds__(WM *WN * 32, MINB)
-    w22_conv_mma_kernel(const w22_gemm g, int main_iters, int iters, int tiles_n) {
+    w22_conv_mma_kernel(const w22_mm g, int main_iters, int iters, int tiles_n) {
     constexpr int THREADS = WM * WN * 32;
     constexpr int TM = BM / WM, TN = BN / WN, MT = TM / 16, NT = TN / 8;
     constexpr int RSTEP = THREADS / 8; /* rows between a thread's successive loads (8 chunks per row) */
@@ -203,7 +203,7 @@ template <int BM, int BN, int WM, int WN, int STAGES, int MINB> struct tile_cfg 
     static constexpr int threads = WM * WN * 32;
     static constexpr int smem = STAGES * (BM + BN) * ROW_BYTES;
     static void *kernel() { return (void *)w22_conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB>; }
-    static w22_status launch(w22_cuda *c, const w22_gemm *g, int main_iters, int iters, const char *what) {
+    static w22_status launch(w22_cuda *c, const w22_mm *g, int main_iters, int iters, const char *what) {
         const int tiles_n = (g->N + BN - 1) / BN;
         const long tiles = (long)((g->M + BM - 1) / BM) * tiles_n;
         if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
@@ -239,7 +239,7 @@ static int fits_int(long v) { return v >= 0 && v < (long)INT_MAX; }
 static int aligned(const void *p, int bytes) { return ((uintptr_t)p % (uintptr_t)bytes) == 0; }
 
 /* NULL when the tensor-core kernel can run this GEMM, else why not. */
-static const char *mma_blocker(const w22_gemm *g) {
+static const char *mma_blocker(const w22_mm *g) {
     if (g->cin % 8) return "scalar: cin % 8 != 0";
     if (g->sc && g->sc_cin % 8) return "scalar: shortcut cin % 8 != 0";
     if (g->N % 2) return "scalar: N odd";
@@ -282,7 +282,7 @@ static int tile_override_mid(void) {
     return v;
 }
 
-w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what) {
+w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
     if (g->M <= 0 || g->N <= 0) return W22_OK;
     const char *why = mma_blocker(g);
     if (why) {
@@ -310,7 +310,7 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_gemm *g, const char *what) {
     return W22_OK;
 }
 
-w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_gemm q[4], const char *what) {
+w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_mm q[4], const char *what) {
     int one = c->use_wgmma; /* every phase on the wgmma kernel, as w22_cuda_gemm would route it */
     for (int p = 0; p < 4 && one; p++)
         one = q[p].M > 0 && q[p].N > 0 && !mma_blocker(&q[p]) && !w22_cuda_wgmma_blocker(&q[p]);

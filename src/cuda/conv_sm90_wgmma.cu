@@ -1,7 +1,7 @@
 /* The conv's implicit GEMM on Hopper's own instructions: wgmma.mma_async (bf16 x bf16 -> fp32, both operands in
  * shared memory), a warp-specialized producer/consumer pipeline on mbarriers, the weights by the tensor-memory
  * accelerator (TMA), the pixels by 16-byte cp.async gathers. Same GEMM, same semantics, same epilogue as the
- * mma.sync kernel (conv_sm90_mma.cu; w22_gemm in cuda_internal.h); a subset of its shapes (below). Since v9
+ * mma.sync kernel (conv_sm90_mma.cu; w22_mm in cuda_internal.h); a subset of its shapes (below). Since v9
  * the default for its shapes is the variant that loads the pixels by TMA too (conv_sm90_wgmma_tma.cu); this kernel
  * runs with W22_WGMMA_LOAD=cpasync or where that one's checks fail (W22_CONV_KERNEL=mma: the mma.sync kernel).
  *
@@ -133,7 +133,7 @@ enum { WG_ROWREG = 1, WG_EARLY = 2, WG_CLUSTER = 4 };
 template <int BN, int STAGES, int VAR>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     w22_conv_wgmma_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_sc,
-                          const w22_gemm g, int main_iters, int iters, int tiles_n) {
+                          const w22_mm g, int main_iters, int iters, int tiles_n) {
     typedef wg_layout<BN, STAGES> L;
     constexpr int LAG = L::lag;
     constexpr bool ROWREG = (VAR & WG_ROWREG) != 0, EARLY = (VAR & WG_EARLY) != 0, CLUSTER = (VAR & WG_CLUSTER) != 0;
@@ -368,7 +368,7 @@ w22_status w22_cuda_wgmma_init(w22_cuda *c) {
 static int al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* NULL when the wgmma kernel takes this GEMM (which has passed the mma kernel's checks), else why not. */
-const char *w22_cuda_wgmma_blocker(const w22_gemm *g) {
+const char *w22_cuda_wgmma_blocker(const w22_mm *g) {
     if (g->upsample) return "upsample";
     if (g->cin % WG_BK) return "cin % 64";
     if (g->sc && g->sc_cin % WG_BK) return "sc_cin % 64";
@@ -399,7 +399,7 @@ w22_status w22_wgmma_kmajor_map(w22_cuda *c, CUtensorMap *m, const bf16 *ptr, lo
     return W22_OK;
 }
 
-template <class CFG> static w22_status wg_launch(w22_cuda *c, const w22_gemm *g, const char *what) {
+template <class CFG> static w22_status wg_launch(w22_cuda *c, const w22_mm *g, const char *what) {
     const int BN = CFG::bn;
     const bool cluster = (CFG::var & WG_CLUSTER) != 0;
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
@@ -442,13 +442,13 @@ template <class CFG> static w22_status wg_launch(w22_cuda *c, const w22_gemm *g,
 }
 
 /* The phases' one launch is the TMA kernel's (the default variant's, as w22_cuda_gemm_wgmma routes). */
-const char *w22_cuda_wgmma_phases_blocker(const w22_cuda *c, const w22_gemm q[4]) {
+const char *w22_cuda_wgmma_phases_blocker(const w22_cuda *c, const w22_mm q[4]) {
     if (wg_variant() != (WG_ROWREG | WG_EARLY)) return "phases: a W22_WGMMA_ROWS / HANDOFF / CLUSTER variant";
     if (!w22_cuda_wgmma_tma_on(c)) return "phases: not the TMA kernel (W22_WGMMA_LOAD=cpasync)";
     return w22_cuda_wgmma_tma_phases_blocker(q);
 }
 
-w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_gemm *g, const char *what) {
+w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_mm *g, const char *what) {
     const int v = wg_variant(), big = g->N % 256 == 0;
     w22_status s;
     if (v == (WG_ROWREG | WG_EARLY) && w22_cuda_wgmma_tma_on(c) && !w22_cuda_wgmma_tma_blocker(g))

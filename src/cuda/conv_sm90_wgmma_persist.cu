@@ -16,7 +16,7 @@
 template <int BN, int STAGES>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     w22_conv_wgmma_persist_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_sc,
-                                  const w22_gemm g, int main_iters, int iters, int tiles_n, int tiles) {
+                                  const w22_mm g, int main_iters, int iters, int tiles_n, int tiles) {
     typedef wg_layout<BN, STAGES> L;
     constexpr int LAG = L::lag;
     extern __shared__ unsigned char smem_raw[];
@@ -177,7 +177,7 @@ w22_status w22_cuda_wgmma_persist_init(w22_cuda *c) {
     return W22_OK;
 }
 
-template <int BN, int STAGES> static w22_status launch(w22_cuda *c, const w22_gemm *g, const char *what) {
+template <int BN, int STAGES> static w22_status launch(w22_cuda *c, const w22_mm *g, const char *what) {
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
     CUtensorMap tb, ts;
     W22_TRY(w22_wgmma_kmajor_map(c, &tb, g->b, K, g->N, g->b_sw, BN, what));
@@ -196,7 +196,7 @@ template <int BN, int STAGES> static w22_status launch(w22_cuda *c, const w22_ge
     return W22_OK;
 }
 
-w22_status w22_cuda_gemm_wgmma_persist(w22_cuda *c, const w22_gemm *g, const char *what) {
+w22_status w22_cuda_gemm_wgmma_persist(w22_cuda *c, const w22_mm *g, const char *what) {
     const int big = g->N % 256 == 0;
     c->last_path = big ? "wgmma 128x256 persistent" : "wgmma 128x128 persistent";
     const w22_status s = big ? launch<256, 4>(c, g, what) : launch<128, 6>(c, g, what);

@@ -29,7 +29,7 @@
  * shared memory holds the tile; since v21 the direct convs whose output allows it too, a plain residual taken as
  * extra K (residual_as_k), so that only the convs with phases, a DupUp or time-split output, or a residual and a
  * shortcut keep the overlapped epilogue.
- * An upsample conv's four phase GEMMs (conv.cu) run as one launch (w22_gemm.phases): one ramp and one part-empty
+ * An upsample conv's four phase GEMMs (conv.cu) run as one launch (w22_mm.phases): one ramp and one part-empty
  * last round instead of four (858 tiles per phase at 176 x 312, 6.5 rounds each, are 3432 in 26). Tiles are
  * ordered (M tile or pair, phase, N tile) since v19 (the four phases of a pixel block read its input and DupUp
  * residual while they are in L2; the four phases' weights, 8 MB at 512 channels, stay there too), phase-major under
@@ -103,7 +103,7 @@ static __device__ __forceinline__ void wg_retire(int it, int &s, int &sp, uint32
 
 /* Deferred-store step j: the held half 1 first (from registers, shifted down), then half 0 (from the staging). */
 template <int BN>
-static __device__ __forceinline__ void defer_step(wg_defer<BN> &dq, const w22_gemm &g, int j, int tq, uint32_t epi) {
+static __device__ __forceinline__ void defer_step(wg_defer<BN> &dq, const w22_mm &g, int j, int tq, uint32_t epi) {
     if (j < BN / 32) {
         wg_defer_step<BN>(dq, g, j, tq);
         wg_defer_shift<BN>(dq);
@@ -138,7 +138,7 @@ static __device__ __forceinline__ wg_item wg_item_of(int w, int whole, int split
 }
 
 /* The producer's channel slice and tap at stage k0 (the main taps, then the shortcut's channels). */
-static __device__ __forceinline__ void wg_k_start(const w22_gemm &g, int k0, int main_iters, int &c0, int &dt,
+static __device__ __forceinline__ void wg_k_start(const w22_mm &g, int k0, int main_iters, int &c0, int &dt,
                                                   int &dy, int &dx) {
     if (k0 < main_iters) {
         const int cs = g.cin / WG_BK, tap = k0 / cs;
@@ -211,7 +211,7 @@ static __device__ __forceinline__ void wg_split_sum(const float *part, int slot0
  * when the store that used it has read it: the storing thread waits for that before each round's first barrier (the
  * first round's, the previous tile's stores: long done). */
 template <int BN, int NB>
-static __device__ __forceinline__ void wg_epi_tma(const w22_gemm &g, const float *acc, uint32_t stg,
+static __device__ __forceinline__ void wg_epi_tma(const w22_mm &g, const float *acc, uint32_t stg,
                                                   const CUtensorMap *tm_o, int cw, int warp4, int lane, bool storer,
                                                   int r0, int frame, int n0, int box_px) {
     static_assert(BN / 64 % NB == 0, "the boxes in whole rounds of NB");
@@ -298,7 +298,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                               const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_h0,
                               const __grid_constant__ CUtensorMap tm_h1, const __grid_constant__ CUtensorMap tm_sca,
                               const __grid_constant__ CUtensorMap tm_o, /* TE: the output's map */
-                              const __grid_constant__ w22_gemm g, int tpf, int cx, int cy, int main_iters, int iters,
+                              const __grid_constant__ w22_mm g, int tpf, int cx, int cy, int main_iters, int iters,
                               int tiles_n, int tpp, int mt, int tile0, int whole, int split, int items,
                               float *part, unsigned *count, int mode, int box_px) {
     typedef wg_layout<BN, STAGES> L;
@@ -547,7 +547,7 @@ static int st16(long stride_elems) { return stride_elems > 0 && stride_elems % 8
 static const bf16 *map_origin(const bf16 *p, long sh, long sw, int border) { return border ? p - sh - sw : p; }
 
 /* NULL when this kernel takes a GEMM that the default wgmma kernel takes, else why not. */
-const char *w22_cuda_wgmma_tma_blocker(const w22_gemm *g) {
+const char *w22_cuda_wgmma_tma_blocker(const w22_mm *g) {
     const int border = g->ks > 1;
     if (border) {
         /* taps read rows y + dy - pad in [-1, H]: the one-pixel border */
@@ -625,7 +625,7 @@ static w22_status split_buffers(w22_cuda *c) {
 /* The TMA store's map of a batch's output (MODE_EPI_TMA): {N, H W, batch F} (GEMM p's frame t is frame p F + t),
  * boxes of 64 channels x 128 rows in the 128B swizzle. */
 /* The output's store map of `rank` dims (strides in elements), boxes of 64 channels x box1 in the 128B swizzle. */
-static w22_status store_map(w22_cuda *c, CUtensorMap *m, const w22_gemm *g, int rank, const cuuint64_t *dims,
+static w22_status store_map(w22_cuda *c, CUtensorMap *m, const w22_mm *g, int rank, const cuuint64_t *dims,
                             const long *strides, int box1, const char *what) {
     cuuint64_t sb[3];
     for (int i = 0; i + 1 < rank; i++) sb[i] = (cuuint64_t)strides[i] * 2;
@@ -639,7 +639,7 @@ static w22_status store_map(w22_cuda *c, CUtensorMap *m, const w22_gemm *g, int 
     return W22_OK;
 }
 
-static w22_status out_map(w22_cuda *c, CUtensorMap *m, const w22_gemm *g, const char *what) {
+static w22_status out_map(w22_cuda *c, CUtensorMap *m, const w22_mm *g, const char *what) {
     const long F = g->M / ((long)g->H * g->W);
     const cuuint64_t dims[3] = {(cuuint64_t)g->N, (cuuint64_t)g->H * g->W, (cuuint64_t)(g->batch * F)};
     const long strides[2] = {g->o_sw, g->o_sf};
@@ -656,7 +656,7 @@ static int frame_box_px(int W) {
 
 /* The TMA store's map of a direct conv's output frames ({N, W, H, F} at the output's strides; boxes of box_px pixels
  * of one row x 64 channels). */
-static w22_status out_map_frames(w22_cuda *c, CUtensorMap *m, const w22_gemm *g, int *box_px, const char *what) {
+static w22_status out_map_frames(w22_cuda *c, CUtensorMap *m, const w22_mm *g, int *box_px, const char *what) {
     const long F = g->M / ((long)g->H * g->W);
     *box_px = frame_box_px(g->W);
     const cuuint64_t dims[4] = {(cuuint64_t)g->N, (cuuint64_t)g->W, (cuuint64_t)g->H, (cuuint64_t)F};
@@ -667,16 +667,16 @@ static w22_status out_map_frames(w22_cuda *c, CUtensorMap *m, const w22_gemm *g,
 /* Whether a direct conv's output takes the TMA store (W22_EPI_TMA_DIRECT): bf16, one frame map (no time split,
  * phases or batch), 16-byte strides, W a multiple of 8 (frame_box_px); and no residual (the epilogue adds none: a
  * plain one goes in as extra K first, residual_as_k). */
-static int epi_tma_direct_ok_but_res(const w22_gemm *g) {
+static int epi_tma_direct_ok_but_res(const w22_mm *g) {
     if (g->batch || g->phases || g->N % 256 || g->out_f32 || g->split_c || !frame_box_px(g->W)) return 0;
     if (g->o_sw % 8 || g->o_sh % 8 || g->o_sf % 8 || g->o_sw < g->N || ((uintptr_t)g->out & 15)) return 0;
     return 1;
 }
-static int epi_tma_direct_ok(const w22_gemm *g) { return !g->res && epi_tma_direct_ok_but_res(g); }
+static int epi_tma_direct_ok(const w22_mm *g) { return !g->res && epi_tma_direct_ok_but_res(g); }
 
 /* Whether a batch's output takes the TMA store (MODE_EPI_TMA): bf16, nothing added, dense rows of N channels, GEMM
  * p's output p F frames on, 16-byte aligned. */
-static int epi_tma_ok(const w22_gemm *g) {
+static int epi_tma_ok(const w22_mm *g) {
     const long F = g->M / ((long)g->H * g->W);
     if (!g->batch || g->N % 256 || g->bias || g->sc_bias || g->res || g->out_f32 || g->split_c) return 0;
     if (g->o_sw != g->N || g->o_sh != (long)g->W * g->o_sw || g->o_sf != (long)g->H * g->o_sh) return 0;
@@ -696,7 +696,7 @@ static int epi_tma_mode(int mode) {
 /* A launch of the GEMM's items: with CL 2 the first `lim` pairs (0: all), with CL 1 the tiles from `tile0` on (the
  * tail the pairs left: one_round lets a single round split). */
 template <int BN, int STAGES, int CL, int TE>
-static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, int *split_used, const char *what,
+static w22_status launch(w22_cuda *c, const w22_mm *g, int persist, int mode, int *split_used, const char *what,
                          long lim, long tile0, int one_round) {
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
     const int HW = g->H * g->W, F = g->M / HW, border = g->ks > 1, np = g->phases ? 4 : g->batch ? g->batch : 1;
@@ -751,7 +751,7 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
     const int grid = persist && items > slots ? slots : items; /* the items' runners: CTAs or clusters */
     float *part = (float *)c->split_part;
     unsigned *count = (unsigned *)((char *)c->split_part + SPLIT_PART_BYTES);
-    w22_gemm kg = *g;
+    w22_mm kg = *g;
     if (!kg.phases && !kg.batch) /* the kernel adds them */
         memset(kg.ph_o, 0, sizeof kg.ph_o), memset(kg.ph_r, 0, sizeof kg.ph_r);
     if (CL == 1) {
@@ -778,7 +778,7 @@ static w22_status launch(w22_cuda *c, const w22_gemm *g, int persist, int mode, 
 /* Whether every output and residual row offset of g, plus o_add and r_add (a phase's ph_o, ph_r), fits the overlapped
  * epilogue's int (the last frame's last row; the time split's second output frame adds o_sf, a DupUp residual has
  * its own frame map, and the columns come on top, as long). */
-static int defer_offsets_fit(const w22_gemm *g, long o_add, long r_add) {
+static int defer_offsets_fit(const w22_mm *g, long o_add, long r_add) {
     const long F = g->M / (g->H * (long)g->W), tf = g->split_c ? 2 * F : F, rf = (tf + g->r_toff) >> g->r_tsh;
     const long last_o = tf * g->o_sf + (long)g->H * g->o_sh + (long)g->W * g->o_sw + o_add;
     const long last_r = g->res ? rf * g->r_sf + (long)g->H * g->r_sh + (long)g->W * g->r_sw + r_add : 0;
@@ -787,7 +787,7 @@ static int defer_offsets_fit(const w22_gemm *g, long o_add, long r_add) {
 
 /* The epilogue's mode bits for the GEMMs q[0..n-1] run as one launch (each phase's own geometry: the vector store
  * only where every phase allows it, the overlapped one only with bf16 outputs and int offsets). */
-static int mode_for(const w22_gemm *q, int n, const int *o_add, const int *r_add) {
+static int mode_for(const w22_mm *q, int n, const int *o_add, const int *r_add) {
     int mode = env_mode();
     for (int p = 0; p < n; p++) {
         if ((mode & MODE_EPI_VEC) && !w22_epilogue_vec_ok(&q[p]))
@@ -848,7 +848,7 @@ static int tma_batch_tiles_env(void) {
     static int v = -1;
     return !w22_env_is(&v, "W22_TMA_CLUSTER_BATCH", "on");
 }
-static int tma_plan(const w22_cuda *c, const w22_gemm *g, int persist, int minor, long *lim, long *tile0) {
+static int tma_plan(const w22_cuda *c, const w22_mm *g, int persist, int minor, long *lim, long *tile0) {
     *lim = *tile0 = 0;
     if (g->N % 256 || c->tma_clusters <= 0 || (g->batch && tma_batch_tiles_env())) return TMA_TILES;
     if (!persist) return TMA_PAIRS;
@@ -890,13 +890,13 @@ static int epi_stg_full_env(void) {
 
 /* A launch with the TMA store: the kernel of the staging epi_stg_full_env picks (TE 4 boxes on 3 stages, or 2 on 4). */
 template <int CL>
-static w22_status launch_te(w22_cuda *c, const w22_gemm *g, int persist, int mode, int *split, const char *what,
+static w22_status launch_te(w22_cuda *c, const w22_mm *g, int persist, int mode, int *split, const char *what,
                             long lim, long tile0, int one_round) {
     return epi_stg_full_env() ? launch<256, 3, CL, 4>(c, g, persist, mode, split, what, lim, tile0, one_round)
                               : launch<256, 4, CL, 2>(c, g, persist, mode, split, what, lim, tile0, one_round);
 }
 
-static w22_status run_tma(w22_cuda *c, const w22_gemm *g, int mode, const char *what) {
+static w22_status run_tma(w22_cuda *c, const w22_mm *g, int mode, const char *what) {
     if (g->phases && phase_minor_env()) mode |= MODE_PHASE_MINOR;
     /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
     const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
@@ -963,7 +963,7 @@ static w22_status identity_weights(w22_cuda *c, int n, const bf16 **out) {
  * made in fp32 (conv + residual, + bias) and rounded once, where the epilogue added the residual to the rounded conv
  * output and rounded again. A residual that is the output itself is read by the tile's loads before its epilogue
  * writes it, and no other tile reads those rows. Where it cannot, g keeps its residual. */
-static w22_status residual_as_k(w22_cuda *c, w22_gemm *g) {
+static w22_status residual_as_k(w22_cuda *c, w22_mm *g) {
     if (!g->res || g->sc || g->phases || g->batch || g->split_c || g->r_csh || g->r_tsh || g->r_toff || g->r_coff)
         return W22_OK;
     const long F = g->M / ((long)g->H * g->W);
@@ -977,11 +977,11 @@ static w22_status residual_as_k(w22_cuda *c, w22_gemm *g) {
     return W22_OK;
 }
 
-w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what) {
+w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_mm *g, const char *what) {
     const int zero[1] = {0};
     int mode = mode_for(g, 1, zero, zero);
     if (epi_tma_direct_env() && (mode & MODE_EPI_SMEM)) { /* the default epilogue's GEMMs (W22_WGMMA_EPI unset) */
-        w22_gemm q = *g; /* a residual as extra K where that lets the tile take the TMA store */
+        w22_mm q = *g; /* a residual as extra K where that lets the tile take the TMA store */
         if (q.res && epi_tma_direct_ok_but_res(&q)) W22_TRY(residual_as_k(c, &q));
         if (epi_tma_direct_ok(&q)) return run_tma(c, &q, epi_tma_mode(mode), what);
     }
@@ -989,15 +989,15 @@ w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *w
 }
 
 /* Phase p's output and residual offsets from phase 0's (elements; the residual's with p's DupUp r_coff). */
-static long phase_o(const w22_gemm q[4], int p) { return (const bf16 *)q[p].out - (const bf16 *)q[0].out; }
-static long phase_r(const w22_gemm q[4], int p) { return q[p].res ? q[p].res - q[0].res + q[p].r_coff : 0; }
+static long phase_o(const w22_mm q[4], int p) { return (const bf16 *)q[p].out - (const bf16 *)q[0].out; }
+static long phase_r(const w22_mm q[4], int p) { return q[p].res ? q[p].res - q[0].res + q[p].r_coff : 0; }
 
-const char *w22_cuda_wgmma_tma_phases_blocker(const w22_gemm q[4]) {
-    const w22_gemm *a = &q[0];
+const char *w22_cuda_wgmma_tma_phases_blocker(const w22_mm q[4]) {
+    const w22_mm *a = &q[0];
     if (a->hist_n || a->sc) return "phases: history or shortcut (their map slots carry phases 1-3's A)";
     if (a->out_f32) return "phases: fp32 output";
     for (int p = 0; p < 4; p++) {
-        const w22_gemm *b = &q[p];
+        const w22_mm *b = &q[p];
         const char *why = w22_cuda_wgmma_tma_blocker(b);
         if (why) return why;
 #define SAME(f) (b->f == a->f)
@@ -1017,17 +1017,17 @@ const char *w22_cuda_wgmma_tma_phases_blocker(const w22_gemm q[4]) {
     return NULL;
 }
 
-/* The four phase GEMMs as one (w22_gemm.phases): phase 0's fields, the others' offsets. */
-w22_status w22_cuda_gemm_wgmma_phases(w22_cuda *c, const w22_gemm q[4], const char *what) {
+/* The four phase GEMMs as one (w22_mm.phases): phase 0's fields, the others' offsets. */
+w22_status w22_cuda_gemm_wgmma_phases(w22_cuda *c, const w22_mm q[4], const char *what) {
     const char *why = w22_cuda_wgmma_tma_phases_blocker(q);
     if (why) return w22_fail(W22_ERR_INVALID_ARG, "%s: the four phases as one launch: %s", what, why);
-    w22_gemm g = q[0];
+    w22_mm g = q[0];
     g.phases = 4, g.r_coff = 0; /* each phase's r_coff is in its ph_r */
     for (int p = 0; p < 4; p++) g.ph_o[p] = (int)phase_o(q, p), g.ph_r[p] = (int)phase_r(q, p);
     return run_tma(c, &g, mode_for(q, 4, g.ph_o, g.ph_r), what);
 }
 
-const char *w22_cuda_wgmma_tma_batch_blocker(const w22_gemm *g) {
+const char *w22_cuda_wgmma_tma_batch_blocker(const w22_mm *g) {
     if (g->batch < 2 || g->batch > W22_GEMM_BATCH) return "batch: not 2-16 GEMMs";
     if (g->phases || g->hist_n || g->sc || g->res || g->out_f32 || g->split_c || g->upsample)
         return "batch: phases, history, shortcut, residual, fp32 or split output";
@@ -1047,11 +1047,11 @@ static int epi_tma_env(void) {
     return !w22_env_is(&v, "W22_EPI_TMA", "0");
 }
 
-/* The batch as one launch (w22_gemm.batch). */
-w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_gemm *g, const char *what) {
+/* The batch as one launch (w22_mm.batch). */
+w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_mm *g, const char *what) {
     const char *why = w22_cuda_wgmma_tma_batch_blocker(g);
     if (why) return w22_fail(W22_ERR_INVALID_ARG, "%s: the GEMMs as one launch: %s", what, why);
-    w22_gemm q[W22_GEMM_BATCH];
+    w22_mm q[W22_GEMM_BATCH];
     for (int p = 0; p < g->batch; p++) q[p] = *g;
     int mode = mode_for(q, g->batch, g->ph_o, g->ph_r);
     if (epi_tma_env() && epi_tma_ok(g)) mode = epi_tma_mode(mode);

@@ -218,7 +218,7 @@ template <int BN, int STAGES> struct wg_layout {
 template <int STAGES>
 static __device__ __forceinline__ void wg_init_ring(uint32_t full0, uint32_t empty0, int full_arrivals,
                                                     int empty_arrivals, const CUtensorMap *tm_b,
-                                                    const CUtensorMap *tm_sc, const w22_gemm &g) {
+                                                    const CUtensorMap *tm_sc, const w22_mm &g) {
     for (int s = 0; s < STAGES; s++) {
         mbar_init(full0 + 8 * s, full_arrivals);
         mbar_init(empty0 + 8 * s, empty_arrivals);
@@ -247,9 +247,9 @@ static __device__ __forceinline__ void wg_mma_stage(float *acc, uint64_t da, uin
 /* The epilogue of consumer warpgroup cw from its registers: rows m0 + r below m_end. Accumulator layout of m64nN:
  * thread (warp w, lane l) holds rows 16 w + l / 4 (+ 8) and, per 8-column block j, columns 8 j + 2 (l % 4) + {0, 1}:
  * acc[4 j + 2 h + {0, 1}] for row half h. N % BN == 0: every column is < N. po, pr: the tile's phase's output and
- * residual offsets (w22_gemm.ph_o, ph_r; 0 for a single GEMM). */
+ * residual offsets (w22_mm.ph_o, ph_r; 0 for a single GEMM). */
 template <int BN>
-static __device__ __forceinline__ void wg_store_tile(const w22_gemm &g, const float *acc, int m0, int m_end, int n0,
+static __device__ __forceinline__ void wg_store_tile(const w22_mm &g, const float *acc, int m0, int m_end, int n0,
                                                      int cw, int warp4, int lane, int HW, int po, int pr) {
     const int gq = lane >> 2, tq = lane & 3;
 #pragma unroll
@@ -305,7 +305,7 @@ static __device__ __forceinline__ void wg_quad_transpose(float v[8], int tq) {
  * stores them as one vector. A quarter of the memory instructions of the pair store, and whole 32-byte sectors.
  * Every lane runs the shuffles; only rows below m_end touch memory. */
 template <int BN>
-static __device__ __forceinline__ void wg_store_tile_vec(const w22_gemm &g, const float *acc, int m0, int m_end,
+static __device__ __forceinline__ void wg_store_tile_vec(const w22_mm &g, const float *acc, int m0, int m_end,
                                                          int n0, int cw, int warp4, int lane, int HW, int po, int pr) {
     const int gq = lane >> 2, tq = lane & 3;
 #pragma unroll
@@ -359,7 +359,7 @@ static __device__ __forceinline__ uint32_t wg_pack_bf16(float a, float b) {
 
 /* One vector of 8 channels from n on (packed bf16 pairs) + residual (bf16 + bf16 in fp32, rounded), one 16-byte
  * store. */
-static __device__ __forceinline__ void wg_defer_store_vec(const w22_gemm &g, const uint32_t p[4], int orow, int rrow,
+static __device__ __forceinline__ void wg_defer_store_vec(const w22_mm &g, const uint32_t p[4], int orow, int rrow,
                                                           int n) {
     long ocol, rcol;
     w22_epilogue_cols(g, n, &ocol, &rcol);
@@ -382,7 +382,7 @@ static __device__ __forceinline__ void wg_defer_store_vec(const w22_gemm &g, con
  * the tile's phase's po, pr (wg_store_tile) in them: the next tile may be of another phase. Every lane runs the
  * shuffles. */
 template <int BN>
-static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_gemm &g, const float *acc, int m0,
+static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_mm &g, const float *acc, int m0,
                                                      int m_end, int n0, int cw, int warp4, int lane, int HW, int po,
                                                      int pr, uint32_t epi) {
     const int gq = lane >> 2, tq = lane & 3;
@@ -429,14 +429,14 @@ static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_
  * `step`, unless its row is past the tile. Called right after a stage's wgmmas are issued, while the previous
  * stage's still run: two stages of MMAs cover its latency (the residual's load included). */
 template <int BN>
-static __device__ __forceinline__ void wg_defer_step(const wg_defer<BN> &d, const w22_gemm &g, int step, int tq) {
+static __device__ __forceinline__ void wg_defer_step(const wg_defer<BN> &d, const w22_mm &g, int step, int tq) {
     if (d.orow[1] >= 0) wg_defer_store_vec(g, d.pk[0], d.orow[1], d.rrow[1], d.n0 + (4 * step + tq) * 8);
 }
 
 /* Step BN / 32 + v (v12, W22_WGMMA_EPI=defer): half 0's vector of channel group v, staged in shared
  * memory by wg_defer_pack (each thread reads back only what it wrote: no barrier). */
 template <int BN>
-static __device__ __forceinline__ void wg_defer_step_smem(const wg_defer<BN> &d, const w22_gemm &g, int v, int tq,
+static __device__ __forceinline__ void wg_defer_step_smem(const wg_defer<BN> &d, const w22_mm &g, int v, int tq,
                                                           uint32_t epi) {
     if (d.orow[0] < 0) return;
     uint32_t p[4];
@@ -469,14 +469,14 @@ typedef CUresult (*encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint3
 w22_status w22_cuda_wgmma_persist_init(w22_cuda *c);
 int w22_cuda_wgmma_persist_on(const w22_cuda *c);
 int w22_wgmma_persist_env(void); /* W22_WGMMA_PERSIST: 1, 0, or -1 when unset */
-w22_status w22_cuda_gemm_wgmma_persist(w22_cuda *c, const w22_gemm *g, const char *what);
+w22_status w22_cuda_gemm_wgmma_persist(w22_cuda *c, const w22_mm *g, const char *what);
 /* conv_sm90_wgmma_tma.cu (W22_WGMMA_LOAD=tma): init (sets c->tmap_im2col), whether the switch is on, why a GEMM the
  * default wgmma kernel takes does not qualify (NULL: it does), the launch */
 w22_status w22_cuda_wgmma_tma_init(w22_cuda *c);
 int w22_cuda_wgmma_tma_on(const w22_cuda *c);
-const char *w22_cuda_wgmma_tma_blocker(const w22_gemm *g);
-w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_gemm *g, const char *what);
-const char *w22_cuda_wgmma_tma_phases_blocker(const w22_gemm q[4]); /* why q[0..3] are not one launch; NULL: they are */
+const char *w22_cuda_wgmma_tma_blocker(const w22_mm *g);
+w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_mm *g, const char *what);
+const char *w22_cuda_wgmma_tma_phases_blocker(const w22_mm q[4]); /* why q[0..3] are not one launch; NULL: they are */
 int w22_wgmma_split_of(int tiles, int iters, int grid, int slots, int one_round); /* pieces per tile (1: none) */
 
 #endif

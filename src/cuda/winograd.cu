@@ -280,7 +280,7 @@ const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_wei
 
 /* One band: tile rows [ty0, ty0 + hh) of the output (rows 2 ty0..), the 16 GEMMs and both transforms, V and M the
  * band's (component-major). */
-static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_gemm *g, bf16 *V, bf16 *M, int ty0, int hh,
+static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_mm *g, bf16 *V, bf16 *M, int ty0, int hh,
                             int w2, const bf16 *res, long rsf, long rsh, long rsw) {
     const int F = g->F, ci = w->cin, co = w->cout, FI = F + 2;
     const long vcs = (long)FI * hh * w2 * ci, mcs = (long)F * hh * w2 * co; /* a component's elements */
@@ -296,7 +296,7 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_gem
     w22_cuda_prof_part_end(c, part, 0, 2.0 * FI * hh * w2 * ci * (4 + 16), "winograd input transform c%d %dx%d f%d", ci,
                            2 * hh, 2 * w2, FI);
     /* the 16 GEMMs: one launch where the TMA conv takes the batch (W22_WINOGRAD_BATCH=0: 16 launches, v17's runs) */
-    w22_gemm q;
+    w22_mm q;
     memset(&q, 0, sizeof q);
     q.F = F, q.H = hh, q.W = w2, q.M = F * hh * w2, q.N = co;
     q.a = V, q.a_sf = (long)hh * w2 * ci, q.a_sh = (long)w2 * ci, q.a_sw = ci;
@@ -314,7 +314,7 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_gem
         q.batch = 0, q.a_frames = 0;
         memset(q.ph_o, 0, sizeof q.ph_o);
         for (int xi = 0; xi < 16; xi++) {
-            w22_gemm r = q;
+            w22_mm r = q;
             r.a = V + xi * vcs, r.b = (const bf16 *)w->dev_wino + (size_t)xi * co * 3 * ci, r.out = M + xi * mcs;
             W22_TRY(w22_cuda_gemm(c, &r, "conv (winograd component)"));
         }
@@ -331,7 +331,7 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_gem
     return W22_OK;
 }
 
-w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_gemm *g) {
+w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_mm *g) {
     const int F = g->F, h2 = a->out.h / 2, w2 = a->out.w / 2, ci = w->cin, co = w->cout, FI = F + 2;
     const size_t row = wino_row_bytes(F, w2, ci, co), cap = wino_cap_bytes();
     /* the caller's free memory (a decode's: plan.c's w22_stage_free), else the backend's own grow-only scratch;
@@ -355,7 +355,7 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
     const bf16 *res = g->res;
     long rsf = g->r_sf, rsh = g->r_sh, rsw = g->r_sw;
     if (g->sc) { /* the shortcut's 1x1 GEMM (its bias, and the residual if any) into out first, then added */
-        w22_gemm q;
+        w22_mm q;
         memset(&q, 0, sizeof q);
         q.F = F, q.H = g->H, q.W = g->W, q.M = g->M, q.N = co;
         q.a = g->sc, q.a_sf = g->sc_sf, q.a_sh = g->sc_sh, q.a_sw = g->sc_sw;

@@ -23,6 +23,9 @@ void w22_decoder_free(w22_decoder *d) {
             if (d->wt[i]) d->backend->ops->weight_free(d->backend, d->wt[i]);
         d->backend->ops->destroy(d->backend);
     }
+    free(d->rank_rows);
+    free(d->rank_off);
+    free(d->rank_bytes);
     free(d);
 }
 
@@ -47,6 +50,13 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
     d->rank = p->comm ? p->comm->rank : 0;
     d->world = p->comm ? p->comm->world : 1;
     d->on_all_ranks = p->video_on_all_ranks;
+    d->rank_rows = calloc((size_t)d->world + 1, sizeof *d->rank_rows);
+    d->rank_off = calloc((size_t)d->world, sizeof *d->rank_off);
+    d->rank_bytes = calloc((size_t)d->world, sizeof *d->rank_bytes);
+    if (!d->rank_rows || !d->rank_off || !d->rank_bytes) {
+        w22_decoder_free(d);
+        return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a decoder of %d ranks", d->world);
+    }
     const char *ck = getenv("W22_CHECK");
     d->check = p->check || (ck && !strcmp(ck, "1"));
     /* two latent frames per pass by default (v24: f121 -0.4% against one: stage 0's Winograd convs transform 4

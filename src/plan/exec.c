@@ -50,12 +50,13 @@ static w22_status slot_view(chunk_ctx *k, int slot, int f, int c, int border, w2
  * and NH, which hold nothing yet (plan.c's stage_conv_inputs sizes NH for it). */
 static w22_status fresh_view_of(chunk_ctx *k, int n, int c, int wide, w22_view *v) {
     const size_t need = w22_frames_bytes(n, k->H, k->W, c, 1, k->es);
-    if (!wide || need <= k->size[3]) return slot_view(k, 3, n, c, 1, v);
-    const size_t have = k->off[3] + k->size[3] - k->off[0];
-    if (k->cur.ptr != k->x.ptr || k->off[1] < k->off[0] || k->off[3] < k->off[1] || need > have)
+    if (!wide || need <= k->size[W22_SLOT_NH]) return slot_view(k, W22_SLOT_NH, n, c, 1, v);
+    const size_t have = k->off[W22_SLOT_NH] + k->size[W22_SLOT_NH] - k->off[W22_SLOT_XA];
+    if (k->cur.ptr != k->x.ptr || k->off[W22_SLOT_XB] < k->off[W22_SLOT_XA] || k->off[W22_SLOT_NH] < k->off[W22_SLOT_XB] ||
+        need > have)
         return w22_fail(W22_ERR_INTERNAL, "plan: stage %d's wide conv input (%d frames, %d channels, %zu bytes) needs "
                         "the empty XA, XB and NH in a row (%zu bytes)", k->s, n, c, need, have);
-    *v = mkview(k->scratch + k->off[0], n, k->H, k->W, c, 1, k->es);
+    *v = mkview(k->scratch + k->off[W22_SLOT_XA], n, k->H, k->W, c, 1, k->es);
     return W22_OK;
 }
 static w22_status fresh_view(chunk_ctx *k, int n, int c, w22_view *v) { return fresh_view_of(k, n, c, 0, v); }
@@ -241,7 +242,7 @@ static w22_status out_buffer(chunk_ctx *k, int c, int in_place_ok, w22_view *out
         *out = k->cur;
         return W22_OK;
     }
-    for (int slot = 0; slot < 2; slot++) {
+    for (int slot = W22_SLOT_XA; slot <= W22_SLOT_XB; slot++) {
         void *p = k->scratch + k->off[slot];
         if (p == k->cur.ptr || p == k->blockin.ptr) continue;
         return slot_view(k, slot, k->m, c, 0, out);
@@ -254,7 +255,7 @@ static w22_status run_resblock(chunk_ctx *k, int li) {
     const w22_layer *L = &d->model.layers[li];
     w22_bweight **w = d->wt;
     w22_view t1;
-    W22_TRY(slot_view(k, 2, k->m, L->cout, 0, &t1));
+    W22_TRY(slot_view(k, W22_SLOT_T1, k->m, L->cout, 0, &t1));
     W22_TRY(norm_conv(k, k->cur, w[L->w[W22_WS_NORM1]], 1, li, 0, w[L->w[W22_WS_CONV1_W]],
                       w[L->w[W22_WS_CONV1_B]], t1, NULL, NULL, NULL, NULL));
     w22_view out, cur = k->cur;
@@ -275,15 +276,15 @@ static w22_status run_attention(chunk_ctx *k, int li) {
     const w22_layer *L = &d->model.layers[li];
     const int C = L->cin;
     w22_view t1, qkv;
-    W22_TRY(slot_view(k, 2, k->m, C, 0, &t1));
-    W22_TRY(slot_view(k, 6, k->m, 3 * C, 0, &qkv));
+    W22_TRY(slot_view(k, W22_SLOT_T1, k->m, C, 0, &t1));
+    W22_TRY(slot_view(k, W22_SLOT_QKV, k->m, 3 * C, 0, &qkv));
     W22_TRY(b->ops->rmsnorm(b, k->cur, t1, d->wt[L->w[W22_WS_NORM1]], 0));
     w22_conv_args a = {.in = t1, .out = qkv, .weight = d->wt[L->w[W22_WS_CONV1_W]],
                        .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 1, .ks = 1};
     W22_TRY(b->ops->conv(b, &a));
     w22_view full = qkv;
     if (d->world > 1) {
-        int row0[65];
+        int *row0 = d->rank_rows; /* world + 1 entries (decoder.c sizes it by the world) */
         for (int r = 0; r <= d->world; r++) {
             int a0, n;
             w22_split_rows(d->h, r < d->world ? r : d->world - 1, d->world, &a0, &n);
@@ -293,7 +294,7 @@ static w22_status run_attention(chunk_ctx *k, int li) {
         W22_TRY(w22_allgather_rows(d->comm, b, qkv, full, row0));
     }
     /* its scratch: what the stage leaves free past its own slots (the free span less U and QKV, live here) */
-    char *wk = k->scratch + k->off[7] /* the end of slot 6: slot 7 is empty */, *we = (char *)k->work + k->work_bytes;
+    char *wk = k->scratch + k->off[W22_SLOT_END] /* past QKV */, *we = (char *)k->work + k->work_bytes;
     W22_TRY(b->ops->attention(b, w22_view_channels(qkv, 0, C), w22_view_channels(full, C, C),
                               w22_view_channels(full, 2 * C, C), t1, k->work && we > wk ? wk : NULL,
                               k->work && we > wk ? (size_t)(we - wk) : 0));
@@ -333,7 +334,7 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
                             d->ubuf[k->s].bytes);
         u = mkview(d->ubuf[k->s].ptr, L->temporal ? 2 * m : m, k->H, k->W, C, 1, k->es);
     } else {
-        W22_TRY(slot_view(k, 5, L->temporal ? 2 * m : m, C, 1, &u));
+        W22_TRY(slot_view(k, W22_SLOT_U, L->temporal ? 2 * m : m, C, 1, &u));
     }
     if (L->temporal) {
         if (k->first) { /* frame 0 of the decode skips time_conv and stays one frame */
@@ -404,9 +405,9 @@ static w22_status head_conv_psum(chunk_ctx *k, int li, w22_view o) {
     W22_TRY(fresh_bordered(k, k->m, L->cin, 0, &fresh));
     W22_TRY(b->ops->rmsnorm(b, k->cur, fresh, d->wt[L->w[W22_WS_NORM1]], 1));
     size_t tmp_off;
-    const size_t need = w22_head_psum_bytes(k->m, k->H, k->W, L->cout, k->es, &tmp_off), have = k->size[2];
+    const size_t need = w22_head_psum_bytes(k->m, k->H, k->W, L->cout, k->es, &tmp_off), have = k->size[W22_SLOT_T1];
     const size_t state = w22_frames_bytes(2, k->H, k->W, L->cout, 0, 4);
-    if (need > have || (char *)o.ptr != k->scratch + k->off[2] || state > d->cache[li][0].bytes)
+    if (need > have || (char *)o.ptr != k->scratch + k->off[W22_SLOT_T1] || state > d->cache[li][0].bytes)
         return w22_fail(W22_ERR_INTERNAL, "plan: the head's partial sums need %zu bytes of T1 (sized %zu) from its "
                         "start and a state of %zu bytes (sized %zu)", need, have, state, d->cache[li][0].bytes);
     w22_view st = mkview(d->cache[li][0].ptr, 2, k->H, k->W, L->cout, 0, 4);
@@ -423,7 +424,7 @@ static w22_status run_head(chunk_ctx *k, int li) {
     const w22_layer *L = &d->model.layers[li];
     const int p = d->model.cfg.patch_size, m = k->m;
     w22_view o;
-    W22_TRY(slot_view(k, 2, m, L->cout, 0, &o));
+    W22_TRY(slot_view(k, W22_SLOT_T1, m, L->cout, 0, &o));
     if (d->head_psum) W22_TRY(head_conv_psum(k, li, o));
     else W22_TRY(norm_conv(k, k->cur, d->wt[L->w[W22_WS_NORM1]], 1, li, 0, d->wt[L->w[W22_WS_CONV1_W]],
                            d->wt[L->w[W22_WS_CONV1_B]], o, NULL, NULL, NULL, NULL));
@@ -434,7 +435,7 @@ static w22_status run_head(chunk_ctx *k, int li) {
                          k->es == 4 ? W22_DTYPE_F32 : W22_DTYPE_BF16, vw, 3 * vw, sy, 1};
     W22_TRY(b->ops->unpatchify(b, o, p, dst));
     if (d->world > 1) {
-        size_t off[65], bytes[65];
+        size_t *off = d->rank_off, *bytes = d->rank_bytes; /* world entries each */
         const int scale = (k->H / d->rows) * p;
         for (int r = 0; r < d->world; r++) {
             int r0, n;
@@ -489,7 +490,7 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
             w22_view fresh;
             W22_TRY(fresh_view(&k, m, L->cin, &fresh));
             w22_view out;
-            W22_TRY(slot_view(&k, 0, m, L->cout, 0, &out));
+            W22_TRY(slot_view(&k, W22_SLOT_XA, m, L->cout, 0, &out));
             w22_conv_args a = {.in = fresh, .out = out, .weight = d->wt[L->w[W22_WS_CONV1_W]],
                                .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 3, .ks = 3};
             cache_hist(&k, li, 0, fresh, 1, a.hist);

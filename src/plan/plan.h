@@ -47,6 +47,8 @@ struct w22_decoder {
     w22_backend *backend;
     w22_comm *comm;      /* NULL for one rank */
     int rank, world;
+    int *rank_rows;            /* world + 1: each rank's first latent row (the attention's gather), sized at open */
+    size_t *rank_off, *rank_bytes; /* world: each rank's share of the video staging (the head's gather) */
     int on_all_ranks;
     w22_decoder_params params;
     w22_bweight *wt[W22_MAX_WEIGHTS]; /* the weights in the backend's layout */

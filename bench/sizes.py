@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""The sizes users decode (issue 27.4) and the large pair of issue 28, on ONE decoder in one process, each checked
+against diffusers' float32 decode (TF32 off) within the seed's allowance (3x diffusers' own bf16 error) and timed
+against diffusers' bf16 decode of the same latents:
+
+    1280x704 and 704x1280 (latents 44x80, 80x44), 1280x720 (45x80), 832x480 and 480x832 (30x52, 52x30), 1024x1024
+    (64x64), 1920x1088 (68x120), 3840x2160 (135x240), the seed's 1248x704 (44x78), at T = 1, 2 and 5, and 1280x704
+    at T = 31; then 4096x2160 (135x256, T = 2) twice with different latents (issue 28: the second decode on the
+    same decoder, after the first, checked too).
+
+Every case runs through the package (wan22vae.Decoder on the current stream) and through wan22vae.diffusers.enable
+(the pipeline's path: vae.decode with the switch on), which must give the same bits. The cases run in the order
+above on the same decoder, so that every decode follows one of another size (the state between calls is what
+issue 27 was about). Results go to --json, one record per case, rewritten after each case so that a run cut short
+by its time limit keeps what it did; --cases picks a subset (names as in CASES), so that a long list can be split
+over several device calls.
+
+    python3 bench/sizes.py --json $OUT/sizes.json [--cases 44x80T1 44x80T2 ...] [--no-fp32] [--trials 2]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (the weights, diffusers' model, the allowance rule)
+
+SIZES = [("1280x704", 44, 80), ("704x1280", 80, 44), ("1280x720", 45, 80), ("832x480", 30, 52),
+         ("480x832", 52, 30), ("1024x1024", 64, 64), ("1920x1088", 68, 120), ("3840x2160", 135, 240),
+         ("1248x704", 44, 78)]
+CASES = [(f"{h}x{w}T{T}", label, T, h, w, 0) for T in (1, 2, 5) for label, h, w in SIZES]
+CASES += [("44x80T31", "1280x704", 31, 44, 80, 0), ("135x256T2a", "4096x2160", 2, 135, 256, 0),
+          ("135x256T2b", "4096x2160", 2, 135, 256, 1)]
+
+
+def stats(a, ref):
+    """max|d| and rms(d) of two float32 tensors."""
+    d = (a.float() - ref.float())
+    return float(d.abs().max()), float(d.pow(2).mean().sqrt())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--cases", nargs="*", help="case names (default: all): " + " ".join(c[0] for c in CASES))
+    ap.add_argument("--cache", default=os.environ.get("W22_BENCH_CACHE", "/tmp/w22_bench_cache"))
+    ap.add_argument("--no-fp32", action="store_true", help="skip the float32 reference (timing only)")
+    ap.add_argument("--trials", type=int, default=2)
+    a = ap.parse_args()
+    import torch
+    import wan22vae
+    import wan22vae.diffusers
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    os.makedirs(a.cache, exist_ok=True)
+    dev = torch.device("cuda")
+    names, weights, _ = bench.make_weights(None, 1, a.cache, dev)
+    dif = bench.Diffusers(names, weights, dev)
+    ours = wan22vae.Decoder(wan22vae.weights_from_tensors(weights), device="cuda")
+    cases = [c for c in CASES if not a.cases or c[0] in a.cases]
+    out = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "cases": {}}
+
+    def timed(fn):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        v = fn()
+        torch.cuda.synchronize()
+        return v, (time.perf_counter() - t) * 1e3
+
+    for name, label, T, h, w, variant in cases:
+        g = torch.Generator(device="cpu").manual_seed(1000 + T * 131 + h * 7 + w + 977 * variant)
+        z = torch.randn(1, 48, T, h, w, generator=g).to(dev, torch.bfloat16)
+        rec = {"video": label, "T": T, "latents": [h, w]}
+        try:
+            v, _ = timed(lambda: ours(z))                      # warm-up and the checked call
+            ms = [timed(lambda: ours(z))[1] for _ in range(a.trials)]
+            rec["ours_ms"] = min(ms)
+            again = ours(z)
+            rec["repeat_same_bits"] = bool(torch.equal(again, v))
+            dif.to(torch.bfloat16)
+            vb, _ = timed(lambda: dif.decode(z))
+            rec["diffusers_bf16_ms"] = min(timed(lambda: dif.decode(z))[1] for _ in range(a.trials))
+            rec["speedup"] = rec["diffusers_bf16_ms"] / rec["ours_ms"]
+            wan22vae.diffusers.enable(dif.vae)
+            ve = dif.decode(z)
+            wan22vae.diffusers.disable(dif.vae)
+            rec["enable_same_bits"] = bool(torch.equal(ve.to(v.dtype), v))
+            if not a.no_fp32:
+                dif.to(torch.float32)
+                ref = dif.decode(z)
+                bmax, brms = stats(vb, ref)
+                omax, orms = stats(v, ref)
+                rec.update(bf16_max=bmax, bf16_rms=brms, ours_max=omax, ours_rms=orms,
+                           allowance_used=max(orms / (3 * brms), omax / min(2.0, 3 * bmax)))
+                rec["within"] = bool(orms <= 3 * brms and omax <= min(2.0, 3 * bmax))
+                del ref
+            del vb, ve
+        except Exception as e:  # a case that fails is recorded, the others still run
+            rec["error"] = f"{type(e).__name__}: {e}"
+        out["cases"][name] = rec
+        print(name, json.dumps(rec), flush=True)
+        torch.cuda.empty_cache()
+        with open(a.json + ".tmp", "w") as f:
+            json.dump(out, f, indent=1)
+        os.replace(a.json + ".tmp", a.json)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,10 +1,13 @@
 # wan22vae: `make` builds the library, the CLI and the tests; `make test` runs the CPU suite, and the GPU suite
-# where a GPU is present. Optional parts are detected: OpenBLAS (else a built-in GEMM), libpng, CUDA (nvcc).
+# where a GPU is present. Optional parts are detected: OpenBLAS (else a built-in GEMM), libpng, CUDA (nvcc); `make`
+# prints what it found. `make install` (PREFIX, DESTDIR) installs the header, the shared library (SONAME
+# libwan22vae.so.<major>) and the static one, the CLI and a pkg-config file; `make uninstall` removes them.
 CC      ?= gcc
 NVCC    ?= nvcc
 BUILD   ?= build
 OPT     ?= -O2
-CFLAGS  += $(OPT) -g -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fPIC -Iinclude -Isrc -pthread
+CFLAGS  += $(OPT) -g -std=gnu11 -Wall -Wextra -Wno-unused-parameter -Wno-format-truncation -fPIC -Iinclude -Isrc \
+           -pthread -fvisibility=hidden
 LDLIBS  += -lm -lpthread -ldl
 SAN     ?=
 ifneq ($(SAN),)
@@ -12,25 +15,44 @@ CFLAGS  += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SAN)
 endif
 
+# The version: W22_VERSION in include/wan22vae.h (the one place to change it); the SONAME carries its major number.
+VERSION       := $(shell sed -n 's/^.define W22_VERSION "\(.*\)".*/\1/p' include/wan22vae.h)
+VERSION_MAJOR := $(firstword $(subst ., ,$(VERSION)))
+SONAME        := libwan22vae.so.$(VERSION_MAJOR)
+# The libraries a program linking libwan22vae.a needs, as detected below (the pkg-config file's Libs.private).
+LIBS_PRIVATE  :=
+
 has_header = $(shell printf '\#include <$(1)>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
 
 BLAS ?= $(if $(call has_header,cblas.h),openblas,none)
 ifeq ($(BLAS),openblas)
 CFLAGS += -DW22_HAVE_CBLAS
 LDLIBS += -lopenblas
+LIBS_PRIVATE += -lopenblas
 endif
 PNG ?= $(if $(call has_header,png.h),1,0)
 ifeq ($(PNG),1)
 CFLAGS += -DW22_HAVE_PNG
 LDLIBS += -lpng -lz
+LIBS_PRIVATE += -lpng -lz
 endif
 CUDA ?= $(if $(shell command -v $(NVCC) 2>/dev/null),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
 NVFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas=--warn-on-spills \
            -Xcompiler -fPIC -Iinclude -Isrc
+NVFLAGS += -Xcompiler -fvisibility=hidden
 ifeq ($(CUDA),1)
 CFLAGS += -DW22_HAVE_CUDA -I$(CUDA_HOME)/include
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt
+LIBS_PRIVATE += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
+endif
+LIBS_PRIVATE += -lm -lpthread -ldl
+
+# One line saying what was found (ffmpeg is needed at run time only, for .mp4: whether it is on the PATH).
+NVCC_RELEASE = $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
+ifneq ($(if $(MAKECMDGOALS),$(filter-out clean uninstall,$(MAKECMDGOALS)),all),)
+$(info wan22vae: BLAS=$(BLAS) PNG=$(PNG) CUDA=$(CUDA)$(if $(filter 1,$(CUDA)), (nvcc $(or $(NVCC_RELEASE),?))) \
+FFMPEG=$(if $(shell command -v ffmpeg 2>/dev/null),yes,no))
 endif
 
 LIB_C   := $(sort $(wildcard src/*.c src/model/*.c src/weights/*.c src/plan/*.c src/cpu/*.c src/dist/*.c src/io/*.c))
@@ -46,11 +68,17 @@ PROBES  := $(if $(filter 1,$(CUDA)),$(BUILD)/bench/winograd_probe,)
 
 all: $(BUILD)/libwan22vae.a $(BUILD)/libwan22vae.so $(BUILD)/wan22vae $(TESTS) $(GTESTS) $(PROBES)
 
-$(BUILD)/%.o: %.c
+# The compile commands, kept in $(BUILD)/.flags: objects are rebuilt when they change (an option, a part detected).
+$(BUILD)/.flags: FORCE
+	@mkdir -p $(dir $@)
+	@printf '%s\n' '$(CC) $(CFLAGS)' '$(NVCC) $(NVFLAGS)' > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; fi
+
+$(BUILD)/%.o: %.c $(BUILD)/.flags
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu $(BUILD)/.flags
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
@@ -58,8 +86,11 @@ $(BUILD)/libwan22vae.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+# Exports only what W22_API marks (-fvisibility=hidden above); --exclude-libs keeps the static archives' symbols
+# (cudart_static) out of the dynamic symbol table too.
 $(BUILD)/libwan22vae.so: $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(filter 1,$(CUDA)),-lstdc++)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(SONAME) -Wl,--exclude-libs,ALL -o $@ $^ $(LDLIBS) \
+	    $(if $(filter 1,$(CUDA)),-lstdc++)
 
 $(BUILD)/wan22vae: $(CLI_C:%.c=$(BUILD)/%.o) $(BUILD)/libwan22vae.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(filter 1,$(CUDA)),-lstdc++)
@@ -88,10 +119,46 @@ test-asan:
 sass: $(LIB_CU:%.cu=$(BUILD)/%.o)
 	for o in $^; do cuobjdump --dump-sass $$o; done > $(BUILD)/kernels.sass; grep -c -E 'HGMMA|HMMA' $(BUILD)/kernels.sass
 
+# make install [PREFIX=/usr/local] [DESTDIR=staging]: the header, libwan22vae.so.$(VERSION) with its links
+# (SONAME $(SONAME)), libwan22vae.a, the CLI and lib/pkgconfig/wan22vae.pc (Libs.private: what the .a needs here).
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+INSTALL    ?= install
+LDCONFIG   ?= ldconfig
+
+$(BUILD)/wan22vae.pc: wan22vae.pc.in Makefile FORCE
+	@mkdir -p $(dir $@)
+	@sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|g' \
+	    -e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' -e 's|@VERSION@|$(VERSION)|g' \
+	    -e 's|@LIBS_PRIVATE@|$(LIBS_PRIVATE)|g' $< > $@.tmp
+	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; fi
+
+install: $(BUILD)/libwan22vae.a $(BUILD)/libwan22vae.so $(BUILD)/wan22vae $(BUILD)/wan22vae.pc
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	$(INSTALL) -m 644 include/wan22vae.h $(DESTDIR)$(INCLUDEDIR)/wan22vae.h
+	$(INSTALL) -m 755 $(BUILD)/libwan22vae.so $(DESTDIR)$(LIBDIR)/libwan22vae.so.$(VERSION)
+	ln -sf libwan22vae.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(LIBDIR)/libwan22vae.so
+	$(INSTALL) -m 644 $(BUILD)/libwan22vae.a $(DESTDIR)$(LIBDIR)/libwan22vae.a
+	$(INSTALL) -m 755 $(BUILD)/wan22vae $(DESTDIR)$(BINDIR)/wan22vae
+	$(INSTALL) -m 644 $(BUILD)/wan22vae.pc $(DESTDIR)$(PKGCONFIGDIR)/wan22vae.pc
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then $(LDCONFIG) 2>/dev/null || true; fi
+
+uninstall:
+	rm -f $(DESTDIR)$(INCLUDEDIR)/wan22vae.h $(DESTDIR)$(LIBDIR)/libwan22vae.so.$(VERSION) \
+	    $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libwan22vae.so $(DESTDIR)$(LIBDIR)/libwan22vae.a \
+	    $(DESTDIR)$(BINDIR)/wan22vae $(DESTDIR)$(PKGCONFIGDIR)/wan22vae.pc
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then $(LDCONFIG) 2>/dev/null || true; fi
+
 clean:
 	rm -rf build build-asan
 
-.PHONY: all test test-asan sass clean
+FORCE:
+.PHONY: all test test-asan sass clean install uninstall FORCE
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # libFuzzer targets under ASan + UBSan: tests/fuzz_<name>.c linked with the library sources FUZZ_SRC_<name>, run

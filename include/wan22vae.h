@@ -15,6 +15,17 @@ extern "C" {
 
 #define W22_VERSION "0.1.0"
 
+/* W22_API marks the public functions: the only symbols libwan22vae.so exports (the library is built with
+ * -fvisibility=hidden; static linking ignores visibility). Define W22_API before including this header to
+ * override it. */
+#ifndef W22_API
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define W22_API __attribute__((visibility("default")))
+#else
+#define W22_API
+#endif
+#endif
+
 typedef enum {
     W22_OK = 0,
     W22_ERR_INVALID_ARG,    /* a bad argument: NULL, a size out of range, an unknown option */
@@ -33,13 +44,13 @@ typedef enum {
 } w22_status;
 
 /* The name of a status ("W22_ERR_BAD_SHAPE"). */
-const char *w22_status_string(w22_status s);
+W22_API const char *w22_status_string(w22_status s);
 /* The message of the last failed call on this thread ("" if none). Valid until the next failing call. */
-const char *w22_last_error(void);
+W22_API const char *w22_last_error(void);
 
 typedef enum { W22_DTYPE_F32 = 0, W22_DTYPE_BF16 = 1, W22_DTYPE_F16 = 2 } w22_dtype;
-size_t w22_dtype_size(w22_dtype t);
-const char *w22_dtype_name(w22_dtype t);
+W22_API size_t w22_dtype_size(w22_dtype t);
+W22_API const char *w22_dtype_name(w22_dtype t);
 
 /* The decoder's structure (diffusers' AutoencoderKLWan config). Narrow variants (a smaller decoder_base_dim,
  * z_dim) keep the structure and are what the tests use; the default is Wan2.2 TI2V-5B. */
@@ -53,13 +64,13 @@ typedef struct {
     int patch_size;      /* 2 */
 } w22_config;
 
-void w22_config_default(w22_config *cfg);
+W22_API void w22_config_default(w22_config *cfg);
 /* Checks a config for the structure this library implements; W22_ERR_INVALID_ARG says which field is off. */
-w22_status w22_config_check(const w22_config *cfg);
+W22_API w22_status w22_config_check(const w22_config *cfg);
 /* Frames and size of the video for latents of T frames at h x w. */
-void w22_video_shape(const w22_config *cfg, int T, int h, int w, int *frames, int *height, int *width);
+W22_API void w22_video_shape(const w22_config *cfg, int T, int h, int w, int *frames, int *height, int *width);
 /* Floating-point operations (2 per multiply-add) of one decode of T latent frames at h x w. */
-double w22_decode_flops(const w22_config *cfg, int T, int h, int w);
+W22_API double w22_decode_flops(const w22_config *cfg, int T, int h, int w);
 
 /* ---- weights ---- */
 typedef struct w22_weights w22_weights;
@@ -67,25 +78,25 @@ typedef struct w22_weights w22_weights;
 /* Loads and validates the decoder's weights from a safetensors file with diffusers' names: the decoder's own
  * (post_quant_conv.*, decoder.*), with or without a prefix ("vae."), or a whole-VAE file (encoder tensors are
  * ignored). fp32, bf16 and fp16 are accepted. The file stays mapped while the weights live. */
-w22_status w22_weights_load(const char *path, const w22_config *cfg, w22_weights **out);
+W22_API w22_status w22_weights_load(const char *path, const w22_config *cfg, w22_weights **out);
 /* Synthetic weights, deterministic from a seed (docs/synthetic.md specifies the generator). */
-w22_status w22_weights_synthetic(const w22_config *cfg, uint64_t seed, w22_weights **out);
+W22_API w22_status w22_weights_synthetic(const w22_config *cfg, uint64_t seed, w22_weights **out);
 /* Weights from caller memory, in the model's weight order (w22_weight_count, w22_weight_name); the data is
  * borrowed, not copied, and must outlive the weights object and any decoder opened from it. */
-w22_status w22_weights_from_memory(const w22_config *cfg, const void *const *data, w22_dtype dtype,
-                                   w22_weights **out);
+W22_API w22_status w22_weights_from_memory(const w22_config *cfg, const void *const *data, w22_dtype dtype,
+                                           w22_weights **out);
 /* Writes the weights as a safetensors file (diffusers names), through a temporary file and a rename. */
-w22_status w22_weights_save(const w22_weights *w, const char *path, w22_dtype dtype);
-void w22_weights_free(w22_weights *w);
-const w22_config *w22_weights_config(const w22_weights *w);
+W22_API w22_status w22_weights_save(const w22_weights *w, const char *path, w22_dtype dtype);
+W22_API void w22_weights_free(w22_weights *w);
+W22_API const w22_config *w22_weights_config(const w22_weights *w);
 
 /* The model's weight table, in diffusers' named_parameters() order (110 tensors for any config). */
-int w22_weight_count(const w22_config *cfg);
-const char *w22_weight_name(const w22_config *cfg, int i); /* a pointer into a static table per call */
-int w22_weight_shape(const w22_config *cfg, int i, int64_t shape[5]); /* returns ndim */
+W22_API int w22_weight_count(const w22_config *cfg);
+W22_API const char *w22_weight_name(const w22_config *cfg, int i); /* a pointer into a static table per call */
+W22_API int w22_weight_shape(const w22_config *cfg, int i, int64_t shape[5]); /* returns ndim */
 
 /* Synthetic latents [1, z_dim, T, h, w] as float32, deterministic from a seed (docs/synthetic.md). */
-w22_status w22_latents_synthetic(const w22_config *cfg, uint64_t seed, int T, int h, int w, float *out);
+W22_API w22_status w22_latents_synthetic(const w22_config *cfg, uint64_t seed, int T, int h, int w, float *out);
 
 /* ---- distributed ---- */
 /* A group of ranks that decode one video together: each rank takes a band of rows of every stage. */
@@ -93,12 +104,12 @@ typedef struct w22_comm w22_comm;
 
 /* `world` ranks inside this process (one thread per rank, CPU or one GPU each), exchanging through memory:
  * comms[r] is rank r's handle. Each rank's decoder runs on its own thread. */
-w22_status w22_comm_local_group(int world, w22_comm **comms);
+W22_API w22_status w22_comm_local_group(int world, w22_comm **comms);
 /* NCCL across processes: rank 0 makes the id (128 bytes), every rank gets it (e.g. over torch.distributed), then
  * each makes its handle on its own GPU. */
-w22_status w22_nccl_unique_id(unsigned char id[128]);
-w22_status w22_comm_nccl(const unsigned char id[128], int rank, int world, int cuda_device, w22_comm **out);
-void w22_comm_free(w22_comm *c);
+W22_API w22_status w22_nccl_unique_id(unsigned char id[128]);
+W22_API w22_status w22_comm_nccl(const unsigned char id[128], int rank, int world, int cuda_device, w22_comm **out);
+W22_API void w22_comm_free(w22_comm *c);
 
 /* ---- decoding ---- */
 typedef enum { W22_DEVICE_CPU = 0, W22_DEVICE_CUDA = 1 } w22_device;
@@ -121,7 +132,7 @@ typedef struct {
                            * failure names the stage, layer and buffer. For tests: a sync and a pass per operand. */
 } w22_decoder_params;
 
-void w22_decoder_params_init(w22_decoder_params *p);
+W22_API void w22_decoder_params_init(w22_decoder_params *p);
 
 typedef struct w22_decoder w22_decoder;
 
@@ -129,8 +140,8 @@ typedef struct w22_decoder w22_decoder;
  * convs that run as Winograd, 512 channels and up, get their Winograd weights on the GPU and keep their direct ones
  * in host memory, about 1 GB, until a decode at an odd size needs them there.) With a comm it makes no collective call (ranks may open, fail and agree afterwards); the first decode is where the ranks
  * first meet, in an agreement that every rank is ready. */
-w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w22_decoder **out);
-void w22_decoder_free(w22_decoder *d);
+W22_API w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w22_decoder **out);
+W22_API void w22_decoder_free(w22_decoder *d);
 
 /* Receives finished video frames [1, 3, nframes, H, W] (float32, NCDHW of these frames) on rank 0. Return
  * nonzero to stop the decode. */
@@ -138,20 +149,21 @@ typedef int (*w22_frames_fn)(void *user, const float *frames, int frame0, int nf
 
 /* Decodes host latents z [1, z_dim, T, h, w] (dtype zt) into host video [1, 3, 4T-3, 16h, 16w] (dtype vt).
  * On ranks other than 0 video may be NULL unless video_on_all_ranks. */
-w22_status w22_decode(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, void *video, w22_dtype vt);
+W22_API w22_status w22_decode(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, void *video,
+                              w22_dtype vt);
 /* Same, handing the video over frame by frame as it completes instead of into one buffer (memory stays bounded
  * in T). */
-w22_status w22_decode_frames(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, w22_frames_fn fn,
-                             void *user);
+W22_API w22_status w22_decode_frames(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, w22_frames_fn fn,
+                                     void *user);
 /* CUDA decoders: latents and video in device memory (bf16), on the caller's stream (a cudaStream_t; NULL for the
  * default stream). Returns when the video is written and the stream is synchronized. */
-w22_status w22_decode_device(w22_decoder *d, const void *z_dev, int T, int h, int w, void *video_dev,
-                             void *cuda_stream);
+W22_API w22_status w22_decode_device(w22_decoder *d, const void *z_dev, int T, int h, int w, void *video_dev,
+                                     void *cuda_stream);
 
 /* Device memory the decoder holds now: weights and workspace, in bytes (0 on the CPU). */
-size_t w22_decoder_device_bytes(const w22_decoder *d);
+W22_API size_t w22_decoder_device_bytes(const w22_decoder *d);
 /* Whether this build has the CUDA backend, and a usable GPU (sm_90) is present. */
-int w22_cuda_available(void);
+W22_API int w22_cuda_available(void);
 
 #ifdef __cplusplus
 }

@@ -44,4 +44,15 @@ class BinaryDistribution(Distribution):
         return True
 
 
-setup(cmdclass={"build_py": BuildWithLibrary}, distclass=BinaryDistribution)
+def license_metadata():
+    """Apache-2.0 (LICENSE in the repo root): an SPDX License-Expression where setuptools supports one (77+), else
+    the License field (pyproject.toml declares the licence dynamic for this)."""
+    import setuptools
+    try:
+        major = int(setuptools.__version__.split(".")[0])
+    except ValueError:
+        major = 0
+    return {"license_expression": "Apache-2.0"} if major >= 77 else {"license": "Apache-2.0"}
+
+
+setup(cmdclass={"build_py": BuildWithLibrary}, distclass=BinaryDistribution, **license_metadata())

@@ -8,7 +8,7 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends build-essential libopenblas-dev libpng-dev zlib1g-dev \
+$SUDO apt-get install -y -q --no-install-recommends build-essential pkg-config libopenblas-dev libpng-dev zlib1g-dev \
     ffmpeg clang libclang-rt-14-dev python3-pip >/dev/null
 python3 -m pip install -q numpy pytest 2>/dev/null || python3 -m pip install -q --break-system-packages numpy pytest
 echo "setup: done"

@@ -34,7 +34,7 @@ typedef enum {
     W22_ERR_MISSING_TENSOR, /* a weight the model needs is not in the file */
     W22_ERR_BAD_SHAPE,      /* a tensor has the wrong shape */
     W22_ERR_BAD_DTYPE,      /* a tensor has a dtype that is not accepted */
-    W22_ERR_NONFINITE,      /* NaN or Inf in the latents */
+    W22_ERR_NONFINITE,      /* NaN or Inf in the latents or the weights (refused at load) */
     W22_ERR_OUT_OF_MEMORY,  /* host or device memory could not be had */
     W22_ERR_UNSUPPORTED,    /* not available here: no GPU, a backend not built in */
     W22_ERR_CUDA,           /* a CUDA call failed; the message names the call */

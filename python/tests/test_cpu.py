@@ -77,7 +77,7 @@ def test_cuda_unavailable_says_why(weights):
     with pytest.raises(wan22vae.Error) as e:
         wan22vae.Decoder(weights, device="cuda")
     assert e.value.status == "W22_ERR_UNSUPPORTED"
-    assert ("no CUDA" in e.value.message) or ("CUDA backend" in e.value.message) or ("sm_" in e.value.message)
+    assert "no usable CUDA GPU" in e.value.message or "sm_" in e.value.message, e.value.message
     assert isinstance(e.value, RuntimeError)
 
 
@@ -190,7 +190,7 @@ def test_error_bad_shape_from_c(cpu_decoder):
 def test_error_bad_shape_z_dim(cpu_decoder):
     with pytest.raises(wan22vae.Error) as e:
         cpu_decoder(np.zeros((1, 5, 1, 2, 3), np.float32))
-    assert e.value.status == "W22_ERR_BAD_SHAPE" and "[1, 4, T, h, w]" in e.value.message
+    assert e.value.status == "W22_ERR_BAD_SHAPE" and "[B, 4, T, h, w]" in e.value.message
 
 
 class _Spy:
@@ -585,3 +585,481 @@ def test_threads_share_decoder_and_close_waits():
     env = dict(os.environ, PYTHONPATH=PKG_ROOT)
     got = subprocess.run([sys.executable, "-c", THREADS_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
     assert got.returncode == 0 and got.stdout.strip() == "ok", (got.returncode, got.stdout[-2000:], got.stderr[-4000:])
+
+
+# ---- batches, output dtype, progress, Ctrl-C (issue 31) ----
+def test_batch_decodes_each_latent(cpu_decoder):
+    zs = [wan22vae.synthetic_latents(NARROW, seed=20 + i, T=2, h=3, w=4) for i in range(3)]
+    z = np.concatenate(zs)
+    video = cpu_decoder(z)
+    assert video.shape == (3, 3, 5, 48, 64) and video.dtype == np.float32
+    for i, zi in enumerate(zs):
+        np.testing.assert_array_equal(video[i:i + 1], cpu_decoder(zi))
+    out = np.full(video.shape, np.nan, np.float16)
+    assert cpu_decoder(z.astype(np.float16), out=out) is out and np.isfinite(out).all()
+    with pytest.raises(wan22vae.Error, match="W22_ERR_BAD_SHAPE"):
+        cpu_decoder(z, out=np.empty((2, 3, 5, 48, 64), np.float32))
+    with pytest.raises(wan22vae.Error, match=r"\[B, 4, T, h, w\] with B >= 1"):
+        cpu_decoder(np.zeros((0, 4, 2, 3, 4), np.float32))
+
+
+def test_batch_torch_cpu_and_torch_dtype(weights):
+    torch = pytest.importorskip("torch")
+    z = np.concatenate([wan22vae.synthetic_latents(NARROW, seed=30 + i, T=2, h=2, w=3) for i in range(2)])
+    ref = wan22vae.Decoder(weights, device="cpu", threads=2)(z)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, "bfloat16"):
+        dec = wan22vae.Decoder(weights, device="cpu", threads=2, torch_dtype=dtype)
+        got = dec(torch.from_numpy(z))
+        want = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        assert isinstance(got, torch.Tensor) and got.dtype == want and got.shape == ref.shape
+        assert float((got.float() - torch.from_numpy(ref)).abs().max()) <= 2 ** -7  # the rounding to dtype only
+        dec.close()
+
+
+def test_torch_dtype_for_numpy_latents(weights, latents):
+    ref = wan22vae.Decoder(weights, device="cpu", threads=2)(latents)
+    got = wan22vae.Decoder(weights, device="cpu", threads=2, torch_dtype="float16")(latents)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), ref, atol=2 ** -10, rtol=0)
+    with pytest.raises(wan22vae.Error, match="numpy has no bfloat16"):
+        wan22vae.Decoder(weights, device="cpu", torch_dtype="bfloat16")(latents)
+    with pytest.raises(wan22vae.Error, match="W22_ERR_BAD_DTYPE"):
+        wan22vae.Decoder(weights, device="cpu", torch_dtype="int8")
+
+
+def test_progress_callable_over_a_batch(weights):
+    z = np.concatenate([wan22vae.synthetic_latents(NARROW, seed=40 + i, T=3, h=2, w=2) for i in range(2)])
+    seen = []
+    dec = wan22vae.Decoder(weights, device="cpu", threads=2)  # two latent frames per pass
+    video = dec(z, progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(2, 6), (3, 6), (5, 6), (6, 6)]
+    np.testing.assert_array_equal(video, dec(z))  # no progress: the same video
+    one = wan22vae.Decoder(weights, device="cpu", threads=2, frames_per_pass=1)
+    seen.clear()
+    one(z[:1], progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+    with pytest.raises(wan22vae.Error, match="progress"):
+        dec(z, progress="yes")
+
+
+def test_progress_exception_stops_the_decode(weights):
+    z = wan22vae.synthetic_latents(NARROW, seed=5, T=8, h=4, w=4)
+    dec = wan22vae.Decoder(weights, device="cpu", threads=2, frames_per_pass=1)
+    ref = dec(z)
+    calls = []
+
+    def stop(done, total):
+        calls.append(done)
+        if done == 2:
+            raise ValueError("enough")
+    with pytest.raises(ValueError, match="enough"):
+        dec(z, progress=stop)
+    assert calls == [1, 2], calls  # stopped at the end of the pass that raised
+    np.testing.assert_array_equal(dec(z), ref)  # the decoder is whole after a stopped decode
+
+
+def test_progress_true_tqdm_or_stderr(weights, monkeypatch, capsys):
+    import types
+    z = wan22vae.synthetic_latents(NARROW, seed=5, T=4, h=2, w=2)
+    dec = wan22vae.Decoder(weights, device="cpu", threads=2)
+    bars = []
+
+    class FakeTqdm:
+        def __init__(self, total, **kw):
+            self.total, self.n, self.closed = total, 0, False
+            bars.append(self)
+
+        def update(self, k):
+            self.n += k
+
+        def close(self):
+            self.closed = True
+    fake = types.ModuleType("tqdm.auto")
+    fake.tqdm = FakeTqdm
+    monkeypatch.setitem(sys.modules, "tqdm", types.ModuleType("tqdm"))
+    monkeypatch.setitem(sys.modules, "tqdm.auto", fake)
+    dec(z, progress=True)
+    assert len(bars) == 1 and bars[0].total == 4 and bars[0].n == 4 and bars[0].closed
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # tqdm not installed: lines on stderr
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    capsys.readouterr()
+    dec(z, progress=True)
+    err = capsys.readouterr().err
+    assert "wan22vae: 4/4 latent frames decoded (100%" in err, err
+
+
+def test_progress_hook_off(weights, latents):
+    dec = wan22vae.Decoder(weights, device="cpu", threads=2, progress_hook=False)
+    np.testing.assert_array_equal(dec(latents), wan22vae.Decoder(weights, device="cpu", threads=2)(latents))
+    with pytest.raises(wan22vae.Error, match="progress_hook=False"):
+        dec(latents, progress=print)
+
+
+CTRL_C_SCRIPT = r"""
+import os, signal, threading, time
+import numpy as np
+import wan22vae
+N = {"z_dim": 4, "base_dim": 8}
+w = wan22vae.synthetic_weights(N, 7)
+dec = wan22vae.Decoder(w, device="cpu", threads=2)
+z = wan22vae.synthetic_latents(N, 3, 24, 16, 16)   # 12 passes of about 0.3 s here: about 4 s in all
+report = os.environ.get("W22_TEST_PROGRESS") == "1"
+passes = []
+def note(done, total):
+    passes.append((done, time.monotonic()))
+sent = []
+def interrupt():
+    sent.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Timer(0.5, interrupt).start()
+t0 = time.monotonic()
+try:
+    dec(z, progress=note if report else None)
+    raise SystemExit("the decode ran to its end: Ctrl-C did not stop it")
+except KeyboardInterrupt:
+    t1 = time.monotonic()
+assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the SIGINT handler was not restored"
+after = [d for d, t in passes if t > sent[0]]
+print(f"raised {t1 - sent[0]:.3f} s after SIGINT, {t1 - t0:.3f} s after the start; passes {len(passes)}, "
+      f"after the signal {len(after)}")
+if report:
+    # the pass running at the signal ends with a callback that stops the decode: no pass starts after it (Python may
+    # run the handler at the callback's first line, before the report, or at the report's, after it)
+    assert len(after) <= 1, (after, sent, passes)
+# the decoder is whole after the stopped decode
+small = wan22vae.synthetic_latents(N, 4, 2, 3, 4)
+ref = wan22vae.Decoder(w, device="cpu", threads=2)(small)
+assert np.array_equal(dec(small), ref)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("report", [False, True], ids=["no-progress", "progress"])
+def test_ctrl_c_stops_within_a_pass(report):
+    """SIGINT (Ctrl-C) 0.5 s into a CPU decode of about 4 s: the call raises KeyboardInterrupt at the end of the pass
+    that was running (no pass starts after the signal), restores the SIGINT handler, and the decoder decodes again.
+    In a subprocess: the signal goes to that process only."""
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT, W22_TEST_PROGRESS="1" if report else "0")
+    got = subprocess.run([sys.executable, "-c", CTRL_C_SCRIPT], capture_output=True, text=True, env=env, timeout=300)
+    assert got.returncode == 0 and got.stdout.strip().endswith("ok"), (got.returncode, got.stdout, got.stderr[-4000:])
+    took = float(got.stdout.split(" s after SIGINT")[0].split()[-1])
+    assert took < 2.5, got.stdout  # about one pass (0.3 s, more on a busy machine); the whole decode: 3.5 s more
+
+
+# ---- devices (issue 31) ----
+@pytest.mark.skipif(wan22vae.cuda_available(), reason="a usable GPU is here")
+def test_device_auto_is_cpu_here_and_says_so(weights, latents, tmp_path, caplog):
+    import logging
+    with caplog.at_level(logging.INFO, logger="wan22vae"):
+        dec = wan22vae.Decoder(weights, threads=2)
+    assert not dec.is_cuda and dec.device == "cpu"
+    assert any("device='auto': decoding on the CPU" in r.getMessage() and "no usable CUDA GPU" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]
+    weights.save(tmp_path / "w.safetensors", "f32")
+    np.testing.assert_array_equal(wan22vae.Decoder.from_pretrained(tmp_path / "w.safetensors", threads=2)(latents),
+                                  dec(latents))
+
+
+@pytest.mark.skipif(wan22vae.cuda_available(), reason="a usable GPU is here")
+def test_device_cuda_without_gpu_says_so_plainly(weights, tmp_path):
+    for device in ("cuda", "cuda:0"):
+        with pytest.raises(wan22vae.Error) as e:
+            wan22vae.Decoder(weights, device=device)
+        assert e.value.status == "W22_ERR_UNSUPPORTED" and "no usable CUDA GPU" in e.value.message, e.value
+        assert "insufficient" not in e.value.message
+    weights.save(tmp_path / "w.safetensors", "f32")
+    with pytest.raises(wan22vae.Error, match="no usable CUDA GPU"):
+        wan22vae.Decoder.from_pretrained(tmp_path / "w.safetensors", device="cuda")
+
+
+def test_no_gpu_error_words():
+    from wan22vae.decoder import _no_gpu_error
+    e = _no_gpu_error("cuda", "cudaGetDeviceCount: CUDA driver version is insufficient for CUDA runtime version")
+    assert "no usable CUDA GPU" in e.message and "no NVIDIA driver" in e.message and "insufficient" not in e.message
+    e = _no_gpu_error("cuda:1", "this build of wan22vae has no CUDA backend (built without nvcc)")
+    assert "no usable CUDA GPU" in e.message and "no CUDA backend" in e.message and "'cuda:1'" in e.message
+
+
+def _pipeline_folder(root, weights, with_stats=True):
+    vae = root / "vae"
+    vae.mkdir(parents=True)
+    weights.save(vae / "diffusion_pytorch_model.safetensors", "f32")
+    cfg = {"_class_name": "AutoencoderKLWan", "base_dim": 160, "decoder_base_dim": 8, "z_dim": 4,
+           "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2, "attn_scales": [], "temperal_downsample": [False, True, True],
+           "is_residual": True, "in_channels": 12, "out_channels": 12, "patch_size": 2}
+    if with_stats:
+        cfg.update(latents_mean=[0.5, -0.25, 0.125, 1.0], latents_std=[2.0, 0.5, 1.5, 0.75])
+    (vae / "config.json").write_text(json.dumps(cfg))
+    (root / "model_index.json").write_text(json.dumps({"_class_name": "WanPipeline"}))
+    return vae
+
+
+def test_from_pretrained_subfolder(tmp_path, weights, latents):
+    ref = wan22vae.Decoder(weights, device="cpu", threads=2)(latents)
+    _pipeline_folder(tmp_path / "pipe", weights)
+    got = wan22vae.Decoder.from_pretrained(tmp_path / "pipe", subfolder="vae", device="cpu", threads=2)(latents)
+    np.testing.assert_array_equal(got, ref)
+    half = wan22vae.Decoder.from_pretrained(str(tmp_path / "pipe"), subfolder="vae", device="cpu", threads=2,
+                                            torch_dtype="float16")(latents)
+    assert half.dtype == np.float16
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.Decoder.from_pretrained(tmp_path / "pipe", subfolder="transformer", device="cpu")
+    assert e.value.status == "W22_ERR_IO" and "transformer" in e.value.message
+    with pytest.raises(wan22vae.Error, match="subfolder"):
+        wan22vae.Decoder.from_pretrained(tmp_path / "pipe" / "vae" / "diffusion_pytorch_model.safetensors",
+                                         subfolder="vae", device="cpu")
+
+
+def test_from_pretrained_hub_repo_id(tmp_path, weights, latents, monkeypatch):
+    """A Hugging Face repo id goes through huggingface_hub.snapshot_download (a stand-in here: no network)."""
+    import types
+    _pipeline_folder(tmp_path / "snap", weights)
+    calls = []
+
+    def snapshot_download(**kw):
+        calls.append(kw)
+        return str(tmp_path / "snap")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
+    got = wan22vae.Decoder.from_pretrained("Wan-AI/Wan2.2-TI2V-5B-Diffusers", subfolder="vae", device="cpu",
+                                           threads=2)(latents)
+    np.testing.assert_array_equal(got, wan22vae.Decoder(weights, device="cpu", threads=2)(latents))
+    assert calls[0]["repo_id"] == "Wan-AI/Wan2.2-TI2V-5B-Diffusers" and calls[0]["allow_patterns"] == ["vae/*"]
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.Decoder.from_pretrained("Wan-AI/Wan2.2-TI2V-5B-Diffusers", subfolder="vae", device="cpu")
+    assert e.value.status == "W22_ERR_IO" and "huggingface_hub is not installed" in e.value.message
+
+
+# ---- de-normalizing pipeline latents (issue 31) ----
+STATS = {"latents_mean": [0.5, -0.25, 0.125, 1.0], "latents_std": [2.0, 0.5, 1.5, 0.75]}
+
+
+def test_denormalize_numpy(tmp_path, weights):
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((2, 4, 3, 2, 5)).astype(np.float32)
+    mean = np.array(STATS["latents_mean"], np.float32).reshape(1, 4, 1, 1, 1)
+    std = np.array(STATS["latents_std"], np.float32).reshape(1, 4, 1, 1, 1)
+    got = wan22vae.denormalize_latents(z, STATS)
+    assert got.dtype == np.float32 and got.shape == z.shape and got is not z
+    np.testing.assert_allclose(got, z * std + mean, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got, z / (np.float32(1) / std) + mean)  # the pipeline's own order of operations
+    np.testing.assert_array_equal(wan22vae.denormalize_latents(z[0], STATS), got[0])  # [C, T, h, w]
+    # from a VAE folder, its config.json, a pipeline folder, a weight file with config.json next to it
+    vae = _pipeline_folder(tmp_path / "pipe", weights)
+    for source in (vae, vae / "config.json", tmp_path / "pipe", str(vae / "diffusion_pytorch_model.safetensors")):
+        np.testing.assert_array_equal(wan22vae.denormalize_latents(z, source), got)
+    # float64 and float16 stay, integers become float32
+    assert wan22vae.denormalize_latents(z.astype(np.float64), STATS).dtype == np.float64
+    assert wan22vae.denormalize_latents(z.astype(np.float16), STATS).dtype == np.float16
+    assert wan22vae.denormalize_latents(np.ones((4, 1, 1, 1), np.int32), STATS).dtype == np.float32
+    # None: Wan2.2 TI2V-5B's statistics
+    z48 = rng.standard_normal((1, 48, 2, 2, 2)).astype(np.float32)
+    m48 = np.array(wan22vae.TI2V_5B_LATENTS_MEAN, np.float32).reshape(1, 48, 1, 1, 1)
+    s48 = np.array(wan22vae.TI2V_5B_LATENTS_STD, np.float32).reshape(1, 48, 1, 1, 1)
+    np.testing.assert_allclose(wan22vae.denormalize_latents(z48), z48 * s48 + m48, rtol=1e-6, atol=1e-6)
+    assert len(wan22vae.TI2V_5B_LATENTS_MEAN) == len(wan22vae.TI2V_5B_LATENTS_STD) == 48
+
+
+def test_denormalize_errors(tmp_path, weights):
+    z = np.zeros((1, 4, 1, 1, 1), np.float32)
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.denormalize_latents(np.zeros((1, 5, 1, 1, 1), np.float32), STATS)
+    assert e.value.status == "W22_ERR_BAD_SHAPE" and "[B, 4, T, h, w]" in e.value.message
+    with pytest.raises(wan22vae.Error, match="TI2V-5B"):
+        wan22vae.denormalize_latents(z)  # 4 channels, the default statistics have 48
+    with pytest.raises(wan22vae.Error, match="latents_std"):
+        wan22vae.denormalize_latents(z, {"latents_mean": [0, 0, 0, 0]})
+    with pytest.raises(wan22vae.Error, match="zero"):
+        wan22vae.denormalize_latents(z, {"latents_mean": [0] * 4, "latents_std": [1, 0, 1, 1]})
+    vae = _pipeline_folder(tmp_path / "nostats", weights, with_stats=False)
+    with pytest.raises(wan22vae.Error) as e:
+        wan22vae.denormalize_latents(z, vae)
+    assert e.value.status == "W22_ERR_MISSING_TENSOR" and str(vae / "config.json") in e.value.message
+    with pytest.raises(wan22vae.Error, match="W22_ERR_IO"):
+        wan22vae.denormalize_latents(z, tmp_path / "absent")
+    with pytest.raises(wan22vae.Error, match="W22_ERR_INVALID_ARG"):
+        wan22vae.denormalize_latents(z, 3.5)
+
+
+def test_denormalize_torch_is_the_pipelines_code():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        z = torch.randn(2, 4, 3, 2, 5, generator=g).to(dtype)
+        # WanPipeline.__call__ (diffusers 0.42), with vae.config = STATS, z_dim 4
+        mean = torch.tensor(STATS["latents_mean"]).view(1, 4, 1, 1, 1).to(z.device, z.dtype)
+        std = 1.0 / torch.tensor(STATS["latents_std"]).view(1, 4, 1, 1, 1).to(z.device, z.dtype)
+        want = z / std + mean
+        got = wan22vae.denormalize_latents(z, STATS)
+        assert got.dtype == dtype and torch.equal(got, want), dtype
+    # numpy and torch agree for float32
+    assert np.array_equal(wan22vae.denormalize_latents(z.float().numpy(), STATS),
+                          wan22vae.denormalize_latents(z.float(), STATS).numpy())
+
+
+# ---- wan22vae.diffusers and a Wan pipeline, on a small real AutoencoderKLWan (needs torch + diffusers) ----
+SMALL_WAN = dict(base_dim=8, decoder_base_dim=8, z_dim=4, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
+                 temperal_downsample=[False, True, True], is_residual=True, in_channels=12, out_channels=12,
+                 patch_size=2, scale_factor_temporal=4, scale_factor_spatial=16, **STATS)
+
+
+@pytest.fixture(scope="module")
+def small_wan():
+    """A small AutoencoderKLWan (TI2V-5B's structure, z_dim 4, decoder_base_dim 8; diffusers' random init), float32
+    on the CPU; tests take copies (enable() changes a VAE)."""
+    torch = pytest.importorskip("torch")
+    diffusers = pytest.importorskip("diffusers")
+    torch.manual_seed(0)
+    return diffusers.AutoencoderKLWan(**SMALL_WAN).eval()
+
+
+@pytest.fixture
+def small_vae(small_wan, monkeypatch):
+    """A copy of small_wan that wan22vae.diffusers takes for TI2V-5B's config (the kernel path checks the config
+    first; the full config would be 2.8 GB of float32 weights here)."""
+    import copy
+    import wan22vae.diffusers as wd
+    monkeypatch.setattr(wd, "_config_reason", lambda cfg: None)
+    vae = copy.deepcopy(small_wan)
+    yield vae
+    wd.disable(vae)
+
+
+def _small_latents(dtype, B=2):
+    import torch
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(B, 4, 2, 3, 4, generator=g).to(dtype)
+
+
+def test_diffusers_fp32_vae_on_cpu_falls_back_for_the_device(small_vae, monkeypatch):
+    """A float32 VAE is not refused for its dtype any more: on the CPU it falls back because of the device; with
+    allow_fp32=False (or W22_ALLOW_FP32=0) for its dtype, as before."""
+    import torch
+    import warnings
+    import wan22vae.diffusers as wd
+    z = _small_latents(torch.float32)
+    with torch.no_grad():
+        theirs = small_vae.decode(z).sample
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert wd.enable(small_vae) is False
+        st = wd.status(small_vae)
+        assert "needs them on one GPU" in st["reason"] and "float32" not in st["reason"], st
+        with torch.no_grad():
+            assert torch.equal(small_vae.decode(z).sample, theirs)
+        assert wd.enable(small_vae, allow_fp32=False) is False
+        assert "allow_fp32=False" in wd.status(small_vae)["reason"]
+        monkeypatch.setenv("W22_ALLOW_FP32", "0")
+        assert wd.enable(small_vae) is False
+        reason = wd.status(small_vae)["reason"]
+        assert "allow_fp32=False" in reason and "torch.float32" in reason, reason
+        assert wd.enable(small_vae, allow_fp32=True) is False  # the argument wins over the environment
+        assert "needs them on one GPU" in wd.status(small_vae)["reason"]
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16", "float16"])
+def test_diffusers_kernel_path_logic_on_the_cpu_backend(small_vae, monkeypatch, caplog, dtype_name):
+    """The kernel path's Python side (weights converted once to bf16, latents of the VAE's dtype, a batch, the video in
+    the VAE's dtype, the log line, re-enable keeping the decoder, weights changed in place) through the library's
+    CPU backend: the GPU check is stood in for (the GPU suite runs it for real on the CUDA kernels)."""
+    import copy
+    import logging
+    import torch
+    import warnings
+    import wan22vae.diffusers as wd
+    dtype = getattr(torch, dtype_name)
+    monkeypatch.setattr(wd, "_gpu_reason", lambda vae: None)
+    conversions = []
+    real = wd._our_weights
+    monkeypatch.setattr(wd, "_our_weights", lambda vae, cfg: conversions.append(1) or real(vae, cfg))
+    z32 = _small_latents(torch.float32)
+    with torch.no_grad():
+        ref = small_vae.decode(z32).sample                        # diffusers' float32 decode
+        vae_bf16 = copy.deepcopy(small_vae).to(torch.bfloat16)
+        theirs_bf16 = vae_bf16.decode(z32.to(torch.bfloat16)).sample.float()
+    allow = 3 * float((theirs_bf16 - ref).abs().max())
+    vae = small_vae.to(dtype)
+    z = z32.to(dtype)
+    with caplog.at_level(logging.INFO, logger="wan22vae"):
+        assert wd.enable(vae) is True
+    notes = [r.getMessage() for r in caplog.records if "runs on wan22vae" in r.getMessage()]
+    assert len(notes) == 1 and f"this torch.{dtype_name} VAE" in notes[0] and f"returned in torch.{dtype_name}" in \
+        notes[0], notes
+    assert ("allow_fp32=False" in notes[0]) == (dtype_name != "bfloat16")
+    assert conversions == [1]
+    with torch.no_grad():
+        ours = vae.decode(z).sample
+    assert wd.status(vae)["path"] == "kernel" and wd.status(vae)["dtype"] == dtype
+    assert ours.dtype == dtype and ours.shape == ref.shape
+    err = float((ours.float() - ref).abs().max())
+    print(f"{dtype_name} VAE: max|d| {err:.4g} against diffusers' float32 decode (allowed {allow:.4g})")
+    assert err <= allow, f"max|d| {err:.4g} against diffusers' float32 decode; allowed {allow:.4g} (3x its bf16)"
+    with torch.no_grad():
+        one = vae.decode(z[1:]).sample
+    assert torch.equal(one[0], ours[1])  # a batch is its latents decoded one by one
+    # enable() again with the weights unchanged: no second conversion
+    assert wd.enable(vae) is True and conversions == [1]
+    # weights changed in place: the next decode falls back and says why; enable() converts again
+    with torch.no_grad():
+        vae.decoder.conv_out.bias.mul_(1)
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            fell = vae.decode(z).sample
+    st = wd.status(vae)
+    assert st["path"] == "diffusers" and "changed in place" in st["reason"], st
+    assert fell.dtype == dtype
+    assert wd.enable(vae) is True and conversions == [1, 1]
+    with torch.no_grad():
+        assert torch.equal(vae.decode(z).sample, ours)
+
+
+def test_diffusers_kernel_path_latents_of_another_dtype_fall_back(small_vae, monkeypatch):
+    import torch
+    import warnings
+    import wan22vae.diffusers as wd
+    monkeypatch.setattr(wd, "_gpu_reason", lambda vae: None)
+    assert wd.enable(small_vae) is True
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        with torch.no_grad(), pytest.raises(RuntimeError):
+            small_vae.decode(_small_latents(torch.bfloat16))  # diffusers' own error for it, as without enable()
+    st = wd.status(small_vae)
+    assert st["path"] == "diffusers" and "torch.bfloat16" in st["reason"] and "torch.float32" in st["reason"], st
+
+
+def test_pipeline_latents_decode_to_the_pipelines_video(small_wan):
+    """A (tiny) WanPipeline's output_type="latent" latents, de-normalized with wan22vae.denormalize_latents(z,
+    pipe.vae), decode to the pipeline's own video: through diffusers' decode bit for bit, through the library's CPU
+    decoder within float32 rounding; without the de-normalizing they do not."""
+    import copy
+    import torch
+    pytest.importorskip("transformers")  # WanPipeline needs it importable (no text encoder is used)
+    from diffusers import FlowMatchEulerDiscreteScheduler, WanPipeline, WanTransformer3DModel
+    torch.manual_seed(0)
+    transformer = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=8,
+                                        in_channels=4, out_channels=4, text_dim=16, freq_dim=32, ffn_dim=16,
+                                        num_layers=1, cross_attn_norm=True, rope_max_seq_len=32).eval()
+    vae = copy.deepcopy(small_wan)
+    pipe = WanPipeline(tokenizer=None, text_encoder=None, vae=vae, transformer=transformer,
+                       scheduler=FlowMatchEulerDiscreteScheduler(shift=5.0), expand_timesteps=True)
+    pipe.set_progress_bar_config(disable=True)
+    args = dict(prompt_embeds=torch.randn(1, 8, 16, generator=torch.Generator().manual_seed(2)), height=32, width=64,
+                num_frames=5, num_inference_steps=2, guidance_scale=1.0)
+    latents = pipe(**args, generator=torch.Generator().manual_seed(1), output_type="latent").frames
+    video = pipe(**args, generator=torch.Generator().manual_seed(1), output_type="pt").frames
+    assert latents.shape == (1, 4, 2, 2, 4) and video.shape == (1, 5, 3, 32, 64)
+    z = wan22vae.denormalize_latents(latents, pipe.vae)
+    post = pipe.video_processor.postprocess_video
+    with torch.no_grad():
+        assert torch.equal(post(vae.decode(z).sample, output_type="pt"), video)
+        raw = post(vae.decode(latents).sample, output_type="pt")
+    assert float((raw - video).abs().max()) > 0.01  # the statistics matter here
+    sd = {f"post_quant_conv.{k}": v for k, v in vae.post_quant_conv.state_dict().items()}
+    sd.update({f"decoder.{k}": v for k, v in vae.decoder.state_dict().items()})
+    dec = wan22vae.Decoder(wan22vae.weights_from_tensors(sd, wan22vae.config_from_diffusers(vae.config)),
+                           device="cpu", threads=2)
+    ours = post(dec(z), output_type="pt")
+    assert float((ours - video).abs().max()) < 1e-5
+    # the config as a dict gives the same
+    assert torch.equal(wan22vae.denormalize_latents(latents, dict(vae.config)), z)

@@ -6,7 +6,10 @@
   decode; run() launches no kernel but the library's (torch.profiler) and calls no ATen op;
 - diffusers' AutoencoderKLWan (TI2V-5B config, the same weights) decoding the same latents with and without
   wan22vae.diffusers.enable, within the allowance: max|d| <= min(2, 3 x bf16 max|d|), rms <= 3 x bf16 rms, the bf16
-  figures being diffusers' own bf16 decode against its fp32 decode (TF32 off);
+  figures being diffusers' own bf16 decode against its fp32 decode (TF32 off); for float32, bfloat16 and float16
+  VAEs (weights converted once to bf16, the video in the VAE's dtype), and allow_fp32=False keeping diffusers' decode;
+- the Decoder of issue 31: device="auto", subfolder=, batches, torch_dtype, progress, a decode stopped by the progress
+  callable and by Ctrl-C (SIGINT, in a subprocess);
 - every fallback of enable() taken when it should be, with its reason said once;
 - to_uint8_frames against diffusers' postprocess (PIL), in one device-to-host copy.
 The diffusers tests need diffusers (0.42.1) and skip without it."""
@@ -22,6 +25,7 @@ import numpy as np
 import pytest
 
 import wan22vae
+import wan22vae.diffusers  # the module the diffusers tests use (not imported by the package itself)
 
 torch = pytest.importorskip("torch")
 pytestmark = [
@@ -259,6 +263,85 @@ def test_decoder_from_pretrained_and_out(tmp_path, weights_bf16, z_bf16, ref):
     dec.close()
 
 
+def test_decoder_auto_subfolder_batch_dtype_progress(tmp_path, z_bf16, ref, caplog):
+    """Issue 31's Decoder on the GPU: device="auto" takes the GPU (and says so), subfolder=, a batch of two decoded
+    one by one, torch_dtype= and out= of float32/float16, a progress callable, and a decode stopped by the callable
+    (its exception propagates; the next decode is whole)."""
+    import logging
+    w = wan22vae.synthetic_weights(None, SEED_W)
+    (tmp_path / "pipe" / "vae").mkdir(parents=True)
+    w.save(tmp_path / "pipe" / "vae" / "diffusion_pytorch_model.safetensors", "bf16")
+    w.free()
+    with caplog.at_level(logging.INFO, logger="wan22vae"):
+        dec = wan22vae.Decoder.from_pretrained(tmp_path / "pipe", subfolder="vae")
+    assert dec.is_cuda and any("device='auto': decoding on cuda:" in r.getMessage() for r in caplog.records)
+    one = dec(z_bf16)
+    within(one, ref)
+    z2 = torch.cat([z_bf16, z_bf16.flip(2)])
+    seen = []
+    two = dec(z2, progress=lambda done, total: seen.append((done, total)))
+    assert two.shape == (2,) + tuple(one.shape[1:]) and two.dtype == torch.bfloat16
+    assert torch.equal(two[:1], one) and torch.equal(two[1:], dec(z_bf16.flip(2).contiguous()))
+    assert seen and seen[-1] == (2 * T, 2 * T), seen
+    f32 = wan22vae.Decoder.from_pretrained(tmp_path / "pipe", subfolder="vae", device="cuda", torch_dtype=torch.float32)
+    v = f32(z2)
+    assert v.dtype == torch.float32 and torch.equal(v, two.float())
+    out = torch.full(two.shape, float("nan"), dtype=torch.float16, device=z2.device)
+    assert dec(z2, out=out) is out and torch.equal(out, two.half())
+    # stopped by the progress callable after its first pass
+    z6 = torch.from_numpy(wan22vae.synthetic_latents(None, 5, 6, H, W)).to(z_bf16.device, torch.bfloat16)
+    whole = dec(z6)
+    calls = []
+
+    def stop(done, total):
+        calls.append(done)
+        raise ValueError("stop here")
+    with pytest.raises(ValueError, match="stop here"):
+        dec(z6, progress=stop)
+    assert calls == [2], calls
+    torch.cuda.synchronize()
+    assert torch.equal(dec(z6), whole)
+    dec.close()
+    f32.close()
+
+
+CTRL_C_GPU = r"""
+import os, signal, threading, time
+import numpy as np
+import wan22vae
+dec = wan22vae.Decoder.synthetic(None, 0, device="cuda")
+z = wan22vae.synthetic_latents(None, 1, 31, 44, 78)   # f121: about 2.4 s on an H200
+small = wan22vae.synthetic_latents(None, 2, 2, 4, 6)
+ref = dec(small)
+sent = []
+def interrupt():
+    sent.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Timer(0.5, interrupt).start()
+t0 = time.monotonic()
+try:
+    dec(z)
+    raise SystemExit("the decode ran to its end: Ctrl-C did not stop it")
+except KeyboardInterrupt:
+    t1 = time.monotonic()
+print(f"raised {t1 - sent[0]:.3f} s after SIGINT, {t1 - t0:.3f} s after the start")
+assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+assert np.array_equal(dec(small), ref), "the decode after the stopped one differs"
+print("ok")
+"""
+
+
+def test_ctrl_c_on_gpu():
+    """SIGINT 0.5 s into a GPU decode of 121 frames (host latents): KeyboardInterrupt, and the decoder decodes right
+    afterwards. In a subprocess: the signal goes to that process only."""
+    import subprocess
+    import sys
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    got = subprocess.run([sys.executable, "-c", CTRL_C_GPU], capture_output=True, text=True, env=env, timeout=600)
+    print(got.stdout)
+    assert got.returncode == 0 and got.stdout.strip().endswith("ok"), (got.returncode, got.stdout, got.stderr[-4000:])
+
+
 # ---- diffusers ----
 def test_diffusers_enable_matches(vae16, z_bf16, ref):
     diffusers = pytest.importorskip("diffusers")
@@ -287,10 +370,10 @@ def test_diffusers_enable_matches(vae16, z_bf16, ref):
     assert "decode" not in vae16.__dict__
 
 
-def _fallback(vae, z, expect, enable_ok):
+def _fallback(vae, z, expect, enable_ok, **enable_kwargs):
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        assert wan22vae.diffusers.enable(vae) is enable_ok
+        assert wan22vae.diffusers.enable(vae, **enable_kwargs) is enable_ok
         with torch.no_grad():
             a = vae.decode(z).sample
             b = vae.decode(z).sample
@@ -302,12 +385,80 @@ def _fallback(vae, z, expect, enable_ok):
     return a
 
 
-def test_fallback_fp32_vae(vae32, z_bf16):
+def test_fallback_fp32_vae_opt_out(vae32, z_bf16, monkeypatch):
+    """allow_fp32=False (or W22_ALLOW_FP32=0) keeps diffusers' own decode for a float32 VAE, as before issue 31."""
     with torch.no_grad():
         theirs = vae32.decode(z_bf16.float()).sample
-    got = _fallback(vae32, z_bf16.float(), "torch.float32", False)
-    assert torch.equal(got, theirs)
-    wan22vae.diffusers.disable(vae32)
+    try:
+        got = _fallback(vae32, z_bf16.float(), "torch.float32", False, allow_fp32=False)
+        assert torch.equal(got, theirs) and "allow_fp32=False" in wan22vae.diffusers.status(vae32)["reason"]
+        wan22vae.diffusers.disable(vae32)
+        monkeypatch.setenv("W22_ALLOW_FP32", "0")
+        got = _fallback(vae32, z_bf16.float(), "allow_fp32=False", False)
+        assert torch.equal(got, theirs)
+    finally:
+        wan22vae.diffusers.disable(vae32)
+
+
+@pytest.fixture(scope="module")
+def kernel_bf16(vae32, z_bf16, device):
+    """The kernel path's video for a bf16 VAE with the synthetic weights (the reference of the other dtypes)."""
+    vae = _vae(vae32.state_dict(), torch.bfloat16, device)
+    assert wan22vae.diffusers.enable(vae) is True
+    with torch.no_grad():
+        video = vae.decode(z_bf16).sample
+    wan22vae.diffusers.disable(vae)
+    del vae
+    return video
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16", "float16"])
+def test_diffusers_enable_dtypes(vae32, z_bf16, ref, device, kernel_bf16, dtype_name, caplog, monkeypatch):
+    """A float32, bfloat16 or float16 AutoencoderKLWan (TI2V-5B, the synthetic weights) takes the kernel path: the
+    weights converted once to bf16 (a second enable() converts nothing), the latents of the VAE's dtype, the video in
+    the VAE's dtype, within the allowance of diffusers' float32 decode (TF32 off), the log line saying the arithmetic;
+    compared with diffusers' own decode in the same dtype."""
+    import logging
+    dtype = getattr(torch, dtype_name)
+    vae = vae32 if dtype == torch.float32 else _vae(vae32.state_dict(), dtype, device)
+    z = z_bf16.to(dtype)
+    assert torch.equal(z.to(torch.bfloat16), z_bf16)  # the same latents in every dtype
+    conversions = []
+    real = wan22vae.diffusers._our_weights
+    monkeypatch.setattr(wan22vae.diffusers, "_our_weights", lambda v, cfg: conversions.append(1) or real(v, cfg))
+    try:
+        with torch.no_grad():
+            theirs = vae.decode(z).sample
+        with caplog.at_level(logging.INFO, logger="wan22vae"):
+            assert wan22vae.diffusers.enable(vae) is True
+        notes = [r.getMessage() for r in caplog.records if "runs on wan22vae's CUDA kernels" in r.getMessage()]
+        assert len(notes) == 1, [r.getMessage() for r in caplog.records]
+        for words in ("bf16 storage, fp32 accumulation", "within 3x diffusers' own bf16",
+                      f"this torch.{dtype_name} VAE", f"returned in torch.{dtype_name}"):
+            assert words in notes[0], (words, notes[0])
+        assert "Winograd" in notes[0] or "W22_WINOGRAD=0" in notes[0], notes[0]
+        with torch.no_grad():
+            ours = vae.decode(z).sample
+            assert wan22vae.diffusers.status(vae)["path"] == "kernel"
+            assert ours.dtype == theirs.dtype == dtype and ours.shape == theirs.shape
+            mx, rms = within(ours, ref)
+            d_theirs = float((theirs.float() - ref[0]).abs().max())
+            d_both = float((ours.float() - theirs.float()).abs().max())
+            print(f"enable() on a {dtype_name} VAE: max|d| {mx:.4g}, rms {rms:.4g} against diffusers fp32 (allowed "
+                  f"{ref[1]:.4g}, {ref[2]:.4g}); diffusers' own {dtype_name} decode {d_theirs:.4g}; ours - theirs "
+                  f"{d_both:.4g}")
+            if dtype == torch.float32:   # the bf16 kernels' video, converted: bit for bit
+                assert torch.equal(ours.to(torch.bfloat16), kernel_bf16)
+                within(ours, (theirs.float(), ref[1], ref[2]))  # diffusers' own float32 decode (TF32 as it is)
+            elif dtype == torch.bfloat16:
+                assert torch.equal(ours, kernel_bf16)
+            # a batch of two in the VAE's dtype
+            batch = vae.decode(torch.cat([z, z.flip(2)])).sample
+            assert batch.dtype == dtype and torch.equal(batch[:1], ours)
+            assert wan22vae.diffusers.enable(vae) is True and conversions == [1]  # unchanged weights: kept
+            assert torch.equal(vae.decode(z).sample, ours)
+    finally:
+        wan22vae.diffusers.disable(vae)
 
 
 def test_fallback_tiling(vae16, z_bf16):

@@ -1,12 +1,14 @@
 """wan22vae: the Wan2.2 (TI2V-5B) VAE decoder of libwan22vae, from Python (ctypes; torch optional).
 
     import wan22vae
-    dec = wan22vae.Decoder.from_pretrained("Wan2.2-TI2V-5B-Diffusers/vae")   # a GPU decoder (bf16)
-    video = dec(z)                                 # torch CUDA z [1, 48, T, h, w] -> bf16 [1, 3, 4T-3, 16h, 16w]
+    dec = wan22vae.Decoder.from_pretrained("Wan2.2-TI2V-5B-Diffusers", subfolder="vae")   # GPU if usable, else CPU
+    video = dec(z, progress=True)                  # torch CUDA z [B, 48, T, h, w] -> bf16 [B, 3, 4T-3, 16h, 16w]
     frames = wan22vae.to_uint8_frames(video)       # numpy uint8 [4T-3, 16h, 16w, 3], one device-to-host copy
 
     import wan22vae.diffusers
     wan22vae.diffusers.enable(pipe.vae)            # AutoencoderKLWan.decode through the library where it applies
+
+    z = wan22vae.denormalize_latents(latents, pipe.vae)    # a pipeline's output_type="latent" -> vae.decode's input
 
 The seed benchmark's protocol is wan22vae.prepare / wan22vae.run (see wan22vae.protocol). Importing the package
 needs neither torch nor a GPU; the library (libwan22vae.so) is loaded on first use.
@@ -16,6 +18,7 @@ from .decoder import (Decoder, Weights, config_from_diffusers, cuda_available, c
                       default_config, load_weights, synthetic_latents, synthetic_weights, video_shape, weight_table,
                       weights_from_tensors)
 from .frames import to_uint8_frames
+from .latents import TI2V_5B_LATENTS_MEAN, TI2V_5B_LATENTS_STD, denormalize_latents, latents_statistics
 from .protocol import prepare, run
 
 __version__ = "0.1.0"
@@ -29,4 +32,5 @@ def library_path():
 
 __all__ = ["Error", "Decoder", "Weights", "config_from_diffusers", "cuda_available", "cuda_unavailable_reason",
            "default_config", "load_weights", "synthetic_latents", "synthetic_weights", "video_shape",
-           "weight_table", "weights_from_tensors", "to_uint8_frames", "prepare", "run", "library_path"]
+           "weight_table", "weights_from_tensors", "to_uint8_frames", "prepare", "run", "library_path",
+           "denormalize_latents", "latents_statistics", "TI2V_5B_LATENTS_MEAN", "TI2V_5B_LATENTS_STD"]

@@ -1,15 +1,18 @@
 """Configs, weights and the Decoder: the Python face of w22_weights_* and w22_decoder_*.
 
-    dec = wan22vae.Decoder.from_pretrained("Wan2.2-TI2V-5B-Diffusers/vae")   # CUDA, bf16
-    video = dec(z)                      # z: torch CUDA [1, 48, T, h, w] -> bf16 [1, 3, 4T-3, 16h, 16w]
+    dec = wan22vae.Decoder.from_pretrained("Wan2.2-TI2V-5B-Diffusers", subfolder="vae")   # device="auto"
+    video = dec(z)                      # z: torch CUDA [B, 48, T, h, w] -> bf16 [B, 3, 4T-3, 16h, 16w]
 
-On the CPU (device="cpu") the decoder takes numpy arrays or CPU torch tensors and returns float32 video. torch
-is imported only where a torch tensor is involved, so the package works with numpy alone.
+On the CPU (device="cpu", or "auto" where no GPU can be used) the decoder takes numpy arrays or CPU torch tensors
+and returns float32 video. torch is imported only where a torch tensor is involved, so the package works with numpy
+alone.
 """
 import ctypes
 import glob
 import json
+import logging
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -17,8 +20,11 @@ import threading
 import numpy as np
 
 from . import _lib
+from . import _progress
 from . import _safetensors
 from ._lib import Error, check, fail, lib
+
+logger = logging.getLogger("wan22vae")
 
 CONFIG_KEYS = ("z_dim", "base_dim", "dim_mult", "num_res_blocks", "temporal_up", "out_channels", "patch_size")
 
@@ -509,21 +515,21 @@ def cuda_available():
         return False
 
 
-def cuda_unavailable_reason():
+def cuda_unavailable_reason(plain=False):
     """Why the CUDA path cannot be used here (None when it can): the library's own message (no GPU, a GPU that is
-    not sm_90, a build without CUDA)."""
+    not sm_90, a build without CUDA). plain: only the reason in words, without the status name and advice."""
     try:
         if lib().w22_cuda_available():
             return None
         # The backend says why when asked to open: a tiny decoder fails before any weight is uploaded.
         w = synthetic_weights({"z_dim": 4, "base_dim": 8}, 0)
         try:
-            Decoder(w, device="cuda").close()
+            Decoder(w, device="cuda", progress_hook=False).close()
         finally:
             w.free()
         return "w22_cuda_available() found no usable GPU (sm_90)"
     except Error as e:
-        return str(e)
+        return (getattr(e, "why", None) or e.message) if plain else str(e)
 
 
 def _numeric_array(x, what):
@@ -548,8 +554,8 @@ def _parse_device(device, cuda_device):
     if text == "cuda" or text.startswith("cuda:"):
         idx = text.split(":", 1)[1] if ":" in text else None
         if idx is not None and not idx.isdigit():
-            raise fail("W22_ERR_INVALID_ARG", f"device {device!r}; expected 'cpu', 'cuda' or 'cuda:N' (N a GPU "
-                       "ordinal)")
+            raise fail("W22_ERR_INVALID_ARG", f"device {device!r}; expected 'auto', 'cpu', 'cuda' or 'cuda:N' (N a "
+                       "GPU ordinal)")
         idx = int(idx) if idx is not None else None
         if idx is None:
             idx = cuda_device
@@ -559,61 +565,172 @@ def _parse_device(device, cuda_device):
         if not _small_int(idx) or int(idx) < 0:
             raise fail("W22_ERR_INVALID_ARG", f"cuda_device {idx!r}; expected a GPU ordinal >= 0")
         return _lib.DEVICE_CUDA, int(idx)
-    raise fail("W22_ERR_INVALID_ARG", f"device {device!r}; expected 'cpu', 'cuda' or 'cuda:N'")
+    raise fail("W22_ERR_INVALID_ARG", f"device {device!r}; expected 'auto', 'cpu', 'cuda' or 'cuda:N'")
+
+
+def resolve_device(device="auto", cuda_device=None):
+    """(W22 device, ordinal) for a device argument; "auto" (or None) is CUDA where the library can use a GPU
+    (w22_cuda_available()), else the CPU, and says which on the "wan22vae" logger (INFO)."""
+    if device is None or (isinstance(device, str) and device == "auto"):
+        if cuda_available():
+            kind, idx = _parse_device("cuda", cuda_device)
+            logger.info("wan22vae: device='auto': decoding on cuda:%d (bf16 storage, fp32 accumulation)", idx)
+            return kind, idx
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("wan22vae: device='auto': decoding on the CPU (float32); no usable CUDA GPU: %s",
+                        cuda_unavailable_reason(plain=True))
+        return _lib.DEVICE_CPU, 0
+    return _parse_device(device, cuda_device)
+
+
+def _no_gpu_error(device, message):
+    """The error for device='cuda' where no GPU can be used, in plain words (CUDA's own "driver version is
+    insufficient" is what a machine without any NVIDIA driver gets)."""
+    low = message.lower()
+    if "insufficient" in low and "driver" in low:
+        why = "no NVIDIA driver is loaded, or it is older than the CUDA runtime this library was built with"
+    elif "no cuda-capable device" in low or "no cuda gpu" in low:
+        why = "no CUDA GPU was found"
+    else:
+        why = message
+    e = Error("W22_ERR_UNSUPPORTED", f"device {str(device)!r}: no usable CUDA GPU here ({why}); device='cpu' "
+              "or device='auto' decodes on the CPU")
+    e.why = why
+    return e
+
+
+def canonical_dtype(dtype, what="torch_dtype"):
+    """None, or "float32" / "bfloat16" / "float16" for a torch dtype, a numpy dtype or a name ("bf16", ...)."""
+    if dtype is None:
+        return None
+    key = str(dtype).replace("torch.", "").lower()
+    if key not in _DTYPE_CODES:
+        try:
+            key = np.dtype(dtype).name
+        except TypeError:
+            pass
+    if key not in _DTYPE_CODES:
+        raise fail("W22_ERR_BAD_DTYPE", f"{what} {dtype!r}; expected torch.float32, torch.bfloat16 or torch.float16")
+    return _lib.DTYPE_NAMES[_DTYPE_CODES[key]]
+
+
+def _hf_snapshot(repo_id, subfolder, revision=None, cache_dir=None, local_files_only=False, token=None):
+    """A Hugging Face repo's files (subfolder/ only, when given) through huggingface_hub's cache: its local path."""
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise fail("W22_ERR_IO", f"{repo_id}: no such file or folder here, and huggingface_hub is not installed to "
+                   f"fetch it as a Hugging Face repo (pip install huggingface_hub, or download it first: "
+                   f"hf download {repo_id} --include '{subfolder or ''}{'/' if subfolder else ''}*')") from None
+    patterns = [f"{subfolder.strip('/')}/*"] if subfolder else ["*.json", "*.safetensors"]
+    try:
+        return huggingface_hub.snapshot_download(repo_id=repo_id, allow_patterns=patterns, revision=revision,
+                                                 cache_dir=cache_dir, local_files_only=local_files_only, token=token)
+    except Exception as e:
+        raise fail("W22_ERR_IO", f"{repo_id}: no such file or folder here, and as a Hugging Face repo it could not "
+                   f"be had: {type(e).__name__}: {e}") from None
+
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 # ---- the decoder ----
 class Decoder:
-    """A decoder on the CPU (float32) or one GPU (bf16). Call it on latents [1, z_dim, T, h, w]:
+    """A decoder on the CPU (float32) or one GPU (bf16). Call it on latents [B, z_dim, T, h, w]:
 
-    - a torch CUDA tensor (on the decoder's GPU): decoded on the current torch stream into a bf16 CUDA tensor
-      [1, 3, 4T-3, 16h, 16w] (or into out=, bf16, contiguous, on the same GPU);
+    - a torch CUDA tensor (on the decoder's GPU): decoded on the current torch stream into a CUDA tensor
+      [B, 3, 4T-3, 16h, 16w], bf16 (or torch_dtype; or into out=, contiguous, on the same GPU);
     - a numpy array or CPU torch tensor: decoded through host memory into float32 (numpy for numpy, a torch
-      tensor for a torch tensor), or into out= (float32, bfloat16 or float16; numpy: float32 or float16).
+      tensor for a torch tensor; torch_dtype for a tensor, float16 too for numpy), or into out= (float32, bfloat16 or
+      float16; numpy: float32 or float16).
 
-    Latents of 4 dims [z_dim, T, h, w] give a video of 4 dims. Validation errors are wan22vae.Error with the C
-    library's message; the latent sizes are checked here (T in [1, MAX_T], h and w in [1, MAX_HW]) before anything
-    is allocated or the library is called.
+    B > 1 decodes the B latents one after another. Latents of 4 dims [z_dim, T, h, w] give a video of 4 dims.
+    Validation errors are wan22vae.Error with the C library's message; the latent sizes are checked here (T in
+    [1, MAX_T], h and w in [1, MAX_HW]) before anything is allocated or the library is called.
+
+    device: "auto" (default: CUDA where the library can use a GPU, else the CPU; the "wan22vae" logger says which at
+    INFO), "cpu", "cuda", "cuda:N" or a torch.device. torch_dtype: the video's dtype (None: bf16 on the GPU, float32
+    on the CPU).
+
+    Progress: dec(z, progress=True) shows a tqdm bar (lines on stderr without tqdm), dec(z, progress=fn) calls
+    fn(latent_frames_done, latent_frames_total) after every pass (frames_per_pass latent frames, 2 by default); an
+    exception fn raises stops the decode at the end of that pass and propagates. Ctrl-C (SIGINT) during a call on
+    the main thread stops the decode at the end of the running pass and raises KeyboardInterrupt (with a comm, every
+    rank's decode runs to its end first). progress_hook=False opens the decoder without the library's progress
+    callback (no Python code runs during its decodes: no progress, Ctrl-C waits for the decode's end).
 
     Threads: one decoder may be used from several threads. Its calls take turns (a lock per decoder, held for the
-    length of a decode), and close() waits for a running decode before it frees the decoder; a decode after
+    length of a call), and close() waits for a running decode before it frees the decoder; a decode after
     close() raises wan22vae.Error."""
 
-    def __init__(self, weights, device="cuda", cuda_device=None, frames_per_pass=0, threads=0, comm=None,
-                 video_on_all_ranks=False):
+    def __init__(self, weights, device="auto", cuda_device=None, frames_per_pass=0, threads=0, comm=None,
+                 video_on_all_ranks=False, torch_dtype=None, progress_hook=True):
         self._lock = threading.Lock()
         self._h = ctypes.c_void_p()
+        self._hook = _progress.Hook()
         if not isinstance(weights, Weights):
             weights = weights_from_tensors(weights)
         self.config = weights.config
         self._cfg = make_config(self.config)
-        self.device_kind, self.cuda_device = _parse_device(device, cuda_device)
+        self.torch_dtype = canonical_dtype(torch_dtype)
         for name, v in (("frames_per_pass", frames_per_pass), ("threads", threads)):
             if not _small_int(v):
                 raise fail("W22_ERR_INVALID_ARG", f"{name} {v!r}; expected an integer (0: the library's choice)")
+        self.device_kind, self.cuda_device = resolve_device(device, cuda_device)
         p = _lib.DecoderParams()
         lib().w22_decoder_params_init(ctypes.byref(p))
         p.device, p.cuda_device = self.device_kind, self.cuda_device
         p.frames_per_pass, p.threads = int(frames_per_pass), int(threads)
         p.comm = comm
         p.video_on_all_ranks = int(bool(video_on_all_ranks))
+        if progress_hook:
+            p.progress = self._hook.cfunc  # the decoder's one callback; each call points it at its reporter
+        self.progress_hook = bool(progress_hook)
         self._comm = comm
         self.rank = 0
         h = ctypes.c_void_p()
-        check(lib().w22_decoder_open(weights.handle, ctypes.byref(p), ctypes.byref(h)))
+        status = lib().w22_decoder_open(weights.handle, ctypes.byref(p), ctypes.byref(h))
+        if status != _lib.W22_OK:
+            try:
+                check(status)
+            except Error as e:
+                if self.device_kind == _lib.DEVICE_CUDA and comm is None and not lib().w22_cuda_available():
+                    raise _no_gpu_error(device, e.message) from None
+                raise
         self._h = h
 
     @classmethod
-    def from_pretrained(cls, path, device="cuda", variant=None, config=None, **kwargs):
-        """A decoder from a safetensors file or a diffusers VAE folder (or a pipeline folder with vae/)."""
+    def from_pretrained(cls, path, device="auto", subfolder=None, torch_dtype=None, variant=None, config=None,
+                        revision=None, cache_dir=None, local_files_only=False, token=None, **kwargs):
+        """A decoder from a safetensors file, a sharded index, a diffusers VAE folder, a pipeline folder with vae/,
+        or (with huggingface_hub installed) a Hugging Face repo id such as "Wan-AI/Wan2.2-TI2V-5B-Diffusers"
+        (revision, cache_dir, local_files_only and token go to huggingface_hub). subfolder: as in diffusers
+        (from_pretrained(pipeline_dir, subfolder="vae")). device: "auto" (CUDA where usable, else the CPU), "cpu",
+        "cuda" or "cuda:N". torch_dtype: the video's dtype (None: bf16 on the GPU, float32 on the CPU); the
+        arithmetic is the device's own either way."""
+        try:
+            path = os.fspath(path)
+        except TypeError:
+            raise fail("W22_ERR_INVALID_ARG", f"path is a {type(path).__name__}; expected a file or folder path, or "
+                       "a Hugging Face repo id") from None
+        if subfolder is not None and not isinstance(subfolder, (str, os.PathLike)):
+            raise fail("W22_ERR_INVALID_ARG", f"subfolder is a {type(subfolder).__name__}; expected a folder name")
+        if not os.path.exists(path) and not os.path.isabs(path) and _REPO_ID.match(path):
+            path = _hf_snapshot(path, os.fspath(subfolder) if subfolder else None, revision, cache_dir,
+                                local_files_only, token)
+        if subfolder:
+            if os.path.isfile(path):
+                raise fail("W22_ERR_INVALID_ARG", f"subfolder={os.fspath(subfolder)!r} with the file {path}; expected "
+                           "a folder that holds it")
+            path = os.path.join(path, os.fspath(subfolder))
         w = load_weights(path, config=config, variant=variant)
         try:
-            return cls(w, device=device, **kwargs)
+            return cls(w, device=device, torch_dtype=torch_dtype, **kwargs)
         finally:
             w.free()
 
     @classmethod
-    def synthetic(cls, config=None, seed=0, device="cuda", **kwargs):
+    def synthetic(cls, config=None, seed=0, device="auto", **kwargs):
         w = synthetic_weights(config, seed)
         try:
             return cls(w, device=device, **kwargs)
@@ -640,6 +757,11 @@ class Decoder:
     def is_cuda(self):
         return self.device_kind == _lib.DEVICE_CUDA
 
+    @property
+    def device(self):
+        """"cpu" or "cuda:N"."""
+        return f"cuda:{self.cuda_device}" if self.is_cuda else "cpu"
+
     def video_shape(self, T, h, w):
         return video_shape(self._cfg, T, h, w)
 
@@ -648,31 +770,54 @@ class Decoder:
             return int(lib().w22_decoder_device_bytes(self.handle))
 
     def _latent_dims(self, shape):
-        """(T, h, w) of latents of this shape, checked (z_dim, rank, sizes) before anything is allocated."""
+        """(B, T, h, w) of latents of this shape ([B, z_dim, T, h, w], or [z_dim, T, h, w] for B = 1), checked
+        (z_dim, rank, sizes) before anything is allocated."""
+        zd = self._cfg.z_dim
         try:
             shape = tuple(int(s) for s in shape)
         except (TypeError, ValueError):
-            raise fail("W22_ERR_BAD_SHAPE", f"latents of shape {shape!r}, expected [1, {self._cfg.z_dim}, T, h, w]") \
-                from None
+            raise fail("W22_ERR_BAD_SHAPE", f"latents of shape {shape!r}, expected [B, {zd}, T, h, w]") from None
         if len(shape) == 4:
             shape = (1,) + shape
-        if len(shape) != 5 or shape[0] != 1 or shape[1] != self._cfg.z_dim:
-            raise fail("W22_ERR_BAD_SHAPE", f"latents {list(shape)}, expected [1, {self._cfg.z_dim}, T, h, w] (or "
-                       f"[{self._cfg.z_dim}, T, h, w])")
-        return check_latent_dims(shape[2], shape[3], shape[4], self._cfg.z_dim)
+        if len(shape) != 5 or shape[0] < 1 or shape[1] != zd:
+            raise fail("W22_ERR_BAD_SHAPE", f"latents {list(shape)}, expected [B, {zd}, T, h, w] with B >= 1 (or "
+                       f"[{zd}, T, h, w])")
+        return (shape[0],) + check_latent_dims(shape[2], shape[3], shape[4], zd)
 
-    def __call__(self, z, out=None):
+    def __call__(self, z, out=None, progress=None):
+        """Decodes latents z (see the class); progress: None, True (a tqdm bar) or fn(done, total) in latent
+        frames. Returns the video (out when given)."""
         if not self._h:
             raise fail("W22_ERR_INVALID_ARG", "this decoder was closed; expected a decoder that is open")
+        if progress is not None and progress is not False and not self.progress_hook:
+            raise fail("W22_ERR_INVALID_ARG", "progress= on a decoder opened with progress_hook=False")
         if _is_tensor(z) and z.is_cuda:
-            return self._decode_cuda(z, out)
-        return self._decode_host(z, out)
+            B, T, out, step = self._plan_cuda(z, out)
+        else:
+            B, T, out, step = self._plan_host(z, out)
+        with self._lock:
+            handle = self.handle
+            if not self.progress_hook:
+                for b in range(B):
+                    check(step(handle, b))
+                return out
+            with self._hook.call(progress, B * T, stoppable=self._comm is None) as hook:
+                for b in range(B):
+                    hook.raise_pending()  # Ctrl-C between two latents of a batch
+                    hook.offset = b * T
+                    status = step(handle, b)
+                    if status != _lib.W22_OK:
+                        hook.raise_pending()
+                        check(status)
+                hook.raise_pending()
+        return out
 
     decode = __call__
 
-    def _decode_cuda(self, z, out):
+    def _plan_cuda(self, z, out):
+        """(B, T, the video, step(handle, b) -> status) for CUDA latents."""
         torch = sys.modules["torch"]
-        T, h, w = self._latent_dims(tuple(z.shape))
+        B, T, h, w = self._latent_dims(tuple(z.shape))
         if not self.is_cuda:
             raise fail("W22_ERR_UNSUPPORTED", "latents on a GPU, but this decoder runs on the CPU; pass host latents "
                        "(numpy or a CPU tensor) or open the decoder with device='cuda'")
@@ -684,22 +829,32 @@ class Decoder:
                            "convert)")
             z = z.to(torch.bfloat16).contiguous()
         F, H, W = self.video_shape(T, h, w)
-        shape = (1, 3, F, H, W) if z.dim() == 5 else (3, F, H, W)
+        four = z.dim() == 4
+        shape = (3, F, H, W) if four else (B, 3, F, H, W)
         if out is None:
-            out = torch.empty(shape, dtype=torch.bfloat16, device=z.device)
+            out = torch.empty(shape, dtype=getattr(torch, self.torch_dtype or "bfloat16"), device=z.device)
         else:
-            check_device_out(out, shape, z.device)
-        with self._lock:
-            handle = self.handle
-            stream = torch.cuda.current_stream(z.device).cuda_stream
-            check(lib().w22_decode_device(handle, ctypes.c_void_p(z.data_ptr()), T, h, w,
-                                          ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(stream)))
-        return out
+            check_device_out(out, shape, z.device, (torch.bfloat16, torch.float32, torch.float16))
+        zb = z.view((1,) + tuple(z.shape)) if four else z
+        ob = out.view((1,) + tuple(out.shape)) if four else out
+        tmp = None if out.dtype == torch.bfloat16 else \
+            torch.empty((1, 3, F, H, W), dtype=torch.bfloat16, device=z.device)
 
-    def _decode_host(self, z, out):
+        def step(handle, b):
+            dst = ob[b:b + 1] if tmp is None else tmp
+            stream = torch.cuda.current_stream(z.device).cuda_stream
+            status = lib().w22_decode_device(handle, ctypes.c_void_p(zb[b:b + 1].data_ptr()), T, h, w,
+                                             ctypes.c_void_p(dst.data_ptr()), ctypes.c_void_p(stream))
+            if status == _lib.W22_OK and tmp is not None:
+                ob[b:b + 1].copy_(tmp)
+            return status
+        return B, T, out, step
+
+    def _plan_host(self, z, out):
+        """(B, T, the video, step(handle, b) -> status) for host latents (numpy or a CPU tensor)."""
         if _is_tensor(z):
             torch = sys.modules["torch"]
-            T, h, w = self._latent_dims(tuple(z.shape))  # before any copy
+            B, T, h, w = self._latent_dims(tuple(z.shape))  # before any copy
             if z.is_complex():
                 raise fail("W22_ERR_BAD_DTYPE", f"latents are {z.dtype}; expected float32, bfloat16 or float16 (or "
                            "real numbers to convert)")
@@ -709,18 +864,22 @@ class Decoder:
             zt, zptr = _dtype_code(z.dtype), z.data_ptr()
         else:
             z = _numeric_array(z, "latents")
-            T, h, w = self._latent_dims(z.shape)  # before any copy
+            B, T, h, w = self._latent_dims(z.shape)  # before any copy
             if z.dtype not in (np.float32, np.float16):
                 z = z.astype(np.float32)
             z = np.ascontiguousarray(z)
             zt, zptr = (_lib.DTYPE_F32 if z.dtype == np.float32 else _lib.DTYPE_F16), z.ctypes.data
         F, H, W = self.video_shape(T, h, w)
-        shape = (1, 3, F, H, W) if len(z.shape) == 5 else (3, F, H, W)
+        shape = (B, 3, F, H, W) if len(z.shape) == 5 else (3, F, H, W)
         if out is None:
             if _is_tensor(z):
-                out = sys.modules["torch"].empty(shape, dtype=sys.modules["torch"].float32)
+                torch = sys.modules["torch"]
+                out = torch.empty(shape, dtype=getattr(torch, self.torch_dtype or "float32"))
             else:
-                out = _host_empty(shape, np.float32, "the video")
+                if self.torch_dtype == "bfloat16":
+                    raise fail("W22_ERR_BAD_DTYPE", "torch_dtype bfloat16 with numpy latents: numpy has no bfloat16; "
+                               "pass the latents as a torch tensor, or use float32 or float16")
+                out = _host_empty(shape, np.float16 if self.torch_dtype == "float16" else np.float32, "the video")
         if _is_tensor(out):
             if out.is_cuda or not out.is_contiguous() or tuple(out.shape) != shape:
                 raise fail("W22_ERR_BAD_SHAPE", f"out is a {'CUDA' if out.is_cuda else 'CPU'} tensor "
@@ -733,9 +892,12 @@ class Decoder:
                 raise fail("W22_ERR_BAD_SHAPE", f"out is {type(out).__name__} {list(getattr(out, 'shape', []))}; "
                            f"expected a writable contiguous float32/float16 array {list(shape)}")
             vt, vptr = (_lib.DTYPE_F32 if out.dtype == np.float32 else _lib.DTYPE_F16), out.ctypes.data
-        with self._lock:
-            check(lib().w22_decode(self.handle, ctypes.c_void_p(zptr), zt, T, h, w, ctypes.c_void_p(vptr), vt))
-        return out
+        zstride = self._cfg.z_dim * T * h * w * int(lib().w22_dtype_size(zt))
+        vstride = 3 * F * H * W * int(lib().w22_dtype_size(vt))
+        def step(handle, b, _keep=(z, out)):  # _keep: the (converted) latents and the video alive while it runs
+            return lib().w22_decode(handle, ctypes.c_void_p(zptr + b * zstride), zt, T, h, w,
+                                    ctypes.c_void_p(vptr + b * vstride), vt)
+        return B, T, out, step
 
     def close(self):
         """Frees the decoder; waits for a decode running in another thread. Later decodes raise wan22vae.Error."""
@@ -760,14 +922,16 @@ class Decoder:
             pass
 
 
-def check_device_out(out, shape, device):
-    """out must be a contiguous bf16 CUDA tensor of this shape on this device (no copy is made of it)."""
+def check_device_out(out, shape, device, dtypes=None):
+    """out must be a contiguous CUDA tensor of this shape on this device, of one of dtypes (default: bf16 only; no
+    copy is made of it)."""
     torch = sys.modules["torch"]
+    dtypes = tuple(dtypes or (torch.bfloat16,))
     problems = []
     if not _is_tensor(out) or not out.is_cuda or out.device != device:
         problems.append(f"on {getattr(out, 'device', type(out).__name__)}, expected {device}")
-    elif out.dtype != torch.bfloat16:
-        problems.append(f"dtype {out.dtype}, expected torch.bfloat16")
+    elif out.dtype not in dtypes:
+        problems.append(f"dtype {out.dtype}, expected {' or '.join(str(d) for d in dtypes)}")
     elif tuple(out.shape) != tuple(shape):
         problems.append(f"shape {list(out.shape)}, expected {list(shape)}")
     elif not out.is_contiguous():

@@ -5,26 +5,38 @@
     video = pipe(...).frames                       # decodes through the library
     wan22vae.diffusers.status(pipe.vae)            # {"path": "kernel" | "diffusers", "reason": ...}
 
-The kernel path applies to the Wan2.2 TI2V-5B config with bf16 weights on a Hopper GPU (sm_90) and a build of the
-library with CUDA, when no tiling is asked for, for bf16 latents [B, 48, T, h, w] on the VAE's GPU. Anything else
-goes to diffusers' own decode, and the reason is said once (warnings.warn, and the "wan22vae" logger). The output
-is what diffusers returns: a DecoderOutput, or a tuple with return_dict=False, holding bf16 video clamped to
-[-1, 1]; batches are decoded one latent at a time.
+The kernel path applies to the Wan2.2 TI2V-5B config with float32, bfloat16 or float16 weights on a Hopper GPU
+(sm_90) and a build of the library with CUDA, when no tiling is asked for, for latents [B, 48, T, h, w] of the
+VAE's dtype on the VAE's GPU. Anything else goes to diffusers' own decode, and the reason is said once
+(warnings.warn, and the "wan22vae" logger). The output is what diffusers returns: a DecoderOutput, or a tuple with
+return_dict=False, holding video clamped to [-1, 1] in the VAE's dtype; batches are decoded one latent at a time.
 
-enable() copies the VAE's decoder weights into the library (through the host once; about 1.1 GB of GPU memory
-more). Call it again after replacing or reloading the VAE's weights. With a process group every rank calls
-enable() and every decode with the same latents; the ranks agree at enable() whether every one of them can take
-the kernel path (else none does), and again at each decode (one small all-reduce), so that no rank waits in a
-collective the others skipped. The video comes back on every rank.
+The arithmetic is the library's whatever the VAE's dtype: bf16 storage (weights and activations) with fp32
+accumulation, the 3x3x3 convs of 512 channels and more as Winograd F(2x2, 3x3) (W22_WINOGRAD=0: all direct). Against
+diffusers' float32 decode its error stays within 3x diffusers' own bf16 decode's error (the bench's check: 0.32 of
+that allowance at 121 frames, 54.6 dB PSNR; docs/PERF.md). A float32 or float16 VAE's decoder weights are converted
+to bf16 once, at enable() (the library keeps them: about 1.1 GB of GPU memory more), and the video comes back in the
+VAE's dtype; enable() says so on the "wan22vae" logger (INFO). enable(vae, allow_fp32=False), or W22_ALLOW_FP32=0 in
+the environment, keeps diffusers' own decode for every VAE that is not bf16 (the behaviour before).
+
+Call enable() again after replacing or reloading the VAE's weights (a decode after they changed falls back and says
+so); enable() on a VAE whose weights have not changed keeps the decoder it has (no second conversion). With a
+process group every rank calls enable() and every decode with the same latents; the ranks agree at enable() whether
+every one of them can take the kernel path (else none does), and again at each decode (one small all-reduce), so
+that no rank waits in a collective the others skipped. The video comes back on every rank.
+
+Ctrl-C during a decode on the kernel path (one process, main thread) stops it at the end of the running pass and
+raises KeyboardInterrupt.
 """
 import logging
+import os
 import sys
 import warnings
 
 from . import _dist
 from ._lib import Error
-from .decoder import (MAX_HW, MAX_T, Decoder, cuda_available, cuda_unavailable_reason, video_shape,
-                      weights_from_tensors)
+from .decoder import (MAX_HW, MAX_T, Decoder, config_from_diffusers, cuda_available, cuda_unavailable_reason,
+                      video_shape, weights_from_tensors)
 
 logger = logging.getLogger("wan22vae")
 
@@ -32,8 +44,12 @@ logger = logging.getLogger("wan22vae")
 TI2V_5B = {"decoder_base_dim": 256, "z_dim": 48, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
            "temperal_downsample": [False, True, True], "is_residual": True, "patch_size": 2, "out_channels": 12,
            "attn_scales": []}
-_OUR_CONFIG = {"z_dim": 48, "base_dim": 256}
 _ATTR = "_wan22vae"
+# The weight dtypes the kernel path takes (converted to bf16 at enable() when not bf16).
+_DTYPES = ("float32", "bfloat16", "float16")
+# The bench's figures for the log line (README, docs/PERF.md: v24, f121 against diffusers' fp32 decode).
+ACCURACY = ("within 3x diffusers' own bf16 decode's error against diffusers' float32 decode (the bench's check: "
+            "0.32 of that allowance at 121 frames, 54.6 dB PSNR; docs/PERF.md)")
 
 
 class _State:
@@ -45,15 +61,33 @@ class _State:
         self.decoder = None
         self.comm = None
         self.device = None
+        self.dtype = None           # the VAE's dtype: the latents' and the video's
+        self.config = None          # our config dict (from the VAE's)
         self.reason = None          # why the kernel path is out for good (None: it may be taken)
-        self.param_ptrs = None
+        self.fingerprint = None     # the decoder weights' (address, version, dtype) when the library copied them
+        self.allow_fp32 = True
+        self.frames_per_pass = 0
         self.flag = None            # [1] int32 on the GPU: the per-decode agreement over the group
         self.warned = set()
         self.last = {"path": None, "reason": None}
 
 
-def _param_ptrs(vae):
-    return tuple(p.data_ptr() for p in vae.parameters())
+def _decoder_params(vae):
+    return list(vae.post_quant_conv.parameters()) + list(vae.decoder.parameters())
+
+
+def _fingerprint(vae):
+    """What says the decoder weights are still the ones the library copied: each one's address, in-place version
+    counter and dtype."""
+    return tuple((p.data_ptr(), p._version, p.dtype) for p in _decoder_params(vae))
+
+
+def _allow_fp32(value):
+    """enable()'s allow_fp32: the argument, else W22_ALLOW_FP32 (0/false/no/off: False), else True."""
+    if value is not None:
+        return bool(value)
+    env = os.environ.get("W22_ALLOW_FP32", "").strip().lower()
+    return env not in ("0", "false", "no", "off")
 
 
 def _config_reason(cfg):
@@ -72,20 +106,29 @@ def _config_reason(cfg):
     return None
 
 
-def _static_reason(vae):
-    """Why this VAE cannot take the kernel path at all, or None."""
+def _structure_reason(vae, allow_fp32=True):
+    """Why this VAE cannot take the kernel path whatever the machine (its class, config, weight dtypes), or None."""
     torch = sys.modules["torch"]
     if type(vae).__name__ != "AutoencoderKLWan":
         return f"the VAE is a {type(vae).__name__}, not an AutoencoderKLWan"
     r = _config_reason(vae.config)
     if r:
         return r
-    params = list(vae.post_quant_conv.parameters()) + list(vae.decoder.parameters())
-    dtypes = {p.dtype for p in params}
-    if dtypes != {torch.bfloat16}:
-        return f"the VAE's decoder weights are {', '.join(sorted(str(d) for d in dtypes))}; the kernel path takes " \
-               "torch.bfloat16 (vae.to(torch.bfloat16))"
-    devices = {p.device for p in params}
+    dtypes = {p.dtype for p in _decoder_params(vae)}
+    names = ", ".join(sorted(str(d) for d in dtypes))
+    if len(dtypes) != 1 or str(next(iter(dtypes))).replace("torch.", "") not in _DTYPES:
+        return f"the VAE's decoder weights are {names}; the kernel path takes one of torch.float32, torch.bfloat16 " \
+               "and torch.float16 (layerwise casting is not supported)"
+    if not allow_fp32 and dtypes != {torch.bfloat16}:
+        return f"the VAE's decoder weights are {names}; with allow_fp32=False (or W22_ALLOW_FP32=0) the kernel path " \
+               "takes torch.bfloat16 only (vae.to(torch.bfloat16), or enable(vae) to convert them)"
+    return None
+
+
+def _gpu_reason(vae):
+    """Why this VAE's GPU (or its absence) rules the kernel path out, or None."""
+    torch = sys.modules["torch"]
+    devices = {p.device for p in _decoder_params(vae)}
     if len(devices) != 1 or next(iter(devices)).type != "cuda":
         return f"the VAE's decoder weights are on {', '.join(sorted(str(d) for d in devices))}; the kernel path " \
                "needs them on one GPU (CPU offload is not supported)"
@@ -98,11 +141,45 @@ def _static_reason(vae):
     return None
 
 
-def _our_weights(vae):
-    """The VAE's post_quant_conv + decoder weights in the library's order (bf16, through the host)."""
-    sd = {f"post_quant_conv.{k}": v for k, v in vae.post_quant_conv.state_dict().items()}
-    sd.update({f"decoder.{k}": v for k, v in vae.decoder.state_dict().items()})
-    return weights_from_tensors(sd, _OUR_CONFIG)
+def _static_reason(vae, allow_fp32=True):
+    """Why this VAE cannot take the kernel path at all, or None."""
+    return _structure_reason(vae, allow_fp32) or _gpu_reason(vae)
+
+
+def _our_weights(vae, config):
+    """The VAE's post_quant_conv + decoder weights in the library's order, converted to bf16 where they are not
+    (on their device, one tensor at a time) and copied to the host once."""
+    torch = sys.modules["torch"]
+    sd = {}
+    for prefix, module in (("post_quant_conv.", vae.post_quant_conv), ("decoder.", vae.decoder)):
+        for k, v in module.state_dict().items():
+            sd[prefix + k] = v.detach().to(torch.bfloat16).cpu()
+    return weights_from_tensors(sd, config)
+
+
+def _winograd_words():
+    v = os.environ.get("W22_WINOGRAD", "").strip()
+    if v == "0":
+        return "every conv direct (W22_WINOGRAD=0)"
+    n = int(v) if v.isdigit() else 512
+    return f"the 3x3x3 convs of {n} channels and more as Winograd F(2x2, 3x3)"
+
+
+def arithmetic_note(st):
+    """The log line enable() writes when the kernel path is taken: the arithmetic, and how close it is."""
+    dt = str(st.dtype).replace("torch.", "")
+    if st.device.type == "cuda":
+        weights = "its decoder weights converted once to bfloat16" if dt != "bfloat16" else \
+            "its bfloat16 decoder weights copied once"
+        note = (f"wan22vae: AutoencoderKLWan.decode runs on wan22vae's CUDA kernels on {st.device} for this {st.dtype} "
+                f"VAE ({weights}, kept by the library); arithmetic: bf16 storage, fp32 accumulation, "
+                f"{_winograd_words()}; accuracy: {ACCURACY}; the video is returned in {st.dtype}")
+    else:
+        note = (f"wan22vae: AutoencoderKLWan.decode runs on wan22vae's CPU backend for this {st.dtype} VAE (its "
+                f"decoder weights rounded once to bfloat16); arithmetic: float32; the video is returned in {st.dtype}")
+    if dt != "bfloat16":
+        note += f". enable(vae, allow_fp32=False) or W22_ALLOW_FP32=0 keeps diffusers' own {st.dtype} decode"
+    return note
 
 
 def _note(st, reason):
@@ -114,19 +191,32 @@ def _note(st, reason):
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
-def enable(vae, group=None, frames_per_pass=0):
+def enable(vae, group=None, frames_per_pass=0, allow_fp32=None):
     """Routes vae.decode through the library where it applies. Returns True when the kernel path can be taken
     (per decode, the latents and use_tiling still decide), False when every decode falls back (status() says
-    why). group: a torch.distributed process group to split each decode over (every rank calls enable)."""
+    why). group: a torch.distributed process group to split each decode over (every rank calls enable).
+    allow_fp32: whether a float32 or float16 VAE takes the kernel path (its weights converted once to bf16, the
+    video returned in its dtype); None: True unless W22_ALLOW_FP32=0; False: only a bf16 VAE does."""
     import torch
-    if getattr(vae, _ATTR, None) is not None:
+    allow = _allow_fp32(allow_fp32)
+    old = getattr(vae, _ATTR, None)
+    if old is not None:
+        if (group is None and old.group is None and old.decoder is not None and old.reason is None
+                and old.frames_per_pass == frames_per_pass and old.allow_fp32 == allow
+                and old.fingerprint == _fingerprint(vae)):
+            logger.info("wan22vae: enable(): the VAE's decoder weights are unchanged; the library keeps its copy")
+            return True  # the weights the library holds are still the VAE's: no second conversion
         disable(vae)
     st = _State(vae, group)
+    st.allow_fp32, st.frames_per_pass = allow, frames_per_pass
     weights = None
     try:
-        reason = _static_reason(vae)
+        reason = _static_reason(vae, allow)
         if reason is None:
-            weights = _our_weights(vae)
+            st.config = config_from_diffusers(vae.config)
+            st.dtype = vae.post_quant_conv.weight.dtype
+            st.fingerprint = _fingerprint(vae)
+            weights = _our_weights(vae, st.config)
             st.device = vae.post_quant_conv.weight.device
     except Error as e:
         reason = str(e)
@@ -167,7 +257,7 @@ def enable(vae, group=None, frames_per_pass=0):
         weights.free()
     st.reason = reason
     if reason is None:
-        st.param_ptrs = _param_ptrs(vae)
+        logger.info(arithmetic_note(st))
     else:
         _note(st, reason)
 
@@ -199,13 +289,14 @@ def disable(vae):
 
 def status(vae):
     """{"enabled", "kernel_possible", "path" (of the last decode: "kernel", "diffusers" or None before any),
-    "reason" (why the last decode fell back, or why every decode will)}."""
+    "reason" (why the last decode fell back, or why every decode will), "dtype" (the VAE's, the video's on the
+    kernel path)}."""
     st = getattr(vae, _ATTR, None)
     if st is None:
         return {"enabled": False, "kernel_possible": False, "path": None, "reason": "wan22vae.diffusers.enable() was "
-                "not called on this VAE"}
+                "not called on this VAE", "dtype": None}
     return {"enabled": True, "kernel_possible": st.reason is None, "path": st.last["path"],
-            "reason": st.last["reason"] if st.last["path"] == "diffusers" else st.reason}
+            "reason": st.last["reason"] if st.last["path"] == "diffusers" else st.reason, "dtype": st.dtype}
 
 
 def _call_reason(vae, st, z):
@@ -213,14 +304,15 @@ def _call_reason(vae, st, z):
     torch = sys.modules["torch"]
     if getattr(vae, "use_tiling", False):
         return "tiling is on (vae.enable_tiling()); diffusers' tiled decode is used"
-    if _param_ptrs(vae) != st.param_ptrs or vae.post_quant_conv.weight.dtype != torch.bfloat16:
-        return "the VAE's parameters were moved or replaced since enable(); call enable() again"
+    if _fingerprint(vae) != st.fingerprint:
+        return "the VAE's decoder weights were moved, replaced or changed in place since enable(); call enable() again"
     if not isinstance(z, torch.Tensor) or z.device != st.device:
         return f"latents on {getattr(z, 'device', type(z).__name__)}, the kernel path takes them on {st.device}"
-    if z.dtype != torch.bfloat16:
-        return f"latents are {z.dtype}; the kernel path takes torch.bfloat16 (the VAE's dtype)"
-    if z.dim() != 5 or z.shape[1] != 48 or min(z.shape) < 1:
-        return f"latents {list(z.shape)}; the kernel path takes [B, 48, T, h, w]"
+    if z.dtype != st.dtype:
+        return f"latents are {z.dtype}; the kernel path takes {st.dtype} (the VAE's dtype)"
+    z_dim = st.config["z_dim"]
+    if z.dim() != 5 or z.shape[1] != z_dim or min(z.shape) < 1:
+        return f"latents {list(z.shape)}; the kernel path takes [B, {z_dim}, T, h, w]"
     if z.shape[2] > MAX_T or z.shape[3] > MAX_HW or z.shape[4] > MAX_HW:
         return f"latents {list(z.shape)} exceed the kernel path's sizes (T <= {MAX_T}, h, w <= {MAX_HW})"
     if z.shape[3] < st.world:
@@ -241,12 +333,10 @@ def _decode(vae, st, z, return_dict):
         _note(st, reason)
         return st.original(z, return_dict=return_dict)
     B, _, T, h, w = z.shape
-    F, H, W = video_shape(_OUR_CONFIG, T, h, w)
-    zc = z if z.is_contiguous() else z.contiguous()
-    video = torch.empty((B, 3, F, H, W), dtype=torch.bfloat16, device=z.device)
+    F, H, W = video_shape(st.config, T, h, w)
+    video = torch.empty((B, 3, F, H, W), dtype=st.dtype, device=z.device)
     try:
-        for b in range(B):
-            st.decoder(zc[b:b + 1], out=video[b:b + 1])
+        st.decoder(z, out=video)  # one latent at a time; bf16 latents made from others, the video in st.dtype
     except Error as e:
         if st.world > 1 or e.status not in ("W22_ERR_BAD_SHAPE", "W22_ERR_OUT_OF_MEMORY"):
             raise

@@ -10,7 +10,8 @@ table keyed by the weights' addresses, rank and world; it returns the weights li
 
 run only checks shapes, dtypes and placement in Python (no tensor op: it launches no ATen kernel) and makes one
 call, w22_decode_device, on the current torch stream; it writes neither z nor the weights, starts no thread, and
-the decoder holds no state from call to call that changes a result. When prepare was not called, the first run
+the decoder holds no state from call to call that changes a result. Its decoder has no progress callback (no Python
+code runs during the call). When prepare was not called, the first run
 opens the decoder itself (a few seconds: the weights go through the host once), later runs are the fast path.
 """
 import ctypes
@@ -75,7 +76,7 @@ def _open(weights, rank, world, pg):
     if world == 1:
         w, device, config = _local_weights(weights)
         try:
-            return _Entry(Decoder(w, device=device), None, device, config)
+            return _Entry(Decoder(w, device=device, progress_hook=False), None, device, config)
         finally:
             w.free()
     w = device = config = None
@@ -93,7 +94,7 @@ def _open(weights, rank, world, pg):
     comm = dec = None
     try:
         comm = _dist.nccl_comm(pg, rank, world, device.index)
-        dec = Decoder(w, device=device, comm=comm)
+        dec = Decoder(w, device=device, comm=comm, progress_hook=False)
         ok, reason = True, None
     except Error as e:
         ok, reason = False, str(e)

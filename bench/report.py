@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Markdown tables from a results JSON of bench/bench.py, for docs/PERF.md and bench/README.md.
+"""Markdown from a results JSON of bench/bench.py, for docs/PERF.md.
 
-    python3 bench/report.py bench/results/2026-12-02-h200.json            prints the run's table (one per world
+    python3 bench/report.py bench/results/2026-12-04-h200-v24.json        prints the run's table (one per world
                                                                            when it ran more than world 1)
-    python3 bench/report.py R.json --history                              prints its one-line history row
+    python3 bench/report.py R.json --history                              prints a row for PERF.md's version
+                                                                           table: the bench's cells filled in, the
+                                                                           version, change and effect left to write
     python3 bench/report.py R.json --write docs/PERF.md                   replaces the table between
-                                                                           <!-- bench:latest:begin/end --> and adds
-                                                                           the history row before
-                                                                           <!-- bench:history:end --> (if present)
+                                                                           <!-- bench:latest:begin/end --> and
+                                                                           prints that row
 
 Plain Python (no torch, no numpy).
 """
@@ -20,11 +21,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402  (its pure functions only: importing it needs no torch)
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LATEST = ("<!-- bench:latest:begin -->", "<!-- bench:latest:end -->")
-HISTORY_END = "<!-- bench:history:end -->"
-HISTORY_HEADER = ("| date | GPU | SM clock | commit | f121 ms | f241 ms | f481 ms | geomean ms | gap | "
-                  "diffusers bf16 geomean ms | speedup | peak GiB | check |\n"
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+HISTORY_HEADER = ("| version | change | effect | bench: f121 / f241 / f481 ms, x diffusers bf16, gap, peak, SM clock | "
+                  "results |\n"
+                  "| --- | --- | --- | --- | --- |")
 
 
 def fmt(x, spec=".1f", none="-"):
@@ -53,7 +54,7 @@ def order(report):
                   key=lambda kv: (kv[1].get("world", 1), bench.CLIPS.get(bench.parse_clip(kv[0]), 0)))
 
 
-def setup_line(report):
+def setup_line(report, source=None):
     s, sm = report.get("setup", {}), report.get("summary", {})
     parts = [s.get("date", "?"), s.get("gpu", "?"), f"commit {short(s.get('commit'))}",
              f"driver {s.get('driver', '?')}", f"torch {s.get('torch', '?')} (CUDA {s.get('cuda', '?')})"]
@@ -71,6 +72,8 @@ def setup_line(report):
         sw = {k: v for k, v in s["w22_env"].items() if k != "W22_LIB"}  # the library's path, not a switch
         if sw:
             parts.append("switches " + " ".join(f"{k}={v}" for k, v in sorted(sw.items())))
+    if source:
+        parts.append(f"results `{source}`")
     return ", ".join(parts)
 
 
@@ -87,13 +90,13 @@ def clock_cell(r):
     return cell
 
 
-def table(report):
+def table(report, source=None):
     """The run's table: one row per workload, then the geomean over the timed ones; a table per world (and the
-    summary over the worlds) where the run had more than world 1."""
+    summary over the worlds) where the run had more than world 1. source: the results file, named in the header."""
     report = bench.finalize(report)
     if worlds_of(report) not in ([], [1]):
-        return world_tables(report)
-    rows = [f"{setup_line(report)}", "",
+        return world_tables(report, source)
+    rows = [f"{setup_line(report, source)}", "",
             "| workload | T | ours ms (fastest) | SM MHz | bound ms | gap | diffusers bf16 ms | speedup | "
             "peak GiB | library kernels | check |",
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -126,11 +129,11 @@ def checks(rows):
     return sum(1 for r in checked if r["check"]["passed"] and not r.get("agree_error")), len(checked)
 
 
-def world_tables(report):
+def world_tables(report, source=None):
     """A table per world (world 1's as table() makes it, the others with the scaling over world 1 in place of
     diffusers), then the summary: the geomean over the nine timed workloads and its gap, the scaling ratios."""
     sm, ws = report.get("summary", {}), report.get("workloads", {})
-    rows = [f"{setup_line(report)}"]
+    rows = [f"{setup_line(report, source)}"]
     for world in worlds_of(report):
         group = [(n, r) for n, r in order(report) if r.get("world", 1) == world]
         rows += ["", f"**world {world}** ({world} GPU{'s' if world > 1 else ''})", ""]
@@ -190,74 +193,84 @@ def world_tables(report):
     return "\n".join(rows)
 
 
-def clip_cell(ws, clip):
-    """A clip's times for the history: world 1's; with ' / x2 N / x4 N' where those worlds were timed too."""
-    cell = fmt((ws.get(bench.workload_name(clip, 1)) or {}).get("ms"), ".0f")
-    for world in (2, 4):
-        ms = (ws.get(bench.workload_name(clip, world)) or {}).get("ms")
-        if ms:
-            cell += f" / x{world} {ms:.0f}"
+def times_cell(ws):
+    """The clips' times: world 1's, then '; xW: ...' for each world that timed any of them."""
+    parts = []
+    for world in (1, 2, 4):
+        ms = [(ws.get(bench.workload_name(c, world)) or {}).get("ms") for c in bench.TIMED_CLIPS]
+        if world == 1 or any(ms):
+            cell = " / ".join(fmt(m, ".0f") for m in ms)
+            parts.append(cell if world == 1 else f"x{world}: {cell}")
+    return "; ".join(parts)
+
+
+def bench_cell(report):
+    """The bench's cell of a version row: times, speedup and gap (world 1's geomeans; the nine's too where all
+    were timed), the peak memory, the SM clock, and what was not checked or failed."""
+    report = bench.finalize(report)
+    sm, ws = report["summary"], report.get("workloads", {})
+    w1 = (sm.get("worlds") or {}).get("1") or {}
+    gap = w1.get("geomean_gap", sm.get("geomean_gap"))
+    peaks = [p for p in ((r.get("memory") or {}).get("peak_gib") for r in ws.values()) if p]
+    x = sm.get("geomean_speedup")
+    cell = (f"{times_cell(ws)} ms, {f'{x:.2f}x' if x else 'diffusers not timed'}, gap {fmt(gap, '.2f')}, "
+            f"{fmt(max(peaks) if peaks else None, '.1f')} GiB, {fmt(sm.get('mean_clock_mhz'), '.0f')} MHz")
+    if sm.get("nine_geomean_ms"):
+        cell += f"; nine {sm['nine_geomean_ms']:.0f} ms, gap {sm['nine_geomean_gap']:.2f}"
+    if not sm.get("checked"):
+        cell += "; not checked"
+    elif sm["check_passed"] < sm["checked"]:
+        cell += f"; checks {sm['check_passed']} of {sm['checked']} ok"
+    if sm.get("audit_library_kernels"):
+        cell += f"; {sm['audit_library_kernels']} library kernels"
     return cell
 
 
-def history_row(report):
-    """One line for the history table of docs/PERF.md."""
-    report = bench.finalize(report)
-    s, sm, ws = report.get("setup", {}), report["summary"], report.get("workloads", {})
-    ms = [clip_cell(ws, c) for c in bench.TIMED_CLIPS]
-    peaks = [(r.get("memory") or {}).get("peak_gib") for r in ws.values()]
-    peaks = [p for p in peaks if p]
-    check = f"{sm['check_passed']} of {sm['checked']} ok" if sm.get("checked") else "not checked"
-    if sm.get("audit_library_kernels"):
-        check += f", {sm['audit_library_kernels']} library kernels"
-    # The geomean of record: the nine's where all were timed; world 1's three otherwise (the table's history).
-    gm, gap = sm.get("geomean_ms"), sm.get("geomean_gap")
-    gm_cell = fmt(gm, ".0f")
-    if sm.get("nine_geomean_ms"):
-        gm, gap = sm["nine_geomean_ms"], sm["nine_geomean_gap"]
-        gm_cell = f"{gm:.0f} (nine)"
-    elif sm.get("worlds"):
-        gm_cell = f"{fmt(gm, '.0f')} ({len(sm['timed'])} timed)"
-    return (f"| {s.get('date', '?')} | {s.get('gpu', '?')} | {fmt(sm.get('mean_clock_mhz'), '.0f')} | "
-            f"{short(s.get('commit'))} | {' | '.join(ms)} | {gm_cell} | "
-            f"{fmt(gap, '.2f')} | {fmt(sm.get('geomean_diffusers_ms'), '.0f')} | "
-            f"{fmt(sm.get('geomean_speedup'), '.2f')} | {fmt(max(peaks) if peaks else None, '.1f')} | {check} |")
+def history_row(report, source=None):
+    """A row of docs/PERF.md's version table: the commit and the bench's cells filled in; the version, the change
+    and its effect (the same-lease A/B) are the author's to write."""
+    commit = short((report.get("setup") or {}).get("commit"))
+    name = os.path.basename(source) if source else "results JSON"  # PERF.md names files of bench/results/ bare
+    return f"| vN ({commit}) | ... | ... | {bench_cell(report)} | `{name}` |"
 
 
-def write(path, report):
-    """Replaces the latest-run block of a markdown file (its markers each on a line of their own) and adds the
-    history row (once per date and commit)."""
+def write(path, report, source=None):
+    """Replaces the latest-run block of a markdown file (its markers each on a line of their own)."""
     with open(path) as f:
         text = f.read()
     block = re.compile(f"^{re.escape(LATEST[0])}$.*?^{re.escape(LATEST[1])}$", re.M | re.S)
     if not block.search(text):
         raise SystemExit(f"{path}: no {LATEST[0]} ... {LATEST[1]} block (markers on lines of their own)")
-    text = block.sub(lambda _: f"{LATEST[0]}\n{table(report)}\n{LATEST[1]}", text, count=1)
-    row = history_row(report)
-    end = re.compile(f"^{re.escape(HISTORY_END)}$", re.M)
-    if end.search(text) and row not in text:
-        text = end.sub(lambda _: f"{row}\n{HISTORY_END}", text, count=1)
+    text = block.sub(lambda _: f"{LATEST[0]}\n{table(report, source)}\n{LATEST[1]}", text, count=1)
     with open(path + ".tmp", "w") as f:
         f.write(text)
     os.replace(path + ".tmp", path)
 
 
+def source_name(path):
+    """The results file as the docs cite it: relative to the repository where it lies inside it."""
+    rel = os.path.relpath(os.path.abspath(path), ROOT)
+    return path if rel.startswith("..") else rel
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("results", help="a results JSON of bench/bench.py")
-    p.add_argument("--history", action="store_true", help="print the history table's row (with its header)")
+    p.add_argument("--history", action="store_true", help="print a row for PERF.md's version table (with its header)")
     p.add_argument("--write", metavar="MD", help="update this markdown file's blocks (see the module doc)")
     a = p.parse_args(argv)
     with open(a.results) as f:
         report = json.load(f)
+    source = source_name(a.results)
     if a.write:
-        write(a.write, report)
-        print(f"updated {a.write}")
+        write(a.write, report, source)
+        print(f"updated {a.write}; the version table's row to complete by hand:")
+        print(history_row(report, source))
     elif a.history:
         print(HISTORY_HEADER)
-        print(history_row(report))
+        print(history_row(report, source))
     else:
-        print(table(report))
+        print(table(report, source))
 
 
 if __name__ == "__main__":

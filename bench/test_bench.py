@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Tests of the bench's bookkeeping that need no GPU and no torch: the FLOP count and bound, the allowance and the
-check's verdict, the kernel audit's grouping, the merge of runs, the report's tables. Where a built
-libwan22vae.so is found (build*/), its FLOP count, config and synthetic latents are checked against ours through
-the ctypes binding.
+check's verdict, the kernel audit's grouping, the merge of runs, the report's tables and cells. Every run they read
+is made here (sample_run, sample_worlds, minimal dicts): nothing under bench/results/ is a fixture, so the report's
+format may change with its tests. Where a built libwan22vae.so is found (W22_LIB, else build*/), its FLOP count,
+config and synthetic latents are checked against ours through the ctypes binding.
 
-    python3 bench/test_bench.py
+    python3 bench/test_bench.py            (or python3 -m pytest -q bench/test_bench.py)
 """
 import glob
 import json
@@ -182,7 +183,7 @@ class Audit(unittest.TestCase):
     def test_classify(self):
         ours = bench.mangled_kernel_names(self.blob)
         cases = {
-            "conv_scalar_kernel(w22_gemm)": "ours",
+            "conv_scalar_kernel(w22_mm)": "ours",
             "void conv_sm90_tile<128>(Params)": "ours",
             "w22_anything(int)": "ours",
             "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x256x64": "cuDNN",
@@ -335,14 +336,18 @@ class MultiReport(unittest.TestCase):
         self.assertIn("| **geomean** (3 timed) | | **5000.0** |", t)
 
     def test_history(self):
-        h = report.history_row(sample_worlds())
-        self.assertIn("| 2500 / x2 1300 / x4 700 | 5000 / x2 2600 / x4 1400 | 10000 / x2 5200 / x4 2800 |", h)
+        h = report.history_row(sample_worlds(), "bench/results/r.json")
+        self.assertIn("| 2500 / 5000 / 10000; x2: 1300 / 2600 / 5200; x4: 700 / 1400 / 2800 ms, 2.31x, gap 1.27, "
+                      "9.5 GiB, 1980 MHz; nine ", h)
         s = bench.finalize(sample_worlds())["summary"]
-        self.assertIn(f"| {s['nine_geomean_ms']:.0f} (nine) | {s['nine_geomean_gap']:.2f} |", h)
-        self.assertIn("15 of 15 ok", h)
-        # World 1 alone: the row as before.
+        self.assertIn(f"; nine {s['nine_geomean_ms']:.0f} ms, gap {s['nine_geomean_gap']:.2f} |", h)
+        self.assertTrue(h.endswith("| `r.json` |"), h)
+        self.assertEqual(h.count(" | "), report.HISTORY_HEADER.splitlines()[0].count(" | "))
+        # World 1 alone: world 1's cells only.
         h1 = report.history_row(sample_run())
-        self.assertTrue(h1.startswith("| 2026-12-02 | NVIDIA H200 | 1980 | abc | 2500 | 5000 | 10000 | 5000 |"), h1)
+        self.assertEqual(h1, "| vN (abc) | ... | ... | 2500 / 5000 / 10000 ms, diffusers not timed, gap 1.27, 9.5 GiB, "
+                             "1980 MHz | "
+                             "`results JSON` |")
 
     def test_errors_listed(self):
         r = sample_worlds()
@@ -350,16 +355,82 @@ class MultiReport(unittest.TestCase):
         t = report.table(r)
         self.assertIn("- f241x4: rank 2 (workload): Traceback", t)
 
-    def test_results_still_render(self):
-        # The last H200 results (world 1 only) render as one table with the old header. *.conv.json are
-        # bench/conv_bench.py's rows, not bench runs.
-        for path in sorted(p for p in glob.glob(os.path.join(HERE, "results", "*.json")) if not p.endswith(".conv.json")):
-            with open(path) as f:
-                r = json.load(f)
-            t = report.table(r)
-            self.assertNotIn("**world", t)
-            self.assertIn("| workload | T | ours ms (fastest) | SM MHz | bound ms | gap | diffusers bf16 ms |", t)
-            self.assertRegex(report.history_row(r), r"^\| 2026-12-0[2-9] \|")
+    def test_old_runs_render(self):
+        # Runs of the first sessions: no "world" in the workloads, no summary, no merge, no switches, a short check
+        # (no max_abs); they still render as one world-1 table and a version row.
+        r = {"setup": {"date": "2026-12-02", "gpu": "NVIDIA H200", "commit": "ad3ead3+wt"},
+             "workloads": {"f1x1": {"clip": "f1", "T": 1, "timed": False, "check": {"passed": True}},
+                           "f121x1": {"clip": "f121", "T": 31, "timed": True, "ms": 6423.0, "min_ms": 6400.0,
+                                      "clock_mhz": 1980.0, "bound_ms": 1981.0, "diffusers": {"ms": 5697.0}}}}
+        t = report.table(r)
+        self.assertNotIn("**world", t)
+        self.assertTrue(t.startswith("2026-12-02, NVIDIA H200, commit ad3ead3+wt, driver ?, torch ? (CUDA ?)"), t)
+        self.assertIn("| workload | T | ours ms (fastest) | SM MHz | bound ms | gap | diffusers bf16 ms |", t)
+        self.assertIn("| f1x1 | 1 | - | - | - | - | - | - | - | - | ok |", t)
+        self.assertIn("| f121x1 | 31 | 6423.0 (6400.0) | 1980 | 1981 | 3.24 | 5697 | 0.89 | - | - | not checked |", t)
+        self.assertEqual(report.history_row(r), "| vN (ad3ead3+wt) | ... | ... | 6423 / - / - ms, 0.89x, gap 3.24, "
+                                                "- GiB, 1980 MHz | `results JSON` |")
+
+
+class Cells(unittest.TestCase):
+    """What report.py reads from a run, one field at a time, on runs made here."""
+
+    def test_setup_line(self):
+        r = sample_run(diffusers={"f121": 5770.0, "f241": 11530.0, "f481": 23090.0})
+        r["setup"] |= {"torch": "2.11", "cuda": "13.0", "diffusers": "0.42.1", "gemm_tflops": 794.4,
+                       "ours": "package wan22vae", "w22_env": {"W22_LIB": "/x/lib.so", "W22_B": "2", "W22_A": "1"}}
+        r["runs"] = [{"commit": "a"}]
+        line = report.table(r, "bench/results/r.json").splitlines()[0]
+        self.assertEqual(line, "2026-12-02, NVIDIA H200, commit abc, driver 580, torch 2.11 (CUDA 13.0), diffusers "
+                               "0.42.1, SM clock 1980 MHz during the trials, bf16 GEMM 794 TFLOP/s measured, ours: "
+                               "package wan22vae, merged from 2 commands, switches W22_A=1 W22_B=2, results "
+                               "`bench/results/r.json`")
+        self.assertNotIn("results `", report.table(r).splitlines()[0])
+        self.assertEqual(report.short("0123456789abcdef"), "0123456789")
+        self.assertEqual(report.short(None), "?")
+
+    def test_check_cell(self):
+        ok = bench.verdict_of(0, 0, 10, 10, 0, 0.01, 1e-4 * 10, {"max_abs": 0.08, "rms": 0.015})
+        self.assertEqual(report.check_cell({"check": ok}),
+                         f"ok: max x{ok['max_share']:.2f}, rms x{ok['rms_share']:.2f}, {ok['psnr_db']:.1f} dB")
+        self.assertEqual(report.check_cell({"check": ok, "agree_error": "calls differ"})[:4], "FAIL")
+        self.assertEqual(report.check_cell({"check": {"passed": False}}), "FAIL")
+        self.assertEqual(report.check_cell({"error": "boom"}), "error")
+        self.assertEqual(report.check_cell({}), "not checked")
+
+    def test_shared_and_failed(self):
+        r = sample_run(diffusers={"f121": 5000.0, "f241": 10000.0, "f481": 20000.0})
+        r["workloads"]["f241x1"]["shared"] = True
+        r["workloads"]["f5x1"]["check"] = {"passed": False}
+        self.assertIn("| f241x1 | 61 | 5000.0 (5000.0) SHARED |", report.table(r))
+        cell = report.bench_cell(r)
+        self.assertEqual(cell, "2500 / 5000 / 10000 ms, 2.00x, gap 1.27, 9.5 GiB, 1980 MHz; checks 5 of 6 ok")
+        for w in r["workloads"].values():
+            w.pop("check")
+        self.assertTrue(report.bench_cell(r).endswith("; not checked"))
+        r["workloads"]["f121x1"]["audit"]["library_kernels"] = 3
+        self.assertIn("; 3 library kernels", report.bench_cell(r))
+
+    def test_source_name(self):
+        self.assertEqual(report.source_name(os.path.join(HERE, "results", "x.json")), "bench/results/x.json")
+        self.assertEqual(report.source_name("/elsewhere/r.json"), "/elsewhere/r.json")
+
+    def test_main(self):
+        import contextlib
+        import io
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "r.json")
+            with open(path, "w") as f:
+                json.dump(sample_run(diffusers={"f121": 5770.0, "f241": 11530.0, "f481": 23090.0}), f)
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                report.main([path])
+                report.main([path, "--history"])
+            text = out.getvalue()
+            self.assertIn(f"results `{path}`", text)
+            self.assertIn(report.HISTORY_HEADER, text)
+            self.assertIn("| vN (abc) | ... | ... | 2500 / 5000 / 10000 ms, 2.31x, gap 1.27, 9.5 GiB, 1980 MHz | "
+                          "`r.json` |", text)
 
 
 # Stand-ins for bench.rank_main in the session tests (spawned: module-level, picklable by name).
@@ -474,7 +545,7 @@ class Report(unittest.TestCase):
         self.assertIn("**geomean** (3 timed)", t)
         self.assertIn("6 of 6 ok", t)
         h = report.history_row(r)
-        self.assertTrue(h.startswith("| 2026-12-02 | NVIDIA H200 | 1980 | abc | 2500 | 5000 | 10000 | 5000 |"), h)
+        self.assertTrue(h.startswith("| vN (abc) | ... | ... | 2500 / 5000 / 10000 ms, 2.31x, gap 1.27, "), h)
 
     def test_partial(self):
         r = sample_run(ms={"f121": 2500.0})
@@ -486,19 +557,24 @@ class Report(unittest.TestCase):
     def test_write(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "PERF.md")
+            rows = f"{report.HISTORY_HEADER}\n| v1 (x) | a | b | c | `d.json` |\n"
             with open(path, "w") as f:
                 f.write(f"# Perf\nprose naming `{report.LATEST[0]}` inline\n{report.LATEST[0]}\nold\n"
-                        f"{report.LATEST[1]}\n\n{report.HISTORY_HEADER}\n"
-                        f"{report.HISTORY_END}\n")
+                        f"{report.LATEST[1]}\n\n{rows}")
             r = sample_run()
-            report.write(path, r)
-            report.write(path, r)
+            report.write(path, r, "bench/results/r.json")
+            report.write(path, r, "bench/results/r.json")
             with open(path) as f:
                 text = f.read()
             self.assertNotIn("old", text)
             self.assertIn("prose naming", text)
-            self.assertEqual(text.count(report.history_row(r)), 1)
-            self.assertIn("| f121x1 |", text)
+            self.assertEqual(text.count("| f121x1 |"), 1)
+            self.assertEqual(text.count("results `bench/results/r.json`"), 1)
+            self.assertTrue(text.endswith(f"{report.LATEST[1]}\n\n{rows}"), text)   # the version rows untouched
+            with open(path, "w") as f:
+                f.write("# no markers\n")
+            with self.assertRaises(SystemExit):
+                report.write(path, r)
 
 
 class ConvBench(unittest.TestCase):
@@ -532,8 +608,14 @@ class ConvBench(unittest.TestCase):
 
 
 def built_libs():
+    """The library to check: W22_LIB where set (tests/test_python.sh sets it to the suite's build), else build/'s,
+    else another build*/ one; not a sanitizer build's (it loads only with the sanitizer's runtime preloaded)."""
+    if os.environ.get("W22_LIB"):
+        return [os.environ["W22_LIB"]] if os.path.exists(os.environ["W22_LIB"]) else []
     root = os.path.dirname(HERE)
-    return [p for p in sorted(glob.glob(os.path.join(root, "build*", "libwan22vae.so")))]
+    found = sorted(glob.glob(os.path.join(root, "build*", "libwan22vae.so")))
+    found = [p for p in found if "asan" not in os.path.basename(os.path.dirname(p))]
+    return sorted(found, key=lambda p: os.path.basename(os.path.dirname(p)) != "build")
 
 
 @unittest.skipUnless(built_libs(), "no built libwan22vae.so")

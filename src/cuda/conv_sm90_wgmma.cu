@@ -93,7 +93,7 @@
  * not run on it); the second prints both kernels' TFLOP/s side by side.
  *
  * ---- Validated on an H200 (2026-12-02): every conv case of cuda_ops under W22_CUDA_DEBUG=1, and the f121 decode
- * checked against diffusers' fp32 decode (bench/results/2026-12-02-h200-f121-wgmma.json). The points that were
+ * checked against diffusers' fp32 decode (bench/results/2026-12-02-h200-wgmma.json). The points that were
  * written without a GPU, and are now borne out by those runs: ----
  *  - the wgmma descriptor (start >> 4, LBO 1, SBO 1024 >> 4, layout 1 = 128B swizzle in bits 62-63) and the
  *    K advance by +32 bytes (start + 2) inside a swizzled 128-byte row;

@@ -3,6 +3,7 @@
  * conv.cu, attention.cu, norm.cu, move.cu, dupup.cu. */
 #include "cuda_internal.h"
 #include "cuda_ops.h"
+#include "weights/layout.h"
 #include <stdlib.h>
 
 w22_status w22_cuda_after_launch(w22_cuda *c, const char *what, const char *file, int line) {
@@ -139,24 +140,11 @@ static void op_free(w22_backend *b, void *ptr) { w22_cuda_free_ptr(cuda_of(b), p
 /* Phase weights of a 2D 3x3 conv (cuda_internal.h): output row 2i + py reads low-res rows i - 1 + py + d'
  * (d' = 0, 1) with the taps dy summed into d': py = 0: {0} {1, 2}; py = 1: {0, 1} {2}; columns likewise. */
 static w22_status upload_phases(w22_cuda *c, w22_cuda_weight *w, const float *data) {
-    static const int lo[2][2] = {{0, 1}, {0, 2}}, hi[2][2] = {{0, 2}, {1, 2}}; /* taps [first, last] per (p, d') */
     const int cout = w->cout, cin = w->cin;
     const size_t n = (size_t)4 * cout * 4 * cin;
     uint16_t *h = (uint16_t *)malloc(n * 2);
     if (!h) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for phase weights");
-    for (int py = 0; py < 2; py++)
-        for (int px = 0; px < 2; px++)
-            for (int o = 0; o < cout; o++)
-                for (int d = 0; d < 4; d++) {
-                    const int dy = d >> 1, dx = d & 1;
-                    for (int ci = 0; ci < cin; ci++) {
-                        float sum = 0;
-                        for (int ky = lo[py][dy]; ky <= hi[py][dy]; ky++)
-                            for (int kx = lo[px][dx]; kx <= hi[px][dx]; kx++)
-                                sum += data[(((size_t)o * cin + ci) * 3 + ky) * 3 + kx];
-                        h[((((size_t)(py * 2 + px) * cout + o) * 4) + d) * cin + ci] = w22_f32_to_bf16(sum);
-                    }
-                }
+    w22_layout_phases_bf16(data, cout, cin, h);
     w22_status s = w22_cuda_upload(c, &w->dev_phase, h, n * 2, "phase weights");
     if (s == W22_OK) w->bytes += n * 2;
     free(h);
@@ -197,11 +185,7 @@ static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, const f
             return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory: %zu bytes to convert a weight", n * 2);
         }
         /* [cout][cin][tap] float -> [cout][tap][cin] bf16 (tap = (dt, dy, dx)): the GEMM's B, K-major */
-        uint16_t *h16 = (uint16_t *)host;
-        for (int o = 0; o < w->cout; o++)
-            for (int ci = 0; ci < w->cin; ci++)
-                for (int t = 0; t < vol; t++)
-                    h16[((size_t)o * vol + t) * w->cin + ci] = w22_f32_to_bf16(data[((size_t)o * w->cin + ci) * vol + t]);
+        w22_layout_conv_bf16(data, w->cout, w->cin, vol, (uint16_t *)host);
         /* the Winograd path's convs (cin and cout >= W22_WINOGRAD) get its component weights, and keep the direct
          * ones on the host until a direct conv needs them: at even sizes on one rank none does (1.0 GB less at 512) */
         const int mc = w22_cuda_winograd_min_cin(),

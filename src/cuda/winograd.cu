@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_internal.h"
+#include "weights/layout.h"
 
 /* VW bf16 channels (8: one 16-byte vector; 4: 8 bytes) <-> VW floats */
 template <int VW> struct w_vec;
@@ -203,20 +204,7 @@ w22_status w22_cuda_winograd_weights(w22_cuda *c, w22_cuda_weight *w, const floa
     const size_t per = (size_t)co * 3 * ci, n = 16 * per;
     uint16_t *h = (uint16_t *)malloc(n * 2);
     if (!h) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory: %zu bytes for Winograd weights", n * 2);
-    static const float G[4][3] = {{1, 0, 0}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0, 0, 1}};
-    for (int o = 0; o < co; o++)
-        for (int i = 0; i < ci; i++)
-            for (int dt = 0; dt < 3; dt++) {
-                const float *g = data + (((size_t)o * ci + i) * 3 + dt) * 9;
-                float gt[3][4]; /* g G^T */
-                for (int a = 0; a < 3; a++)
-                    for (int j = 0; j < 4; j++) gt[a][j] = g[a * 3] * G[j][0] + g[a * 3 + 1] * G[j][1] + g[a * 3 + 2] * G[j][2];
-                for (int r = 0; r < 4; r++)
-                    for (int j = 0; j < 4; j++) {
-                        const float u = G[r][0] * gt[0][j] + G[r][1] * gt[1][j] + G[r][2] * gt[2][j];
-                        h[(size_t)(4 * r + j) * per + ((size_t)o * 3 + dt) * ci + i] = w22_f32_to_bf16(u);
-                    }
-            }
+    w22_layout_winograd_bf16(data, co, ci, h); /* on every core (src/weights/layout.c) */
     w22_status s = w22_cuda_upload(c, &w->dev_wino, h, n * 2, "Winograd weights");
     if (s == W22_OK) w->bytes += n * 2;
     free(h);

@@ -1,0 +1,118 @@
+/* The GPU backend's weight layouts, made on the host on every core (issue 30: single-threaded, the conv layout and
+ * the Winograd transform alone took ~4.5 s of an open on a 2-core machine for the TI2V-5B decoder). Each output
+ * element is computed exactly as the serial loops did (tests/test_layout.c compares them bit for bit), so the
+ * uploaded bytes do not change; the work is split over output channels. */
+#include <pthread.h>
+#include <stdlib.h>
+#include "common.h"
+#include "weights/layout.h"
+
+typedef struct {
+    void (*fn)(void *ctx, int o0, int o1);
+    void *ctx;
+    int n, parts, next;
+    pthread_mutex_t mu;
+} pfor;
+
+static void *pfor_main(void *p) {
+    pfor *f = p;
+    for (;;) {
+        pthread_mutex_lock(&f->mu);
+        const int k = f->next++;
+        pthread_mutex_unlock(&f->mu);
+        if (k >= f->parts) return NULL;
+        const int o0 = (int)((long)f->n * k / f->parts), o1 = (int)((long)f->n * (k + 1) / f->parts);
+        f->fn(f->ctx, o0, o1);
+    }
+}
+
+/* fn over [0, n) in parts, on up to the machine's cores; serial where threads cannot be made. */
+static void parallel_for(int n, void (*fn)(void *, int, int), void *ctx) {
+    enum { MAXT = 64 };
+    int t = w22_num_cores();
+    if (t > MAXT) t = MAXT;
+    if (t > n) t = n;
+    if (t <= 1) {
+        fn(ctx, 0, n);
+        return;
+    }
+    pfor f = {fn, ctx, n, 4 * t, 0, PTHREAD_MUTEX_INITIALIZER};
+    pthread_t th[MAXT];
+    int made = 0;
+    for (; made < t - 1; made++)
+        if (pthread_create(&th[made], NULL, pfor_main, &f)) break;
+    pfor_main(&f);
+    for (int i = 0; i < made; i++) pthread_join(th[i], NULL);
+}
+
+typedef struct {
+    const float *data;
+    uint16_t *out;
+    int cout, cin, vol;
+} job;
+
+static void conv_part(void *p, int o0, int o1) {
+    const job *j = p;
+    const int cin = j->cin, vol = j->vol;
+    for (int o = o0; o < o1; o++)
+        for (int t = 0; t < vol; t++) {
+            uint16_t *dst = j->out + ((size_t)o * vol + t) * cin;
+            const float *src = j->data + (size_t)o * cin * vol + t;
+            for (int ci = 0; ci < cin; ci++) dst[ci] = w22_f32_to_bf16(src[(size_t)ci * vol]);
+        }
+}
+
+void w22_layout_conv_bf16(const float *data, int cout, int cin, int vol, uint16_t *out) {
+    job j = {data, out, cout, cin, vol};
+    parallel_for(cout, conv_part, &j);
+}
+
+static void wino_part(void *p, int o0, int o1) {
+    static const float G[4][3] = {{1, 0, 0}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0, 0, 1}};
+    const job *j = p;
+    const int ci = j->cin;
+    const size_t per = (size_t)j->cout * 3 * ci;
+    for (int o = o0; o < o1; o++)
+        for (int i = 0; i < ci; i++)
+            for (int dt = 0; dt < 3; dt++) {
+                const float *g = j->data + (((size_t)o * ci + i) * 3 + dt) * 9;
+                float gt[3][4]; /* g G^T */
+                for (int a = 0; a < 3; a++)
+                    for (int k = 0; k < 4; k++)
+                        gt[a][k] = g[a * 3] * G[k][0] + g[a * 3 + 1] * G[k][1] + g[a * 3 + 2] * G[k][2];
+                for (int r = 0; r < 4; r++)
+                    for (int k = 0; k < 4; k++) {
+                        const float u = G[r][0] * gt[0][k] + G[r][1] * gt[1][k] + G[r][2] * gt[2][k];
+                        j->out[(size_t)(4 * r + k) * per + ((size_t)o * 3 + dt) * ci + i] = w22_f32_to_bf16(u);
+                    }
+            }
+}
+
+void w22_layout_winograd_bf16(const float *data, int cout, int cin, uint16_t *out) {
+    job j = {data, out, cout, cin, 27};
+    parallel_for(cout, wino_part, &j);
+}
+
+static void phase_part(void *p, int o0, int o1) {
+    static const int lo[2][2] = {{0, 1}, {0, 2}}, hi[2][2] = {{0, 2}, {1, 2}}; /* taps [first, last] per (p, d') */
+    const job *j = p;
+    const int cout = j->cout, cin = j->cin;
+    for (int py = 0; py < 2; py++)
+        for (int px = 0; px < 2; px++)
+            for (int o = o0; o < o1; o++)
+                for (int d = 0; d < 4; d++) {
+                    const int dy = d >> 1, dx = d & 1;
+                    for (int ci = 0; ci < cin; ci++) {
+                        float sum = 0;
+                        for (int ky = lo[py][dy]; ky <= hi[py][dy]; ky++)
+                            for (int kx = lo[px][dx]; kx <= hi[px][dx]; kx++)
+                                sum += j->data[(((size_t)o * cin + ci) * 3 + ky) * 3 + kx];
+                        j->out[((((size_t)(py * 2 + px) * cout + o) * 4) + d) * cin + ci] = w22_f32_to_bf16(sum);
+                    }
+                }
+}
+
+void w22_layout_phases_bf16(const float *data, int cout, int cin, uint16_t *out) {
+    job j = {data, out, cout, cin, 9};
+    parallel_for(cout, phase_part, &j);
+}

@@ -1,0 +1,20 @@
+/* The GPU backend's weight layouts, made on the host on every core (layout.c); bf16 bits out. */
+#ifndef W22_LAYOUT_H
+#define W22_LAYOUT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* [cout][cin][tap] float -> [cout][tap][cin] bf16 (tap over vol = kt kh kw): the GEMM's B, K-major. */
+void w22_layout_conv_bf16(const float *data, int cout, int cin, int vol, uint16_t *out);
+/* A 3x3x3 conv's Winograd F(2x2, 3x3) weights: the 16 components U = G g G^T per temporal tap, each [cout][3][cin]. */
+void w22_layout_winograd_bf16(const float *data, int cout, int cin, uint16_t *out);
+/* A 2D 3x3 conv's four upsample phases as 2x2 convs on the low-resolution grid: [phase][cout][2][2][cin]. */
+void w22_layout_phases_bf16(const float *data, int cout, int cin, uint16_t *out);
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,115 @@
+/* The GPU backend's weight layouts made on every core (src/weights/layout.c) give the same bits as the serial
+ * loops they replace (copied here as the reference), at odd and even channel counts; then the time of both over
+ * the TI2V-5B decoder's conv weights on this machine (issue 30: the open's host work). Random weights. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "common.h"
+#include "testutil.h"
+#include "weights/layout.h"
+#include "wan22vae.h"
+
+static void ref_conv(const float *data, int cout, int cin, int vol, uint16_t *h) {
+    for (int o = 0; o < cout; o++)
+        for (int ci = 0; ci < cin; ci++)
+            for (int t = 0; t < vol; t++)
+                h[((size_t)o * vol + t) * cin + ci] = w22_f32_to_bf16(data[((size_t)o * cin + ci) * vol + t]);
+}
+
+static void ref_wino(const float *data, int co, int ci, uint16_t *h) {
+    const size_t per = (size_t)co * 3 * ci;
+    static const float G[4][3] = {{1, 0, 0}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0, 0, 1}};
+    for (int o = 0; o < co; o++)
+        for (int i = 0; i < ci; i++)
+            for (int dt = 0; dt < 3; dt++) {
+                const float *g = data + (((size_t)o * ci + i) * 3 + dt) * 9;
+                float gt[3][4];
+                for (int a = 0; a < 3; a++)
+                    for (int j = 0; j < 4; j++) gt[a][j] = g[a * 3] * G[j][0] + g[a * 3 + 1] * G[j][1] + g[a * 3 + 2] * G[j][2];
+                for (int r = 0; r < 4; r++)
+                    for (int j = 0; j < 4; j++) {
+                        const float u = G[r][0] * gt[0][j] + G[r][1] * gt[1][j] + G[r][2] * gt[2][j];
+                        h[(size_t)(4 * r + j) * per + ((size_t)o * 3 + dt) * ci + i] = w22_f32_to_bf16(u);
+                    }
+            }
+}
+
+static void ref_phases(const float *data, int cout, int cin, uint16_t *h) {
+    static const int lo[2][2] = {{0, 1}, {0, 2}}, hi[2][2] = {{0, 2}, {1, 2}};
+    for (int py = 0; py < 2; py++)
+        for (int px = 0; px < 2; px++)
+            for (int o = 0; o < cout; o++)
+                for (int d = 0; d < 4; d++) {
+                    const int dy = d >> 1, dx = d & 1;
+                    for (int ci = 0; ci < cin; ci++) {
+                        float sum = 0;
+                        for (int ky = lo[py][dy]; ky <= hi[py][dy]; ky++)
+                            for (int kx = lo[px][dx]; kx <= hi[px][dx]; kx++)
+                                sum += data[(((size_t)o * cin + ci) * 3 + ky) * 3 + kx];
+                        h[((((size_t)(py * 2 + px) * cout + o) * 4) + d) * cin + ci] = w22_f32_to_bf16(sum);
+                    }
+                }
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+int main(void) {
+    static const int shapes[][3] = {{64, 48, 27}, {7, 5, 1}, {33, 16, 9}, {1, 3, 27}, {40, 24, 27}, {3, 130, 9}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int co = shapes[k][0], ci = shapes[k][1], vol = shapes[k][2];
+        const size_t n = (size_t)co * ci * vol, nw = (size_t)16 * co * 3 * ci, np = (size_t)16 * co * ci;
+        float *d = malloc(n * 4);
+        t_fill_uniform(d, n, 100 + k, -1.f, 1.f);
+        uint16_t *a = malloc((nw > n ? nw : n) * 2), *b = malloc((nw > n ? nw : n) * 2);
+        memset(a, 0xab, n * 2), memset(b, 0xcd, n * 2);
+        ref_conv(d, co, ci, vol, a);
+        w22_layout_conv_bf16(d, co, ci, vol, b);
+        CHECK(!memcmp(a, b, n * 2), "conv layout %dx%dx%d differs from the serial loops", co, ci, vol);
+        if (vol == 27) {
+            memset(a, 0xab, nw * 2), memset(b, 0xcd, nw * 2);
+            ref_wino(d, co, ci, a);
+            w22_layout_winograd_bf16(d, co, ci, b);
+            CHECK(!memcmp(a, b, nw * 2), "winograd layout %dx%d differs from the serial loops", co, ci);
+        }
+        if (vol == 9) {
+            memset(a, 0xab, np * 2), memset(b, 0xcd, np * 2);
+            ref_phases(d, co, ci, a);
+            w22_layout_phases_bf16(d, co, ci, b);
+            CHECK(!memcmp(a, b, np * 2), "phase layout %dx%d differs from the serial loops", co, ci);
+        }
+        free(d), free(a), free(b);
+    }
+    /* the decoder's conv weights: serial loops against every core */
+    w22_config cfg;
+    w22_config_default(&cfg);
+    double ts = 0, tp = 0;
+    for (int i = 0; i < w22_weight_count(&cfg); i++) {
+        int64_t s[5];
+        const int nd = w22_weight_shape(&cfg, i, s);
+        if (nd < 4) continue;
+        const int co = (int)s[0], ci = (int)s[1];
+        int vol = 1;
+        for (int k = 2; k < nd; k++) vol *= (int)s[k];
+        const int wino = vol == 27 && ci >= 512 && co >= 512;
+        const size_t n = (size_t)co * ci * vol, m = wino ? (size_t)16 * co * 3 * ci : n;
+        float *d = malloc(n * 4);
+        t_fill_uniform(d, n, i, -1.f, 1.f);
+        uint16_t *a = malloc(m * 2), *b = malloc(m * 2);
+        double t0 = now();
+        if (wino) ref_wino(d, co, ci, a);
+        else ref_conv(d, co, ci, vol, a);
+        ts += now() - t0;
+        t0 = now();
+        if (wino) w22_layout_winograd_bf16(d, co, ci, b);
+        else w22_layout_conv_bf16(d, co, ci, vol, b);
+        tp += now() - t0;
+        CHECK(!memcmp(a, b, m * 2), "weight %d (%s): layouts differ", i, w22_weight_name(&cfg, i));
+        free(d), free(a), free(b);
+    }
+    printf("TI2V-5B conv weights' layouts on %d cores: serial %.2f s, layout.c %.2f s\n", w22_num_cores(), ts, tp);
+    return t_finish("test_layout");
+}

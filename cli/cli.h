@@ -1,9 +1,15 @@
 /* The `wan22vae` command's parts: one function per subcommand (cli/<name>.c) and the helpers they share for
- * options and messages. Exit codes: 0 done, 1 a failure (the library's message on stderr), 2 a usage error. */
+ * options and messages. Exit codes (CLI_EXIT_CODES, printed by every help): 0 done, 1 a failure (the reason on
+ * stderr; also a decode stopped by a signal, and gpu-check finding no usable GPU), 2 a usage error. */
 #ifndef W22_CLI_H
 #define W22_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#define CLI_EXIT_CODES                                                                                          \
+    "exit status: 0 done; 1 a failure (the reason on stderr; also a decode stopped by a signal); 2 a usage\n"     \
+    "error (an unknown option, a bad value, a missing argument).\n"
 
 int cli_decode(int argc, char **argv);
 int cli_info(int argc, char **argv);
@@ -18,5 +24,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 int cli_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi, long long *v);
 /* getopt_long's complaint (an unknown option or a missing value) as a usage error; returns 2. */
 int cli_bad_option(const char *cmd, char **argv, int optopt_value);
+/* Whether CUDA GPU `device` can run this build's kernels (sm_90); why says what was found either way, in plain
+ * words ("no NVIDIA driver or GPU is usable here (CUDA says: ...)", "this build ... has no CUDA backend"). */
+int cli_cuda_usable(int device, char *why, size_t cap);
 
 #endif

@@ -1,34 +1,82 @@
-/* `wan22vae decode`: weights + latents -> video. The output is checked first (a bad --out, or no ffmpeg for .mp4,
- * fails before any work), then the inputs (regular files), then the latents and the weights load, the decoder
- * streams finished frames into the writer chosen by the output's extension, and only a complete video is renamed
- * into place: on any failure, or Ctrl-C, SIGTERM, SIGHUP or SIGQUIT, the temporary output is removed and nothing
- * is left at --out. */
+/* `wan22vae decode`: weights + latents -> video. The output is checked first (a bad --out, an extension or codec
+ * ffmpeg refuses, or no ffmpeg, fails before any work), then the device, then the inputs; the latents and the
+ * weights load (a file, a sharded index or a diffusers folder, with its config.json), a pipeline's normalized
+ * latents are de-normalized, the decoder streams finished frames into the writer chosen by the output's
+ * extension, and only a complete video is renamed into place: on any failure, or Ctrl-C, SIGTERM, SIGHUP or
+ * SIGQUIT, the temporary output is removed and nothing is left at --out. A stream (standard output, a FIFO, a
+ * device) is written directly, frames in order. Progress goes to stderr: a line saying what will run, then one per
+ * pass and a heartbeat while a pass runs (a CPU pass takes minutes at full size). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include "common.h"
 #include "io/io.h"
+#include "weights/source.h"
 #include "cli.h"
 
+/* The library's latent frames per pass when frames_per_pass is 0 (src/decoder.c), for the first progress line. */
+#define DEFAULT_FRAMES_PER_PASS 2
+
 static const char usage[] =
-    "usage: wan22vae decode --weights W.safetensors --latents Z --out OUT [options]\n"
+    "usage: wan22vae decode -w WEIGHTS -l LATENTS -o OUT [options]\n"
     "\n"
-    "  --weights W          the VAE's weights (diffusers names; the decoder's config is inferred)\n"
-    "  --latents Z          latents [1, C, T, h, w] or [C, T, h, w]: .safetensors (tensor 'latents' or the only\n"
-    "                       one; F32/BF16/F16) or .npy (<f4, <f2)\n"
-    "  --out OUT            .y4m (4:4:4, BT.601), .mp4 (needs ffmpeg), .npy or .safetensors (float32\n"
-    "                       [1, 3, F, H, W]), or a directory of PNG frames (ending in '/' or without extension)\n"
-    "  --device cpu|cuda    where to decode (default cpu)\n"
-    "  --cuda-device N      which GPU (default 0)\n"
-    "  --frames-per-pass N  latent frames per pass (default: the library's; the output does not change)\n"
-    "  --threads N          CPU threads (default: all cores)\n"
-    "  --fps F              frames per second of .y4m/.mp4, 0.01..1000 (default 24)\n"
-    "  --force              replace an existing output\n"
-    "  --progress           show progress even when stderr is not a terminal\n";
+    "  -w, --weights W        the VAE's weights: a .safetensors file (diffusers names; a whole-VAE file too), a\n"
+    "                         sharded index (*.safetensors.index.json), a diffusers VAE folder (config.json +\n"
+    "                         diffusion_pytorch_model.safetensors), or a pipeline folder holding vae/ (such as a\n"
+    "                         download of Wan-AI/Wan2.2-TI2V-5B-Diffusers); a config.json next to the weights\n"
+    "                         gives the config, else it is inferred from the tensors\n"
+    "      --variant V        in a folder: diffusion_pytorch_model.V.safetensors (e.g. fp16)\n"
+    "  -l, --latents Z        latents [1, C, T, h, w] or [C, T, h, w]: .safetensors (tensor 'latents' or the only\n"
+    "                         one; F32/BF16/F16) or .npy (<f4, <f2)\n"
+    "      --latents-normalized\n"
+    "                         the latents are a diffusers pipeline's output (pipe(..., output_type=\"latent\")):\n"
+    "                         de-normalize them first as the Wan pipeline does before vae.decode, per channel\n"
+    "                         z / (1 / latents_std) + latents_mean (= z * std + mean), with latents_mean and\n"
+    "                         latents_std from the weights' config.json, else Wan2.2 TI2V-5B's built in (48\n"
+    "                         channels); without it the latents go to the decoder as they are (vae.decode's input)\n"
+    "  -o, --out OUT          the video, by its extension:\n"
+    "                           .y4m         YUV4MPEG2, 4:4:4 BT.601 limited range; '-' writes it to standard\n"
+    "                                        output (for pipes: wan22vae decode ... -o - | ffplay -)\n"
+    "                           .mp4 .mkv .webm .mov .gif ...  any container ffmpeg writes (needs ffmpeg):\n"
+    "                                        libx264 CRF 18 yuv420p for .mp4/.mkv/.mov/.m4v, libvpx-vp9 CRF 24 for\n"
+    "                                        .webm (VP8 without it), a palette of the clip for .gif, ffmpeg's own\n"
+    "                                        default elsewhere; YUV converted with BT.709 and tagged so (colorspace,\n"
+    "                                        primaries and transfer bt709, range tv)\n"
+    "                           .npy .safetensors  float32 [1, 3, F, H, W], the decoder's output as is\n"
+    "                           DIR/ or DIR  PNG frames frame_00000.png ... (a path ending in '/' or without an\n"
+    "                                        extension)\n"
+    "                         An existing FIFO or device (and /dev/stdout, /dev/fd/N) is written as a stream, in\n"
+    "                         order, with no temporary file; a FIFO or /dev/stdout without extension gets .y4m.\n"
+    "      --codec C          ffmpeg's video encoder instead of the container's default (libx264, libx265,\n"
+    "                         libvpx-vp9, libaom-av1, ffv1, prores_ks, ...)\n"
+    "      --crf N            constant quality 0..63 for encoders that have it (lower is better; the default:\n"
+    "                         18 for libx264, 20 libx265, 24 libvpx-vp9)\n"
+    "      --pix-fmt F        the encoded pixel format (default yuv420p; yuv444p, yuv420p10le, gbrp, ...)\n"
+    "      --ffmpeg-args \"A\"  more ffmpeg output options, split as a shell does, after ours (so they win; a\n"
+    "                         -vf of yours replaces the BT.709 conversion)\n"
+    "      --fps F            frames per second of .y4m and ffmpeg's formats, 0.01..1000 (default 24)\n"
+    "      --device D         cpu (the default), cuda (GPU 0) or cuda:N\n"
+    "      --cuda-device N    which GPU for --device cuda (the same as cuda:N)\n"
+    "      --frames-per-pass N  latent frames per pass (default 2; the output does not change)\n"
+    "      --threads N        CPU threads (default: all cores)\n"
+    "  -f, --force            replace an existing output\n"
+    "  -v, --verbose          say more on stderr: the weights and config read, the statistics used, the ffmpeg\n"
+    "                         command line\n"
+    "  -q, --quiet            nothing on stderr but errors\n"
+    "      --progress         show progress even when stderr is not a terminal\n"
+    "      --progress-interval S  seconds between heartbeat lines while a pass runs (default 1 on a terminal,\n"
+    "                         10 otherwise)\n"
+    "  -h, --help             this help\n"
+    "\n"
+    "Progress and messages go to stderr, never to standard output.\n"
+    "\n" CLI_EXIT_CODES;
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { interrupted = sig; }
@@ -36,7 +84,7 @@ static void on_signal(int sig) { interrupted = sig; }
 /* The signals that stop a decode: each sets `interrupted`, the decode stops at its next callback, and the
  * temporary output is removed. A signal ignored when we started (SIGHUP under nohup; SIGINT and SIGQUIT in a
  * non-interactive shell's background job) stays ignored, as the one who started us asked; SIGTERM is always
- * handled. */
+ * handled. SIGPIPE is ignored: a reader that goes away is a write error with a message. */
 static void catch_signals(void) {
     static const int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
     struct sigaction sa, old;
@@ -48,15 +96,20 @@ static void catch_signals(void) {
         if (sigs[i] != SIGTERM && sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
         sigaction(sigs[i], &sa, NULL);
     }
+    signal(SIGPIPE, SIG_IGN);
 }
 
 typedef struct {
     w22_video_writer *vw;
     w22_status write_status;
     char write_msg[2048];
-    int frames_done, frames_total, latent_total, latent_done;
+    int frames_done, frames_total, latent_total, latent_done, passes, fpp;
     int show, tty;
-    double t0;
+    double t0, interval;
+    /* the heartbeat thread */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
 } decode_ctx;
 
 static int on_frames(void *user, const float *frames, int frame0, int nframes, int height, int width) {
@@ -68,23 +121,39 @@ static int on_frames(void *user, const float *frames, int frame0, int nframes, i
         snprintf(c->write_msg, sizeof c->write_msg, "%s", w22_last_error());
         return 1;
     }
+    pthread_mutex_lock(&c->mu);
     c->frames_done += nframes;
+    pthread_mutex_unlock(&c->mu);
     return 0;
 }
 
-static void print_progress(decode_ctx *c, int final) {
+static void clock_text(double s, char *buf, size_t cap) {
+    int t = (int)(s + 0.5);
+    if (t >= 3600) snprintf(buf, cap, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, cap, "%d:%02d", t / 60, t % 60);
+}
+
+/* One progress line; the caller holds c->mu. final: the closing line; beat: from the heartbeat (a pass running). */
+static void print_progress(decode_ctx *c, int final, int beat) {
     double dt = w22_now() - c->t0;
     double fps = dt > 0 ? c->frames_done / dt : 0;
-    char tail[48];
+    char tail[64], el[32], eta[32];
+    clock_text(dt, el, sizeof el);
     if (final) {
         snprintf(tail, sizeof tail, "took %.1f s", dt);
-    } else if (c->latent_done > 0 && c->latent_done < c->latent_total) {
-        int s = (int)(dt / c->latent_done * (c->latent_total - c->latent_done) + 0.5);
-        snprintf(tail, sizeof tail, "ETA %d:%02d", s / 60, s % 60);
+    } else if (c->frames_done > 0 && c->frames_done < c->frames_total) { /* frames come out within a pass too */
+        clock_text(dt / c->frames_done * (c->frames_total - c->frames_done), eta, sizeof eta);
+        snprintf(tail, sizeof tail, "elapsed %s, ETA %s", el, eta);
     } else {
-        snprintf(tail, sizeof tail, "ETA %s", c->latent_done ? "0:00" : "--:--");
+        snprintf(tail, sizeof tail, "elapsed %s, ETA %s", el, c->frames_done ? "0:00" : "--:--");
     }
-    fprintf(stderr, "%slatent frames %d/%d, video frames %d/%d, %.2f frames/s, %s%s", c->tty ? "\r" : "",
+    int pass = (c->latent_done + c->fpp - 1) / c->fpp; /* passes done */
+    char what[48];
+    if (!final && pass < c->passes && (beat || c->tty))
+        snprintf(what, sizeof what, "pass %d/%d running", pass + 1, c->passes);
+    else
+        snprintf(what, sizeof what, "pass %d/%d done", pass, c->passes);
+    fprintf(stderr, "%s%s, latent frames %d/%d, video frames %d/%d, %.2f frames/s, %s%s", c->tty ? "\r" : "", what,
             c->latent_done, c->latent_total, c->frames_done, c->frames_total, fps, tail,
             c->tty && !final ? "\033[K" : "\n");
     fflush(stderr);
@@ -92,37 +161,108 @@ static void print_progress(decode_ctx *c, int final) {
 
 static int on_progress(void *user, int latent_done, int latent_total) {
     decode_ctx *c = user;
+    pthread_mutex_lock(&c->mu);
     c->latent_done = latent_done;
     c->latent_total = latent_total;
-    if (c->show) print_progress(c, 0);
+    if (c->show) print_progress(c, 0, 0);
+    pthread_mutex_unlock(&c->mu);
     return interrupted ? 1 : 0;
 }
 
+/* The heartbeat: every interval, the progress line again with the time elapsed, so that a long pass (minutes on
+ * the CPU at full size) shows that it runs. */
+static void *heartbeat(void *user) {
+    decode_ctx *c = user;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double t = ts.tv_sec + ts.tv_nsec * 1e-9 + c->interval;
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        int rc = 0;
+        while (!c->stop && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        if (!c->stop && c->latent_done < c->latent_total) print_progress(c, 0, 1);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* --device: cpu, cuda, cuda:N. */
+static int parse_device(const char *s, w22_device *dev, long long *index) {
+    if (!strcmp(s, "cpu")) return *dev = W22_DEVICE_CPU, 0;
+    if (!strcmp(s, "cuda")) return *dev = W22_DEVICE_CUDA, *index = -1, 0;
+    if (!strncmp(s, "cuda:", 5)) {
+        char *end;
+        errno = 0;
+        long long n = strtoll(s + 5, &end, 10);
+        if (s[5] >= '0' && s[5] <= '9' && !*end && !errno && n <= 1023) return *dev = W22_DEVICE_CUDA, *index = n, 0;
+    }
+    return cli_usage_error("decode", "--device: expected cpu, cuda or cuda:N (N a GPU number), found '%s'", s);
+}
+
+/* The latents' statistics for --latents-normalized: the config.json's, else the built-in TI2V-5B ones. */
+static int pick_stats(const w22_weights_info *info, int zdim, const char *weights_path, const float **mean,
+                      const float **std, char *from, size_t cap) {
+    if (info->has_config && info->vae.nstats > 0) {
+        *mean = info->vae.mean;
+        *std = info->vae.std;
+        snprintf(from, cap, "latents_mean/latents_std of %s", info->loc.config_json);
+        return 0;
+    }
+    if (info->has_config && info->vae.nstats < 0) {
+        fprintf(stderr, "wan22vae: --latents-normalized: %s\n", info->vae.stats_problem);
+        return 1;
+    }
+    if (zdim != W22_WAN22_STATS) {
+        fprintf(stderr, "wan22vae: --latents-normalized: the weights %s have z_dim %d, and %s; the built-in "
+                "statistics are Wan2.2 TI2V-5B's (%d channels): expected a config.json next to the weights with "
+                "latents_mean and latents_std of %d numbers each\n", weights_path, zdim, info->has_config ?
+                "their config.json has no latents_mean/latents_std" : "no config.json is next to them",
+                W22_WAN22_STATS, zdim);
+        return 1;
+    }
+    *mean = w22_wan22_latents_mean;
+    *std = w22_wan22_latents_std;
+    snprintf(from, cap, "Wan2.2 TI2V-5B's built-in latents_mean/latents_std (Wan-AI/Wan2.2-TI2V-5B-Diffusers, "
+             "vae/config.json)");
+    return 0;
+}
+
 int cli_decode(int argc, char **argv) {
-    const char *weights_path = NULL, *latents_path = NULL, *out = NULL, *device = "cpu";
-    long long fpp = 0, threads = 0, cuda_device = 0;
-    double fps = 24;
-    int force = 0, progress = 0;
+    const char *weights_path = NULL, *latents_path = NULL, *out = NULL, *device = "cpu", *variant = NULL;
+    w22_video_options vopt = {NULL, -1, NULL, NULL};
+    long long fpp = 0, threads = 0, cuda_device = -1, crf = -1, dev_index = -1;
+    double fps = 24, interval = 0;
+    int force = 0, progress = 0, verbose = 0, quiet = 0, normalized = 0;
+    enum { O_CUDA = 256, O_FPP, O_THREADS, O_FPS, O_PROGRESS, O_VARIANT, O_NORM, O_CODEC, O_CRF, O_PIX, O_FFARGS,
+           O_INTERVAL, O_DEVICE };
     static const struct option opts[] = {
-        {"weights", required_argument, 0, 'w'}, {"latents", required_argument, 0, 'l'},
-        {"out", required_argument, 0, 'o'},     {"device", required_argument, 0, 'd'},
-        {"cuda-device", required_argument, 0, 'g'}, {"frames-per-pass", required_argument, 0, 'n'},
-        {"threads", required_argument, 0, 't'}, {"fps", required_argument, 0, 'r'},
-        {"force", no_argument, 0, 'f'},         {"progress", no_argument, 0, 'p'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+        {"weights", required_argument, 0, 'w'},      {"latents", required_argument, 0, 'l'},
+        {"out", required_argument, 0, 'o'},          {"device", required_argument, 0, O_DEVICE},
+        {"cuda-device", required_argument, 0, O_CUDA}, {"frames-per-pass", required_argument, 0, O_FPP},
+        {"threads", required_argument, 0, O_THREADS}, {"fps", required_argument, 0, O_FPS},
+        {"force", no_argument, 0, 'f'},              {"progress", no_argument, 0, O_PROGRESS},
+        {"verbose", no_argument, 0, 'v'},            {"quiet", no_argument, 0, 'q'},
+        {"variant", required_argument, 0, O_VARIANT}, {"latents-normalized", no_argument, 0, O_NORM},
+        {"codec", required_argument, 0, O_CODEC},    {"crf", required_argument, 0, O_CRF},
+        {"pix-fmt", required_argument, 0, O_PIX},    {"ffmpeg-args", required_argument, 0, O_FFARGS},
+        {"progress-interval", required_argument, 0, O_INTERVAL},
+        {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
     opterr = 0;
-    for (int ch; (ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
+    for (int ch; (ch = getopt_long(argc, argv, ":hw:l:o:fvq", opts, NULL)) != -1;) {
         char *end;
         switch (ch) {
         case 'w': weights_path = optarg; break;
         case 'l': latents_path = optarg; break;
         case 'o': out = optarg; break;
-        case 'd': device = optarg; break;
-        case 'g': if (cli_int("decode", "--cuda-device", optarg, 0, 1023, &cuda_device)) return 2; break;
-        case 'n': if (cli_int("decode", "--frames-per-pass", optarg, 1, 1 << 20, &fpp)) return 2; break;
-        case 't': if (cli_int("decode", "--threads", optarg, 1, 4096, &threads)) return 2; break;
-        case 'r': {
+        case O_DEVICE: device = optarg; break;
+        case O_CUDA: if (cli_int("decode", "--cuda-device", optarg, 0, 1023, &cuda_device)) return 2; break;
+        case O_FPP: if (cli_int("decode", "--frames-per-pass", optarg, 1, 1024, &fpp)) return 2; break;
+        case O_THREADS: if (cli_int("decode", "--threads", optarg, 1, 4096, &threads)) return 2; break;
+        case O_CRF: if (cli_int("decode", "--crf", optarg, 0, 63, &crf)) return 2; break;
+        case O_FPS: {
             int num, den;
             fps = strtod(optarg, &end);
             if (end == optarg || *end || w22_fps_rational(fps, &num, &den) != W22_OK)
@@ -130,55 +270,126 @@ int cli_decode(int argc, char **argv) {
                                        W22_FPS_MAX, optarg);
             break;
         }
+        case O_INTERVAL:
+            interval = strtod(optarg, &end);
+            if (end == optarg || *end || !(interval >= 0.05 && interval <= 3600))
+                return cli_usage_error("decode", "--progress-interval: expected seconds in 0.05..3600, found '%s'",
+                                       optarg);
+            break;
         case 'f': force = 1; break;
-        case 'p': progress = 1; break;
+        case 'v': verbose = 1; break;
+        case 'q': quiet = 1; break;
+        case O_PROGRESS: progress = 1; break;
+        case O_VARIANT: variant = optarg; break;
+        case O_NORM: normalized = 1; break;
+        case O_CODEC: vopt.codec = optarg; break;
+        case O_PIX: vopt.pix_fmt = optarg; break;
+        case O_FFARGS: vopt.ffmpeg_args = optarg; break;
         case 'h': return fputs(usage, stdout), 0;
         default: return cli_bad_option("decode", argv, optopt);
         }
     }
+    vopt.crf = (int)crf;
     if (optind < argc) return cli_usage_error("decode", "unexpected argument '%s'", argv[optind]);
     if (!weights_path || !latents_path || !out)
         return cli_usage_error("decode", "expected --weights, --latents and --out; missing %s",
                                !weights_path ? "--weights" : !latents_path ? "--latents" : "--out");
-    w22_device dev;
-    if (!strcmp(device, "cpu")) dev = W22_DEVICE_CPU;
-    else if (!strcmp(device, "cuda")) dev = W22_DEVICE_CUDA;
-    else return cli_usage_error("decode", "--device: expected cpu or cuda, found '%s'", device);
+    if (verbose && quiet) return cli_usage_error("decode", "-v/--verbose and -q/--quiet: expected one of them");
+    w22_device dev = W22_DEVICE_CPU;
+    if (parse_device(device, &dev, &dev_index)) return 2;
+    if (dev == W22_DEVICE_CPU && cuda_device >= 0)
+        return cli_usage_error("decode", "--cuda-device %lld: expected --device cuda (the device is cpu)", cuda_device);
+    if (dev_index >= 0 && cuda_device >= 0 && dev_index != cuda_device)
+        return cli_usage_error("decode", "--device %s and --cuda-device %lld disagree; expected one GPU", device,
+                               cuda_device);
+    int gpu = (int)(dev_index >= 0 ? dev_index : cuda_device >= 0 ? cuda_device : 0);
     w22_video_format fmt;
     if (w22_video_format_from_path(out, &fmt) != W22_OK)
         return cli_usage_error("decode", "--out %s", w22_last_error());
+    if (fmt != W22_VIDEO_FFMPEG && (vopt.codec || vopt.crf >= 0 || vopt.pix_fmt || vopt.ffmpeg_args))
+        return cli_usage_error("decode", "%s is for outputs written through ffmpeg (.mp4, .mkv, .webm, .mov, .gif, "
+                               "...); --out %s is %s", vopt.codec ? "--codec" : vopt.crf >= 0 ? "--crf" :
+                               vopt.pix_fmt ? "--pix-fmt" : "--ffmpeg-args", out, w22_video_format_name(fmt));
+    if (vopt.ffmpeg_args) {
+        int n;
+        char **words;
+        if (w22_split_args(vopt.ffmpeg_args, &n, &words) != W22_OK)
+            return cli_usage_error("decode", "--ffmpeg-args %s", w22_last_error());
+        w22_free_args(n, words);
+    }
+    const char *out_name = w22_output_name(out);
 
-    /* The output first: a typo in --out, or no ffmpeg for .mp4, should not cost a weight load. */
+    /* The output first: a typo in --out, or no ffmpeg, should not cost a weight load. */
+    if (!strcmp(out, "-") && isatty(1)) {
+        fprintf(stderr, "wan22vae: --out -: standard output is a terminal; expected a pipe or a file (wan22vae "
+                "decode ... -o - | ffplay -, or -o - > clip.y4m)\n");
+        return 1;
+    }
     w22_status os = w22_video_check(out, fmt, force);
     if (os != W22_OK) {
         cli_fail("output");
         if (os == W22_ERR_EXISTS && !force) fprintf(stderr, "(--force replaces it)\n");
         return 1;
     }
-    /* Inputs that are not regular files (a FIFO would hang the load) are refused before either loads. */
-    if (w22_input_check(weights_path, "weights") != W22_OK) return cli_fail("loading weights %s", weights_path);
+    if (fmt == W22_VIDEO_FFMPEG) { /* the extension, the codec and the options, on one test frame */
+        os = w22_ffmpeg_check(out, &vopt);
+        if (os == W22_ERR_INVALID_ARG) return cli_usage_error("decode", "--out %s", w22_last_error());
+        if (os != W22_OK) return cli_fail("output");
+    }
+    if (dev == W22_DEVICE_CUDA) {
+        char why[512];
+        if (!cli_cuda_usable(gpu, why, sizeof why)) {
+            fprintf(stderr, "wan22vae: --device %s: no usable CUDA GPU: %s; --device cpu decodes on the CPU\n",
+                    device, why);
+            return 1;
+        }
+        if (verbose) fprintf(stderr, "wan22vae: device: %s\n", why);
+    }
+    /* Where the weights are (a file, an index, a folder), and inputs that are not regular files (a FIFO would hang
+     * the load), before either loads. */
+    w22_weights_location loc;
+    if (w22_weights_locate(weights_path, variant, &loc) != W22_OK) return cli_fail("loading weights %s", weights_path);
     if (w22_input_check(latents_path, "latents") != W22_OK) return cli_fail("loading latents %s", latents_path);
 
-    int rc = 1;
+    int rc = 1, info_loaded = 0, hb_started = 0;
     w22_weights *weights = NULL;
+    w22_weights_info info;
     w22_decoder *dec = NULL;
     float *z = NULL;
-    decode_ctx c = {0};
+    decode_ctx c;
+    memset(&c, 0, sizeof c);
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_cond_init(&c.cv, NULL);
+    pthread_t hb;
     int T, h, w, zdim;
     /* the latents first: small, and a bad file should not wait for the weights */
     if (w22_io_load_latents(latents_path, &z, &T, &h, &w, &zdim) != W22_OK) {
         cli_fail("loading latents %s", latents_path);
         goto done;
     }
-    if (w22_weights_load(weights_path, NULL, &weights) != W22_OK) {
+    if (w22_weights_open_path(weights_path, variant, &weights, &info) != W22_OK) {
         cli_fail("loading weights %s", weights_path);
         goto done;
     }
+    info_loaded = 1;
     const w22_config *cfg = w22_weights_config(weights);
+    if (verbose) {
+        fprintf(stderr, "wan22vae: weights: %s (%s; %d tensors), config from %s: z_dim %d, base_dim %d\n",
+                info.loc.found, info.loc.is_index ? "a sharded index" : "a safetensors file", info.file_tensors,
+                info.has_config ? info.loc.config_json : "the file", cfg->z_dim, cfg->base_dim);
+        fprintf(stderr, "wan22vae: latents: %s [1, %d, %d, %d, %d]\n", latents_path, zdim, T, h, w);
+    }
     if (zdim != cfg->z_dim) {
         fprintf(stderr, "wan22vae: latents %s: expected %d channels (the z_dim of the weights %s), found %d "
                 "(shape [1, %d, %d, %d, %d])\n", latents_path, cfg->z_dim, weights_path, zdim, zdim, T, h, w);
         goto done;
+    }
+    if (normalized) {
+        const float *mean, *std;
+        char from[PATH_MAX + 64];
+        if (pick_stats(&info, zdim, weights_path, &mean, &std, from, sizeof from)) goto done;
+        w22_latents_denormalize(z, zdim, (size_t)T * h * w, mean, std);
+        if (verbose) fprintf(stderr, "wan22vae: latents de-normalized (z * std + mean) with %s\n", from);
     }
     int F, H, W;
     w22_video_shape(cfg, T, h, w, &F, &H, &W);
@@ -186,7 +397,7 @@ int cli_decode(int argc, char **argv) {
     w22_decoder_params p;
     w22_decoder_params_init(&p);
     p.device = dev;
-    p.cuda_device = (int)cuda_device;
+    p.cuda_device = gpu;
     p.frames_per_pass = (int)fpp;
     p.threads = (int)threads;
     p.progress = on_progress;
@@ -199,24 +410,48 @@ int cli_decode(int argc, char **argv) {
     weights = NULL;
 
     catch_signals(); /* before the temporary output exists, so that no signal can leave it behind */
-    if (w22_video_open(out, fmt, F, H, W, fps, force, &c.vw) != W22_OK) {
+    if (w22_video_open_opts(out, fmt, F, H, W, fps, force, &vopt, &c.vw) != W22_OK) {
         cli_fail("opening the output");
         goto done;
     }
+    if (verbose && w22_video_command(c.vw)) fprintf(stderr, "wan22vae: ffmpeg: %s\n", w22_video_command(c.vw));
     c.frames_total = F;
     c.latent_total = T;
+    c.fpp = fpp ? (int)fpp : DEFAULT_FRAMES_PER_PASS;
+    c.passes = (T + c.fpp - 1) / c.fpp;
     c.tty = isatty(2);
-    c.show = progress || c.tty;
+    c.show = !quiet && (progress || c.tty);
+    c.interval = interval > 0 ? interval : c.tty ? 1 : 10;
     c.t0 = w22_now();
+    if (c.show) {
+        int nthreads = threads ? (int)threads : w22_num_cores();
+        char where[64];
+        if (dev == W22_DEVICE_CPU) snprintf(where, sizeof where, "the CPU (%d thread%s)", nthreads, nthreads == 1 ? "" : "s");
+        else snprintf(where, sizeof where, "cuda:%d", gpu);
+        fprintf(stderr, "wan22vae: decoding %d latent frames of %dx%d into %d frames of %dx%d on %s: %d pass%s of %d "
+                "latent frame%s\n", T, h, w, F, W, H, where, c.passes, c.passes == 1 ? "" : "es", c.fpp,
+                c.fpp == 1 ? "" : "s");
+        hb_started = pthread_create(&hb, NULL, heartbeat, &c) == 0;
+    }
 
     w22_status s = interrupted ? W22_OK : w22_decode_frames(dec, z, W22_DTYPE_F32, T, h, w, on_frames, &c);
+    if (hb_started) {
+        pthread_mutex_lock(&c.mu);
+        c.stop = 1;
+        pthread_cond_signal(&c.cv);
+        pthread_mutex_unlock(&c.mu);
+        pthread_join(hb, NULL);
+        hb_started = 0;
+    }
     if (c.show && c.tty && s != W22_OK) fputc('\n', stderr); /* end the progress line before a message */
-    if (c.write_status != W22_OK) {
-        fprintf(stderr, "wan22vae: writing %s: %s\n", out, c.write_msg);
+    int stream = w22_output_is_stream(out);
+    if (interrupted) {
+        fprintf(stderr, "wan22vae: decoding: interrupted by signal %d; %s\n", (int)interrupted,
+                stream ? "the stream ends short" : "no output written");
         goto done;
     }
-    if (interrupted) {
-        fprintf(stderr, "wan22vae: decoding: interrupted by signal %d; no output written\n", (int)interrupted);
+    if (c.write_status != W22_OK) {
+        fprintf(stderr, "wan22vae: writing the video: %s\n", c.write_msg);
         goto done;
     }
     if (s != W22_OK) {
@@ -226,16 +461,28 @@ int cli_decode(int argc, char **argv) {
     w22_video_writer *vw = c.vw;
     c.vw = NULL; /* finish frees it, also on failure */
     if (w22_video_finish(vw) != W22_OK) {
-        cli_fail("finishing %s", out);
+        cli_fail("finishing %s", out_name);
         goto done;
     }
-    if (c.show) print_progress(&c, 1);
-    fprintf(stderr, "wan22vae: wrote %s: %d frames of %dx%d (%s)\n", out, F, W, H, w22_video_format_name(fmt));
+    if (c.show) print_progress(&c, 1, 0);
+    if (!quiet)
+        fprintf(stderr, "wan22vae: wrote %s: %d frames of %dx%d (%s)\n", out_name, F, W, H,
+                fmt == W22_VIDEO_FFMPEG ? strrchr(out, '.') + 1 : w22_video_format_name(fmt));
     rc = 0;
 done:
+    if (hb_started) {
+        pthread_mutex_lock(&c.mu);
+        c.stop = 1;
+        pthread_cond_signal(&c.cv);
+        pthread_mutex_unlock(&c.mu);
+        pthread_join(hb, NULL);
+    }
     w22_video_abort(c.vw); /* removes the temporary output; NULL when finished or never opened */
     w22_decoder_free(dec);
     w22_weights_free(weights);
+    if (info_loaded) w22_weights_info_free(&info);
     free(z);
+    pthread_cond_destroy(&c.cv);
+    pthread_mutex_destroy(&c.mu);
     return rc;
 }

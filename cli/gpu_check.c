@@ -1,14 +1,59 @@
 /* `wan22vae gpu-check`: exit 0 iff this build has the CUDA backend and a usable GPU (sm_90) answers; `make test`
- * runs the GPU suite on that answer. */
+ * runs the GPU suite on that answer. cli_cuda_usable says why not, plainly, for `decode --device cuda` too. */
 #include <stdio.h>
 #include <string.h>
 #include "wan22vae.h"
 #include "cli.h"
+#ifdef W22_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+int cli_cuda_usable(int device, char *why, size_t cap) {
+#ifndef W22_HAVE_CUDA
+    (void)device;
+    snprintf(why, cap, "this build of wan22vae has no CUDA backend (it was built without nvcc)");
+    return 0;
+#else
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        const char *msg = cudaGetErrorString(e);
+        (void)cudaGetLastError();
+        if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice)
+            snprintf(why, cap, "no NVIDIA driver or GPU is usable here (CUDA says: %s)", msg);
+        else
+            snprintf(why, cap, "CUDA cannot list the GPUs (%s)", msg);
+        return 0;
+    }
+    if (n == 0) {
+        snprintf(why, cap, "no NVIDIA GPU found");
+        return 0;
+    }
+    if (device < 0 || device >= n) {
+        if (n == 1) snprintf(why, cap, "GPU %d does not exist (1 GPU here: cuda:0)", device);
+        else snprintf(why, cap, "GPU %d does not exist (%d GPUs here: cuda:0 .. cuda:%d)", device, n, n - 1);
+        return 0;
+    }
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(why, cap, "GPU %d does not answer", device);
+        return 0;
+    }
+    if (prop.major != 9) {
+        snprintf(why, cap, "GPU %d (%s) is sm_%d%d; this build needs sm_90 (Hopper: H100, H200)", device, prop.name,
+                 prop.major, prop.minor);
+        return 0;
+    }
+    snprintf(why, cap, "GPU %d (%s, sm_90)", device, prop.name);
+    return 1;
+#endif
+}
 
 int cli_gpu_check(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        puts("usage: wan22vae gpu-check\n\nExit 0 if this build has the CUDA backend and a usable GPU (sm_90) is "
-             "present, 1 if not; says which.");
+        puts("usage: wan22vae gpu-check\n\nSays whether this build has the CUDA backend and a usable GPU (sm_90) is "
+             "present, and why not.\n\nexit status: 0 a usable GPU; 1 none (or no CUDA backend); 2 a usage error.");
         return 0;
     }
     if (argc > 1) return cli_usage_error("gpu-check", "expected no arguments, found '%s'", argv[1]);
@@ -18,7 +63,10 @@ int cli_gpu_check(int argc, char **argv) {
     const int built = 0;
 #endif
     int ok = w22_cuda_available();
+    char why[512];
+    int usable = cli_cuda_usable(0, why, sizeof why);
     printf("CUDA backend in this build: %s\n", built ? "yes" : "no");
-    printf("usable GPU (sm_90): %s\n", ok ? "yes" : built ? "no (none found, or not sm_90)" : "no (not built in)");
+    if (ok) printf("usable GPU (sm_90): yes\n");
+    else printf("usable GPU (sm_90): no (%s)\n", usable ? "none is sm_90" : why);
     return ok ? 0 : 1;
 }

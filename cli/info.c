@@ -1,52 +1,50 @@
-/* `wan22vae info W`: validates a weight file (the library's full check) and prints what it holds: the config
- * inferred from the shapes, the decoder's tensors (count, dtypes, parameters, bytes), the name prefix, and the
- * work of a standard clip. */
+/* `wan22vae info W`: validates weights (a file, a sharded index or a diffusers folder: the library's full check)
+ * and prints what they hold: the config and where it came from, the decoder's tensors (count, dtypes, parameters,
+ * bytes), the name prefix, the latents' statistics, and the work of a standard clip. */
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 #include "common.h"
 #include "io/io.h"
-#include "weights/safetensors.h"
+#include "weights/source.h"
 #include "weights/weights.h"
 #include "cli.h"
 
 static const char usage[] =
-    "usage: wan22vae info W.safetensors\n"
+    "usage: wan22vae info [--variant V] WEIGHTS\n"
     "\n"
-    "Validates the weight file (every tensor the decoder needs, with its shape and dtype) and prints the config\n"
-    "inferred from it, its tensors, dtypes, parameters and bytes, the name prefix, and the FLOPs of decoding the\n"
-    "standard clip (T=31 latent frames of 44x78: 121 frames of 704x1248). Exit 1 with the reason when invalid.\n";
-
-/* The text before the decoder's names ("", "vae."), from the anchor tensor post_quant_conv.weight. */
-static void find_prefix(const w22_st_file *f, char *prefix, size_t cap) {
-    static const char anchor[] = "post_quant_conv.weight";
-    snprintf(prefix, cap, "?");
-    for (int i = 0; i < f->ntensors; i++) {
-        const char *n = f->tensors[i].name;
-        size_t len = strlen(n), k = sizeof anchor - 1;
-        if (len >= k && !strcmp(n + len - k, anchor) && (len == k || n[len - k - 1] == '.')) {
-            snprintf(prefix, cap, "%.*s", (int)(len - k), n);
-            return;
-        }
-    }
-}
+    "Validates the weights (every tensor the decoder needs, with its shape and dtype) and prints the config, its\n"
+    "source, the tensors, dtypes, parameters and bytes, the name prefix, the latents' statistics, and the FLOPs of\n"
+    "decoding the standard clip (T=31 latent frames of 44x78: 121 frames of 704x1248). WEIGHTS is a .safetensors\n"
+    "file, a sharded index (*.safetensors.index.json), a diffusers VAE folder (config.json +\n"
+    "diffusion_pytorch_model.safetensors) or a pipeline folder holding vae/; a config.json next to the weights\n"
+    "gives the config, else it is inferred from the tensors.\n"
+    "\n"
+    "  --variant V   in a folder: diffusion_pytorch_model.V.safetensors (e.g. fp16)\n"
+    "  -h, --help    this help\n"
+    "\n" CLI_EXIT_CODES;
 
 int cli_info(int argc, char **argv) {
-    static const struct option opts[] = {{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"help", no_argument, 0, 'h'}, {"variant", required_argument, 0, 'V'},
+                                         {0, 0, 0, 0}};
+    const char *variant = NULL;
     opterr = 0;
     for (int ch; (ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1;) {
         if (ch == 'h') return fputs(usage, stdout), 0;
+        if (ch == 'V') {
+            variant = optarg;
+            continue;
+        }
         return cli_bad_option("info", argv, optopt);
     }
     if (argc - optind != 1)
-        return cli_usage_error("info", "expected one weight file, found %d arguments", argc - optind);
+        return cli_usage_error("info", "expected one weight file or folder, found %d arguments", argc - optind);
     const char *path = argv[optind];
 
     w22_weights *w;
-    /* a FIFO would hang the load's open(): refused first */
-    if (w22_input_check(path, "weights") != W22_OK) return cli_fail("%s: invalid weights", path);
-    if (w22_weights_load(path, NULL, &w) != W22_OK) return cli_fail("%s: invalid weights", path);
+    w22_weights_info info;
+    if (w22_weights_open_path(path, variant, &w, &info) != W22_OK) return cli_fail("%s: invalid weights", path);
     const w22_config *c = w22_weights_config(w);
     w22_config def;
     w22_config_default(&def);
@@ -65,34 +63,40 @@ int cli_info(int argc, char **argv) {
             k += (size_t)snprintf(dtypes + k, sizeof dtypes - k, "%s%s x %lld", k ? ", " : "",
                                   w22_dtype_name((w22_dtype)t), (long long)by_dtype[t]);
 
-    /* The file's own view (all tensors, the prefix); it was just validated, so this open succeeds. */
-    w22_st_file f;
-    char prefix[128] = "?";
-    int file_tensors = -1;
-    if (w22_st_open(path, &f) == W22_OK) {
-        file_tensors = f.ntensors;
-        find_prefix(&f, prefix, sizeof prefix);
-    }
-    w22_st_close(&f);
-
     int F, H, W;
     w22_video_shape(c, 31, 44, 78, &F, &H, &W);
     double flops = w22_decode_flops(c, 31, 44, 78);
 
-    printf("file:        %s\n", path);
+    if (info.loc.is_index) printf("index:       %s (%d shards)\n", info.loc.found, info.nfiles);
+    else printf("file:        %s\n", info.loc.found);
+    if (info.has_config)
+        printf("config.json: %s (%s)\n", info.loc.config_json,
+               info.vae.diffusers ? "diffusers AutoencoderKLWan" : "wan22vae keys");
     printf("config:      z_dim %d, base_dim %d, dim_mult [%d, %d, %d, %d], num_res_blocks %d, temporal_up [%d, %d, "
            "%d], out_channels %d, patch_size %d%s\n", c->z_dim, c->base_dim, c->dim_mult[0], c->dim_mult[1],
            c->dim_mult[2], c->dim_mult[3], c->num_res_blocks, c->temporal_up[0], c->temporal_up[1],
            c->temporal_up[2], c->out_channels, c->patch_size,
            w22_config_equal(c, &def) ? " (Wan2.2 TI2V-5B)" : " (a narrow variant)");
     printf("tensors:     %d used by the decoder", w->model.nweights);
-    if (file_tensors >= 0) printf(" (of %d in the file)", file_tensors);
+    if (info.file_tensors >= 0)
+        printf(" (of %d in the %s)", info.file_tensors, info.loc.is_index ? "shards" : "file");
     printf("\ndtypes:      %s\n", dtypes);
     printf("parameters:  %lld\n", (long long)params);
     printf("bytes:       %lld (%.3f GB)\n", (long long)bytes, bytes / 1e9);
-    printf("prefix:      '%s'\n", prefix);
+    printf("prefix:      '%s'\n", w->prefix);
+    if (info.has_config && info.vae.nstats > 0)
+        printf("latents:     latents_mean/latents_std of %d channels in config.json (for --latents-normalized)\n",
+               info.vae.nstats);
+    else if (info.has_config && info.vae.nstats < 0)
+        printf("latents:     unusable statistics: %s\n", info.vae.stats_problem);
+    else if (c->z_dim == W22_WAN22_STATS)
+        printf("latents:     no statistics in a config.json (--latents-normalized: Wan2.2 TI2V-5B's built in)\n");
+    else
+        printf("latents:     no statistics in a config.json (--latents-normalized needs them for z_dim %d)\n",
+               c->z_dim);
     printf("FLOPs:       %.4g (%.2f TFLOP) to decode T=31 latent frames of 44x78 into %d frames of %dx%d\n", flops,
            flops / 1e12, F, W, H);
     w22_weights_free(w);
+    w22_weights_info_free(&info);
     return 0;
 }

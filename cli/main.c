@@ -1,5 +1,5 @@
 /* The `wan22vae` command: dispatches to the subcommands (decode, info, synth, gpu-check) and prints the top-level
- * help and the version. Each subcommand lives in its own file in cli/. */
+ * help (`help CMD`: a command's own) and the version. Each subcommand lives in its own file in cli/. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +14,15 @@ static const char usage[] =
     "Decodes Wan2.2 (TI2V-5B) VAE latents into video, on the CPU or a Hopper GPU.\n"
     "\n"
     "commands:\n"
-    "  decode     latents (.safetensors, .npy) -> video (.y4m, .mp4, .npy, .safetensors, PNG frames)\n"
-    "  info       validate a weight file and print what it holds\n"
+    "  decode     latents (.safetensors, .npy) -> video (.y4m or '-' for standard output, .mp4/.mkv/.webm/.mov/.gif\n"
+    "             and any container ffmpeg writes, .npy, .safetensors, PNG frames)\n"
+    "  info       validate weights (a file, a sharded index, a diffusers folder) and print what they hold\n"
     "  synth      make synthetic weights or latents (for tests and benchmarks)\n"
     "  gpu-check  exit 0 if a usable GPU (sm_90) and the CUDA backend are here\n"
+    "  help CMD   the help of one command (as wan22vae CMD --help)\n"
     "\n"
-    "wan22vae <command> --help says more; wan22vae --version prints the version.\n";
+    "wan22vae <command> --help says more; wan22vae --version prints the version.\n"
+    "\n" CLI_EXIT_CODES;
 
 int cli_fail(const char *what_fmt, ...) {
     char what[1024];
@@ -66,6 +69,17 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") && argc > 2) { /* `wan22vae help decode` is `wan22vae decode --help` */
+        static const char *const cmds[] = {"decode", "info", "synth", "gpu-check"};
+        for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+            if (!strcmp(argv[2], cmds[i])) {
+                char *args[] = {argv[2], "--help", NULL};
+                return !strcmp(argv[2], "decode") ? cli_decode(2, args) : !strcmp(argv[2], "info") ?
+                       cli_info(2, args) : !strcmp(argv[2], "synth") ? cli_synth(2, args) : cli_gpu_check(2, args);
+            }
+        fprintf(stderr, "wan22vae help: expected a command (decode, info, synth, gpu-check), found '%s'\n", argv[2]);
+        return 2;
+    }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) return fputs(usage, stdout), 0;
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) return printf("wan22vae %s\n", W22_VERSION), 0;
     /* the subcommand sees itself as argv[0], so getopt starts at its first option */

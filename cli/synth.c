@@ -11,13 +11,14 @@
 #include "cli.h"
 
 static const char usage[] =
-    "usage: wan22vae synth weights --out W.safetensors [--seed S] [--dtype bf16|f32|f16] [--z-dim N]\n"
-    "                              [--base-dim N] [--force]\n"
-    "       wan22vae synth latents --out Z.safetensors|Z.npy --frames T --height h --width w [--seed S]\n"
-    "                              [--z-dim N] [--force]\n"
+    "usage: wan22vae synth weights -o|--out W.safetensors [--seed S] [--dtype bf16|f32|f16] [--z-dim N]\n"
+    "                              [--base-dim N] [-f|--force]\n"
+    "       wan22vae synth latents -o|--out Z.safetensors|Z.npy --frames T --height h --width w [--seed S]\n"
+    "                              [--z-dim N] [-f|--force]\n"
     "\n"
     "Deterministic from the seed (default 0). The config is Wan2.2 TI2V-5B's (z_dim 48, base_dim 256) with\n"
-    "--z-dim / --base-dim overriding; latents are float32 [1, z_dim, T, h, w].\n";
+    "--z-dim / --base-dim overriding; latents are float32 [1, z_dim, T, h, w].\n"
+    "\n" CLI_EXIT_CODES;
 
 int cli_synth(int argc, char **argv) {
     if (argc < 2) return cli_usage_error("synth", "expected 'weights' or 'latents'");
@@ -40,7 +41,7 @@ int cli_synth(int argc, char **argv) {
     };
     const char *cmd = is_weights ? "synth weights" : "synth latents";
     opterr = 0;
-    for (int ch; (ch = getopt_long(argc - 1, argv + 1, ":h", opts, NULL)) != -1;) {
+    for (int ch; (ch = getopt_long(argc - 1, argv + 1, ":ho:f", opts, NULL)) != -1;) {
         switch (ch) {
         case 'o': out = optarg; break;
         case 's': if (cli_int(cmd, "--seed", optarg, 0, INT64_MAX, &seed)) return 2; break;

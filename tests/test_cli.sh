@@ -2,7 +2,13 @@
 # The `wan22vae` command end to end, on narrow synthetic weights (z_dim 4, base_dim 8) and small latents: decoding
 # into every output format (checked with ffprobe where installed), and every bad input failing with its message
 # and an exit code, leaving no output (and no temporary) behind: also .mp4 names with a colon, FIFO inputs, checks
-# made before the weights load, and a signal mid-decode. Prints "N passed, N failed"; exit 1 on a failure.
+# made before the weights load, and a signal mid-decode. Issue 31: the short options, -v/-q, `help CMD`, the exit
+# codes in every help, --device cuda[:N] without a GPU said plainly; --out - (y4m on stdout, progress on stderr),
+# FIFOs and devices written as streams; every container ffmpeg writes with its default codec, --codec/--crf/
+# --pix-fmt/--ffmpeg-args and the BT.709 tags (ffprobed); weights from a pipeline folder, a VAE folder and a sharded
+# index (and the refusals); --latents-normalized with a config's synthetic statistics and the built-in TI2V-5B
+# ones; progress within seconds (a first line, a heartbeat during a pass). Prints "N passed, N failed"; exit 1 on a
+# failure.
 # The binary: $W22_BIN, else $BUILD/wan22vae (BUILD defaults to build).
 set -u
 BIN=${W22_BIN:-${BUILD:-build}/wan22vae}
@@ -254,13 +260,257 @@ run "an output directory that does not exist" 1 "does not exist" dec --out nodir
 run "PNG frames under a missing directory" 1 "does not exist" dec --out nodir/frames/
 [ ! -e nodir ] && ok "no directory created for PNG frames" || bad "no directory created for PNG frames"
 
+# ---- the usual options: short forms, -v/-q, help CMD, exit codes in every help
+if run "short options -w -l -o" 0 "" "$BIN" decode -w w.safetensors -l z.safetensors -o short.y4m; then
+    cmp -s short.y4m v.y4m && ok "short options: the same video" || bad "short options: the same video"
+fi
+run "-f replaces" 0 "" "$BIN" decode -w w.safetensors -l z.safetensors -o short.y4m -f --progress
+grep -q "pass 1/1 done" err.txt && ok "--progress on a file: progress on stderr" || bad "--progress" "$(cat err.txt)"
+run "-q" 0 "" "$BIN" decode -w w.safetensors -l z.safetensors -o short.y4m -f -q --progress
+[ ! -s err.txt ] && ok "-q: nothing on stderr" || bad "-q: nothing on stderr" "$(cat err.txt)"
+run "-v: what was read" 0 "wan22vae: weights: w.safetensors (a safetensors file; 110 tensors), config from the file" \
+    "$BIN" decode -w w.safetensors -l z.safetensors -o short.y4m -f -v
+run "synth -o -f" 0 "" "$BIN" synth latents -o z.npy -f --z-dim 4 --frames 2 --height 3 --width 4
+for c in decode info synth gpu-check; do
+    run "help $c" 0 "usage: wan22vae $c" "$BIN" help "$c"
+    grep -q "^exit status: 0 " out.txt && grep -q "1 a failure\|1 none" out.txt && grep -q "2 a usage" out.txt &&
+        ok "help $c: the exit codes" || bad "help $c: the exit codes" "$(cat out.txt)"
+done
+"$BIN" --help >out.txt; grep -q "^exit status: 0 done" out.txt && ok "--help: the exit codes" || bad "--help: exit codes"
+run "help frobnicate" 2 "found 'frobnicate'" "$BIN" help frobnicate
+# --device cuda[:N] where no usable GPU is: said plainly, before anything loads (not CUDA's own words alone)
+if ! "$BIN" gpu-check >/dev/null 2>&1; then
+    for d in cuda cuda:0 cuda:3; do
+        run "--device $d without a usable GPU" 1 "wan22vae: --device $d: no usable CUDA GPU: " \
+            "$BIN" decode -w trunc.safetensors -l z.npy -o nogpu.y4m --device "$d"
+        nothing_left "--device $d without a usable GPU" nogpu.y4m
+    done
+    "$BIN" gpu-check >out.txt 2>&1; grep -q "usable GPU (sm_90): no (" out.txt && ok "gpu-check says why not" ||
+        bad "gpu-check says why not" "$(cat out.txt)"
+fi
+
+# ---- standard output, FIFOs, devices: written directly as a stream, nothing else on stdout
+if run "--out -" 0 "wrote standard output: 5 frames of 64x48 (y4m)" dec --out - --progress; then
+    cmp -s out.txt v.y4m && ok "--out -: stdout holds exactly the y4m" || bad "--out -: stdout holds exactly the y4m" \
+        "$(stat -c %s out.txt) bytes, expected $(stat -c %s v.y4m)"
+    grep -q "pass 1/1 done" err.txt && ok "--out -: progress on stderr" || bad "--out -: progress on stderr"
+fi
+ls ./-* >/dev/null 2>&1 && bad "--out -: no file named '-'" "$(ls -d ./-*)" || ok "--out -: no file named '-'"
+run "--out /dev/stdout" 0 "" dec --out /dev/stdout
+cmp -s out.txt v.y4m && ok "/dev/stdout: the y4m" || bad "/dev/stdout: the y4m"
+run "--out /dev/null" 0 "wrote /dev/null" dec --out /dev/null
+mkfifo vidfifo vid.mkv vid2.npy
+(timeout 30 cat vidfifo >fromfifo.y4m) & reader=$!
+run "--out a FIFO (no extension: y4m)" 0 "" timeout 30 "$BIN" decode -w w.safetensors -l z.safetensors -o vidfifo
+wait $reader
+cmp -s fromfifo.y4m v.y4m && ok "the FIFO's reader got the y4m" || bad "the FIFO's reader got the y4m"
+[ -p vidfifo ] && ok "the FIFO is still a FIFO" || bad "the FIFO is still a FIFO" "$(ls -l vidfifo)"
+[ -z "$(ls -d vidfifo.tmp-* 2>/dev/null)" ] && ok "a FIFO: no temporary" || bad "a FIFO: no temporary"
+run "a FIFO .npy: refused, no hang" 1 "expected a regular file, found a stream" \
+    timeout 20 "$BIN" decode -w w.safetensors -l z.safetensors -o vid2.npy
+if have ffmpeg && have ffprobe; then
+    (timeout 60 cat vid.mkv >fromfifo.mkv) & reader=$!
+    run "--out a FIFO named .mkv (through ffmpeg)" 0 "" timeout 60 "$BIN" decode -w w.safetensors -l z.safetensors \
+        -o vid.mkv
+    wait $reader
+    p=$(ffprobe -v error -count_frames -show_entries stream=codec_name,nb_read_frames -of csv=p=0 fromfifo.mkv)
+    [ "$p" = "h264,5" ] || [ "$p" = "mpeg4,5" ] && ok "the .mkv FIFO's reader: $p" || bad "the .mkv FIFO's reader" "$p"
+    [ -p vid.mkv ] && ok "the .mkv FIFO is still a FIFO" || bad "the .mkv FIFO is still a FIFO"
+    dec --out - -q 2>/dev/null | ffmpeg -v error -i - -f null - 2>ff.txt &&
+        ok "--out - | ffmpeg -i -: it reads the stream" || bad "--out - | ffmpeg" "$(cat ff.txt)"
+fi
+
+# ---- containers through ffmpeg: the defaults per container, codec/quality/pixel format/raw options, BT.709 tags
+if have ffmpeg && have ffprobe; then
+    encoders=$(ffmpeg -hide_banner -encoders 2>/dev/null)
+    tags() { ffprobe -v error -select_streams v:0 -show_entries \
+                 stream=codec_name,pix_fmt,color_space,color_transfer,color_primaries,color_range -of csv=p=0 "$1"; }
+    for spec in "mp4 libx264 h264,yuv420p,bt709,bt709,bt709,tv" "mkv libx264 h264,yuv420p,bt709,bt709,bt709,tv" \
+                "mov libx264 h264,yuv420p,bt709,bt709,bt709,tv" "webm libvpx-vp9 vp9,yuv420p,bt709,bt709,bt709,tv"; do
+        set -- $spec
+        if ! grep -q " $2 " <<<"$encoders"; then echo "skip .$1: this ffmpeg has no $2"; continue; fi
+        if run "decode .$1" 0 "wrote c.$1: 5 frames of 64x48 ($1)" dec --out "c.$1"; then
+            got=$(ffprobe -v error -select_streams v:0 -show_entries \
+                      stream=codec_name,pix_fmt,color_range,color_space,color_transfer,color_primaries -of csv=p=0 "c.$1")
+            # csv order is ffprobe's: codec_name,pix_fmt,color_range,color_space,color_transfer,color_primaries
+            want=$(awk -F, '{print $1","$2","$6","$3","$4","$5}' <<<"$3")
+            [ "$got" = "$want" ] && ok ".$1: $got" || bad ".$1: codec, pix_fmt, range, colour tags" "$got, expected $want"
+            p=$(probe "c.$1"); [ "$p" = "64,48,5" ] && ok ".$1: 64x48, 5 frames" || bad ".$1: frames" "$p"
+        fi
+    done
+    if grep -q " gif " <<<"$encoders" && run "decode .gif" 0 "" dec --out c.gif; then
+        p=$(ffprobe -v error -count_frames -show_entries stream=codec_name,nb_read_frames -of csv=p=0 c.gif)
+        [ "$p" = "gif,5" ] && ok ".gif: 5 frames" || bad ".gif" "$p"
+    fi
+    if run "--codec mpeg4 --ffmpeg-args" 0 "" dec --out opt.mkv --codec mpeg4 \
+           --ffmpeg-args "-metadata 'title=w22 test'"; then
+        p=$(ffprobe -v error -show_entries stream=codec_name:format_tags=title -of csv=p=0 opt.mkv | tr '\n' ' ')
+        grep -q "mpeg4" <<<"$p" && grep -q "w22 test" <<<"$p" && ok "--codec and --ffmpeg-args reach ffmpeg: $p" ||
+            bad "--codec and --ffmpeg-args reach ffmpeg" "$p"
+    fi
+    if grep -q " libx264 " <<<"$encoders" &&
+       run "--pix-fmt yuv444p --crf 30 -v" 0 "wan22vae: ffmpeg: " dec --out q.mp4 --pix-fmt yuv444p --crf 30 -v; then
+        grep "wan22vae: ffmpeg: " err.txt | grep -q -- "-crf 30 -pix_fmt yuv444p -colorspace bt709" &&
+            ok "-v: the ffmpeg command line" || bad "-v: the ffmpeg command line" "$(cat err.txt)"
+        p=$(tags q.mp4); [ "$p" = "h264,yuv444p,tv,bt709,bt709,bt709" ] && ok "--pix-fmt yuv444p: $p" ||
+            bad "--pix-fmt yuv444p" "$p"
+    fi
+    run "--codec that ffmpeg does not have: before the weights load" 1 "Unknown encoder 'nonesuch'" \
+        "$BIN" decode -w trunc.safetensors -l z.npy -o nocodec.mp4 --codec nonesuch
+    nothing_left "--codec nonesuch" nocodec.mp4
+fi
+
+# ---- weights as Python reads them: a pipeline folder (vae/), the VAE folder, a sharded index
+mkdir -p pipe/vae
+cp w.safetensors pipe/vae/diffusion_pytorch_model.safetensors
+cat >pipe/vae/config.json <<'EOF'
+{"_class_name": "AutoencoderKLWan", "attn_scales": [], "base_dim": 160, "decoder_base_dim": 8,
+ "dim_mult": [1, 2, 4, 4], "dropout": 0.0, "in_channels": 12, "is_residual": true,
+ "latents_mean": [0.5, -0.25, 1.0, 0.125], "latents_std": [2.0, 0.5, 4.0, 1.0], "num_res_blocks": 2,
+ "out_channels": 12, "patch_size": 2, "temperal_downsample": [false, true, true], "z_dim": 4}
+EOF
+for wdir in pipe pipe/vae pipe/vae/; do
+    if run "decode from the folder $wdir" 0 "" "$BIN" decode -w "$wdir" -l z.safetensors -o "fold.y4m" -f; then
+        cmp -s fold.y4m v.y4m && ok "$wdir: the same video as the file" || bad "$wdir: the same video as the file"
+    fi
+done
+run "info on a folder" 0 "config.json: pipe/vae/config.json (diffusers AutoencoderKLWan)" "$BIN" info pipe
+grep -q "latents_mean/latents_std of 4 channels" out.txt && grep -q "tensors:     110" out.txt &&
+    ok "info on a folder: statistics, tensors" || bad "info on a folder" "$(cat out.txt)"
+run "config.json as --weights" 1 "a config, not weights" "$BIN" info pipe/vae/config.json
+mkdir -p empty; run "a folder without weights" 1 "no diffusion_pytorch_model.safetensors" "$BIN" info empty
+if have python3; then
+    # shards: the first 50 tensors in one file, the rest in another, and index files that name them
+    python3 - w.safetensors <<'PY'
+import json, os, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n]); data = b[8 + n:]
+names = [k for k in h if k != '__metadata__']
+def shard(path, keep):
+    out, parts, off = {}, [], 0
+    for k in keep:
+        s, e = h[k]['data_offsets']; parts.append(data[s:e])
+        out[k] = dict(h[k], data_offsets=[off, off + e - s]); off += e - s
+    j = json.dumps(out).encode(); j += b' ' * (-len(j) % 8)
+    open(path, 'wb').write(struct.pack('<Q', len(j)) + j + b''.join(parts))
+os.makedirs('sharded', exist_ok=True)
+shard('sharded/a.safetensors', names[:50]); shard('sharded/b.safetensors', names[50:])
+shard('sharded/dup.safetensors', names[50:] + names[:1]); shard('outside.safetensors', names[50:])
+def index(path, second):
+    wm = {k: ('a.safetensors' if i < 50 else second) for i, k in enumerate(names)}
+    json.dump({"metadata": {}, "weight_map": wm}, open(path, 'w'))
+index('sharded/diffusion_pytorch_model.safetensors.index.json', 'b.safetensors')
+index('sharded/dup.safetensors.index.json', 'dup.safetensors')
+index('sharded/up.safetensors.index.json', '../outside.safetensors')
+PY
+    if run "decode from a sharded folder" 0 "" "$BIN" decode -w sharded -l z.safetensors -o shard.y4m; then
+        cmp -s shard.y4m v.y4m && ok "sharded: the same video as the file" || bad "sharded: the same video"
+    fi
+    run "info on a sharded index" 0 "(2 shards)" "$BIN" info sharded/diffusion_pytorch_model.safetensors.index.json
+    run "a tensor in two shards" 1 "is in two shards" "$BIN" info sharded/dup.safetensors.index.json
+    run "a shard outside the index's folder" 1 "outside the index's folder" \
+        "$BIN" decode -w sharded/up.safetensors.index.json -l z.safetensors -o up.y4m
+    nothing_left "a shard outside the index's folder" up.y4m
+else
+    echo "skip sharded indexes: python3 not installed"
+fi
+
+# ---- --latents-normalized: a pipeline's latents, de-normalized z / (1 / std) + mean with the config's statistics
+# npy_chan OUT "SHAPE" PER_CHANNEL HEX...: float32 .npy, channel c holds PER_CHANNEL copies of the little-endian
+# bytes HEX[c] (e.g. \x00\x00\x80\x3f for 1.0)
+npy_chan() {
+    local out=$1 shape=$2 per=$3; shift 3
+    local dict="{'descr': '<f4', 'fortran_order': False, 'shape': ($shape), }"
+    local total=$(( (10 + ${#dict} + 1 + 63) / 64 * 64 ))
+    local hlen=$((total - 10)) pad=$((total - 10 - ${#dict} - 1))
+    {
+        printf '\x93NUMPY\x01\x00'
+        printf "\\$(printf '%03o' $((hlen & 255)))\\$(printf '%03o' $((hlen >> 8)))"
+        printf '%s%*s\n' "$dict" "$pad" ''
+        for v in "$@"; do for ((i = 0; i < per; i++)); do printf "$v"; done; done
+    } >"$out"
+}
+one='\x00\x00\x80\x3f'
+npy_chan ones.npy "1, 4, 2, 3, 4" 24 "$one" "$one" "$one" "$one"
+# std [2, 0.5, 4, 1] and mean [0.5, -0.25, 1, 0.125] of pipe/vae/config.json: 1 * std + mean = 2.5, 0.25, 5, 1.125
+npy_chan denorm.npy "1, 4, 2, 3, 4" 24 '\x00\x00\x20\x40' '\x00\x00\x80\x3e' '\x00\x00\xa0\x40' '\x00\x00\x90\x3f'
+run "--latents-normalized with the folder's statistics" 0 "" \
+    "$BIN" decode -w pipe -l ones.npy -o norm.npy --latents-normalized -v
+grep -q "de-normalized (z \* std + mean) with latents_mean/latents_std of pipe/vae/config.json" err.txt &&
+    ok "-v: which statistics" || bad "-v: which statistics" "$(cat err.txt)"
+run "the de-normalized latents as they are" 0 "" "$BIN" decode -w pipe -l denorm.npy -o denorm-ref.npy
+cmp -s norm.npy denorm-ref.npy && ok "--latents-normalized: z * std + mean per channel" ||
+    bad "--latents-normalized: z * std + mean per channel"
+run "the normalized latents without the option" 0 "" "$BIN" decode -w pipe -l ones.npy -o raw.npy
+cmp -s norm.npy raw.npy && bad "--latents-normalized changes the video" || ok "--latents-normalized changes the video"
+run "--latents-normalized, z_dim 4, no config.json" 1 "expected a config.json next to the weights with latents_mean" \
+    "$BIN" decode -w w.safetensors -l ones.npy -o nostats.npy --latents-normalized
+nothing_left "--latents-normalized without statistics" nostats.npy
+if have python3; then
+    # z_dim 48 without a config.json: Wan2.2 TI2V-5B's statistics (Wan-AI/Wan2.2-TI2V-5B-Diffusers vae/config.json),
+    # here typed again, and the float32 arithmetic of diffusers' pipeline: 1 / std, then z / that + mean
+    "$BIN" synth weights -o w48.safetensors --z-dim 48 --base-dim 8 --seed 4 >/dev/null 2>&1
+    python3 - <<'PY'
+import struct
+mean = [-0.2289, -0.0052, -0.1323, -0.2339, -0.2799, 0.0174, 0.1838, 0.1557, -0.1382, 0.0542, 0.2813, 0.0891,
+        0.1570, -0.0098, 0.0375, -0.1825, -0.2246, -0.1207, -0.0698, 0.5109, 0.2665, -0.2108, -0.2158, 0.2502,
+        -0.2055, -0.0322, 0.1109, 0.1567, -0.0729, 0.0899, -0.2799, -0.1230, -0.0313, -0.1649, 0.0117, 0.0723,
+        -0.2839, -0.2083, -0.0520, 0.3748, 0.0152, 0.1957, 0.1433, -0.2944, 0.3573, -0.0548, -0.1681, -0.0667]
+std = [0.4765, 1.0364, 0.4514, 1.1677, 0.5313, 0.4990, 0.4818, 0.5013, 0.8158, 1.0344, 0.5894, 1.0901, 0.6885,
+       0.6165, 0.8454, 0.4978, 0.5759, 0.3523, 0.7135, 0.6804, 0.5833, 1.4146, 0.8986, 0.5659, 0.7069, 0.5338,
+       0.4889, 0.4917, 0.4069, 0.4999, 0.6866, 0.4093, 0.5709, 0.6065, 0.6415, 0.4944, 0.5726, 1.2042, 0.5458,
+       1.6887, 0.3971, 1.0600, 0.3943, 0.5537, 0.5444, 0.4089, 0.7468, 0.7744]
+f32 = lambda x: struct.unpack('<f', struct.pack('<f', x))[0]   # a double rounded to float32
+def npy(path, vals):
+    d = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 48, 1, 1, 1), }"
+    d += ' ' * (64 - 10 - len(d) - 1) + '\n'
+    open(path, 'wb').write(b'\x93NUMPY\x01\x00' + struct.pack('<H', len(d)) + d.encode() +
+                           b''.join(struct.pack('<f', v) for v in vals))
+z = [f32(0.37 * ((i % 7) - 3)) for i in range(48)]
+out = []
+for c in range(48):
+    inv = f32(1.0 / f32(std[c]))              # latents_std = 1.0 / tensor(latents_std)
+    out.append(f32(f32(z[c] / inv) + f32(mean[c])))  # latents / latents_std + latents_mean
+npy('z48n.npy', z); npy('z48d.npy', out)
+PY
+    run "--latents-normalized, z_dim 48: the built-in statistics" 0 "" \
+        "$BIN" decode -w w48.safetensors -l z48n.npy -o n48.npy --latents-normalized
+    run "the same latents de-normalized by hand" 0 "" "$BIN" decode -w w48.safetensors -l z48d.npy -o d48.npy
+    cmp -s n48.npy d48.npy && ok "built-in TI2V-5B statistics: the pipeline's arithmetic" ||
+        bad "built-in TI2V-5B statistics: the pipeline's arithmetic"
+fi
+
+# ---- progress within seconds: a first line saying what runs, then a heartbeat while a (long) pass runs
+"$BIN" synth latents -o zprog.npy --z-dim 4 --frames 40 --height 8 --width 8 >/dev/null 2>&1
+run "progress on a long pass" 0 "" "$BIN" decode -w w.safetensors -l zprog.npy -o /dev/null --frames-per-pass 40 \
+    --threads 1 --progress --progress-interval 0.1
+head -n 1 err.txt | grep -q "^wan22vae: decoding 40 latent frames of 8x8 into 157 frames of 128x128 on the CPU (1 thread): 1 pass of 40 latent frames$" &&
+    ok "progress: the first line says what runs" || bad "progress: the first line" "$(head -n 1 err.txt)"
+n=$(grep -c "^pass 1/1 running, .*elapsed" err.txt)
+[ "$n" -ge 1 ] && ok "progress: $n heartbeat lines during the one pass" || bad "progress: a heartbeat" "$(cat err.txt)"
+run "--progress-interval out of range" 2 "--progress-interval" dec --out pi.y4m --progress-interval 0
+
 # ---- usage errors: exit 2
 run "missing --out" 2 "missing --out" "$BIN" decode --weights w.safetensors --latents z.npy
 run "unknown option" 2 "--bogus" dec --out o8.y4m --bogus
-run "bad --device" 2 "expected cpu or cuda" dec --out o9.y4m --device tpu
+run "bad --device" 2 "expected cpu, cuda or cuda:N" dec --out o9.y4m --device tpu
+run "bad --device cuda:x" 2 "found 'cuda:x'" dec --out o9.y4m --device cuda:x
+run "--device cuda:1 and --cuda-device 2" 2 "disagree" dec --out o9.y4m --device cuda:1 --cuda-device 2
+run "--cuda-device with --device cpu" 2 "expected --device cuda" dec --out o9.y4m --cuda-device 1
 run "bad --frames-per-pass" 2 "--frames-per-pass" dec --out o10.y4m --frames-per-pass 0
-run "bad output extension" 2 "found '.avi'" dec --out o11.avi
-nothing_left "usage errors" o8.y4m; nothing_left "usage errors" o9.y4m; nothing_left "usage errors" o11.avi
+run "a still-image extension" 2 "still-image extension '.png'" dec --out o11.png
+if have ffmpeg; then
+    run "an extension ffmpeg does not write" 2 "ffmpeg writes no format for the extension '.notavideo'" \
+        dec --out o11.notavideo
+else
+    run "an extension for ffmpeg, without ffmpeg" 1 "needs ffmpeg" dec --out o11.notavideo
+fi
+run "--crf for a .y4m" 2 "--crf is for outputs written through ffmpeg" dec --out o12.y4m --crf 20
+run "--codec for standard output" 2 "--codec is for outputs written through ffmpeg" dec --out - --codec libx264
+run "--ffmpeg-args with an unclosed quote" 2 "quote is not closed" dec --out o13.mkv --ffmpeg-args "-metadata 'x"
+run "-v with -q" 2 "expected one of them" dec --out o14.y4m -v -q
+for o in o8.y4m o9.y4m o11.png o11.notavideo o12.y4m o13.mkv o14.y4m; do nothing_left "usage errors" "$o"; done
 
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -3,19 +3,29 @@
  * .npy / .safetensors video read back, PNG frames (the stored-deflate encoder checked byte by byte), .mp4 through
  * ffmpeg when installed (names with a colon too); an existing output is refused and left unchanged, and a failed
  * or stopped write leaves nothing behind. Hostile inputs: truncated .npy headers (no read past the end), f16/bf16 at
- * odd addresses, FIFOs as inputs, fps out of range, names too long for their temporaries, sizes that overflow. */
+ * odd addresses, FIFOs as inputs, fps out of range, names too long for their temporaries, sizes that overflow.
+ * Streams (standard output, a FIFO, /dev/fd/N): written directly and in order, never renamed; ffmpeg's containers
+ * with their defaults, options and BT.709 conversion and tags (checked with ffprobe and the decoded pixels).
+ * Weights as Python reads them (src/weights/source.c): diffusers folders, config.json, sharded indexes and their
+ * refusals; the latents' statistics and their de-normalization. */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 #include "common.h"
 #include "io/io.h"
 #include "io/png_encode.h"
+#include "weights/json.h"
 #include "weights/safetensors.h"
+#include "weights/source.h"
+#include "weights/weights.h"
 #include "testutil.h"
 #ifdef W22_HAVE_PNG
 #include <png.h>
@@ -393,7 +403,7 @@ static void test_existing_and_failures(void) {
 
     /* an incomplete video: finish fails and leaves nothing; abort leaves nothing */
     for (int fmt = W22_VIDEO_Y4M; fmt <= W22_VIDEO_SAFETENSORS; fmt++) {
-        if (fmt == W22_VIDEO_MP4) continue; /* covered in test_mp4, needs ffmpeg */
+        if (fmt == W22_VIDEO_FFMPEG) continue; /* covered in test_mp4, needs ffmpeg */
         static const char *names[] = {"inc.y4m", "", "inc", "inc.npy", "inc.safetensors"};
         const char *p = tpath(names[fmt]);
         CHECK_OK(w22_video_open(p, (w22_video_format)fmt, 3, 2, 2, 24, 0, &vw));
@@ -418,7 +428,7 @@ static void test_existing_and_failures(void) {
 
 static void test_formats(void) {
     static const struct { const char *p; int fmt; } ok[] = {
-        {"a.y4m", W22_VIDEO_Y4M}, {"d/a.MP4", W22_VIDEO_MP4}, {"a.npy", W22_VIDEO_NPY},
+        {"a.y4m", W22_VIDEO_Y4M}, {"d/a.MP4", W22_VIDEO_FFMPEG}, {"a.npy", W22_VIDEO_NPY},
         {"a.safetensors", W22_VIDEO_SAFETENSORS}, {"frames/", W22_VIDEO_PNG_DIR}, {"x.d/frames", W22_VIDEO_PNG_DIR},
         {"out.y4m/", W22_VIDEO_PNG_DIR}, {".hidden", W22_VIDEO_PNG_DIR},
     };
@@ -427,8 +437,15 @@ static void test_formats(void) {
         CHECK(w22_video_format_from_path(ok[i].p, &f) == W22_OK && (int)f == ok[i].fmt, "%s", ok[i].p);
     }
     w22_video_format f;
-    CHECK(w22_video_format_from_path("a.avi", &f) == W22_ERR_INVALID_ARG && has("found '.avi'"), "%s",
-          w22_last_error());
+    /* any other extension is ffmpeg's to judge (w22_ffmpeg_check); a still image is refused here */
+    CHECK(w22_video_format_from_path("a.avi", &f) == W22_OK && f == W22_VIDEO_FFMPEG, "a.avi goes to ffmpeg");
+    CHECK(w22_video_format_from_path("a.webm", &f) == W22_OK && f == W22_VIDEO_FFMPEG, "a.webm goes to ffmpeg");
+    CHECK(w22_video_format_from_path("a.png", &f) == W22_ERR_INVALID_ARG && has("still-image extension '.png'"),
+          "%s", w22_last_error());
+    /* standard output and a stream without extension: y4m, never a folder */
+    CHECK(w22_video_format_from_path("-", &f) == W22_OK && f == W22_VIDEO_Y4M, "'-' is y4m");
+    CHECK(w22_video_format_from_path("/dev/stdout", &f) == W22_OK && f == W22_VIDEO_Y4M, "/dev/stdout is y4m");
+    CHECK(w22_video_format_from_path("/dev/null", &f) == W22_OK && f == W22_VIDEO_Y4M, "/dev/null is y4m");
 }
 
 static void test_tensor_video(void) {
@@ -713,11 +730,11 @@ static void test_output_precheck(void) {
     CHECK_OK(w22_video_check(tpath(name), W22_VIDEO_PNG_DIR, 0));
 
     setenv("W22_FFMPEG", "/nonexistent/ffmpeg", 1);
-    CHECK(w22_video_check(tpath("pre.mp4"), W22_VIDEO_MP4, 0) == W22_ERR_UNSUPPORTED && has("needs ffmpeg"), "%s",
+    CHECK(w22_video_check(tpath("pre.mp4"), W22_VIDEO_FFMPEG, 0) == W22_ERR_UNSUPPORTED && has("needs ffmpeg"), "%s",
           w22_last_error());
     CHECK_OK(w22_video_check(tpath("pre.y4m"), W22_VIDEO_Y4M, 0)); /* only .mp4 needs it */
     setenv("W22_FFMPEG", dir, 1); /* a directory is not an ffmpeg */
-    CHECK(w22_video_check(tpath("pre.mp4"), W22_VIDEO_MP4, 0) == W22_ERR_UNSUPPORTED, "%s", w22_last_error());
+    CHECK(w22_video_check(tpath("pre.mp4"), W22_VIDEO_FFMPEG, 0) == W22_ERR_UNSUPPORTED, "%s", w22_last_error());
     unsetenv("W22_FFMPEG");
     CHECK(count_entries("pre.") == 0, "nothing created");
 }
@@ -760,7 +777,7 @@ static void test_mp4(void) {
     w22_video_writer *vw;
     /* no ffmpeg: a clear error, nothing left */
     setenv("W22_FFMPEG", "/nonexistent/ffmpeg", 1);
-    CHECK(w22_video_open(tpath("n.mp4"), W22_VIDEO_MP4, F, H, W, 24, 0, &vw) == W22_ERR_UNSUPPORTED &&
+    CHECK(w22_video_open(tpath("n.mp4"), W22_VIDEO_FFMPEG, F, H, W, 24, 0, &vw) == W22_ERR_UNSUPPORTED &&
               has("needs ffmpeg"), "%s", w22_last_error());
     CHECK(count_entries("n.mp4") == 0, "nothing left without ffmpeg");
     unsetenv("W22_FFMPEG");
@@ -769,7 +786,7 @@ static void test_mp4(void) {
         free(v);
         return;
     }
-    CHECK_OK(w22_video_open(tpath("m.mp4"), W22_VIDEO_MP4, F, H, W, 24, 0, &vw));
+    CHECK_OK(w22_video_open(tpath("m.mp4"), W22_VIDEO_FFMPEG, F, H, W, 24, 0, &vw));
     CHECK(w22_video_write(vw, v, 1, 1) == W22_ERR_INVALID_ARG && has("in order"), "%s", w22_last_error());
     CHECK_OK(w22_video_write(vw, v, 0, F));
     CHECK_OK(w22_video_finish(vw));
@@ -790,7 +807,7 @@ static void test_mp4(void) {
     static const char *colon[] = {"file:c.mp4", "pipe:1.mp4", "clip:v2.mp4"};
     for (int i = 0; i < 3; i++) {
         vw = NULL;
-        CHECK_OK(w22_video_open(colon[i], W22_VIDEO_MP4, F, H, W, 24, 0, &vw));
+        CHECK_OK(w22_video_open(colon[i], W22_VIDEO_FFMPEG, F, H, W, 24, 0, &vw));
         if (!vw) continue;
         CHECK_OK(w22_video_write(vw, v, 0, F));
         CHECK_OK(w22_video_finish(vw));
@@ -803,11 +820,441 @@ static void test_mp4(void) {
               count_entries("file:c.mp4.tmp") == 0 && count_entries("clip:v2.mp4.tmp") == 0, "no stray temporary");
     CHECK(chdir(cwd) == 0, "chdir back");
     /* stopped half way: ffmpeg is killed and nothing is left */
-    CHECK_OK(w22_video_open(tpath("s.mp4"), W22_VIDEO_MP4, F, H, W, 24, 0, &vw));
+    CHECK_OK(w22_video_open(tpath("s.mp4"), W22_VIDEO_FFMPEG, F, H, W, 24, 0, &vw));
     CHECK_OK(w22_video_write(vw, v, 0, 1));
     w22_video_abort(vw);
     CHECK(count_entries("s.mp4") == 0, "nothing left after abort");
     free(v);
+}
+
+
+/* ---- streams ---- */
+
+static void test_streams(void) {
+    CHECK(w22_output_is_stream("-") && w22_output_is_stream("/dev/stdout") && w22_output_is_stream("/dev/null") &&
+              w22_output_is_stream("/dev/fd/1") && !w22_output_is_stream(tpath("absent.y4m")) &&
+              !w22_output_is_stream(dir), "which paths are streams");
+    CHECK_OK(w22_io_save_latents(tpath("plain.npy"), (float[1]){0}, 1, 1, 1, 1, 0));
+    CHECK(!w22_output_is_stream(tpath("plain.npy")), "a regular file is no stream");
+    char fifo[700];
+    snprintf(fifo, sizeof fifo, "%s", tpath("out.fifo"));
+    CHECK(mkfifo(fifo, 0600) == 0 && w22_output_is_stream(fifo), "a FIFO is a stream");
+    CHECK_OK(w22_output_check(fifo, 0, 0)); /* no overwrite needed: a FIFO is written into, not replaced */
+    CHECK(w22_output_check(fifo, 1, 0) == W22_ERR_INVALID_ARG && has("PNG frames"), "%s", w22_last_error());
+    CHECK(w22_video_check(fifo, W22_VIDEO_NPY, 0) == W22_ERR_INVALID_ARG && has("written at offsets"), "%s",
+          w22_last_error());
+
+    /* a y4m through /dev/fd/N: the same bytes as the file, written where the descriptor stands, no temporary */
+    float v[3][2][2][2];
+    tiny_video(v);
+    w22_video_writer *vw;
+    CHECK_OK(w22_video_open(tpath("ref.y4m"), W22_VIDEO_Y4M, 2, 2, 2, 24, 0, &vw));
+    CHECK_OK(w22_video_write(vw, &v[0][0][0][0], 0, 2));
+    CHECK_OK(w22_video_finish(vw));
+    int fd = open(tpath("viafd.y4m"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0 && write(fd, "JUNK", 4) == 4, "a file open before");
+    char fdpath[64];
+    snprintf(fdpath, sizeof fdpath, "/dev/fd/%d", fd);
+    CHECK(w22_output_is_stream(fdpath), "%s is a stream", fdpath);
+    CHECK_OK(w22_video_open(fdpath, W22_VIDEO_Y4M, 2, 2, 2, 24, 0, &vw));
+    /* in order only: frame 1 before frame 0 is refused on a stream (a file takes any order) */
+    CHECK(w22_video_write(vw, &v[0][1][0][0], 1, 1) == W22_ERR_INVALID_ARG && has("in order"), "%s",
+          w22_last_error());
+    CHECK_OK(w22_video_write(vw, &v[0][0][0][0], 0, 2));
+    CHECK_OK(w22_video_finish(vw));
+    close(fd);
+    size_t na, nb;
+    unsigned char *a = read_all(tpath("ref.y4m"), &na), *b = read_all(tpath("viafd.y4m"), &nb);
+    CHECK(a && b && nb == na + 4 && !memcmp(b, "JUNK", 4) && !memcmp(b + 4, a, na),
+          "/dev/fd/N: the video after what the descriptor had written (%zu vs %zu bytes)", nb, na);
+    free(a);
+    free(b);
+    CHECK(count_entries("viafd.y4m") == 1, "no temporary next to it");
+    CHECK(access("/dev/fd", F_OK) != 0 || count_entries(".tmp-") == 0, "no temporary");
+
+    /* a FIFO: a reader gets the video, and the FIFO stays a FIFO */
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20); /* never outlive a failed test */
+        int in = open(fifo, O_RDONLY), out = open(tpath("fromfifo.y4m"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        char buf[4096];
+        ssize_t n;
+        while ((n = read(in, buf, sizeof buf)) > 0)
+            if (write(out, buf, (size_t)n) != n) _exit(1);
+        _exit(0);
+    }
+    alarm(20);
+    w22_status so = w22_video_open(fifo, W22_VIDEO_Y4M, 2, 2, 2, 24, 0, &vw);
+    CHECK(so == W22_OK, "a FIFO opens as a stream: %s", w22_last_error());
+    if (so == W22_OK) {
+        CHECK_OK(w22_video_write(vw, &v[0][0][0][0], 0, 2));
+        CHECK_OK(w22_video_finish(vw));
+    } else {
+        kill(pid, SIGKILL); /* its reader waits for a writer that will not come */
+    }
+    int st = -1;
+    waitpid(pid, &st, 0);
+    alarm(0);
+    a = read_all(tpath("ref.y4m"), &na);
+    b = read_all(tpath("fromfifo.y4m"), &nb);
+    CHECK(st == 0 && a && b && na == nb && !memcmp(a, b, na), "the FIFO's reader got the video (%zu bytes)", nb);
+    free(a);
+    free(b);
+    struct stat sb;
+    CHECK(stat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO is still a FIFO");
+    CHECK(count_entries("out.fifo") == 1, "no temporary next to the FIFO");
+}
+
+/* ---- ffmpeg's containers ---- */
+
+static void ffprobe_line(const char *entries, const char *path, char *buf, size_t cap) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "ffprobe -v error -select_streams v:0 -show_entries %s -of csv=p=0 '%s'", entries,
+             path);
+    FILE *f = popen(cmd, "r");
+    buf[0] = 0;
+    if (f && fgets(buf, (int)cap, f)) buf[strcspn(buf, "\r\n")] = 0;
+    if (f) pclose(f);
+}
+
+static void test_ffmpeg_formats(void) {
+    char line[512];
+    CHECK(w22_ffmpeg_check(tpath("x.nosuchcontainer"), NULL) == W22_ERR_INVALID_ARG || !have_tool("ffmpeg"),
+          "unknown extension: %s", w22_last_error());
+    if (!have_tool("ffmpeg") || !have_tool("ffprobe")) {
+        printf("ffmpeg formats: ffmpeg/ffprobe not installed, skipping\n");
+        return;
+    }
+    CHECK(has("no format for the extension '.nosuchcontainer'"), "%s", w22_last_error());
+    CHECK(count_entries("x.nosuch") == 0, "the trial leaves nothing next to the output");
+    w22_video_options bad = {"no-such-encoder", -1, NULL, NULL};
+    CHECK(w22_ffmpeg_check(tpath("x.mp4"), &bad) == W22_ERR_UNSUPPORTED && has("no-such-encoder"), "%s",
+          w22_last_error());
+    w22_video_options badq = {NULL, -1, NULL, "-metadata 'unclosed"};
+    CHECK(w22_ffmpeg_check(tpath("x.mp4"), &badq) == W22_ERR_INVALID_ARG && has("not closed"), "%s",
+          w22_last_error());
+    int argc;
+    char **argv;
+    CHECK_OK(w22_split_args(" -a 'b c' \"d \\\"e\\\"\" f\\ g ", &argc, &argv));
+    CHECK(argc == 4 && !strcmp(argv[0], "-a") && !strcmp(argv[1], "b c") && !strcmp(argv[2], "d \"e\"") &&
+              !strcmp(argv[3], "f g"), "split like a shell: %d words", argc);
+    w22_free_args(argc, argv);
+
+    /* a red video (255, 0, 0) losslessly (ffv1, yuv444p): the pixels say which matrix converted it (BT.709 limited:
+     * Y 63, Cb 102, Cr 240; BT.601 would give Y 81, Cb 90), and the stream is tagged bt709 / tv */
+    enum { F = 2, H = 16, W = 16 };
+    static float red[3][F][H][W];
+    for (int c = 0; c < 3; c++)
+        for (int i = 0; i < F * H * W; i++) (&red[c][0][0][0])[i] = c == 0 ? 1.0f : -1.0f;
+    w22_video_options lossless = {"ffv1", -1, "yuv444p", NULL};
+    CHECK_OK(w22_ffmpeg_check(tpath("red.mkv"), &lossless));
+    w22_video_writer *vw;
+    CHECK_OK(w22_video_open_opts(tpath("red.mkv"), W22_VIDEO_FFMPEG, F, H, W, 24, 0, &lossless, &vw));
+    CHECK(vw && w22_video_command(vw) && strstr(w22_video_command(vw), "out_color_matrix=bt709"),
+          "the command converts with BT.709: %s", vw ? w22_video_command(vw) : "");
+    CHECK_OK(w22_video_write(vw, &red[0][0][0][0], 0, F));
+    CHECK_OK(w22_video_finish(vw));
+    ffprobe_line("stream=codec_name,pix_fmt,color_space,color_transfer,color_primaries,color_range", tpath("red.mkv"),
+                 line, sizeof line);
+    CHECK(!strcmp(line, "ffv1,yuv444p,tv,bt709,bt709,bt709"), "red.mkv: %s", line);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "ffmpeg -v error -i '%s' -frames:v 1 -f rawvideo -pix_fmt yuv444p -", tpath("red.mkv"));
+    FILE *f = popen(cmd, "r");
+    unsigned char px[3 * H * W];
+    size_t got = f ? fread(px, 1, sizeof px, f) : 0;
+    if (f) pclose(f);
+    CHECK(got == sizeof px && abs(px[0] - 63) <= 1 && abs(px[H * W] - 102) <= 1 && abs(px[2 * H * W] - 240) <= 1,
+          "red in BT.709 limited range: Y %d Cb %d Cr %d (BT.601 would be 81, 90, 240)", px[0], px[H * W],
+          px[2 * H * W]);
+    CHECK(count_entries("red.mkv") == 1, "no temporary left");
+
+    /* the defaults per container, where this ffmpeg has the encoder: codec, pixel format, tags */
+    static const struct { const char *name, *encoder, *probe; } cases[] = {
+        {"d.mp4", "libx264", "h264,yuv420p,tv,bt709,bt709,bt709"},
+        {"d.mkv", "libx264", "h264,yuv420p,tv,bt709,bt709,bt709"},
+        {"d.mov", "libx264", "h264,yuv420p,tv,bt709,bt709,bt709"},
+        {"d.webm", "libvpx-vp9", "vp9,yuv420p,tv,bt709,bt709,bt709"},
+        {"d.gif", "gif", "gif"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd, "ffmpeg -hide_banner -encoders 2>/dev/null | grep -q ' %s '", cases[i].encoder);
+        if (system(cmd) != 0) {
+            printf("%s: this ffmpeg has no %s, skipping\n", cases[i].name, cases[i].encoder);
+            continue;
+        }
+        CHECK_OK(w22_ffmpeg_check(tpath(cases[i].name), NULL));
+        CHECK_OK(w22_video_open_opts(tpath(cases[i].name), W22_VIDEO_FFMPEG, F, H, W, 24, 0, NULL, &vw));
+        CHECK_OK(w22_video_write(vw, &red[0][0][0][0], 0, F));
+        CHECK_OK(w22_video_finish(vw));
+        ffprobe_line(strcmp(cases[i].encoder, "gif") ? "stream=codec_name,pix_fmt,color_range,color_space,"
+                     "color_transfer,color_primaries" : "stream=codec_name", tpath(cases[i].name), line, sizeof line);
+        CHECK(!strcmp(line, cases[i].probe), "%s: %s, expected %s", cases[i].name, line, cases[i].probe);
+    }
+}
+
+/* ---- weights as Python reads them ---- */
+
+static void write_text(const char *path, const char *text) { write_bytes(path, text, strlen(text)); }
+
+static const char narrow_config[] =
+    "{\"_class_name\": \"AutoencoderKLWan\", \"attn_scales\": [], \"base_dim\": 160, \"decoder_base_dim\": 8, "
+    "\"dim_mult\": [1, 2, 4, 4], \"is_residual\": true, \"latents_mean\": [0.5, -0.25, 1.0, 0.125], "
+    "\"latents_std\": [2.0, 0.5, 4.0, 1.0], \"num_res_blocks\": 2, \"out_channels\": 12, \"patch_size\": 2, "
+    "\"temperal_downsample\": [false, true, true], \"z_dim\": 4}";
+
+static void test_vae_config(void) {
+    w22_vae_config vc;
+    CHECK_OK(w22_vae_config_parse(narrow_config, strlen(narrow_config), "c.json", &vc));
+    CHECK(vc.diffusers && vc.cfg.z_dim == 4 && vc.cfg.base_dim == 8 && vc.cfg.temporal_up[0] == 1 &&
+              vc.cfg.temporal_up[1] == 1 && vc.cfg.temporal_up[2] == 0 && vc.cfg.out_channels == 12 &&
+              vc.cfg.patch_size == 2, "the diffusers config: z_dim %d base_dim %d", vc.cfg.z_dim, vc.cfg.base_dim);
+    CHECK(vc.nstats == 4 && vc.mean[1] == -0.25f && vc.std[2] == 4.0f, "the statistics: %d", vc.nstats);
+    w22_vae_config_free(&vc);
+    /* the real model's config (its statistics trimmed): the default config */
+    static const char real[] = "{\"attn_scales\": [], \"base_dim\": 160, \"decoder_base_dim\": 256, \"dim_mult\": "
+        "[1, 2, 4, 4], \"is_residual\": true, \"num_res_blocks\": 2, \"out_channels\": 12, \"patch_size\": 2, "
+        "\"temperal_downsample\": [false, true, true], \"z_dim\": 48}";
+    CHECK_OK(w22_vae_config_parse(real, strlen(real), "real.json", &vc));
+    w22_config def;
+    w22_config_default(&def);
+    CHECK(!memcmp(&vc.cfg, &def, sizeof def) && vc.nstats == 0, "Wan2.2 TI2V-5B's config");
+    w22_vae_config_free(&vc);
+    /* this library's own keys */
+    static const char own[] = "{\"z_dim\": 4, \"base_dim\": 8}";
+    CHECK_OK(w22_vae_config_parse(own, strlen(own), "own.json", &vc));
+    CHECK(!vc.diffusers && vc.cfg.z_dim == 4 && vc.cfg.base_dim == 8 && vc.cfg.patch_size == 2, "own keys");
+    w22_vae_config_free(&vc);
+    static const struct { const char *text, *msg; } bad[] = {
+        {"{\"temperal_downsample\": [false, true, true], \"is_residual\": false, \"patch_size\": 2}", "Wan2.1"},
+        {"{\"temperal_downsample\": [false, true, true], \"is_residual\": true}", "patch_size is None"},
+        {"{\"temperal_downsample\": [false, true], \"is_residual\": true, \"patch_size\": 2}", "3 booleans"},
+        {"{\"z_dim\": 4, \"frobnicate\": 1}", "unknown key 'frobnicate'"},
+        {"{\"z_dim\": 4.5}", "expected an integer"},
+        {"[1, 2]", "expected a diffusers AutoencoderKLWan config"},
+        {"{\"z_dim\": 4,}", "JSON at byte"},
+        {"{\"z_dim\": 4, \"z_dim\": 5}", "twice"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(w22_vae_config_parse(bad[i].text, strlen(bad[i].text), "bad.json", &vc) != W22_OK &&
+                  has(bad[i].msg) && has("bad.json"), "%s: %s", bad[i].text, w22_last_error());
+    /* statistics that cannot be used do not fail the config; they say why */
+    static const char short_stats[] = "{\"temperal_downsample\": [false, true, true], \"is_residual\": true, "
+        "\"patch_size\": 2, \"out_channels\": 12, \"z_dim\": 4, \"decoder_base_dim\": 8, \"latents_mean\": [1, 2], "
+        "\"latents_std\": [1, 2]}";
+    CHECK_OK(w22_vae_config_parse(short_stats, strlen(short_stats), "s.json", &vc));
+    CHECK(vc.nstats == -1 && strstr(vc.stats_problem, "z_dim = 4"), "%s", vc.stats_problem);
+    w22_vae_config_free(&vc);
+    static const char zero_std[] = "{\"temperal_downsample\": [false, true, true], \"is_residual\": true, "
+        "\"patch_size\": 2, \"out_channels\": 12, \"z_dim\": 1, \"decoder_base_dim\": 8, \"latents_mean\": [1], "
+        "\"latents_std\": [0]}";
+    CHECK(w22_vae_config_parse(zero_std, strlen(zero_std), "s.json", &vc) == W22_OK && vc.nstats == -1 &&
+              strstr(vc.stats_problem, "latents_std[0] is 0"), "%s", vc.stats_problem);
+    w22_vae_config_free(&vc);
+}
+
+static void test_latent_stats(void) {
+    /* the built-in Wan2.2 TI2V-5B table against sums of the diffusers config's numbers */
+    double sm = 0, ss = 0, wm = 0, ws = 0;
+    for (int i = 0; i < W22_WAN22_STATS; i++) {
+        sm += w22_wan22_latents_mean[i];
+        ss += w22_wan22_latents_std[i];
+        wm += i * (double)w22_wan22_latents_mean[i];
+        ws += i * (double)w22_wan22_latents_std[i];
+    }
+    CHECK(fabs(sm - -0.5589) < 1e-5 && fabs(ss - 32.536) < 1e-5 && fabs(wm - -7.0659) < 1e-4 &&
+              fabs(ws - 758.3531) < 1e-4, "the table's sums: %.6f %.6f %.6f %.6f", sm, ss, wm, ws);
+    CHECK(w22_wan22_latents_mean[0] == -0.2289f && w22_wan22_latents_mean[47] == -0.0667f &&
+              w22_wan22_latents_std[0] == 0.4765f && w22_wan22_latents_std[47] == 0.7744f, "the ends of the table");
+    /* de-normalizing: z / (1 / std) + mean per channel, in float32 (synthetic statistics) */
+    enum { C = 3, N = 5 };
+    const float mean[C] = {0.3f, -1.7f, 0.01f}, std[C] = {0.4765f, 3.0f, 0.1f};
+    float z[C * N], ref[C * N];
+    t_fill_uniform(z, C * N, 7, -3, 3);
+    for (int c = 0; c < C; c++) {
+        volatile float inv = 1.0f / std[c];
+        for (int i = 0; i < N; i++) {
+            volatile float q = z[c * N + i] / inv;
+            ref[c * N + i] = q + mean[c];
+        }
+    }
+    float orig[C * N];
+    memcpy(orig, z, sizeof z);
+    w22_latents_denormalize(z, C, N, mean, std);
+    CHECK(!memcmp(z, ref, sizeof z), "z / (1 / std) + mean, bit for bit");
+    int near = 1;
+    for (int i = 0; i < C * N; i++) near &= fabsf(z[i] - (orig[i] * std[i / N] + mean[i / N])) < 1e-5f;
+    CHECK(near, "= z * std + mean");
+    CHECK(fabsf(z[0] - orig[0]) > 1e-3f, "the values changed");
+}
+
+/* synthetic weights (z_dim 4, base_dim 8, seed 3) saved to path */
+static void make_weights(const char *path) {
+    w22_config cfg;
+    w22_config_default(&cfg);
+    cfg.z_dim = 4;
+    cfg.base_dim = 8;
+    w22_weights *w;
+    CHECK_OK(w22_weights_synthetic(&cfg, 3, &w));
+    CHECK_OK(w22_weights_save(w, path, W22_DTYPE_BF16));
+    w22_weights_free(w);
+}
+
+/* Shards of the file at src: tensors [0, split) in a, the rest in b (and tensor `dup` in both when >= 0). */
+static void make_shards(const char *src, const char *a, const char *b, int split, int dup) {
+    w22_st_file f;
+    CHECK_OK(w22_st_open(src, &f));
+    w22_st_write_tensor *t = calloc((size_t)f.ntensors + 1, sizeof *t);
+    for (int i = 0; i < f.ntensors; i++)
+        t[i] = (w22_st_write_tensor){f.tensors[i].name, f.tensors[i].dtype, f.tensors[i].ndim, f.tensors[i].shape,
+                                     f.tensors[i].data};
+    CHECK_OK(w22_st_write(a, t, split, NULL, 0, 1));
+    w22_st_write_tensor *rest = t + split;
+    int nrest = f.ntensors - split;
+    if (dup >= 0) rest[nrest++] = t[dup];
+    CHECK_OK(w22_st_write(b, rest, nrest, NULL, 0, 1));
+    free(t);
+    w22_st_close(&f);
+}
+
+/* An index of the file at src: tensors [0, split) in shard_a, the rest in shard_b. */
+static void make_index(const char *src, const char *index, const char *shard_a, const char *shard_b, int split) {
+    w22_st_file f;
+    CHECK_OK(w22_st_open(src, &f));
+    FILE *o = fopen(index, "w");
+    fprintf(o, "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {");
+    for (int i = 0; i < f.ntensors; i++)
+        fprintf(o, "%s\"%s\": \"%s\"", i ? ", " : "", f.tensors[i].name, i < split ? shard_a : shard_b);
+    fprintf(o, "}}\n");
+    fclose(o);
+    w22_st_close(&f);
+}
+
+/* Every tensor of two weights objects equal (as float32). */
+static int same_weights(const w22_weights *x, const w22_weights *y) {
+    if (x->model.nweights != y->model.nweights) return 0;
+    for (int i = 0; i < x->model.nweights; i++) {
+        size_t n = (size_t)x->model.weights[i].numel;
+        float *a = malloc(n * 4), *b = malloc(n * 4);
+        w22_weights_get_f32(x, i, a);
+        w22_weights_get_f32(y, i, b);
+        int eq = !memcmp(a, b, n * 4);
+        free(a);
+        free(b);
+        if (!eq) return 0;
+    }
+    return 1;
+}
+
+static void test_weight_sources(void) {
+    char d[700];
+    snprintf(d, sizeof d, "%s/pipe", dir);
+    mkdir(d, 0755);
+    snprintf(d, sizeof d, "%s/pipe/vae", dir);
+    mkdir(d, 0755);
+    char file[700]; /* tpath's buffers are reused */
+    snprintf(file, sizeof file, "%s", tpath("pipe/vae/diffusion_pytorch_model.safetensors"));
+    make_weights(file);
+    w22_weights *ref, *w;
+    CHECK_OK(w22_weights_load(file, NULL, &ref));
+
+    /* a pipeline folder (vae/), the VAE folder, the file itself: the same weights, the config from config.json */
+    w22_weights_location loc;
+    CHECK_OK(w22_weights_locate(tpath("pipe"), NULL, &loc));
+    CHECK(!strcmp(loc.found, file) && !loc.is_index && !loc.config_json[0], "pipe/ -> %s", loc.found);
+    write_text(tpath("pipe/vae/config.json"), narrow_config);
+    w22_weights_info info;
+    static const char *const paths[] = {"pipe", "pipe/vae", "pipe/vae/", "pipe/vae/diffusion_pytorch_model.safetensors"};
+    for (int i = 0; i < 4; i++) {
+        CHECK_OK(w22_weights_open_path(tpath(paths[i]), NULL, &w, &info));
+        CHECK(w && info.has_config && info.vae.nstats == 4 && info.nfiles == 1 && !info.loc.is_index &&
+                  same_weights(w, ref), "%s", paths[i]);
+        w22_weights_free(w);
+        w22_weights_info_free(&info);
+    }
+    /* a config.json that disagrees with the tensors is an error naming it */
+    write_text(tpath("pipe/vae/config.json"), "{\"z_dim\": 8, \"base_dim\": 8}");
+    CHECK(w22_weights_open_path(tpath("pipe"), NULL, &w, &info) == W22_ERR_BAD_SHAPE && has("config.json"), "%s",
+          w22_last_error());
+    unlink(tpath("pipe/vae/config.json"));
+    CHECK(w22_weights_locate(tpath("nothere"), NULL, &loc) == W22_ERR_IO && has("no such file or folder"), "%s",
+          w22_last_error());
+    CHECK(w22_weights_locate(dir, NULL, &loc) == W22_ERR_IO && has("no diffusion_pytorch_model.safetensors"), "%s",
+          w22_last_error());
+    write_text(tpath("config.json"), "{}");
+    CHECK(w22_weights_locate(tpath("config.json"), NULL, &loc) == W22_ERR_INVALID_ARG && has("a config, not weights"),
+          "%s", w22_last_error());
+    CHECK(mkfifo(tpath("w.fifo"), 0600) == 0, "mkfifo");
+    CHECK(w22_weights_locate(tpath("w.fifo"), NULL, &loc) == W22_ERR_IO && has("FIFO"), "%s", w22_last_error());
+
+    /* variants: the only one is taken; two need a choice */
+    snprintf(d, sizeof d, "%s/var", dir);
+    mkdir(d, 0755);
+    make_weights(tpath("var/diffusion_pytorch_model.fp16.safetensors"));
+    CHECK_OK(w22_weights_locate(tpath("var"), NULL, &loc));
+    CHECK(strstr(loc.found, "diffusion_pytorch_model.fp16.safetensors") != NULL, "the only variant: %s", loc.found);
+    make_weights(tpath("var/diffusion_pytorch_model.bf16.safetensors"));
+    CHECK(w22_weights_locate(tpath("var"), NULL, &loc) == W22_ERR_IO && has("several variants") && has("bf16, fp16"),
+          "%s", w22_last_error());
+    CHECK_OK(w22_weights_locate(tpath("var"), "bf16", &loc));
+    CHECK(strstr(loc.found, ".bf16.") != NULL, "--variant bf16: %s", loc.found);
+
+    /* a sharded index: the same weights from two shards, found first in a folder */
+    snprintf(d, sizeof d, "%s/sh", dir);
+    mkdir(d, 0755);
+    make_shards(file, tpath("sh/diffusion_pytorch_model-00001-of-00002.safetensors"),
+                tpath("sh/diffusion_pytorch_model-00002-of-00002.safetensors"), 50, -1);
+    make_index(file, tpath("sh/" W22_DIFFUSERS_INDEX), "diffusion_pytorch_model-00001-of-00002.safetensors",
+               "diffusion_pytorch_model-00002-of-00002.safetensors", 50);
+    CHECK_OK(w22_weights_open_path(tpath("sh"), NULL, &w, &info));
+    CHECK(w && info.loc.is_index && info.nfiles == 2 && info.file_tensors == 110 && same_weights(w, ref),
+          "sharded: %d shards, %d tensors", info.nfiles, info.file_tensors);
+    w22_weights_free(w);
+    w22_weights_info_free(&info);
+    CHECK_OK(w22_weights_open_path(tpath("sh/" W22_DIFFUSERS_INDEX), NULL, &w, &info));
+    CHECK(w && same_weights(w, ref), "the index by name");
+    w22_weights_free(w);
+    w22_weights_info_free(&info);
+    /* shards without an index */
+    snprintf(d, sizeof d, "%s/noidx", dir);
+    mkdir(d, 0755);
+    make_shards(file, tpath("noidx/diffusion_pytorch_model-00001-of-00002.safetensors"),
+                tpath("noidx/diffusion_pytorch_model-00002-of-00002.safetensors"), 50, -1);
+    CHECK(w22_weights_locate(tpath("noidx"), NULL, &loc) == W22_ERR_IO && has("no " W22_DIFFUSERS_INDEX), "%s",
+          w22_last_error());
+
+    /* refused: a shard outside the index's folder (through '..', an absolute path, a symlinked folder), a tensor in
+     * two shards, a missing shard, an entry its shard does not hold */
+    make_shards(file, tpath("outside-a.safetensors"), tpath("outside-b.safetensors"), 50, -1);
+    make_index(file, tpath("sh/up.index.json"), "../outside-a.safetensors", "diffusion_pytorch_model-00002-of-00002.safetensors", 50);
+    CHECK(w22_weights_load_index(tpath("sh/up.index.json"), NULL, &w, NULL, NULL) == W22_ERR_FORMAT &&
+              has("refused") && has("outside the index's folder"), "'..': %s", w22_last_error());
+    make_index(file, tpath("sh/abs.index.json"), tpath("outside-a.safetensors"), "diffusion_pytorch_model-00002-of-00002.safetensors", 50);
+    CHECK(w22_weights_load_index(tpath("sh/abs.index.json"), NULL, &w, NULL, NULL) == W22_ERR_FORMAT &&
+              has("refused") && has("relative path"), "absolute: %s", w22_last_error());
+    CHECK(symlink(dir, tpath("sh/link")) == 0, "symlink");
+    make_index(file, tpath("sh/link.index.json"), "link/outside-a.safetensors", "diffusion_pytorch_model-00002-of-00002.safetensors", 50);
+    CHECK(w22_weights_load_index(tpath("sh/link.index.json"), NULL, &w, NULL, NULL) == W22_ERR_FORMAT &&
+              has("outside the index's folder"), "a symlinked folder: %s", w22_last_error());
+    make_shards(file, tpath("sh/dup-a.safetensors"), tpath("sh/dup-b.safetensors"), 50, 3);
+    make_index(file, tpath("sh/dup.index.json"), "dup-a.safetensors", "dup-b.safetensors", 50);
+    CHECK(w22_weights_load_index(tpath("sh/dup.index.json"), NULL, &w, NULL, NULL) == W22_ERR_FORMAT &&
+              has("is in two shards"), "%s", w22_last_error());
+    make_index(file, tpath("sh/gone.index.json"), "gone.safetensors", "dup-b.safetensors", 50);
+    CHECK(w22_weights_load_index(tpath("sh/gone.index.json"), NULL, &w, NULL, NULL) == W22_ERR_IO &&
+              has("gone.safetensors: no such file") && has("names it as the shard of tensor"), "%s",
+          w22_last_error());
+    make_index(file, tpath("sh/wrong.index.json"), "diffusion_pytorch_model-00002-of-00002.safetensors",
+               "diffusion_pytorch_model-00001-of-00002.safetensors", 50);
+    CHECK(w22_weights_load_index(tpath("sh/wrong.index.json"), NULL, &w, NULL, NULL) == W22_ERR_MISSING_TENSOR &&
+              has("does not hold it"), "%s", w22_last_error());
+    write_text(tpath("sh/empty.index.json"), "{\"weight_map\": {}}");
+    CHECK(w22_weights_load_index(tpath("sh/empty.index.json"), NULL, &w, NULL, NULL) == W22_ERR_FORMAT &&
+              has("weight_map is empty"), "%s", w22_last_error());
+    write_text(tpath("sh/nomap.index.json"), "{\"metadata\": {}}");
+    CHECK(w22_weights_load_index(tpath("sh/nomap.index.json"), NULL, &w, NULL, NULL) == W22_ERR_FORMAT &&
+              has("without weight_map"), "%s", w22_last_error());
+    CHECK(w == NULL, "nothing loaded");
+    w22_weights_free(ref);
 }
 
 int main(void) {
@@ -829,5 +1276,10 @@ int main(void) {
     test_fps();
     test_output_precheck();
     test_size_overflow();
+    test_streams();
+    test_ffmpeg_formats();
+    test_vae_config();
+    test_latent_stats();
+    test_weight_sources();
     return t_finish("test_io");
 }

@@ -103,21 +103,33 @@ def is_decoder_name(name):
     return name.startswith("decoder.") or name.startswith("post_quant_conv.")
 
 
-def main(argv=None):
+def parse_args(argv=None):
+    """The command line: -f/--force replaces an existing output, as in the wan22vae CLI (--overwrite, the old
+    spelling, still works but is no longer listed)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("input", help="Wan2.2_VAE.pth (original naming)")
     ap.add_argument("output", help="the .safetensors file to write (diffusers naming)")
     ap.add_argument("--dtype", choices=["keep", "fp32", "bf16", "fp16"], default="keep")
     ap.add_argument("--decoder-only", action="store_true", help="write only post_quant_conv.* and decoder.*")
-    ap.add_argument("--overwrite", action="store_true")
-    args = ap.parse_args(argv)
+    ap.add_argument("-f", "--force", action="store_true", help="replace an existing output")
+    ap.add_argument("--overwrite", dest="force", action="store_true", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def check_output(path, force):
+    """Exits with a message when path exists and force is not given (before any loading)."""
+    if os.path.exists(path) and not force:
+        sys.exit(f"convert_pth.py: {path} exists; expected a new file (--force replaces it)")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    check_output(args.output, args.force)
     try:
         import torch
         from safetensors.torch import save_file
     except ImportError as e:
         sys.exit(f"convert_pth.py: {e}; expected torch and safetensors (pip install torch safetensors)")
-    if os.path.exists(args.output) and not args.overwrite:
-        sys.exit(f"convert_pth.py: {args.output} exists; expected a new file (or pass --overwrite)")
     sd = torch.load(args.input, map_location="cpu", weights_only=True)
     if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
         sys.exit(f"convert_pth.py: {args.input}: expected a state dict of tensors, found {type(sd).__name__}")

@@ -114,6 +114,35 @@ class NameMapping(unittest.TestCase):
             convert_pth.convert_names(["conv2.weight", "post_quant_conv.weight"])
 
 
+class CommandLine(unittest.TestCase):
+    """One overwrite flag across the tools: -f/--force, as the wan22vae CLI; --overwrite is a hidden alias."""
+
+    def test_force(self):
+        self.assertTrue(convert_pth.parse_args(["a.pth", "b.safetensors", "--force"]).force)
+        self.assertTrue(convert_pth.parse_args(["a.pth", "b.safetensors", "-f"]).force)
+        self.assertTrue(convert_pth.parse_args(["a.pth", "b.safetensors", "--overwrite"]).force)
+        self.assertFalse(convert_pth.parse_args(["a.pth", "b.safetensors"]).force)
+
+    def test_help_says_force(self):
+        import contextlib
+        import io
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), self.assertRaises(SystemExit):
+            convert_pth.parse_args(["--help"])
+        self.assertIn("--force", out.getvalue())
+        self.assertNotIn("--overwrite", out.getvalue())
+
+    def test_existing_output(self):
+        with tempfile.TemporaryDirectory() as d:
+            dst = os.path.join(d, "exists.safetensors")
+            open(dst, "w").close()
+            with self.assertRaises(SystemExit) as e:  # refused before torch is even imported
+                convert_pth.main([os.path.join(d, "absent.pth"), dst])
+            self.assertIn("--force replaces it", str(e.exception.code))
+            convert_pth.check_output(dst, True)  # --force: no objection
+            convert_pth.check_output(os.path.join(d, "new.safetensors"), False)
+
+
 class FileConversion(unittest.TestCase):
     def test_pth_to_safetensors(self):
         try:

@@ -1,7 +1,8 @@
-/* Files in and out of the decoder: latents in (.safetensors, .npy), video out (.y4m, .mp4, PNG frames, raw
- * .npy / .safetensors tensors), and the NaN/Inf check the decoder shares. Library-internal (the CLI and the tests
- * use it); every output goes through a temporary file in the destination's directory and a rename, so a failed
- * or stopped write never leaves a half-written output, and an existing output is refused unless overwrite. */
+/* Files in and out of the decoder: latents in (.safetensors, .npy), video out (.y4m, any container ffmpeg writes,
+ * PNG frames, raw .npy / .safetensors tensors), and the NaN/Inf check the decoder shares. Library-internal (the CLI
+ * and the tests use it); every output file goes through a temporary file in the destination's directory and a
+ * rename, so a failed or stopped write never leaves a half-written output, and an existing output is refused
+ * unless overwrite. Streams (standard output, a FIFO, a device) are written directly instead. */
 #ifndef W22_IO_H
 #define W22_IO_H
 
@@ -84,12 +85,24 @@ void w22_frame_rgb24(const float *chunk, int n, int f, int height, int width, ui
 
 /* Whether path may be written: its directory exists and is writable, and path is absent (or overwrite and path
  * is a file, not a directory; or, for a PNG directory, overwrite and it holds only frame PNGs). Checked before
- * the expensive work so that a bad --out fails at once; the writers check again when they commit. */
+ * the expensive work so that a bad --out fails at once; the writers check again when they commit. A stream
+ * (w22_output_is_stream) must be writable (and is no directory); it needs no overwrite. */
 w22_status w22_output_check(const char *path, int is_dir, int overwrite);
+
+/* w22_output_check for a writer whose temporary ends in suffix ("<name>.tmp-XXXXXX.mkv"). */
+w22_status w22_output_check_suffix(const char *path, int is_dir, int overwrite, const char *suffix);
+
+/* Whether an output path is a stream, written directly in order rather than through a temporary file and a
+ * rename: "-" (standard output), /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N, anything else under /dev/,
+ * and any existing path that is not a regular file or a directory (a FIFO, a character device, a socket). */
+int w22_output_is_stream(const char *path);
+/* The name of an output for messages: "standard output" for "-", else the path. */
+const char *w22_output_name(const char *path);
 
 /* ---- video writers ---- */
 
-/* Frames per second of .y4m / .mp4: within [W22_FPS_MIN, W22_FPS_MAX], so that the header's rational is nonzero. */
+/* Frames per second of .y4m and ffmpeg's formats: within [W22_FPS_MIN, W22_FPS_MAX], so that the header's rational
+ * is nonzero. */
 #define W22_FPS_MIN 0.01
 #define W22_FPS_MAX 1000.0
 /* fps as the rational the headers carry: an integer as N/1, else to 1/1000 (23.976 -> 23976/1000).
@@ -98,29 +111,56 @@ w22_status w22_fps_rational(double fps, int *num, int *den);
 
 typedef enum {
     W22_VIDEO_Y4M,
-    W22_VIDEO_MP4,
+    W22_VIDEO_FFMPEG,       /* any container ffmpeg writes, by the extension: .mp4, .mkv, .webm, .mov, .gif, ... */
     W22_VIDEO_PNG_DIR,
     W22_VIDEO_NPY,
     W22_VIDEO_SAFETENSORS,
 } w22_video_format;
 
-/* The format an output path asks for: .y4m, .mp4, .npy, .safetensors; a path ending in '/' or whose last part
- * has no extension is a directory of PNG frames. W22_ERR_INVALID_ARG for other extensions. */
+/* The format an output path asks for: .y4m, .npy, .safetensors; "-" (standard output) and a stream without an
+ * extension (/dev/stdout, a FIFO named so) are .y4m; a path ending in '/' or whose last part has no extension is a
+ * directory of PNG frames; any other extension goes to ffmpeg (w22_ffmpeg_check says whether ffmpeg writes it).
+ * W22_ERR_INVALID_ARG for a still-image extension (.png, .jpg, ...: PNG frames are a folder). */
 w22_status w22_video_format_from_path(const char *path, w22_video_format *fmt);
 const char *w22_video_format_name(w22_video_format fmt);
+
+/* What ffmpeg is asked for (W22_VIDEO_FFMPEG); NULL strings and a negative crf leave the container's default. */
+typedef struct {
+    const char *codec;       /* -c:v (libx264, libx265, libvpx-vp9, ...) */
+    int crf;                 /* the codec's constant-quality level (-crf), -1: the default */
+    const char *pix_fmt;     /* -pix_fmt (yuv420p, yuv444p, yuv420p10le, ...) */
+    const char *ffmpeg_args; /* more output options, split as a shell splits them, after ours (so they win) */
+} w22_video_options;
+
+/* --ffmpeg-args split into words as a shell would (spaces; '...' and "..." quoting; backslash escapes).
+ * W22_ERR_INVALID_ARG for an unclosed quote. Free with w22_free_args. */
+w22_status w22_split_args(const char *s, int *argc, char ***argv);
+void w22_free_args(int argc, char **argv);
+
+/* For an ffmpeg output: an ffmpeg to run (W22_ERR_UNSUPPORTED naming ffmpeg when there is none), and one test
+ * frame encoded with the whole command into a temporary file with the output's extension: W22_ERR_INVALID_ARG
+ * when ffmpeg writes no format for the extension, W22_ERR_UNSUPPORTED with ffmpeg's message when the codec, the
+ * pixel format or the options are refused. Checks before the expensive work (a fraction of a second). */
+w22_status w22_ffmpeg_check(const char *path, const w22_video_options *opts);
 
 typedef struct w22_video_writer w22_video_writer;
 
 /* Everything about a video output that can be checked before the expensive work: w22_output_check, the length of
- * the temporary names next to it, and for .mp4 an ffmpeg to run. */
+ * the temporary names next to it, a stream's fitness for the format (.npy, .safetensors and PNG frames are written
+ * at offsets: a regular file), and for ffmpeg's formats an ffmpeg to run (w22_ffmpeg_check does the rest). */
 w22_status w22_video_check(const char *path, w22_video_format fmt, int overwrite);
 
 /* Starts writing a video of `frames` frames of height x width at fps into a temporary file (or directory) next to
- * path. Nothing appears at path until w22_video_finish succeeds. */
+ * path. Nothing appears at path until w22_video_finish succeeds. A stream (w22_output_is_stream) is written
+ * directly, frames in order. opts: ffmpeg's settings (NULL: the defaults; copied). */
 w22_status w22_video_open(const char *path, w22_video_format fmt, int frames, int height, int width, double fps,
                           int overwrite, w22_video_writer **out);
+w22_status w22_video_open_opts(const char *path, w22_video_format fmt, int frames, int height, int width,
+                               double fps, int overwrite, const w22_video_options *opts, w22_video_writer **out);
+/* The ffmpeg command line a writer runs (shell-quoted), NULL for the other formats. */
+const char *w22_video_command(const w22_video_writer *vw);
 /* Writes frames [frame0, frame0 + n) given as float32 [3][n][H][W] (what w22_frames_fn receives). Streamed
- * formats (.y4m, .mp4) need the frames in order; the others take any order. */
+ * formats (ffmpeg's, and any stream) need the frames in order; the others take any order. */
 w22_status w22_video_write(w22_video_writer *vw, const float *chunk, int frame0, int n);
 /* Checks that every frame was written, completes the file and renames it to its path. Frees vw, also on failure
  * (the temporary output is then removed). */

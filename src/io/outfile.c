@@ -1,4 +1,5 @@
-/* Temporary outputs committed by a rename (outfile.h), and the up-front check of an output path. */
+/* Temporary outputs committed by a rename (outfile.h), streams written directly, and the up-front check of an
+ * output path. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -48,19 +49,22 @@ static w22_status check_parent(const char *path) {
 /* The names the writers will make must be valid, checked before any work: the temporary "<name>.tmp-XXXXXX" (and
  * "<name>.old-XXXXXX" when replacing a directory) within the file system's name limit, and the longest path made
  * (a frame inside a temporary directory, or the "./" ffmpeg gets before a relative name) within PATH_MAX. */
-static w22_status check_names(const char *path, int is_dir) {
-    static const char suffix[] = ".tmp-XXXXXX", frame[] = "/frame_00000.png";
+static w22_status check_names(const char *path, int is_dir, const char *extra) {
+    char suffix[64];
+    static const char frame[] = "/frame_00000.png";
+    snprintf(suffix, sizeof suffix, ".tmp-XXXXXX%.40s", extra ? extra : "");
     char dir[PATH_MAX];
     parent_of(path, dir, sizeof dir);
     const char *slash = strrchr(path, '/');
     size_t base = strlen(slash ? slash + 1 : path), len = strlen(path);
     long name_max = pathconf(dir, _PC_NAME_MAX);
     if (name_max <= 0) name_max = NAME_MAX;
-    if (base + sizeof suffix - 1 > (size_t)name_max)
+    size_t sl = strlen(suffix);
+    if (base + sl > (size_t)name_max)
         return w22_fail(W22_ERR_INVALID_ARG, "%s: the output's name has %zu characters; expected at most %ld, so "
                         "that its temporary '<name>%s' fits the file system's limit of %ld", path, base,
-                        name_max - (long)(sizeof suffix - 1), suffix, name_max);
-    size_t longest = 2 + len + sizeof suffix - 1 + (is_dir ? sizeof frame - 1 : 0);
+                        name_max - (long)sl, suffix, name_max);
+    size_t longest = 2 + len + sl + (is_dir ? sizeof frame - 1 : 0);
     if (longest >= PATH_MAX)
         return w22_fail(W22_ERR_INVALID_ARG, "%s: the output's path has %zu characters; expected at most %zu, so "
                         "that the paths made under it fit PATH_MAX (%d)", path, len,
@@ -102,24 +106,103 @@ static w22_status check_existing(const char *path, int is_dir, int overwrite) {
     return W22_OK;
 }
 
-w22_status w22_output_check(const char *path, int is_dir, int overwrite) {
+/* The descriptor a path names directly ("-" and /dev/stdout: 1, /dev/stderr: 2, /dev/fd/N and /proc/self/fd/N:
+ * N), else -1. Written through a duplicate, so that a regular file behind it (`> file`) is written where the
+ * shell opened it rather than reopened from its start. */
+static int inherited_fd(const char *path) {
+    if (!strcmp(path, "-") || !strcmp(path, "/dev/stdout")) return 1;
+    if (!strcmp(path, "/dev/stderr")) return 2;
+    const char *n = !strncmp(path, "/dev/fd/", 8) ? path + 8 : !strncmp(path, "/proc/self/fd/", 14) ? path + 14 : NULL;
+    if (n && *n >= '0' && *n <= '9') {
+        char *end;
+        long v = strtol(n, &end, 10);
+        if (!*end && v < 1 << 20) return (int)v;
+    }
+    return -1;
+}
+
+int w22_output_is_stream(const char *path) {
+    if (!path || !*path) return 0;
+    if (inherited_fd(path) >= 0) return 1;
+    struct stat st;
+    return stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+}
+
+const char *w22_output_name(const char *path) { return path && !strcmp(path, "-") ? "standard output" : path; }
+
+static const char *stream_kind(const char *path) {
+    struct stat st;
+    if (!strcmp(path, "-")) return "standard output";
+    if (stat(path, &st) != 0) return "a stream";
+    return S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)" : S_ISCHR(st.st_mode) ? "a character device" :
+           S_ISSOCK(st.st_mode) ? "a socket" : S_ISBLK(st.st_mode) ? "a block device" :
+           S_ISREG(st.st_mode) ? "an open file" : "a stream";
+}
+
+static w22_status check_stream(const char *path, int is_dir) {
+    if (is_dir)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: PNG frames need a new directory, found %s; expected a folder name "
+                        "(or a stream format such as .y4m)", w22_output_name(path), stream_kind(path));
+    int fd = inherited_fd(path);
+    if (fd >= 0) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0)
+            return w22_fail(W22_ERR_IO, "%s: descriptor %d is not open; expected somewhere to write the output",
+                            w22_output_name(path), fd);
+        if ((fl & O_ACCMODE) == O_RDONLY)
+            return w22_fail(W22_ERR_IO, "%s: descriptor %d is open for reading only; expected it writable",
+                            w22_output_name(path), fd);
+        return W22_OK;
+    }
+    if (access(path, W_OK) != 0)
+        return w22_fail(W22_ERR_IO, "%s: %s that is not writable (%s)", path, stream_kind(path), strerror(errno));
+    return W22_OK;
+}
+
+static w22_status output_check(const char *path, int is_dir, int overwrite, const char *suffix) {
+    if (path && w22_output_is_stream(path)) return check_stream(path, is_dir);
     char p[PATH_MAX];
     W22_TRY(strip_path(path, p, sizeof p));
     W22_TRY(check_parent(p));
-    W22_TRY(check_names(p, is_dir));
+    W22_TRY(check_names(p, is_dir, suffix));
     return check_existing(p, is_dir, overwrite);
 }
 
+w22_status w22_output_check(const char *path, int is_dir, int overwrite) {
+    return output_check(path, is_dir, overwrite, NULL);
+}
+
+w22_status w22_output_check_suffix(const char *path, int is_dir, int overwrite, const char *suffix) {
+    return output_check(path, is_dir, overwrite, suffix);
+}
+
 w22_status w22_outfile_create(w22_outfile *o, const char *path, int is_dir, int overwrite) {
+    return w22_outfile_create_suffix(o, path, is_dir, overwrite, NULL);
+}
+
+w22_status w22_outfile_create_suffix(w22_outfile *o, const char *path, int is_dir, int overwrite,
+                                     const char *suffix) {
     memset(o, 0, sizeof *o);
     o->fd = -1;
+    o->stream_fd = -1;
     o->is_dir = is_dir;
     o->overwrite = overwrite;
+    if (path && w22_output_is_stream(path)) {
+        W22_TRY(check_stream(path, is_dir));
+        if (strlen(path) >= sizeof o->path)
+            return w22_fail(W22_ERR_INVALID_ARG, "output path: at most %zu characters", sizeof o->path - 1);
+        snprintf(o->path, sizeof o->path, "%s", path);
+        snprintf(o->tmp, sizeof o->tmp, "%s", path);
+        o->stream = 1;
+        o->stream_fd = inherited_fd(path);
+        return W22_OK;
+    }
+    if (!suffix) suffix = "";
     W22_TRY(strip_path(path, o->path, sizeof o->path));
     W22_TRY(check_parent(o->path));
-    W22_TRY(check_names(o->path, is_dir));
+    W22_TRY(check_names(o->path, is_dir, suffix));
     W22_TRY(check_existing(o->path, is_dir, overwrite));
-    if ((size_t)snprintf(o->tmp, sizeof o->tmp, "%s.tmp-XXXXXX", o->path) >= sizeof o->tmp)
+    if ((size_t)snprintf(o->tmp, sizeof o->tmp, "%s.tmp-XXXXXX%s", o->path, suffix) >= sizeof o->tmp)
         return w22_fail(W22_ERR_INVALID_ARG, "%s: the path is too long for a temporary name", o->path);
     if (is_dir) {
         if (!mkdtemp(o->tmp))
@@ -127,7 +210,7 @@ w22_status w22_outfile_create(w22_outfile *o, const char *path, int is_dir, int 
                             strerror(errno));
         chmod(o->tmp, 0755); /* mkdtemp makes it 0700; the output should read like any new directory */
     } else {
-        o->fd = mkostemp(o->tmp, O_CLOEXEC);
+        o->fd = mkostemps(o->tmp, (int)strlen(suffix), O_CLOEXEC);
         if (o->fd < 0)
             return w22_fail(W22_ERR_IO, "%s: cannot create the temporary file %s: %s", o->path, o->tmp,
                             strerror(errno));
@@ -137,7 +220,43 @@ w22_status w22_outfile_create(w22_outfile *o, const char *path, int is_dir, int 
     return W22_OK;
 }
 
+/* A stream's descriptor, opened at its first write: a duplicate of the inherited one, or the path opened for
+ * writing (which, for a FIFO, waits until a reader opens it). */
+static w22_status stream_open(w22_outfile *o) {
+    if (o->fd >= 0) return W22_OK;
+    if (o->stream_fd >= 0) o->fd = fcntl(o->stream_fd, F_DUPFD_CLOEXEC, 3);
+    else o->fd = open(o->path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+    if (o->fd < 0)
+        return w22_fail(W22_ERR_IO, "%s: cannot open it for writing: %s", w22_output_name(o->path), strerror(errno));
+    return W22_OK;
+}
+
+static w22_status stream_write(w22_outfile *o, const void *buf, size_t n, uint64_t off) {
+    if (off != o->pos)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: a stream is written in order: expected bytes at offset %llu next, "
+                        "found %llu", w22_output_name(o->path), (unsigned long long)o->pos, (unsigned long long)off);
+    W22_TRY(stream_open(o));
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t k = write(o->fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            int e = errno;
+            if (k < 0 && e == EPIPE)
+                return w22_fail(W22_ERR_IO, "%s: the reader closed the pipe after %llu bytes (broken pipe)",
+                                w22_output_name(o->path), (unsigned long long)o->pos);
+            return w22_fail(W22_ERR_IO, "%s: writing %zu bytes at offset %llu failed: %s", w22_output_name(o->path),
+                            n, (unsigned long long)o->pos, k < 0 ? strerror(e) : "no progress");
+        }
+        p += k;
+        n -= (size_t)k;
+        o->pos += (uint64_t)k;
+    }
+    return W22_OK;
+}
+
 w22_status w22_outfile_pwrite(w22_outfile *o, const void *buf, size_t n, uint64_t off) {
+    if (o->stream) return stream_write(o, buf, n, off);
     const char *p = buf;
     while (n > 0) {
         ssize_t k = pwrite(o->fd, p, n, (off_t)off);
@@ -170,6 +289,7 @@ static void remove_dir_files(const char *dir) {
 void w22_outfile_discard(w22_outfile *o) {
     if (o->fd >= 0) close(o->fd);
     o->fd = -1;
+    if (o->stream) return; /* what was written stays written; nothing of ours to remove */
     if (o->live) {
         if (o->is_dir) remove_dir_files(o->tmp);
         else unlink(o->tmp);
@@ -214,6 +334,12 @@ static w22_status replace_dir(w22_outfile *o) {
 
 w22_status w22_outfile_commit(w22_outfile *o) {
     w22_status s = W22_OK;
+    if (o->stream) {
+        if (o->fd >= 0 && close(o->fd) != 0 && errno != EINTR)
+            s = w22_fail(W22_ERR_IO, "%s: closing it failed: %s", w22_output_name(o->path), strerror(errno));
+        o->fd = -1;
+        return s;
+    }
     if (o->fd >= 0) {
         if (fsync(o->fd) != 0 && errno != EINVAL)
             s = w22_fail(W22_ERR_IO, "%s: flushing %s failed: %s", o->path, o->tmp, strerror(errno));

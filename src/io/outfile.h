@@ -11,22 +11,33 @@
 
 typedef struct {
     char path[PATH_MAX]; /* the destination */
-    char tmp[PATH_MAX];  /* path + ".tmp-XXXXXX", in the same directory so that the rename is atomic */
-    int fd;              /* the temporary file, -1 for a directory or once closed */
+    char tmp[PATH_MAX];  /* path + ".tmp-XXXXXX" (+ the suffix asked for), in the same directory so that the rename
+                          * is atomic; for a stream, the path itself */
+    int fd;              /* the temporary file (or the stream once opened), -1 for a directory or once closed */
     int is_dir;
     int overwrite;
     int live;            /* the temporary exists and is ours to remove */
+    int stream;          /* a stream (w22_output_is_stream): written directly, in order, never renamed or removed */
+    int stream_fd;       /* for a stream of an inherited descriptor ("-" is 1, /dev/fd/N is N), else -1 */
+    uint64_t pos;        /* a stream: the bytes written so far */
 } w22_outfile;
 
 /* Creates the temporary file (is_dir == 0, opened for writing) or directory. Fails at once when path exists and
- * !overwrite (W22_ERR_EXISTS) or its directory does not exist (W22_ERR_IO). */
+ * !overwrite (W22_ERR_EXISTS) or its directory does not exist (W22_ERR_IO). A stream (w22_output_is_stream) has
+ * no temporary: it is opened at the first write (a FIFO's open waits for its reader), or by whoever writes it by
+ * name (ffmpeg). */
 w22_status w22_outfile_create(w22_outfile *o, const char *path, int is_dir, int overwrite);
-/* Writes all of buf at offset off of the temporary file (pwrite, retried until done). */
+/* The same with the temporary named path + ".tmp-XXXXXX" + suffix (ffmpeg picks the container by the extension). */
+w22_status w22_outfile_create_suffix(w22_outfile *o, const char *path, int is_dir, int overwrite,
+                                     const char *suffix);
+/* Writes all of buf at offset off of the temporary file (pwrite, retried until done). A stream takes the bytes in
+ * order only: off must be where the last write ended. */
 w22_status w22_outfile_pwrite(w22_outfile *o, const void *buf, size_t n, uint64_t off);
 /* Closes the temporary file (fsync first) and renames it, or the directory, to the destination. On failure the
- * temporary is removed. */
+ * temporary is removed. A stream is closed. */
 w22_status w22_outfile_commit(w22_outfile *o);
-/* Removes the temporary file or directory (with the files in it) if still there. Safe to call twice. */
+/* Removes the temporary file or directory (with the files in it) if still there. Safe to call twice. A stream is
+ * closed (what was written stays written). */
 void w22_outfile_discard(w22_outfile *o);
 
 /* Whether a directory holds nothing but frame PNGs ("frame_NNNNN.png"): the only kind of directory an overwrite

@@ -8,7 +8,7 @@
 
 typedef struct {
     int is_dir;     /* the output is a directory (PNG frames) */
-    int streamed;   /* frames must come in order (.y4m, .mp4) */
+    int streamed;   /* frames must come in order (ffmpeg's formats; any format written to a stream) */
     /* Called once the temporary output exists. */
     w22_status (*open)(w22_video_writer *vw);
     /* Frames [frame0, frame0 + n) of a chunk [3][n][H][W]; video.c has checked the range and the order. */
@@ -30,13 +30,15 @@ struct w22_video_writer {
     int nwritten;
     int next;               /* the next frame a streamed format expects */
     uint8_t *rgb;           /* one frame of packed RGB, for the formats that need it */
+    w22_video_options opts; /* ffmpeg's settings (the strings copied into opts_text) */
+    char *opts_text;
     void *impl;             /* the format's own state */
 };
 
-extern const w22_video_ops w22_video_y4m_ops, w22_video_mp4_ops, w22_video_png_ops, w22_video_npy_ops,
+extern const w22_video_ops w22_video_y4m_ops, w22_video_ffmpeg_ops, w22_video_png_ops, w22_video_npy_ops,
     w22_video_safetensors_ops;
 
-/* W22_ERR_UNSUPPORTED, naming ffmpeg, when no ffmpeg can be run for an .mp4 output (video_mp4.c). */
-w22_status w22_mp4_check(const char *path);
+/* W22_ERR_UNSUPPORTED, naming ffmpeg, when no ffmpeg can be run for an ffmpeg output (video_ffmpeg.c). */
+w22_status w22_ffmpeg_present(const char *path);
 
 #endif

@@ -4,8 +4,8 @@
  * into the data is handed out, every field of the header is checked against the file and against the others:
  * the JSON itself, each dtype, shape and byte range. A hostile or truncated file gives an error that names the
  * file, the tensor and what was expected, never a crash or a read outside the buffer. The JSON parser is small
- * and hand-written because the header is the only JSON this library reads, and we want every rejection to say
- * where and why (the byte offset in the header). */
+ * and hand-written because we want every rejection to say where and why (the byte offset in the header); it also
+ * reads the JSON files next to the weights (json.h: a diffusers config.json, a sharded index). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "common.h"
+#include "weights/json.h"
 #include "weights/safetensors.h"
 
 /* A real decoder header is a few tens of KiB; 100 MiB (the limit of the reference implementation) rejects an
@@ -54,8 +55,11 @@ typedef struct {
     char *arena;
     size_t arena_used;
     const char *file;
+    const char *what; /* "header JSON" (the default) or "JSON" for other files, in messages */
     int depth;
 } jparser;
+
+static const char *jwhat(const jparser *p) { return p->what ? p->what : "header JSON"; }
 
 static w22_status jerr(jparser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static w22_status jerr(jparser *p, const char *fmt, ...) {
@@ -67,7 +71,7 @@ static w22_status jerr(jparser *p, const char *fmt, ...) {
     if (p->pos >= p->n) snprintf(found, sizeof found, "the end of the header");
     else if (p->s[p->pos] >= 0x20 && p->s[p->pos] < 0x7f) snprintf(found, sizeof found, "'%c'", p->s[p->pos]);
     else snprintf(found, sizeof found, "byte 0x%02x", (unsigned char)p->s[p->pos]);
-    return w22_fail(W22_ERR_FORMAT, "%s: header JSON at byte %zu: expected %s, found %s", p->file, p->pos, msg,
+    return w22_fail(W22_ERR_FORMAT, "%s: %s at byte %zu: expected %s, found %s", p->file, jwhat(p), p->pos, msg,
                     found);
 }
 
@@ -264,8 +268,9 @@ static w22_status check_duplicates(jparser *p, int obj) {
     w22_status s = W22_OK;
     for (int i = 1; i < n; i++)
         if (cmp_keys(&v[i - 1], &v[i]) == 0) {
-            s = w22_fail(W22_ERR_FORMAT, "%s: header JSON: the object at byte %zu has the key '%.200s' twice; "
-                         "expected unique keys (tensor names)", p->file, p->nodes[obj].begin, v[i]->key);
+            s = w22_fail(W22_ERR_FORMAT, "%s: %s: the object at byte %zu has the key '%.200s' twice; "
+                         "expected unique keys%s", p->file, jwhat(p), p->nodes[obj].begin, v[i]->key,
+                         p->what ? "" : " (tensor names)");
             break;
         }
     free(v);
@@ -276,9 +281,9 @@ static w22_status parse_value(jparser *p, int *out);
 
 static w22_status node_fail(jparser *p, int idx) {
     if (idx == -1)
-        return w22_fail(W22_ERR_FORMAT, "%s: header JSON has more than %d values; expected a safetensors header",
-                        p->file, JSON_MAX_NODES);
-    return w22_fail(W22_ERR_OUT_OF_MEMORY, "%s: out of memory parsing the header JSON", p->file);
+        return w22_fail(W22_ERR_FORMAT, "%s: %s has more than %d values; expected %s", p->file, jwhat(p),
+                        JSON_MAX_NODES, p->what ? "a smaller file" : "a safetensors header");
+    return w22_fail(W22_ERR_OUT_OF_MEMORY, "%s: out of memory parsing the %s", p->file, jwhat(p));
 }
 
 static w22_status parse_container(jparser *p, int idx, char close) {
@@ -350,6 +355,179 @@ static w22_status parse_value(jparser *p, int *out) {
     }
     if (s == W22_OK) p->nodes[idx].end = p->pos;
     return s;
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* The parser for other JSON files (json.h): a config.json, a sharded index.                                   */
+
+struct w22_json {
+    char *text;   /* a copy of the source, NUL-terminated */
+    size_t n;
+    jnode *nodes;
+    int nnodes;
+    char *arena;
+    int root;
+};
+
+w22_status w22_json_parse(const void *text, size_t n, const char *file, w22_json **out) {
+    *out = NULL;
+    w22_json *j = w22_calloc(1, sizeof *j, "a JSON document");
+    if (!j) return W22_ERR_OUT_OF_MEMORY;
+    j->text = w22_malloc(n + 1, "a JSON document's text");
+    j->arena = w22_malloc(n + 1, "a JSON document's strings");
+    if (!j->text || !j->arena) {
+        w22_json_free(j);
+        return W22_ERR_OUT_OF_MEMORY;
+    }
+    if (n) memcpy(j->text, text, n);
+    j->text[n] = 0;
+    j->n = n;
+    jparser p = {.s = j->text, .n = n, .file = file, .what = "JSON", .arena = j->arena};
+    w22_status s;
+    skip_ws(&p);
+    s = parse_value(&p, &j->root);
+    if (s == W22_OK) {
+        skip_ws(&p);
+        if (p.pos != p.n) s = jerr(&p, "the end of the file after the JSON value");
+    }
+    j->nodes = p.nodes;
+    j->nnodes = p.nnodes;
+    if (s != W22_OK) {
+        w22_json_free(j);
+        return s;
+    }
+    *out = j;
+    return W22_OK;
+}
+
+w22_status w22_json_read(const char *path, size_t max_bytes, w22_json **out) {
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) return w22_fail(W22_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return w22_fail(W22_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return w22_fail(W22_ERR_IO, "%s: expected a regular file (JSON), found %s", path,
+                        S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "not a regular file");
+    }
+    if ((uint64_t)st.st_size > max_bytes) {
+        close(fd);
+        return w22_fail(W22_ERR_FORMAT, "%s: %lld bytes; expected a JSON file of at most %zu bytes", path,
+                        (long long)st.st_size, max_bytes);
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    char *buf = w22_malloc(n + 1, path);
+    if (!buf) return close(fd), W22_ERR_OUT_OF_MEMORY;
+    while (got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            int e = errno;
+            close(fd);
+            free(buf);
+            return w22_fail(W22_ERR_IO, "%s: reading: expected %zu bytes, read %zu%s%s", path, n, got,
+                            k < 0 ? ": " : " (the file shrank)", k < 0 ? strerror(e) : "");
+        }
+        got += (size_t)k;
+    }
+    close(fd);
+    w22_status s = w22_json_parse(buf, n, path, out);
+    free(buf);
+    return s;
+}
+
+void w22_json_free(w22_json *j) {
+    if (!j) return;
+    free(j->text);
+    free(j->arena);
+    free(j->nodes);
+    free(j);
+}
+
+static const jnode *jnode_at(const w22_json *j, int node) {
+    return j && node >= 0 && node < j->nnodes ? &j->nodes[node] : NULL;
+}
+
+int w22_json_root(const w22_json *j) { return j ? j->root : -1; }
+
+w22_json_kind w22_json_kind_of(const w22_json *j, int node) {
+    const jnode *x = jnode_at(j, node);
+    if (!x) return W22_JSON_NULL;
+    switch (x->type) {
+    case J_OBJ: return W22_JSON_OBJECT;
+    case J_ARR: return W22_JSON_ARRAY;
+    case J_STR: return W22_JSON_STRING;
+    case J_INT: return W22_JSON_INT;
+    case J_NUM: return W22_JSON_NUMBER;
+    default: return j->text[x->begin] == 't' ? W22_JSON_TRUE : j->text[x->begin] == 'f' ? W22_JSON_FALSE
+                                                                                          : W22_JSON_NULL;
+    }
+}
+
+const char *w22_json_kind_name(w22_json_kind k) {
+    static const char *const names[] = {"an object", "an array", "a string", "an integer", "a number", "true",
+                                        "false", "null"};
+    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
+}
+
+int w22_json_get(const w22_json *j, int obj, const char *key) {
+    const jnode *o = jnode_at(j, obj);
+    if (!o || o->type != J_OBJ) return -1;
+    size_t kl = strlen(key);
+    for (int c = o->first; c >= 0; c = j->nodes[c].next)
+        if (j->nodes[c].key_len == kl && memcmp(j->nodes[c].key, key, kl) == 0) return c;
+    return -1;
+}
+
+int w22_json_first(const w22_json *j, int node) {
+    const jnode *x = jnode_at(j, node);
+    return x && (x->type == J_OBJ || x->type == J_ARR) ? x->first : -1;
+}
+
+int w22_json_next(const w22_json *j, int node) {
+    const jnode *x = jnode_at(j, node);
+    return x ? x->next : -1;
+}
+
+int w22_json_count(const w22_json *j, int node) {
+    const jnode *x = jnode_at(j, node);
+    return x && (x->type == J_OBJ || x->type == J_ARR) ? x->nchild : 0;
+}
+
+const char *w22_json_key(const w22_json *j, int node, size_t *len) {
+    const jnode *x = jnode_at(j, node);
+    if (len) *len = x && x->key ? x->key_len : 0;
+    return x && x->key ? x->key : NULL;
+}
+
+const char *w22_json_str(const w22_json *j, int node, size_t *len) {
+    const jnode *x = jnode_at(j, node);
+    if (len) *len = x && x->type == J_STR ? x->len : 0;
+    return x && x->type == J_STR ? x->str : NULL;
+}
+
+int w22_json_number(const w22_json *j, int node, double *v) {
+    const jnode *x = jnode_at(j, node);
+    if (!x || (x->type != J_INT && x->type != J_NUM)) return 0;
+    /* the text is a valid JSON number, which strtod reads whole; it ends at a delimiter or the NUL */
+    *v = strtod(j->text + x->begin, NULL);
+    return 1;
+}
+
+void w22_json_text(const w22_json *j, int node, char *buf, size_t cap) {
+    const jnode *x = jnode_at(j, node);
+    if (!cap) return;
+    buf[0] = 0;
+    if (!x) return;
+    size_t n = x->end - x->begin;
+    if (n >= cap) n = cap - 1;
+    memcpy(buf, j->text + x->begin, n);
+    buf[n] = 0;
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */

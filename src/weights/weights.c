@@ -210,7 +210,7 @@ static w22_status bind_tensors(w22_weights *w, const w22_st_file *f, const char 
  * name and shape, and every value finite (a NaN or Inf would decode to a NaN video). */
 static w22_status weights_from_file(const w22_st_file *f, const char *source, const w22_config *cfg,
                                     w22_weights **out) {
-    char prefix[256];
+    char prefix[sizeof((w22_weights *)0)->prefix];
     w22_config inferred;
     W22_TRY(find_prefix(f, source, prefix, sizeof prefix));
     if (!cfg) {
@@ -219,6 +219,7 @@ static w22_status weights_from_file(const w22_st_file *f, const char *source, co
     }
     w22_weights *w = weights_new(cfg, source);
     if (!w) return W22_ERR_OUT_OF_MEMORY;
+    snprintf(w->prefix, sizeof w->prefix, "%s", prefix);
     w22_status s = bind_tensors(w, f, source, prefix);
     if (s == W22_OK) s = w22_weights_check_finite(w, source, prefix);
     if (s != W22_OK) {
@@ -227,6 +228,12 @@ static w22_status weights_from_file(const w22_st_file *f, const char *source, co
     }
     *out = w;
     return W22_OK;
+}
+
+w22_status w22_weights_from_st(const w22_st_file *f, const char *source, const w22_config *cfg, w22_weights **out) {
+    *out = NULL;
+    if (cfg) W22_TRY(w22_config_check(cfg));
+    return weights_from_file(f, source, cfg, out);
 }
 
 w22_status w22_weights_load(const char *path, const w22_config *cfg, w22_weights **out) {
@@ -351,6 +358,10 @@ w22_status w22_weights_save(const w22_weights *w, const char *path, w22_dtype dt
 void w22_weights_free(w22_weights *w) {
     if (!w) return;
     if (w->map) munmap(w->map, w->map_size);
+    for (int i = 0; i < w->nshards; i++)
+        if (w->shard_maps[i]) munmap(w->shard_maps[i], w->shard_sizes[i]);
+    free(w->shard_maps);
+    free(w->shard_sizes);
     free(w->owned);
     free(w);
 }

@@ -4,6 +4,7 @@
 #define W22_WEIGHTS_H
 
 #include "model/model.h"
+#include "weights/safetensors.h"
 
 struct w22_weights {
     w22_model model;
@@ -12,9 +13,17 @@ struct w22_weights {
     void *owned;        /* memory this object frees (synthetic weights) */
     void *map;          /* a mapped file (munmap on free) */
     size_t map_size;
+    void **shard_maps;  /* the mapped shards of a sharded index (munmap each on free), malloc'd */
+    size_t *shard_sizes;
+    int nshards;
     char source[512];   /* the file, or "synthetic seed N", or "memory" */
+    char prefix[256];   /* the text before the decoder's names in the file ("", "vae.") */
 };
 
+/* The weights in a parsed safetensors file (or a table merged from shards): the prefix, the config (cfg, else the
+ * file's own or the one inferred from the shapes), every name, shape and value checked. The tensors are used in
+ * place (the caller hands the mappings to the weights object), except misaligned ones, which are copied. */
+w22_status w22_weights_from_st(const w22_st_file *f, const char *source, const w22_config *cfg, w22_weights **out);
 /* w22_weights_load from a safetensors image in memory (borrowed: buf must outlive the weights). For the fuzzer
  * and tests: the same checks as a file, messages name "<memory>". */
 w22_status w22_weights_parse(const void *buf, size_t size, const w22_config *cfg, w22_weights **out);

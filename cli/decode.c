@@ -110,21 +110,101 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
+    /* The writer thread (issue 30): the decode hands each chunk of frames over (a copy into a ring of RING
+     * buffers) and goes on decoding while the writer converts, encodes and writes the chunks, in order. The bytes
+     * written are the same as writing in the callback (--write-sync, for tests). Guarded by wmu: */
+    int sync_write, writer_on, wstop;
+    pthread_t writer;
+    pthread_mutex_t wmu;
+    pthread_cond_t wcv;
+    float *ring[4];
+    size_t ring_cap;
+    int ring_f0[4], ring_n[4], head, count;
 } decode_ctx;
+#define RING 4
+
+static void write_failed(decode_ctx *c, w22_status s) {
+    c->write_status = s;
+    snprintf(c->write_msg, sizeof c->write_msg, "%s", w22_last_error());
+}
+
+static void *writer_main(void *p) {
+    decode_ctx *c = p;
+    pthread_mutex_lock(&c->wmu);
+    for (;;) {
+        while (!c->count && !c->wstop) pthread_cond_wait(&c->wcv, &c->wmu);
+        if (!c->count) break; /* stopped and drained */
+        const int k = c->head;
+        pthread_mutex_unlock(&c->wmu);
+        const w22_status s = c->write_status == W22_OK ? w22_video_write(c->vw, c->ring[k], c->ring_f0[k], c->ring_n[k])
+                                                       : W22_OK;
+        pthread_mutex_lock(&c->wmu);
+        if (s != W22_OK && c->write_status == W22_OK) write_failed(c, s);
+        if (s == W22_OK) {
+            pthread_mutex_lock(&c->mu);
+            c->frames_done += c->ring_n[k];
+            pthread_mutex_unlock(&c->mu);
+        }
+        c->head = (c->head + 1) % RING;
+        c->count--;
+        pthread_cond_broadcast(&c->wcv);
+    }
+    pthread_mutex_unlock(&c->wmu);
+    return NULL;
+}
+
+/* Waits until the writer has written every chunk handed over, then ends it. */
+static void writer_stop(decode_ctx *c) {
+    if (!c->writer_on) return;
+    pthread_mutex_lock(&c->wmu);
+    c->wstop = 1;
+    pthread_cond_broadcast(&c->wcv);
+    pthread_mutex_unlock(&c->wmu);
+    pthread_join(c->writer, NULL);
+    c->writer_on = 0;
+}
 
 static int on_frames(void *user, const float *frames, int frame0, int nframes, int height, int width) {
     decode_ctx *c = user;
     if (interrupted) return 1;
-    w22_status s = w22_video_write(c->vw, frames, frame0, nframes);
-    if (s != W22_OK) {
-        c->write_status = s;
-        snprintf(c->write_msg, sizeof c->write_msg, "%s", w22_last_error());
-        return 1;
+    const size_t n = (size_t)3 * nframes * height * width;
+    if (c->sync_write || !c->writer_on || n > c->ring_cap) { /* in the callback (a chunk larger than planned too) */
+        if (c->writer_on) writer_stop(c); /* the chunks before it first */
+        if (c->write_status != W22_OK) return 1;
+        const w22_status s = w22_video_write(c->vw, frames, frame0, nframes);
+        if (s != W22_OK) {
+            write_failed(c, s);
+            return 1;
+        }
+        pthread_mutex_lock(&c->mu);
+        c->frames_done += nframes;
+        pthread_mutex_unlock(&c->mu);
+        return 0;
     }
-    pthread_mutex_lock(&c->mu);
-    c->frames_done += nframes;
-    pthread_mutex_unlock(&c->mu);
+    pthread_mutex_lock(&c->wmu);
+    while (c->count == RING && c->write_status == W22_OK) pthread_cond_wait(&c->wcv, &c->wmu);
+    const int failed = c->write_status != W22_OK;
+    int k = -1;
+    if (!failed) k = (c->head + c->count) % RING;
+    pthread_mutex_unlock(&c->wmu);
+    if (failed) return 1;
+    memcpy(c->ring[k], frames, n * sizeof(float)); /* the slot is the decode's until counted in */
+    pthread_mutex_lock(&c->wmu);
+    c->ring_f0[k] = frame0, c->ring_n[k] = nframes;
+    c->count++;
+    pthread_cond_broadcast(&c->wcv);
+    pthread_mutex_unlock(&c->wmu);
     return 0;
+}
+
+/* The ring for chunks of up to `frames` video frames of H x W, and the writer thread; without memory or a thread
+ * the frames are written in the callback. */
+static void writer_start(decode_ctx *c, int frames, int H, int W) {
+    if (c->sync_write) return;
+    c->ring_cap = (size_t)3 * frames * H * W;
+    for (int i = 0; i < RING; i++)
+        if (!(c->ring[i] = malloc(c->ring_cap * sizeof(float)))) return;
+    c->writer_on = pthread_create(&c->writer, NULL, writer_main, c) == 0;
 }
 
 static void clock_text(double s, char *buf, size_t cap) {
@@ -234,9 +314,9 @@ int cli_decode(int argc, char **argv) {
     w22_video_options vopt = {NULL, -1, NULL, NULL};
     long long fpp = 0, threads = 0, cuda_device = -1, crf = -1, dev_index = -1;
     double fps = 24, interval = 0;
-    int force = 0, progress = 0, verbose = 0, quiet = 0, normalized = 0;
+    int force = 0, progress = 0, verbose = 0, quiet = 0, normalized = 0, sync_write = 0;
     enum { O_CUDA = 256, O_FPP, O_THREADS, O_FPS, O_PROGRESS, O_VARIANT, O_NORM, O_CODEC, O_CRF, O_PIX, O_FFARGS,
-           O_INTERVAL, O_DEVICE };
+           O_INTERVAL, O_DEVICE, O_SYNC };
     static const struct option opts[] = {
         {"weights", required_argument, 0, 'w'},      {"latents", required_argument, 0, 'l'},
         {"out", required_argument, 0, 'o'},          {"device", required_argument, 0, O_DEVICE},
@@ -248,6 +328,7 @@ int cli_decode(int argc, char **argv) {
         {"codec", required_argument, 0, O_CODEC},    {"crf", required_argument, 0, O_CRF},
         {"pix-fmt", required_argument, 0, O_PIX},    {"ffmpeg-args", required_argument, 0, O_FFARGS},
         {"progress-interval", required_argument, 0, O_INTERVAL},
+        {"write-sync", no_argument, 0, O_SYNC}, /* hidden: write in the decode's callback (tests' A/B) */
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
     opterr = 0;
@@ -282,6 +363,7 @@ int cli_decode(int argc, char **argv) {
         case O_PROGRESS: progress = 1; break;
         case O_VARIANT: variant = optarg; break;
         case O_NORM: normalized = 1; break;
+        case O_SYNC: sync_write = 1; break;
         case O_CODEC: vopt.codec = optarg; break;
         case O_PIX: vopt.pix_fmt = optarg; break;
         case O_FFARGS: vopt.ffmpeg_args = optarg; break;
@@ -360,6 +442,9 @@ int cli_decode(int argc, char **argv) {
     memset(&c, 0, sizeof c);
     pthread_mutex_init(&c.mu, NULL);
     pthread_cond_init(&c.cv, NULL);
+    pthread_mutex_init(&c.wmu, NULL);
+    pthread_cond_init(&c.wcv, NULL);
+    c.sync_write = sync_write;
     pthread_t hb;
     int T, h, w, zdim;
     /* the latents first: small, and a bad file should not wait for the weights */
@@ -434,7 +519,9 @@ int cli_decode(int argc, char **argv) {
         hb_started = pthread_create(&hb, NULL, heartbeat, &c) == 0;
     }
 
+    writer_start(&c, 1, H, W); /* one video frame a delivery: the last stage's chunk */
     w22_status s = interrupted ? W22_OK : w22_decode_frames(dec, z, W22_DTYPE_F32, T, h, w, on_frames, &c);
+    writer_stop(&c); /* every chunk handed over is written (or the first failure recorded) */
     if (hb_started) {
         pthread_mutex_lock(&c.mu);
         c.stop = 1;
@@ -482,6 +569,10 @@ done:
     w22_weights_free(weights);
     if (info_loaded) w22_weights_info_free(&info);
     free(z);
+    writer_stop(&c);
+    for (int i = 0; i < RING; i++) free(c.ring[i]);
+    pthread_cond_destroy(&c.wcv);
+    pthread_mutex_destroy(&c.wmu);
     pthread_cond_destroy(&c.cv);
     pthread_mutex_destroy(&c.mu);
     return rc;

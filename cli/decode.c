@@ -197,6 +197,17 @@ static int on_frames(void *user, const float *frames, int frame0, int nframes, i
     return 0;
 }
 
+/* Ends the heartbeat thread, if it runs. */
+static void heartbeat_stop(decode_ctx *c, pthread_t hb, int *started) {
+    if (!*started) return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(hb, NULL);
+    *started = 0;
+}
+
 /* The ring for chunks of up to `frames` video frames of H x W, and the writer thread; without memory or a thread
  * the frames are written in the callback. */
 static void writer_start(decode_ctx *c, int frames, int H, int W) {
@@ -522,14 +533,7 @@ int cli_decode(int argc, char **argv) {
     writer_start(&c, 1, H, W); /* one video frame a delivery: the last stage's chunk */
     w22_status s = interrupted ? W22_OK : w22_decode_frames(dec, z, W22_DTYPE_F32, T, h, w, on_frames, &c);
     writer_stop(&c); /* every chunk handed over is written (or the first failure recorded) */
-    if (hb_started) {
-        pthread_mutex_lock(&c.mu);
-        c.stop = 1;
-        pthread_cond_signal(&c.cv);
-        pthread_mutex_unlock(&c.mu);
-        pthread_join(hb, NULL);
-        hb_started = 0;
-    }
+    heartbeat_stop(&c, hb, &hb_started);
     if (c.show && c.tty && s != W22_OK) fputc('\n', stderr); /* end the progress line before a message */
     int stream = w22_output_is_stream(out);
     if (interrupted) {
@@ -557,13 +561,7 @@ int cli_decode(int argc, char **argv) {
                 fmt == W22_VIDEO_FFMPEG ? strrchr(out, '.') + 1 : w22_video_format_name(fmt));
     rc = 0;
 done:
-    if (hb_started) {
-        pthread_mutex_lock(&c.mu);
-        c.stop = 1;
-        pthread_cond_signal(&c.cv);
-        pthread_mutex_unlock(&c.mu);
-        pthread_join(hb, NULL);
-    }
+    heartbeat_stop(&c, hb, &hb_started);
     w22_video_abort(c.vw); /* removes the temporary output; NULL when finished or never opened */
     w22_decoder_free(dec);
     w22_weights_free(weights);

@@ -456,7 +456,7 @@ int cli_decode(int argc, char **argv) {
     pthread_mutex_init(&c.wmu, NULL);
     pthread_cond_init(&c.wcv, NULL);
     c.sync_write = sync_write;
-    pthread_t hb;
+    pthread_t hb = (pthread_t)0; /* read only once started (hb_started) */
     int T, h, w, zdim;
     /* the latents first: small, and a bad file should not wait for the weights */
     if (w22_io_load_latents(latents_path, &z, &T, &h, &w, &zdim) != W22_OK) {

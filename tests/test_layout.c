@@ -81,6 +81,13 @@ int main(void) {
             w22_layout_phases_bf16(d, co, ci, b);
             CHECK(!memcmp(a, b, np * 2), "phase layout %dx%d differs from the serial loops", co, ci);
         }
+        float *fa = malloc(n * 4), *fb = malloc(n * 4);
+        for (int o = 0; o < co; o++) /* the CPU backend's serial loop */
+            for (int i = 0; i < ci; i++)
+                for (int t = 0; t < vol; t++) fa[((long)t * ci + i) * co + o] = d[((long)o * ci + i) * vol + t];
+        w22_layout_taps_f32(d, co, ci, vol, fb);
+        CHECK(!memcmp(fa, fb, n * 4), "CPU taps layout %dx%dx%d differs from the serial loop", co, ci, vol);
+        free(fa), free(fb);
         free(d), free(a), free(b);
     }
     /* the decoder's conv weights: serial loops against every core */

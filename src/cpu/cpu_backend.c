@@ -7,6 +7,7 @@
 #include "common.h"
 #include "cpu/cpu.h"
 #include "cpu/gemm.h"
+#include "weights/layout.h"
 
 static void cpu_destroy(w22_backend *b) { free(b); }
 
@@ -40,10 +41,7 @@ static w22_status cpu_weight_upload(w22_backend *b, w22_weight_kind kind, const 
         w->n = (long)taps * cin * cout;
         w->data = malloc(sizeof(float) * w->n);
         if (!w->data) { free(w); return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a weight"); }
-        for (int o = 0; o < cout; o++)
-            for (int i = 0; i < cin; i++)
-                for (int t = 0; t < taps; t++)
-                    w->data[((long)t * cin + i) * cout + o] = data[((long)o * cin + i) * taps + t];
+        w22_layout_taps_f32(data, cout, cin, taps, w->data); /* on every core (src/weights/layout.c) */
     }
     *out = w;
     return W22_OK;

@@ -116,3 +116,25 @@ void w22_layout_phases_bf16(const float *data, int cout, int cin, uint16_t *out)
     job j = {data, out, cout, cin, 9};
     parallel_for(cout, phase_part, &j);
 }
+
+typedef struct {
+    const float *data;
+    float *out;
+    int cout, cin, taps;
+} tjob;
+
+static void taps_part(void *p, int r0, int r1) { /* rows r = t cin + i of the output */
+    const tjob *j = p;
+    for (int r = r0; r < r1; r++) {
+        const int t = r / j->cin, i = r - t * j->cin;
+        float *dst = j->out + (size_t)r * j->cout;
+        const float *src = j->data + (size_t)i * j->taps + t;
+        const size_t step = (size_t)j->cin * j->taps;
+        for (int o = 0; o < j->cout; o++) dst[o] = src[o * step];
+    }
+}
+
+void w22_layout_taps_f32(const float *data, int cout, int cin, int taps, float *out) {
+    tjob j = {data, out, cout, cin, taps};
+    parallel_for(taps * cin, taps_part, &j);
+}

@@ -1,4 +1,4 @@
-/* The GPU backend's weight layouts, made on the host on every core (layout.c); bf16 bits out. */
+/* The backends' weight layouts, made on the host on every core (layout.c). */
 #ifndef W22_LAYOUT_H
 #define W22_LAYOUT_H
 
@@ -13,6 +13,8 @@ void w22_layout_conv_bf16(const float *data, int cout, int cin, int vol, uint16_
 void w22_layout_winograd_bf16(const float *data, int cout, int cin, uint16_t *out);
 /* A 2D 3x3 conv's four upsample phases as 2x2 convs on the low-resolution grid: [phase][cout][2][2][cin]. */
 void w22_layout_phases_bf16(const float *data, int cout, int cin, uint16_t *out);
+/* The CPU backend's: [cout][cin][tap] float -> [tap][cin][cout] float, each tap a GEMM's B (a copy). */
+void w22_layout_taps_f32(const float *data, int cout, int cin, int taps, float *out);
 #ifdef __cplusplus
 }
 #endif

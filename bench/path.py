@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""The whole path to a video file (issue 30.4): the open, the decode, and the CLI end to end per output kind.
+
+For each output kind (.y4m, .npy, .safetensors, a PNG folder, .mp4 where ffmpeg is installed) the CLI decodes the
+same synthetic latents with the same synthetic TI2V-5B weights, timed as a whole process; the Python package
+times the open (weights from the file, then the decoder) and the library's decode alone, so that
+
+    ratio = CLI end to end / (open + library decode)
+
+says what writing costs on top (issue 30's targets on the GPU: <= 1.15 for y4m/npy/safetensors, <= 1.5 for PNG).
+On the CPU (the CI machine: 2 cores) it runs at a small size so that a regression shows without a GPU; on the GPU
+at f121 / f481 (--T 31 / 121 at 44 x 78).
+
+    python3 bench/path.py --device cpu --T 2 --h 8 --w 8 --json bench/results/<date>-cpu-path.json
+    python3 bench/path.py --device cuda --T 31 --json $OUT/path-f121.json
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(cmd):
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr[-2000:]}")
+    return time.perf_counter() - t
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--T", type=int, default=2)
+    ap.add_argument("--h", type=int, default=44)
+    ap.add_argument("--w", type=int, default=78)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--trials", type=int, default=1)
+    a = ap.parse_args()
+    cli = os.path.join(a.build, "wan22vae")
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    os.environ.setdefault("W22_LIB", os.path.join(a.build, "libwan22vae.so"))
+    import numpy as np
+    import wan22vae
+    tmp = tempfile.mkdtemp(prefix="w22path")
+    try:
+        w, z = os.path.join(tmp, "w.safetensors"), os.path.join(tmp, "z.npy")
+        run([cli, "synth", "weights", "-o", w, "--seed", "1", "--dtype", "bf16"])
+        run([cli, "synth", "latents", "-o", z, "--seed", "2", "--frames", str(a.T), "--height", str(a.h),
+             "--width", str(a.w)])
+        # the open: the weights read and validated, then the decoder (the backend's layouts, the upload)
+        t0 = time.perf_counter()
+        weights = wan22vae.load_weights(w)
+        t1 = time.perf_counter()
+        dec = wan22vae.Decoder(weights, device=a.device)
+        t2 = time.perf_counter()
+        zz = np.load(z)
+        if a.device.startswith("cuda"):
+            import torch
+            zt = torch.from_numpy(zz).to("cuda", torch.bfloat16)
+            dec(zt)
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            dec(zt)
+            torch.cuda.synchronize()
+            decode_s = time.perf_counter() - t
+        else:
+            t = time.perf_counter()
+            dec(zz)
+            decode_s = time.perf_counter() - t
+        dec.close()
+        rec = {"device": a.device, "T": a.T, "latents": [a.h, a.w], "cores": os.cpu_count(),
+               "open_load_s": t1 - t0, "open_decoder_s": t2 - t1, "decode_s": decode_s, "outputs": {}}
+        kinds = ["y4m", "npy", "safetensors", "png/"] + (["mp4"] if shutil.which("ffmpeg") else [])
+        for k in kinds:
+            out = os.path.join(tmp, "v." + k if not k.endswith("/") else "frames/")
+            best = min(run([cli, "decode", "-w", w, "-l", z, "-o", out, "--device", a.device, "-f", "-q"])
+                       for _ in range(a.trials))
+            base = rec["open_load_s"] + rec["open_decoder_s"] + rec["decode_s"]
+            rec["outputs"][k.rstrip("/")] = {"cli_s": best, "ratio": best / base}
+            print(k, json.dumps(rec["outputs"][k.rstrip("/")]), flush=True)
+        rec["date"] = time.strftime("%Y-%m-%d")
+        with open(a.json, "w") as f:
+            json.dump(rec, f, indent=1)
+        print(json.dumps({x: rec[x] for x in ("open_load_s", "open_decoder_s", "decode_s")}))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

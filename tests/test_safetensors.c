@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "common.h"
 #include "testutil.h"
 #include "weights/safetensors.h"
@@ -180,6 +181,16 @@ static void test_hostile(void) {
           w22_status_string(s), w22_last_error());
     s = w22_st_open(t_tmpdir(), &f);
     CHECK(s == W22_ERR_IO && strstr(w22_last_error(), "regular file"), "a directory: %s", w22_last_error());
+    /* a FIFO with no writer: refused at once (a blocking open would wait for a writer forever; the alarm fails it) */
+    char fifo[512];
+    snprintf(fifo, sizeof fifo, "%s/fifo.safetensors", t_tmpdir());
+    if (mkfifo(fifo, 0600) == 0) {
+        alarm(20);
+        s = w22_st_open(fifo, &f);
+        alarm(0);
+        CHECK(s == W22_ERR_IO && strstr(w22_last_error(), "a FIFO"), "a FIFO: %s", w22_last_error());
+        unlink(fifo);
+    }
 
     unsigned char buf[64] = {0};
     buf[0] = 100; /* header length 100, but 10 bytes follow */

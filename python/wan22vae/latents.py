@@ -64,17 +64,8 @@ def _config_file(path):
 
 
 def _read_json(path):
-    try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read().decode("utf-8"))
-    except OSError as e:
-        raise fail("W22_ERR_IO", f"{path}: {e.strerror or e}; expected a diffusers VAE config.json") from None
-    except (UnicodeDecodeError, ValueError) as e:
-        raise fail("W22_ERR_FORMAT", f"{path}: not JSON ({e}); expected a diffusers VAE config.json") from None
-    if not isinstance(data, dict):
-        raise fail("W22_ERR_FORMAT", f"{path}: a JSON {type(data).__name__}; expected a diffusers VAE config (an "
-                   "object)")
-    return data
+    from .decoder import _read_config_json  # one reader of config.json (its errors: wan22vae.Error naming the file)
+    return _read_config_json(path)
 
 
 def _attr(obj, name):

@@ -400,21 +400,31 @@ w22_status w22_json_parse(const void *text, size_t n, const char *file, w22_json
     return W22_OK;
 }
 
-w22_status w22_json_read(const char *path, size_t max_bytes, w22_json **out) {
-    *out = NULL;
+/* Opens path for reading as a regular file (O_NONBLOCK: a FIFO answers at once instead of blocking the open until
+ * a writer comes, and is then refused); *st its stat. The messages name the file and `what` was expected. */
+static w22_status open_regular(const char *path, const char *what, int *fd_out, struct stat *st) {
+    *fd_out = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return w22_fail(W22_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
+    if (fstat(fd, st) != 0) {
         int e = errno;
         close(fd);
         return w22_fail(W22_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
     }
-    if (!S_ISREG(st.st_mode)) {
+    if (!S_ISREG(st->st_mode)) {
         close(fd);
-        return w22_fail(W22_ERR_IO, "%s: expected a regular file (JSON), found %s", path,
-                        S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "not a regular file");
+        return w22_fail(W22_ERR_IO, "%s: not a regular file; expected %s, found %s", path, what,
+                        S_ISDIR(st->st_mode) ? "a directory" : S_ISFIFO(st->st_mode) ? "a FIFO" : "another kind of file");
     }
+    *fd_out = fd;
+    return W22_OK;
+}
+
+w22_status w22_json_read(const char *path, size_t max_bytes, w22_json **out) {
+    *out = NULL;
+    int fd;
+    struct stat st;
+    W22_TRY(open_regular(path, "a JSON file", &fd, &st));
     if ((uint64_t)st.st_size > max_bytes) {
         close(fd);
         return w22_fail(W22_ERR_FORMAT, "%s: %lld bytes; expected a JSON file of at most %zu bytes", path,
@@ -819,18 +829,9 @@ w22_status w22_st_open(const char *path, w22_st_file *f) {
     if (!f) return w22_fail(W22_ERR_INVALID_ARG, "w22_st_open: f is NULL, expected a file object");
     memset(f, 0, sizeof *f);
     if (!path) return w22_fail(W22_ERR_INVALID_ARG, "w22_st_open: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return w22_fail(W22_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return w22_fail(W22_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return w22_fail(W22_ERR_IO, "%s: not a regular file; expected a .safetensors file", path);
-    }
+    W22_TRY(open_regular(path, "a .safetensors file", &fd, &st));
     size_t size = (size_t)st.st_size;
     if (size < 8) {
         close(fd);

@@ -56,8 +56,14 @@ def main():
     os.makedirs(a.cache, exist_ok=True)
     dev = torch.device("cuda")
     names, weights, _ = bench.make_weights(None, 1, a.cache, dev)
-    dif = bench.Diffusers(names, weights, dev)
+    dif = bench.Diffusers(names, weights, dev)  # diffusers' own decodes: bf16 timed, float32 the reference
     ours = wan22vae.Decoder(wan22vae.weights_from_tensors(weights), device="cuda")
+    # the pipeline's path: a second bf16 VAE with the switch on for the whole run, so that its one decoder also
+    # sees every size after another
+    pipe = bench.Diffusers(names, weights, dev)
+    pipe.to(torch.bfloat16)
+    if not wan22vae.diffusers.enable(pipe.vae):
+        raise SystemExit("enable() declined: " + str(wan22vae.diffusers.status(pipe.vae)))
     cases = [c for c in CASES if not a.cases or c[0] in a.cases]
     out = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "cases": {}}
 
@@ -82,9 +88,8 @@ def main():
             vb, _ = timed(lambda: dif.decode(z))
             rec["diffusers_bf16_ms"] = min(timed(lambda: dif.decode(z))[1] for _ in range(a.trials))
             rec["speedup"] = rec["diffusers_bf16_ms"] / rec["ours_ms"]
-            wan22vae.diffusers.enable(dif.vae)
-            ve = dif.decode(z)
-            wan22vae.diffusers.disable(dif.vae)
+            ve = pipe.decode(z)
+            rec["enable_path"] = wan22vae.diffusers.status(pipe.vae)["path"]
             rec["enable_same_bits"] = bool(torch.equal(ve.to(v.dtype), v))
             if not a.no_fp32:
                 dif.to(torch.float32)

@@ -156,7 +156,8 @@ W22_API w22_status w22_decode(w22_decoder *d, const void *z, w22_dtype zt, int T
 W22_API w22_status w22_decode_frames(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, w22_frames_fn fn,
                                      void *user);
 /* CUDA decoders: latents and video in device memory (bf16), on the caller's stream (a cudaStream_t; NULL for the
- * default stream). Returns when the video is written and the stream is synchronized. */
+ * legacy default stream): the decode runs after the work queued there before the call (the latents' upload, say).
+ * Returns when the video is written and the stream is synchronized. */
 W22_API w22_status w22_decode_device(w22_decoder *d, const void *z_dev, int T, int h, int w, void *video_dev,
                                      void *cuda_stream);
 

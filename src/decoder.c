@@ -258,7 +258,9 @@ static w22_status decode_device_locked(w22_decoder *d, const void *z_dev, int T,
         return w22_fail(W22_ERR_INVALID_ARG, "w22_decode_device: video must not be NULL on rank %d", d->rank);
     w22_status s = agree(d, check_shape(d, T, h, w));
     if (s != W22_OK) return s;
-    w22_backend_cuda_set_stream(d->backend, cuda_stream);
+    /* the caller's stream, NULL the legacy default one: the latents may still be in flight there (issue 27: a
+     * decode on the backend's own non-blocking stream read latents that the caller's upload had not finished) */
+    w22_backend_cuda_use_callers_stream(d->backend, cuda_stream);
     sink k = {.video_dev = video_dev};
     d->deliver = deliver_device;
     d->deliver_user = &k;

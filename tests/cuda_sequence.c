@@ -10,6 +10,7 @@
  *  3. A sixth of the sequence in the checking mode (W22_CHECK: every op's operands finite, the borders relied on zero,
  *     unwritten memory NaN), which must pass.
  *  4. Issue 27's own sequence (44x80, 44x78, back and forth; 8x8 twice).
+ * `cuda_sequence probe I DIR` looks into one call that differs (probe(), below).
  * The bits must match exactly: the same kernels on the same shapes sum in the same order (the split tail's pieces
  * too: wg_split_sum's fixed order). Usage: cuda_sequence [N calls (default 60)] [max latent size (default 96)]. */
 #include <stdio.h>
@@ -63,6 +64,11 @@ static w22_status dec(w22_decoder *d, call c, uint16_t *out, cudaStream_t st) {
     void *zd = latents(cfg, c), *vd = NULL;
     if (cudaMalloc(&vd, nv * 2) != cudaSuccess) return w22_fail(W22_ERR_OUT_OF_MEMORY, "test: video");
     cudaMemset(vd, 0xff, nv * 2); /* NaN: unwritten elements show */
+    /* The latents' upload (pageable: the copy may still be in flight when cudaMemcpy returns) and the poison are on
+     * the legacy default stream. A decode given NULL runs there, after them: no sync here, so that a decode that
+     * ran ahead of them shows (it did: the backend's own stream, issue 27). On a stream of our own, ordering our
+     * inputs is ours to do, as for any caller. */
+    if (st) cudaDeviceSynchronize();
     if (c.fpp) d->frames_per_pass = c.fpp;
     d->params.progress = c.fail ? stop_at_first : NULL;
     w22_status s = w22_decode_device(d, zd, c.T, c.h, c.w, vd, st);
@@ -134,9 +140,57 @@ static void one(w22_decoder *d, const char *who, int i, call c, const uint16_t *
     if (t_failures > before) arbitrate(who, i, c, ref, v, n);
 }
 
+/* `probe I DIR`: where call I of the sequence parts from a fresh decoder's decode of it. A fresh decoder decodes
+ * call I in the checking mode with a trace (DIR/probeI-fresh.txt); another runs calls 0 .. I-1 (failed ones too),
+ * then call I checked and traced (DIR/probeI-seq.txt); a third decodes call I twice, unchecked, its plan released
+ * between (is the call deterministic?). `diff` of the two traces names the first op whose output differs. */
+static void probe(w22_weights *w, const w22_config *cfg, const call *calls, int I, const char *dir) {
+    const size_t n = video_elems(cfg, calls[I]);
+    uint16_t *vf = malloc(n * 2), *vs = malloc(n * 2), *v1 = malloc(n * 2), *v2 = malloc(n * 2);
+    char path[512];
+    call c = calls[I];
+    c.fail = 0;
+    w22_decoder *f = open_dec(w, 1);
+    snprintf(path, sizeof path, "%s/probe%d-fresh.txt", dir, I);
+    remove(path);
+    setenv("W22_CHECK_TRACE", path, 1);
+    if (f) CHECK_OK(dec(f, c, vf, NULL));
+    unsetenv("W22_CHECK_TRACE");
+    w22_decoder_free(f);
+    w22_decoder *q = open_dec(w, 0);
+    for (int i = 0; q && i < I; i++) {
+        uint16_t *t = malloc(video_elems(cfg, calls[i]) * 2);
+        dec(q, calls[i], t, NULL);
+        free(t);
+    }
+    snprintf(path, sizeof path, "%s/probe%d-seq.txt", dir, I);
+    remove(path);
+    setenv("W22_CHECK_TRACE", path, 1);
+    if (q) {
+        q->check = 1;
+        CHECK_OK(dec(q, c, vs, NULL));
+    }
+    unsetenv("W22_CHECK_TRACE");
+    w22_decoder_free(q);
+    w22_decoder *r = open_dec(w, 0);
+    if (r) {
+        CHECK_OK(dec(r, c, v1, NULL));
+        w22_plan_release(r);
+        CHECK_OK(dec(r, c, v2, NULL));
+    }
+    w22_decoder_free(r);
+    printf("probe call %d (T %d, %dx%d, fpp %d): fresh vs after the sequence %s; unchecked fresh twice %s; checked vs "
+           "unchecked fresh %s\n", I, c.T, c.h, c.w, c.fpp, memcmp(vf, vs, n * 2) ? "DIFFER" : "same",
+           memcmp(v1, v2, n * 2) ? "DIFFER" : "same", memcmp(vf, v1, n * 2) ? "DIFFER" : "same");
+    CHECK(!memcmp(vf, vs, n * 2), "probe %d: the decode after the sequence differs from a fresh decoder's", I);
+    CHECK(!memcmp(v1, v2, n * 2), "probe %d: two decodes of one input differ", I);
+    free(vf), free(vs), free(v1), free(v2);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a run cut short by its time limit keeps what it printed */
-    const int N = argc > 1 ? atoi(argv[1]) : 60, MAXS = argc > 2 ? atoi(argv[2]) : 96;
+    const int probing = argc > 3 && !strcmp(argv[1], "probe");
+    const int N = probing ? 60 : argc > 1 ? atoi(argv[1]) : 60, MAXS = probing ? 96 : argc > 2 ? atoi(argv[2]) : 96;
     w22_config cfg;
     w22_config_default(&cfg);
     w22_weights *w = NULL;
@@ -160,6 +214,13 @@ int main(int argc, char **argv) {
         calls[i] = c;
         const size_t n = video_elems(&cfg, c);
         if (n > cap) cap = n;
+    }
+    if (probing) { /* cuda_sequence probe I DIR */
+        const int I = atoi(argv[2]);
+        if (I >= 0 && I < N) probe(w, &cfg, calls, I, argv[3]);
+        free(calls);
+        w22_weights_free(w);
+        return t_finish("cuda_sequence probe");
     }
     uint16_t **refs = calloc(N, sizeof *refs), *v = malloc(cap * 2);
     /* the references: a decoder brought back to a fresh one's state before each call */

@@ -238,7 +238,9 @@ w22_status w22_cuda_gemm_init(w22_cuda *c) {
 static int fits_int(long v) { return v >= 0 && v < (long)INT_MAX; }
 static int aligned(const void *p, int bytes) { return ((uintptr_t)p % (uintptr_t)bytes) == 0; }
 
-/* NULL when the tensor-core kernel can run this GEMM, else why not. */
+/* NULL when the tensor-core kernels can take this GEMM's layout (alignment, strides, even N), else why not.
+ * What they need of the offsets is apart (mma_int_blocker): the TMA conv addresses through 64-bit tensor maps and
+ * the row kernels from 64-bit frame bases, so only the mma.sync kernel needs every offset in an int. */
 static const char *mma_blocker(const w22_mm *g) {
     if (g->cin % 8) return "scalar: cin % 8 != 0";
     if (g->sc && g->sc_cin % 8) return "scalar: shortcut cin % 8 != 0";
@@ -258,16 +260,22 @@ static const char *mma_blocker(const w22_mm *g) {
         g->b_sw < 0 || g->b_w < 1 || g->sc_sf < 0 || g->sc_sh < 0 || g->sc_sw < 0 || g->r_sf < 0 || g->r_sh < 0 ||
         g->r_sw < 0)
         return "scalar: negative strides";
-    /* every int offset the kernel forms must fit (border included) */
-    const long K = (long)g->kt * g->ks * g->ks * g->cin;
+    const long K = (long)g->kt * g->ks * g->ks * g->cin; /* the weights: int offsets in every kernel */
+    if (!fits_int(g->b_sh * (g->N / g->b_w + 1) + g->b_sw * g->b_w + K)) return "scalar: weight offsets exceed int";
+    if (g->sc && !fits_int((long)g->N * g->sc_cin)) return "scalar: shortcut weight offsets exceed int";
+    if (!fits_int((long)g->M + 2 * BK)) return "scalar: M exceeds int";
+    return NULL;
+}
+
+/* NULL when every input offset the mma.sync kernel forms fits its int (border included), else why not. Past 4K UHD
+ * (a 256-channel frame of 1080 x 1920 is 532 M elements) they do not; those GEMMs must reach the TMA conv, not the
+ * scalar kernel (issue 27: 105 s for one 3840 x 2160 frame when this check came first). */
+static const char *mma_int_blocker(const w22_mm *g) {
     const int ih = g->upsample ? g->H / 2 + 1 : g->H, iw = g->upsample ? g->W / 2 + 1 : g->W;
     if (!fits_int(g->a_sf * (g->F + g->kt) + g->a_sh * (ih + 2) + g->a_sw * (iw + 2) + g->cin))
         return "scalar: input offsets exceed int";
-    if (!fits_int(g->b_sh * (g->N / g->b_w + 1) + g->b_sw * g->b_w + K)) return "scalar: weight offsets exceed int";
     if (g->sc && !fits_int(g->sc_sf * g->F + g->sc_sh * g->H + g->sc_sw * g->W + g->sc_cin))
         return "scalar: shortcut offsets exceed int";
-    if (g->sc && !fits_int((long)g->N * g->sc_cin)) return "scalar: shortcut weight offsets exceed int";
-    if (!fits_int((long)g->M + 2 * BK)) return "scalar: M exceeds int";
     return NULL;
 }
 
@@ -285,12 +293,19 @@ static int tile_override_mid(void) {
 w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
     if (g->M <= 0 || g->N <= 0) return W22_OK;
     const char *why = mma_blocker(g);
+    if (!why) {
+        /* 64-bit addressing first (the TMA conv, the row kernels: disjoint, N % 128 against N <= 48), then what
+         * needs int offsets */
+        if (c->use_wgmma && !w22_cuda_wgmma_blocker(g) && w22_cuda_wgmma_tma_takes(c, g))
+            return w22_cuda_gemm_wgmma(c, g, what);
+        if (!w22_cuda_rows_blocker(g)) return w22_cuda_gemm_rows(c, g, what);
+        why = mma_int_blocker(g);
+    }
     if (why) {
         c->last_path = why;
         return w22_cuda_gemm_scalar(c, g, what);
     }
     if (c->use_wgmma && !w22_cuda_wgmma_blocker(g)) return w22_cuda_gemm_wgmma(c, g, what);
-    if (!w22_cuda_rows_blocker(g)) return w22_cuda_gemm_rows(c, g, what);
     const int cpt = (g->cin + BK - 1) / BK;
     const int main_iters = g->kt * g->ks * g->ks * cpt;
     const int iters = main_iters + (g->sc ? (g->sc_cin + BK - 1) / BK : 0);

@@ -448,6 +448,11 @@ const char *w22_cuda_wgmma_phases_blocker(const w22_cuda *c, const w22_mm q[4]) 
     return w22_cuda_wgmma_tma_phases_blocker(q);
 }
 
+/* Whether w22_cuda_gemm_wgmma runs g (which passed w22_cuda_wgmma_blocker) on the TMA conv: 64-bit addressing */
+int w22_cuda_wgmma_tma_takes(w22_cuda *c, const w22_mm *g) {
+    return wg_variant() == (WG_ROWREG | WG_EARLY) && w22_cuda_wgmma_tma_on(c) && !w22_cuda_wgmma_tma_blocker(g);
+}
+
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_mm *g, const char *what) {
     const int v = wg_variant(), big = g->N % 256 == 0;
     w22_status s;

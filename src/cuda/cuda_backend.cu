@@ -431,6 +431,11 @@ extern "C" void w22_backend_cuda_set_stream(w22_backend *b, void *stream) {
     c->stream = stream ? (cudaStream_t)stream : c->own_stream;
 }
 
+extern "C" void w22_backend_cuda_use_callers_stream(w22_backend *b, void *stream) {
+    w22_cuda *c = cuda_of(b);
+    c->stream = stream ? (cudaStream_t)stream : cudaStreamLegacy;
+}
+
 extern "C" size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak) {
     const w22_cuda *c = (const w22_cuda *)b->impl;
     if (peak) *peak = c->peak;

@@ -227,6 +227,8 @@ void w22_cuda_prof_part_end(w22_cuda *c, int part, double flops, double bytes, c
  * that the mma kernel takes does not qualify (NULL: it does), and the launch. */
 w22_status w22_cuda_wgmma_init(w22_cuda *c);
 const char *w22_cuda_wgmma_blocker(const w22_mm *g);
+/* whether the wgmma path runs g on the TMA conv (64-bit addressing: no int limit on its offsets) */
+int w22_cuda_wgmma_tma_takes(w22_cuda *c, const w22_mm *g);
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_mm *g, const char *what);
 /* Why the four phase GEMMs q[0..3] (each taken by the wgmma kernel) do not run as one launch (NULL: they do), and
  * that launch (conv_sm90_wgmma_tma.cu). */

@@ -8,8 +8,13 @@
  *    its edges and reads zeros there) are zero when a 3x3 conv reads them, for its fresh frames and for the two
  *    history frames in the caches; exec.c also checks at each place that skips a zeroing (w22_check_border).
  * A failure names the stage, the layer, the op and the buffer (w22_check_where). Costs a device sync and a pass over
- * every operand per op: for tests and for debugging, off by default. */
+ * every operand per op: for tests and for debugging, off by default.
+ * W22_CHECK_TRACE=FILE (with the checking mode) appends a line per op output to FILE: the op's number in the decode,
+ * where it is, the output's shape and a hash of its values. Two decodes that should give the same bits but do not
+ * are compared with `diff`: the first differing line is the op where they part. */
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "common.h"
 #include "plan/plan_internal.h"
@@ -89,6 +94,41 @@ static w22_status verify(const w22_decoder *d, const char *op, const char *what,
                     v->f, v->h, v->w, v->c, where);
 }
 
+/* The trace's hash of a view's elements (FNV-1a over each element's bytes, in f, h, w, c order), read to the host. */
+static w22_status trace_hash(const w22_decoder *d, const w22_view *v, uint64_t *hash) {
+    const long es = v->es, last = ((long)(v->f - 1) * v->sf + (long)(v->h - 1) * v->sh + (long)(v->w - 1) * v->sw +
+                                   v->c) * es;
+    unsigned char *h = malloc((size_t)last);
+    if (!h) return w22_fail(W22_ERR_OUT_OF_MEMORY, "check trace: %ld bytes of host memory", last);
+    w22_status s = d->ops_inner->sync(d->backend);
+    if (s == W22_OK) s = d->ops_inner->to_host(d->backend, h, v->ptr, (size_t)last);
+    uint64_t x = 1469598103934665603ull;
+    for (int f = 0; f < v->f && s == W22_OK; f++)
+        for (int y = 0; y < v->h; y++)
+            for (int w = 0; w < v->w; w++) {
+                const unsigned char *e = h + ((long)f * v->sf + (long)y * v->sh + (long)w * v->sw) * es;
+                for (long k = 0; k < v->c * es; k++) x = (x ^ e[k]) * 1099511628211ull;
+            }
+    free(h);
+    *hash = x;
+    return s;
+}
+
+static w22_status trace(w22_decoder *d, const char *op, const w22_view *v) {
+    const char *path = getenv("W22_CHECK_TRACE");
+    if (!path || !*path || !v || !v->ptr || v->f <= 0 || v->h <= 0 || v->w <= 0 || v->c <= 0) return W22_OK;
+    uint64_t hash = 0;
+    W22_TRY(trace_hash(d, v, &hash));
+    FILE *f = fopen(path, "a");
+    if (!f) return w22_fail(W22_ERR_IO, "check trace: cannot open %s", path);
+    const int l = d->at_layer;
+    fprintf(f, "%5d stage %d layer %2d %-28s %-14s %3d x %4d x %4d x %4d  %016llx\n", d->trace_op++, d->at_stage, l,
+            l >= 0 && l < d->model.nlayers ? d->model.layers[l].prefix : "(none)", op, v->f, v->h, v->w, v->c,
+            (unsigned long long)hash);
+    fclose(f);
+    return W22_OK;
+}
+
 /* After an op: the backend's constant memory unchanged (backend.h's audit), failing with where the decode is. */
 static w22_status audit(const w22_decoder *d, const char *op) {
     if (!d->ops_inner->audit) return W22_OK;
@@ -124,6 +164,7 @@ static w22_status c_conv(w22_backend *b, const w22_conv_args *a) {
     W22_TRY(verify(d, op, "its partial sums", a->psum, 0));
     W22_TRY(d->ops_inner->conv(b, a));
     W22_TRY(verify(d, op, "its output", &a->out, 0));
+    W22_TRY(trace(cur, op, &a->out));
     return audit(d, op);
 }
 
@@ -132,6 +173,7 @@ static w22_status c_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
     W22_TRY(verify(d, "norm", "its input", &in, 0));
     W22_TRY(d->ops_inner->rmsnorm(b, in, out, g, silu));
     W22_TRY(verify(d, "norm", "its output", &out, 0));
+    W22_TRY(trace(cur, "norm", &out));
     return audit(d, "norm");
 }
 
@@ -143,6 +185,7 @@ static w22_status c_attention(w22_backend *b, w22_view q, w22_view k, w22_view v
     W22_TRY(verify(d, "attention", "v", &v, 0));
     W22_TRY(d->ops_inner->attention(b, q, k, v, out, work, work_bytes));
     W22_TRY(verify(d, "attention", "its output", &out, 0));
+    W22_TRY(trace(cur, "attention", &out));
     return audit(d, "attention");
 }
 
@@ -152,6 +195,7 @@ static w22_status c_dupup_add(w22_backend *b, w22_view out, w22_view in, int ft,
     W22_TRY(verify(d, "dupup_add", "the output it adds to", &out, 0));
     W22_TRY(d->ops_inner->dupup_add(b, out, in, ft, first_single));
     W22_TRY(verify(d, "dupup_add", "its output", &out, 0));
+    W22_TRY(trace(cur, "dupup_add", &out));
     return audit(d, "dupup_add");
 }
 
@@ -160,6 +204,7 @@ static w22_status c_copy(w22_backend *b, w22_view dst, w22_view src) {
     W22_TRY(verify(d, "copy", "its source", &src, 0));
     W22_TRY(d->ops_inner->copy(b, dst, src));
     W22_TRY(verify(d, "copy", "its destination", &dst, 0));
+    W22_TRY(trace(cur, "copy", &dst));
     return audit(d, "copy");
 }
 
@@ -167,12 +212,14 @@ static w22_status c_latents_in(w22_backend *b, const void *z, w22_dtype zt, int 
                                w22_view out) {
     const w22_decoder *d = cur;
     W22_TRY(d->ops_inner->latents_in(b, z, zt, C, T, H, W, t0, y0, out));
-    return verify(d, "latents in", "the stage-0 input", &out, 0);
+    W22_TRY(verify(d, "latents in", "the stage-0 input", &out, 0));
+    return trace(cur, "latents in", &out);
 }
 
 static w22_status c_unpatchify(w22_backend *b, w22_view in, int p, w22_video_dst dst) {
     const w22_decoder *d = cur;
     W22_TRY(verify(d, "unpatchify", "its input", &in, 0));
+    W22_TRY(trace(cur, "unpatchify in", &in));
     W22_TRY(d->ops_inner->unpatchify(b, in, p, dst));
     return audit(d, "unpatchify");
 }
@@ -205,7 +252,7 @@ w22_status w22_check_begin(w22_decoder *d) {
     if (d->ops_inner->zero_border) d->ops_checked.zero_border = c_zero_border;
     d->backend->ops = &d->ops_checked;
     cur = d;
-    d->at_stage = 0, d->at_layer = -1;
+    d->at_stage = 0, d->at_layer = -1, d->trace_op = 0;
     return audit(d, "previous decode (before this one started)");
 }
 

@@ -105,6 +105,7 @@ struct w22_decoder {
      * through the checking wrappers, and where the decode is (for its messages). */
     int check;
     int at_stage, at_layer;
+    int trace_op;            /* W22_CHECK_TRACE: ops traced in this decode (check.c) */
     const w22_backend_ops *ops_inner;
     w22_backend_ops ops_checked;
 };

@@ -142,6 +142,9 @@ typedef struct w22_decoder w22_decoder;
  * first meet, in an agreement that every rank is ready. */
 W22_API w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w22_decoder **out);
 W22_API void w22_decoder_free(w22_decoder *d);
+/* Frees the decoder's workspace (its device memory beyond the weights: tens of GiB after a 4K decode); the next
+ * decode makes it again for its size, the same as a fresh decoder's. Waits for a decode running in another thread. */
+W22_API w22_status w22_decoder_release_workspace(w22_decoder *d);
 
 /* Receives finished video frames [1, 3, nframes, H, W] (float32, NCDHW of these frames) on rank 0. Return
  * nonzero to stop the decode. */

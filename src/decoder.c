@@ -29,6 +29,14 @@ void w22_decoder_free(w22_decoder *d) {
     free(d);
 }
 
+w22_status w22_decoder_release_workspace(w22_decoder *d) {
+    if (!d) return w22_fail(W22_ERR_INVALID_ARG, "w22_decoder_release_workspace: the decoder must not be NULL");
+    pthread_mutex_lock(&d->lock);
+    w22_plan_release(d);
+    pthread_mutex_unlock(&d->lock);
+    return W22_OK;
+}
+
 w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w22_decoder **out) {
     if (!w || !out) return w22_fail(W22_ERR_INVALID_ARG, "w22_decoder_open: weights and out must not be NULL");
     *out = NULL;

@@ -176,6 +176,17 @@ int main(void) {
         w22_decoder_free(d);
     }
     printf("  %d calls on one decoder, checked and not: %d failures so far\n", N, t_failures);
+    /* the workspace released between calls (w22_decoder_release_workspace): the memory goes, the results stay */
+    w22_decoder *r = open_dec(w, 0);
+    for (int i = 0; r && i < N; i += 3) {
+        one(r, &cfg, calls[i], refs[i], v, "released", i);
+        const size_t held = w22_decoder_device_bytes(r);
+        CHECK_OK(w22_decoder_release_workspace(r));
+        CHECK(w22_decoder_device_bytes(r) <= held, "release_workspace: %zu bytes held after, %zu before",
+              w22_decoder_device_bytes(r), held);
+    }
+    w22_decoder_free(r);
+    CHECK(w22_decoder_release_workspace(NULL) == W22_ERR_INVALID_ARG, "release_workspace(NULL) must fail");
     /* two decoders interleaved */
     w22_decoder *a = open_dec(w, 0), *b = open_dec(w, 0);
     for (int i = 0; a && b && i < N; i++) one(i % 3 == 1 ? b : a, &cfg, calls[i], refs[i], v, "interleaved", i);

@@ -769,6 +769,12 @@ class Decoder:
         with self._lock:
             return int(lib().w22_decoder_device_bytes(self.handle))
 
+    def release_workspace(self):
+        """Frees the workspace (device memory beyond the weights: tens of GiB after a 4K decode); the next decode
+        makes it again for its size, with the same result as a fresh decoder's. Waits for a running decode."""
+        with self._lock:
+            check(lib().w22_decoder_release_workspace(self.handle))
+
     def _latent_dims(self, shape):
         """(B, T, h, w) of latents of this shape ([B, z_dim, T, h, w], or [z_dim, T, h, w] for B = 1), checked
         (z_dim, rank, sizes) before anything is allocated."""

@@ -22,6 +22,10 @@ void w22_clear_error(void);
 /* A measurement switch, read once: 1 when the environment sets `name` to `value`, else 0; *cache is -1 before the
  * first call (each caller's own static). */
 int w22_env_is(int *cache, const char *name, const char *value);
+/* env.c: whether name is one of the W22_* variables of the library, its package or its tools; and the warning, once
+ * per process, about any other W22_* variable set (called when a backend is created). */
+int w22_env_known(const char *name);
+void w22_env_check(void);
 
 /* malloc that records W22_ERR_OUT_OF_MEMORY with what was asked for; NULL on failure. */
 void *w22_malloc(size_t bytes, const char *what);

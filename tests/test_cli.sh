@@ -524,5 +524,15 @@ for o in wt.y4m wt.npy wt.safetensors wt_png/ $(have ffmpeg && echo wt.mkv); do
     fi
 done
 
+# A misspelt W22_* variable is named on stderr (once), a known one is not (issue 29: one table, src/env.c)
+run "an unknown W22_ variable" 0 "W22_CHEK is not a variable of this library" env W22_CHEK=1 "$BIN" decode \
+    --weights w.safetensors --latents z.safetensors --out envw.y4m -q -f
+if env W22_CHECK=0 "$BIN" decode --weights w.safetensors --latents z.safetensors --out envw.y4m -q -f 2>&1 |
+    grep -q "is not a variable"; then
+    bad "a known W22_ variable warned about"
+else
+    ok "a known W22_ variable: no warning"
+fi
+
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

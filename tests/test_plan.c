@@ -26,7 +26,7 @@ static w22_config narrow(void) {
     return c;
 }
 
-/* decoder flags: as W22_CACHE_ROTATE=0, W22_HEAD_PSUM=0; SHARE: every stage's rotation group shares one spare unit
+/* decoder flags: the copy design (rotate_off), the head's input frames (psum_off); SHARE: every stage's rotation group shares one spare unit
  * (plan.h's share_any), so that two-frame units (stages 1 and 2 here) rotate with one-frame ones (stage 3, and
  * stage 0 at one latent frame per pass) through the same memory, as stage 2's and 3's do at 704x1248 */
 enum { ROT_OFF = 1, PSUM_OFF = 2, SHARE = 4 };

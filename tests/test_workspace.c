@@ -7,8 +7,8 @@
  * src/cuda/conv_sm90_wgmma_tma.cu). The attention's scratch (scores fp32, probabilities bf16, V^T bf16 of one
  * 44 x 78 frame at C = 1024, each rounded to 256 bytes: src/cuda/attention.cu) lies in what stage 0 leaves free
  * past its own slots (since v22), which must hold it. With one latent frame per pass and with two (the default since
- * v24) the workspace must fit the rest, and with two it must not grow against the copy design (W22_CACHE_ROTATE=0,
- * W22_HEAD_PSUM=0), which is printed beside it. */
+ * v24) the workspace must fit the rest, and with two it must not grow against the copy design (rotate_off,
+ * psum_off), which is printed beside it. */
 #include <stdlib.h>
 #include <string.h>
 #include "plan/plan_internal.h"
@@ -26,7 +26,7 @@ static void count_free(w22_backend *b, void *p) { (void)b; (void)p; }
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
-/* Plans fpp frames per pass at 44 x 78; flags 1: as W22_CACHE_ROTATE=0 and W22_HEAD_PSUM=0. */
+/* Plans fpp frames per pass at 44 x 78; flags 1: the copy design (rotate_off and psum_off). */
 static w22_decoder *plan(w22_backend *b, const w22_config *cfg, int fpp, int copies) {
     w22_decoder *d = calloc(1, sizeof *d);
     w22_model_build(cfg, &d->model);

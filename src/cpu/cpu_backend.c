@@ -266,6 +266,7 @@ static const w22_backend_ops cpu_ops = {
 };
 
 w22_status w22_backend_cpu_create(int threads, w22_backend **out) {
+    w22_env_check();
     w22_backend *b = calloc(1, sizeof *b);
     if (!b) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for the CPU backend");
     b->ops = &cpu_ops;

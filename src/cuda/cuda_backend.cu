@@ -377,6 +377,7 @@ extern "C" int w22_cuda_available(void) {
 }
 
 extern "C" w22_status w22_backend_cuda_create(int device, w22_backend **out) {
+    w22_env_check();
     *out = NULL;
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);

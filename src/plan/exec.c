@@ -61,16 +61,6 @@ static w22_status fresh_view_of(chunk_ctx *k, int n, int c, int wide, w22_view *
 }
 static w22_status fresh_view(chunk_ctx *k, int n, int c, w22_view *v) { return fresh_view_of(k, n, c, 0, v); }
 
-/* W22_BORDER_REZERO=1 (read once): zero a conv input's border before every conv (the old path, for measuring). */
-static int border_rezero(void) {
-    static int rezero = -1;
-    if (rezero < 0) {
-        const char *e = getenv("W22_BORDER_REZERO");
-        rezero = e && !strcmp(e, "1");
-    }
-    return rezero;
-}
-
 /* The same, with its border zeroed. Within one chunk of one stage nothing but interior writes touches the fresh
  * slot (the other slots are disjoint from it, and the next stage runs after the chunk), so a view laid out as the
  * one zeroed last still has a zero border: the four zero launches are skipped (about 290 launches per latent frame
@@ -78,7 +68,7 @@ static int border_rezero(void) {
 static w22_status fresh_bordered(chunk_ctx *k, int n, int c, int wide, w22_view *v) {
     W22_TRY(fresh_view_of(k, n, c, wide, v));
     const w22_view *z = &k->zeroed;
-    if (!border_rezero() && k->d->world == 1 && z->ptr == v->ptr && z->f == v->f && z->h == v->h && z->w == v->w &&
+    if (k->d->world == 1 && z->ptr == v->ptr && z->f == v->f && z->h == v->h && z->w == v->w &&
         z->c == v->c && z->sf == v->sf && z->sh == v->sh && z->sw == v->sw)
         return w22_check_border(k->d, v, "a fresh conv input whose zeroing was skipped (zeroed earlier in the chunk)");
     W22_TRY(w22_zero_border(k->d->backend, *v));
@@ -99,7 +89,7 @@ static w22_status spare_view(chunk_ctx *k, int g, int c, int n, w22_view *v) {
         return w22_fail(W22_ERR_INTERNAL, "plan: stage %d's conv input of %d frames and %d channels needs %zu bytes, "
                         "its spare unit %d holds %zu", k->s, n, c, need, g, d->spare[g].bytes);
     *v = mkview(d->spare_now[g], n, k->H, k->W, c, 1, k->es);
-    if (d->world > 1 || border_rezero() || (d->spare_tag[g] >= 0 && d->spare_tag[g] != k->s))
+    if (d->world > 1 || (d->spare_tag[g] >= 0 && d->spare_tag[g] != k->s))
         return w22_zero_border(d->backend, *v);
     return w22_check_border(d, v, "a spare unit whose zeroing was skipped (its borders zero in this stage's layout)");
 }
@@ -309,16 +299,9 @@ static w22_status run_attention(chunk_ctx *k, int li) {
 
 static w22_status run_chunk(w22_decoder *d, int s, int c0, int m);
 
-/* Whether the upsampler's conv adds the up block's DupUp (w22_conv_args.dup_in) instead of a dupup_add pass over its
- * output after it: on unless W22_DUPUP=separate (the old order, for measuring), read once. */
-static int dupup_fused(void) {
-    static int sep = -1;
-    return !w22_env_is(&sep, "W22_DUPUP", "separate");
-}
-
 /* [time_conv, two frames per input frame but the decode's first] then nearest 2x + 3x3 conv into the next
  * stage's queue, with the block's DupUp as the conv's residual when the layer after is that DupUp (model.c puts it
- * right after the upsampler) and W22_DUPUP is not separate. */
+ * right after the upsampler; v10's separate pass over the output measured slower). */
 static w22_status run_upsample(chunk_ctx *k, int li) {
     w22_decoder *d = k->d;
     w22_backend *b = d->backend;
@@ -373,7 +356,7 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
         w22_conv_args a = {.in = inter ? w22_view_frames(u, j, n) : u, .out = out,
                            .weight = d->wt[L->w[W22_WS_CONV1_W]], .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 1,
                            .ks = 3, .upsample = 1};
-        if (dup && dupup_fused()) {
+        if (dup) {
             a.dup_in = &din;
             a.dup_ft = next->temporal ? 2 : 1;
             a.dup_first_single = k->first && i == 0 && next->temporal; /* as the W22_L_DUPUP case in run_chunk */

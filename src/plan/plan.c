@@ -20,23 +20,10 @@ size_t w22_frames_bytes(int f, int h, int w, int c, int border, size_t es) {
     return (size_t)f * (h + 2 * border) * (w + 2 * border) * c * es;
 }
 
-/* W22_CACHE_ROTATE=0 / W22_HEAD_PSUM=0 (read once): the caches' pushes as copies / the head's history as input
- * frames, the designs before, for A/B runs. The memory balances only with both on: the spares take about what the
- * partial sums free. */
-static int switch_on(const char *name, int *v) { return !w22_env_is(v, name, "0"); }
-static int want_rotate(const w22_decoder *d) {
-    static int v = -1;
-    return !d->rotate_off && switch_on("W22_CACHE_ROTATE", &v);
-}
-/* W22_SPARE_SHARE=0 (read once): no spare shared between stages (v23's plan: stage 2's caches copy), for A/B runs */
-static int want_share(void) {
-    static int v = -1;
-    return switch_on("W22_SPARE_SHARE", &v);
-}
-static int want_psum(const w22_decoder *d) {
-    static int v = -1;
-    return !d->psum_off && switch_on("W22_HEAD_PSUM", &v);
-}
+/* The caches' pushes rotate (plan.h) and the head keeps its history as partial sums, unless a test plans the designs
+ * before (rotate_off, psum_off: the copy design, for test_workspace's comparison); measured in docs/PERF.md v23-v24. */
+static int want_rotate(const w22_decoder *d) { return !d->rotate_off; }
+static int want_psum(const w22_decoder *d) { return !d->psum_off; }
 
 /* Bytes of the head's conv_out buffers in T1 with partial sums: its output (cout channels, elements of es), then
  * from the next 256-byte boundary the fp32 Ys of its three temporal taps (3 cout channels): exec.c's head_conv_psum. */
@@ -225,19 +212,6 @@ static w22_status region_alloc(w22_decoder *d, w22_region *r, size_t bytes, cons
 
 static int default_chunk(const w22_decoder *d, int s) {
     if (d->chunk_override[s] > 0) return d->chunk_override[s];
-    /* W22_STAGE_CHUNK=n: n frames per chunk at stages 1-3, or =a,b,c: a at stage 1, b at 2, c at 3; a measurement
-     * switch (docs/PERF.md v4b, v22) */
-    const char *e = getenv("W22_STAGE_CHUNK");
-    for (int k = 1; e && *e; k++) {
-        const int n = atoi(e);
-        if (k == s && n > 0) return n;
-        e = strchr(e, ',');
-        if (!e) {
-            if (k < s && n > 0 && k == 1) return n; /* one number: every stage */
-            break;
-        }
-        e++;
-    }
     /* Stages 1 and 2: two frames per chunk (v22: stage 2, f121 -2.5% against one; v23: stage 1 too). Their Winograd
      * convs transform 4 input frames for 2 outputs instead of 6, and their GEMMs run twice the rows. The memory stays
      * within the target because their upsample convs hand the next stage one chunk at a time (interleave: stage 2's
@@ -404,7 +378,7 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum) 
                     int g = -1;
                     for (int j = 0; j < d->nspares && g < 0; j++) {
                         const size_t a = d->spare[j].bytes, lo = a < unit ? a : unit, hi = a < unit ? unit : a;
-                        if (spare_stage[j] != s && ((hi - lo) * 50 < hi || d->share_any) && want_share()) g = j;
+                        if (spare_stage[j] != s && ((hi - lo) * 50 < hi || d->share_any)) g = j;
                     }
                     if (g < 0 && u == 2) continue;
                     if (g < 0) {

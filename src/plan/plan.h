@@ -4,9 +4,9 @@
  * once, so work memory is bounded by the chunk sizes, never by T. Causal convs keep their last two input frames
  * between chunks, so the chunk sizes do not change the output (docs/design.md). At a stage of one- or two-frame
  * chunks the caches of one frame size share a spare unit (a chunk's frames): the norm writes the new frames there
- * and the push after the conv swaps pointers instead of copying them (W22_CACHE_ROTATE); two stages whose units
+ * and the push after the conv swaps pointers instead of copying them (rotation); two stages whose units
  * differ by under 2% share one spare. The head's conv_out keeps its history as fp32
- * partial sums of its 12 outputs instead of two 256-channel input frames (W22_HEAD_PSUM). */
+ * partial sums of its 12 outputs instead of two 256-channel input frames (head_psum). */
 #ifndef W22_PLAN_H
 #define W22_PLAN_H
 
@@ -85,8 +85,8 @@ struct w22_decoder {
     int spare_tag[W22_MAX_SPARES];    /* the stage whose frame layout that unit's borders are zero in (-1: all of it
                                        * is zero); a group may serve two stages (plan.c) */
     int nspares;
-    int rotate, head_psum;  /* how this workspace was planned (W22_CACHE_ROTATE, W22_HEAD_PSUM; both on by default) */
-    int rotate_off, psum_off; /* tests: 1 plans this decoder as W22_CACHE_ROTATE=0 / W22_HEAD_PSUM=0 would */
+    int rotate, head_psum;  /* how this workspace was planned (both on unless a test's flags below) */
+    int rotate_off, psum_off; /* tests: 1 plans the designs before (pushes as copies / the head's input frames) */
     int share_any;       /* tests: the stages' rotation groups share a spare whatever their units' sizes (at test
                           * sizes the borders make stage 2's and 3's units differ by more than plan.c's 2%) */
     int planned_fpp, planned_chunks[W22_STAGES], planned_share; /* what the workspace was planned for */

@@ -64,7 +64,8 @@ TESTS   := $(TEST_C:tests/%.c=$(BUILD)/tests/%)
 TEST_CU := $(if $(filter 1,$(CUDA)),$(sort $(wildcard tests/cuda_*.c)),)
 GTESTS  := $(TEST_CU:tests/%.c=$(BUILD)/tests/%)
 
-PROBES  := $(if $(filter 1,$(CUDA)),$(BUILD)/bench/winograd_probe,)
+# bench/bits: the decode's bits and f121's time for refactor A/B runs (bench/ab.sh)
+PROBES  := $(if $(filter 1,$(CUDA)),$(BUILD)/bench/bits,)
 
 all: $(BUILD)/libwan22vae.a $(BUILD)/libwan22vae.so $(BUILD)/wan22vae $(TESTS) $(GTESTS) $(PROBES)
 
@@ -98,8 +99,14 @@ $(BUILD)/wan22vae: $(CLI_C:%.c=$(BUILD)/%.o) $(BUILD)/libwan22vae.a
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/testutil.o $(BUILD)/libwan22vae.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(filter 1,$(CUDA)),-lstdc++)
 
-# bench/winograd_probe.cu: a measurement of a path the library does not take (docs/PERF.md v17)
-$(BUILD)/bench/winograd_probe: bench/winograd_probe.cu $(BUILD)/libwan22vae.a
+$(BUILD)/bench/bits: $(BUILD)/bench/bits.o $(BUILD)/libwan22vae.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lstdc++
+
+# dev/: experiments, llm.c style, outside `all` and the library: `make dev` builds them (dev/winograd_probe.cu, a
+# measurement of a Winograd path the library does not take, docs/PERF.md v17)
+DEV_CU := $(if $(filter 1,$(CUDA)),$(sort $(wildcard dev/*.cu)),)
+dev: $(DEV_CU:dev/%.cu=$(BUILD)/dev/%)
+$(BUILD)/dev/%: dev/%.cu $(BUILD)/libwan22vae.a
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -o $@ $^ $(filter-out -lcudart_static,$(LDLIBS))
 
@@ -158,7 +165,7 @@ clean:
 	rm -rf build build-asan
 
 FORCE:
-.PHONY: all test test-asan sass clean install uninstall FORCE
+.PHONY: all test test-asan sass clean install uninstall dev FORCE
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # libFuzzer targets under ASan + UBSan: tests/fuzz_<name>.c linked with the library sources FUZZ_SRC_<name>, run

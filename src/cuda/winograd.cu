@@ -4,7 +4,7 @@
  * with U = G g G^T per temporal tap: 12 of the direct conv's 27 MACs per output), and an output transform
  * Y = A^T M A + bias (+ the residual, or the shortcut's 1x1 GEMM written first). V and M live in the caller's free
  * memory (w22_conv_args.work: in a decode, what the stage leaves free), in bands of tile rows that fit it, so the
- * path adds nothing to the workspace. Its error is about 2.2x the direct conv's (bench/winograd_probe.cu); f121 is
+ * path adds nothing to the workspace. Its error is about 2.2x the direct conv's (dev/winograd_probe.cu); f121 is
  * checked at 0.33 of the bench's allowance with it, 0.25 without (v18). */
 #include <stdlib.h>
 #include <string.h>
@@ -154,7 +154,7 @@ static void wino_in_launch(cudaStream_t st, const w22_wino_frames &x, int nf, lo
                                                                                             vsh, vsw, h2, w2, C);
 }
 
-/* The transforms' launches (also bench/winograd_probe's): nf <= W22_WINO_FRAMES input frames x[j] (h2 x w2 tiles, C
+/* The transforms' launches (also dev/winograd_probe.s): nf <= W22_WINO_FRAMES input frames x[j] (h2 x w2 tiles, C
  * channels, the same strides) into V's 16 components (vcs elements apart; frame j at j vsf) in one launch; F
  * frames of M's components into y (+ bias, + res: NULL for none). */
 w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *const *x, int nf, long xsh, long xsw, bf16 *v, long vcs,

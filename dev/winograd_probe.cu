@@ -6,7 +6,7 @@
  * It times each part against the direct conv in the same process and measures both against a float64 reference
  * at sampled output pixels (all channels), from the same bf16 input and the float32 weights.
  *
- *   build/bench/winograd_probe [--iters N] [--frames F] [C H W ...]   (default: the three heavy shapes)
+ *   build/dev/winograd_probe [--iters N] [--frames F] [C H W ...]   (default: the three heavy shapes)
  *
  * The input transform is timed twice: over the F + 2 input frames a call reads (no cache of transformed frames),
  * and over F frames (the plan's caches holding transformed frames, 4x their memory). */

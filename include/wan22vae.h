@@ -164,6 +164,19 @@ W22_API w22_status w22_decode_frames(w22_decoder *d, const void *z, w22_dtype zt
 W22_API w22_status w22_decode_device(w22_decoder *d, const void *z_dev, int T, int h, int w, void *video_dev,
                                      void *cuda_stream);
 
+/* Receives finished video frames in device memory on rank 0: frames_dev is bf16 [3, nframes, height, width] (the
+ * video's NCDHW of frames [frame0, frame0 + nframes), without the batch), valid only during the call; the stream is
+ * synchronized up to it. Work the callback queues on the decode's stream reading frames_dev runs before the
+ * decode's next writes there. Return nonzero to stop the decode. */
+typedef int (*w22_device_frames_fn)(void *user, const void *frames_dev, int frame0, int nframes, int height,
+                                    int width);
+/* w22_decode_device handing the video over in batches of finished frames as they complete instead of into one
+ * buffer (device memory for the video stays one batch, bounded in T). A nonzero return from fn stops the decode
+ * (W22_ERR_INVALID_ARG, "stopped by the caller"). Returns when the last batch was handed over and the stream is
+ * synchronized. CPU decoders: W22_ERR_UNSUPPORTED. */
+W22_API w22_status w22_decode_device_frames(w22_decoder *d, const void *z_dev, int T, int h, int w,
+                                            w22_device_frames_fn fn, void *user, void *cuda_stream);
+
 /* Device memory the decoder holds now: weights and workspace, in bytes (0 on the CPU). */
 W22_API size_t w22_decoder_device_bytes(const w22_decoder *d);
 /* Whether this build has the CUDA backend, and a usable GPU (sm_90) is present. */

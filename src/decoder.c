@@ -1,5 +1,6 @@
 /* The public decoder: opens a backend, uploads the weights in its layout, checks the inputs, runs the plan, and
  * hands the video over (into a host buffer, frame by frame to a callback, or into device memory). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
@@ -140,6 +141,10 @@ typedef struct {
     float *frames;       /* [3][chunk][H][W] for fn */
     void *host_staging;
     void *video_dev;     /* device NCDHW bf16 */
+    w22_device_frames_fn dev_fn; /* or frames to this callback, in frames_dev (bf16 [3][chunk][H][W]) */
+    void *frames_dev;
+    w22_status failed;   /* a copy or sync of deliver_device that failed, and its message */
+    char why[1024];
 } sink;
 
 /* The staging is [H][m][3][W] in backend memory (es bytes each). */
@@ -169,16 +174,30 @@ static int deliver_host(w22_decoder *d, const void *staging, int m) {
     return 0;
 }
 
+/* Into the whole video (video_dev), or into frames_dev for dev_fn: [3][m][H][W], handed over once the stream has
+ * written it. */
 static int deliver_device(w22_decoder *d, const void *staging, int m) {
     sink *k = d->deliver_user;
-    const int H = d->video_h, W = d->video_w, F = d->video_frames, f0 = d->first_out_frame;
+    const int H = d->video_h, W = d->video_w, f0 = d->first_out_frame;
+    const int F = k->dev_fn ? m : d->video_frames, at = k->dev_fn ? 0 : f0;
+    char *base;
     w22_backend *b = d->backend;
-    for (int c = 0; c < 3; c++) {
+    w22_status s = W22_OK;
+    if (k->dev_fn && !k->frames_dev) /* the first delivery: room for the most frames one delivers (the plan's) */
+        s = b->ops->alloc(b, (size_t)3 * d->stages[W22_STAGES - 1].chunk * H * W * 2, &k->frames_dev);
+    base = k->dev_fn ? k->frames_dev : k->video_dev;
+    for (int c = 0; c < 3 && s == W22_OK; c++) {
         w22_view src = {(char *)staging + (size_t)c * W * 2, m, H, W, 1, 3L * W, (long)m * 3 * W, 1, 2};
-        w22_view dst = {(char *)k->video_dev + (((size_t)c * F + f0) * H) * W * 2, m, H, W, 1, (long)H * W, W, 1, 2};
-        if (b->ops->copy(b, dst, src) != W22_OK) return 1;
+        w22_view dst = {base + (((size_t)c * F + at) * H) * W * 2, m, H, W, 1, (long)H * W, W, 1, 2};
+        s = b->ops->copy(b, dst, src);
     }
-    return 0;
+    if (s == W22_OK && k->dev_fn) s = b->ops->sync(b);
+    if (s != W22_OK) {
+        k->failed = s;
+        snprintf(k->why, sizeof k->why, "frames %d..%d: %s", f0, f0 + m - 1, w22_last_error());
+        return 1;
+    }
+    return k->dev_fn ? k->dev_fn(k->user, k->frames_dev, f0, m, H, W) : 0;
 }
 
 static w22_status run(w22_decoder *d, const void *z_backend, w22_dtype zt, int T, int h, int w) {
@@ -257,22 +276,29 @@ static w22_status decode_frames_locked(w22_decoder *d, const void *z, w22_dtype 
     return decode_host(d, z, zt, T, h, w, &k);
 }
 
-static w22_status decode_device_locked(w22_decoder *d, const void *z_dev, int T, int h, int w, void *video_dev,
-                                       void *cuda_stream) {
-    if (!d || !z_dev) return w22_fail(W22_ERR_INVALID_ARG, "w22_decode_device: decoder and latents must not be NULL");
+static w22_status decode_device_locked(w22_decoder *d, const char *name, const void *z_dev, int T, int h, int w,
+                                       sink *k, void *cuda_stream) {
+    if (!z_dev) return w22_fail(W22_ERR_INVALID_ARG, "%s: decoder and latents must not be NULL", name);
     if (d->params.device != W22_DEVICE_CUDA)
-        return w22_fail(W22_ERR_UNSUPPORTED, "w22_decode_device needs a CUDA decoder (this one runs on the CPU)");
-    if (!video_dev && (d->rank == 0 || d->on_all_ranks))
-        return w22_fail(W22_ERR_INVALID_ARG, "w22_decode_device: video must not be NULL on rank %d", d->rank);
+        return w22_fail(W22_ERR_UNSUPPORTED, "%s needs a CUDA decoder (this one runs on the CPU)", name);
+    const int delivers = d->rank == 0 || d->on_all_ranks;
+    if (delivers && !k->video_dev && !k->dev_fn)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: %s must not be NULL on rank %d", name,
+                        !strcmp(name, "w22_decode_device") ? "video" : "the frames callback", d->rank);
     w22_status s = agree(d, check_shape(d, T, h, w));
     if (s != W22_OK) return s;
     /* the caller's stream, NULL the legacy default one: the latents may still be in flight there (issue 27: a
      * decode on the backend's own non-blocking stream read latents that the caller's upload had not finished) */
     w22_backend_cuda_use_callers_stream(d->backend, cuda_stream);
-    sink k = {.video_dev = video_dev};
     d->deliver = deliver_device;
-    d->deliver_user = &k;
+    d->deliver_user = k;
     s = run(d, z_dev, W22_DTYPE_BF16, T, h, w);
+    if (k->failed) s = w22_fail(k->failed, "%s: %s", name, k->why);
+    if (k->frames_dev) { /* after what the callback queued reading it, and the rest of a stopped decode */
+        const w22_status sync = d->backend->ops->sync(d->backend);
+        if (s == W22_OK) s = sync;
+        d->backend->ops->free(d->backend, k->frames_dev);
+    }
     w22_backend_cuda_set_stream(d->backend, NULL);
     return s;
 }
@@ -299,7 +325,18 @@ w22_status w22_decode_device(w22_decoder *d, const void *z_dev, int T, int h, in
                              void *cuda_stream) {
     if (!d) return w22_fail(W22_ERR_INVALID_ARG, "w22_decode_device: the decoder must not be NULL");
     pthread_mutex_lock(&d->lock);
-    const w22_status s = decode_device_locked(d, z_dev, T, h, w, video_dev, cuda_stream);
+    sink k = {.video_dev = video_dev};
+    const w22_status s = decode_device_locked(d, "w22_decode_device", z_dev, T, h, w, &k, cuda_stream);
+    pthread_mutex_unlock(&d->lock);
+    return s;
+}
+
+w22_status w22_decode_device_frames(w22_decoder *d, const void *z_dev, int T, int h, int w, w22_device_frames_fn fn,
+                                    void *user, void *cuda_stream) {
+    if (!d) return w22_fail(W22_ERR_INVALID_ARG, "w22_decode_device_frames: the decoder must not be NULL");
+    pthread_mutex_lock(&d->lock);
+    sink k = {.dev_fn = fn, .user = user};
+    const w22_status s = decode_device_locked(d, "w22_decode_device_frames", z_dev, T, h, w, &k, cuda_stream);
     pthread_mutex_unlock(&d->lock);
     return s;
 }

@@ -7,6 +7,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -346,6 +347,135 @@ def test_to_uint8_frames_numpy(cpu_decoder, latents):
         floor, (np.clip(video[0] * 0.5 + 0.5, 0, 1) * 255).astype(np.uint8).transpose(1, 2, 3, 0))
     edge = wan22vae.to_uint8_frames(np.array([-1.0, 1.0, 0.0, 2.0], np.float32).reshape(1, 1, 1, 4).repeat(3, 0))
     assert edge[0, 0, :, 0].tolist() == [0, 255, 128, 255]
+
+
+# ---- Decoder.frames: frames while the decode runs (issue 30, point 3) ----
+def _frames_threads():
+    return [t for t in threading.enumerate() if t.name == "wan22vae-frames"]
+
+
+def test_frames_equal_the_one_shot_video(cpu_decoder):
+    z = wan22vae.synthetic_latents(NARROW, seed=3, T=4, h=3, w=4)
+    video = cpu_decoder(z)
+    got = list(cpu_decoder.frames(z))
+    assert len(got) > 1 and [f0 for f0, _ in got] == list(np.cumsum([0] + [x.shape[1] for _, x in got[:-1]]))
+    assert all(x.dtype == np.float32 and x.shape[0] == 3 and x.flags.c_contiguous for _, x in got)
+    np.testing.assert_array_equal(np.concatenate([x for _, x in got], axis=1), video[0])  # bit for bit
+    # uint8 [n, H, W, 3]: to_uint8_frames of the whole video, in batches of 4 (the last one shorter)
+    u8 = list(cpu_decoder.frames(z, dtype="uint8", batch=4))
+    assert [(f0, x.shape) for f0, x in u8] == [(0, (4, 48, 64, 3)), (4, (4, 48, 64, 3)), (8, (4, 48, 64, 3)),
+                                               (12, (1, 48, 64, 3))]
+    assert all(x.dtype == np.uint8 and x.flags.c_contiguous for _, x in u8)
+    np.testing.assert_array_equal(np.concatenate([x for _, x in u8]), wan22vae.to_uint8_frames(video))
+    floor = np.concatenate([x for _, x in cpu_decoder.frames(z, dtype=np.uint8, rounding="floor")])
+    np.testing.assert_array_equal(floor, wan22vae.to_uint8_frames(video, rounding="floor"))
+    # 4-dim latents, float16 latents, batches of 5 in float16 (what dec(z, out=float16) writes)
+    z16 = z[0].astype(np.float16)
+    b5 = list(cpu_decoder.frames(z16, dtype="float16", batch=5))
+    assert [(f0, x.shape[1]) for f0, x in b5] == [(0, 5), (5, 5), (10, 3)] and b5[0][1].flags.c_contiguous
+    out = np.empty(video.shape[1:], np.float16)
+    cpu_decoder(z16, out=out)
+    np.testing.assert_array_equal(np.concatenate([x for _, x in b5], axis=1), out)
+    assert not _frames_threads() and not cpu_decoder.lock().locked()
+
+
+def test_frames_break_stops_the_decode(cpu_decoder, monkeypatch):
+    z = wan22vae.synthetic_latents(NARROW, seed=4, T=8, h=3, w=4)  # 29 frames, one batch each
+    whole = cpu_decoder(z)
+    calls = []
+    real = wan22vae._stream.Stream._on_frames
+
+    def counted(self, *args):
+        calls.append(args[2])
+        return real(self, *args)
+    monkeypatch.setattr(wan22vae._stream.Stream, "_on_frames", counted)
+    for f0, x in cpu_decoder.frames(z, depth=1):
+        # the first batch is read while the decode runs (it waits: one batch may wait for the reader, depth=1)
+        assert f0 == 0 and _frames_threads() and cpu_decoder.lock().locked()
+        break
+    # the loop dropped the iterator: its close() stopped the decode and waited for its thread
+    assert not _frames_threads() and not cpu_decoder.lock().locked()
+    assert len(calls) <= 4, f"the decode ran on after the break: {len(calls)} batches of 29"
+    # close() of a kept iterator, after two batches
+    calls.clear()
+    it = cpu_decoder.frames(z, depth=1)
+    assert next(it)[0] == 0 and next(it)[0] == 1
+    it.close()
+    assert not _frames_threads() and not cpu_decoder.lock().locked() and len(calls) <= 5, calls
+    # an exception in the loop: it propagates, the decode stops
+    with pytest.raises(KeyError):
+        for f0, x in cpu_decoder.frames(z):
+            raise KeyError(f0)
+    assert not _frames_threads() and not cpu_decoder.lock().locked()
+    monkeypatch.undo()
+    np.testing.assert_array_equal(cpu_decoder(z), whole)  # the decoder decodes whole afterwards
+    np.testing.assert_array_equal(np.concatenate([x for _, x in cpu_decoder.frames(z)], axis=1), whole[0])
+
+
+def test_frames_error_raised_in_the_reader(cpu_decoder, latents):
+    z = latents.copy()
+    z[0, 1, 1, 2, 3] = np.nan
+    it = cpu_decoder.frames(z)
+    with pytest.raises(wan22vae.Error) as e:
+        next(it)
+    assert e.value.status == "W22_ERR_NONFINITE" and "NaN" in e.value.message
+    assert not _frames_threads() and not cpu_decoder.lock().locked()
+    np.testing.assert_array_equal(np.concatenate([x for _, x in cpu_decoder.frames(latents)], axis=1),
+                                  cpu_decoder(latents)[0])
+
+
+def test_frames_arguments_checked_at_the_call(cpu_decoder, latents):
+    for kwargs, status in (({"dtype": "int8"}, "W22_ERR_BAD_DTYPE"), ({"dtype": "bfloat16"}, "W22_ERR_BAD_DTYPE"),
+                           ({"batch": 0}, "W22_ERR_INVALID_ARG"), ({"batch": 1.5}, "W22_ERR_INVALID_ARG"),
+                           ({"depth": 0}, "W22_ERR_INVALID_ARG"), ({"rounding": "up"}, "W22_ERR_INVALID_ARG")):
+        with pytest.raises(wan22vae.Error) as e:
+            cpu_decoder.frames(latents, **kwargs)  # no iteration needed: raised by the call itself
+        assert e.value.status == status, (kwargs, e.value)
+    with pytest.raises(wan22vae.Error) as e:
+        cpu_decoder.frames(np.concatenate([latents, latents]))
+    assert e.value.status == "W22_ERR_BAD_SHAPE" and "one video" in e.value.message
+    with pytest.raises(wan22vae.Error, match="W22_ERR_BAD_SHAPE"):
+        cpu_decoder.frames(np.zeros((1, 5, 1, 2, 3), np.float32))
+    assert not _frames_threads()
+
+
+def test_frames_lock_from_the_reading_thread(weights, latents):
+    """Inside the loop the decode holds the decoder: its other calls from the reading thread raise instead of
+    waiting forever; another thread's decode waits for the loop; close() stops the iterator."""
+    dec = wan22vae.Decoder(weights, device="cpu", threads=1)
+    ref = dec(latents)
+    box = {}
+    other = threading.Thread(target=lambda: box.setdefault("video", dec(latents)))
+    n = 0
+    for f0, x in dec.frames(latents):
+        if n == 0:
+            for call in (lambda: dec(latents), dec.release_workspace, dec.device_bytes,
+                         lambda: next(dec.frames(latents))):
+                with pytest.raises(wan22vae.Error, match="inside a frames\\(\\) loop|reads another one"):
+                    call()
+            other.start()
+        n += x.shape[1]
+    other.join()
+    assert n == 5 and np.array_equal(box["video"], ref)
+    it = dec.frames(latents)
+    next(it)
+    dec.close()  # stops the iterator's decode, then frees
+    assert not _frames_threads()
+    with pytest.raises(wan22vae.Error, match="closed"):
+        next(it)
+    with pytest.raises(wan22vae.Error, match="closed"):
+        dec.frames(latents)
+
+
+def test_decode_device_frames_needs_cuda(cpu_decoder, latents):
+    """The C call behind frames() on CUDA latents: W22_ERR_UNSUPPORTED on a CPU decoder, as w22_decode_device."""
+    L = _lib.lib()
+    fn = _lib.DEVICE_FRAMES_FN(lambda *a: 0)
+    with cpu_decoder.lock():
+        status = L.w22_decode_device_frames(cpu_decoder.handle, latents.ctypes.data, 2, 3, 4, fn, None, None)
+        message = L.w22_last_error().decode()
+    assert _lib.status_name(status) == "W22_ERR_UNSUPPORTED"
+    assert "w22_decode_device_frames" in message and "CUDA decoder" in message
 
 
 # ---- the diffusers hook's pure-Python parts ----

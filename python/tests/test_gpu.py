@@ -11,7 +11,10 @@
 - the Decoder of issue 31: device="auto", subfolder=, batches, torch_dtype, progress, a decode stopped by the progress
   callable and by Ctrl-C (SIGINT, in a subprocess);
 - every fallback of enable() taken when it should be, with its reason said once;
-- to_uint8_frames against diffusers' postprocess (PIL), in one device-to-host copy.
+- to_uint8_frames against diffusers' postprocess (PIL), in one device-to-host copy;
+- Decoder.frames on CUDA latents (w22_decode_device_frames): the batches put together are dec(z) (bf16) and
+  to_uint8_frames(dec(z)) (uint8, converted on the GPU), on a stream of the caller's too; stopping early; an exception
+  of the conversion raised in the reader; the C call's contract (frame0, n, the stream synchronized, a stop).
 The diffusers tests need diffusers (0.42.1) and skip without it."""
 import glob
 import math
@@ -532,3 +535,125 @@ def test_to_uint8_frames_matches_diffusers(weights_bf16, z_bf16, ref):
     pil = video_processor.VideoProcessor(vae_scale_factor=16).postprocess_video(video, output_type="pil")[0]
     theirs = np.stack([np.asarray(im) for im in pil])
     assert np.array_equal(frames, theirs), f"{int((frames != theirs).sum())} of {frames.size} values differ"
+
+
+# ---- Decoder.frames on the GPU (issue 30, point 3) ----
+@pytest.fixture(scope="module")
+def frames_dec(device):
+    dec = wan22vae.Decoder.synthetic(None, SEED_W, device=device)
+    yield dec
+    dec.close()
+
+
+def _frames_threads():
+    return [t for t in threading.enumerate() if t.name == "wan22vae-frames"]
+
+
+def test_frames_on_gpu_put_together_are_the_video(frames_dec, z_bf16):
+    video = frames_dec(z_bf16)  # [1, 3, 5, 64, 96] bf16
+    got = list(frames_dec.frames(z_bf16))
+    assert [f0 for f0, _ in got] == [int(v) for v in np.cumsum([0] + [x.shape[1] for _, x in got[:-1]])]
+    for _, x in got:
+        assert x.is_cuda and x.device == z_bf16.device and x.dtype == torch.bfloat16 and x.is_contiguous()
+        assert x.shape[0] == 3 and tuple(x.shape[2:]) == (64, 96)
+    assert torch.equal(torch.cat([x for _, x in got], dim=1), video[0])
+    # uint8 [n, H, W, 3] on the GPU, in batches of 2: to_uint8_frames of the whole video
+    u8 = list(frames_dec.frames(z_bf16[0], dtype="uint8", batch=2))  # 4-dim latents too
+    assert [(f0, tuple(x.shape)) for f0, x in u8] == [(0, (2, 64, 96, 3)), (2, (2, 64, 96, 3)), (4, (1, 64, 96, 3))]
+    assert all(x.is_cuda and x.dtype == torch.uint8 and x.is_contiguous() for _, x in u8)
+    assert np.array_equal(torch.cat([x for _, x in u8]).cpu().numpy(), wan22vae.to_uint8_frames(video))
+    f32 = torch.cat([x for _, x in frames_dec.frames(z_bf16, dtype=torch.float32)], dim=1)
+    assert f32.dtype == torch.float32 and torch.equal(f32, video[0].float())
+    # host latents on the CUDA decoder: host frames through w22_decode_frames, as dec(host latents)
+    zh = z_bf16.float().cpu().numpy()
+    host = list(frames_dec.frames(zh))
+    assert all(isinstance(x, np.ndarray) and x.dtype == np.float32 for _, x in host)
+    assert np.array_equal(np.concatenate([x for _, x in host], axis=1), frames_dec(zh)[0])
+    assert not _frames_threads() and not frames_dec.lock().locked()
+
+
+def test_frames_on_gpu_callers_stream(frames_dec, z_bf16):
+    """Latents made on a stream of the caller's, frames() on that stream (the decode queues after the latents and
+    the conversions run there): the same bits as the default stream's decode."""
+    video = frames_dec(z_bf16)
+    s = torch.cuda.Stream(z_bf16.device)
+    with torch.cuda.stream(s):
+        z = z_bf16 * 1  # queued on s: the decode must wait for it
+        u8 = torch.cat([x for _, x in frames_dec.frames(z, dtype="uint8")])
+        bf = torch.cat([x for _, x in frames_dec.frames(z)], dim=1)
+    s.synchronize()
+    assert torch.equal(bf, video[0])
+    assert np.array_equal(u8.cpu().numpy(), wan22vae.to_uint8_frames(video))
+
+
+def test_frames_on_gpu_stop_and_errors(frames_dec, device, monkeypatch):
+    z = torch.from_numpy(wan22vae.synthetic_latents(None, 5, 8, H, W)).to(device, torch.bfloat16)  # 29 frames
+    whole = frames_dec(z)
+    it = frames_dec.frames(z, depth=1)
+    f0, x = next(it)
+    assert f0 == 0 and _frames_threads(), "the decode ended before the first batch was read"
+    it.close()
+    assert not _frames_threads() and not frames_dec.lock().locked()
+    for f0, x in frames_dec.frames(z):
+        break
+    assert not _frames_threads() and not frames_dec.lock().locked()
+    torch.cuda.synchronize()
+    assert torch.equal(frames_dec(z), whole)  # usable afterwards, the same bits
+
+    # an exception of the GPU conversion is raised in the reader, and the decode stops
+    def boom(*args):
+        raise RuntimeError("conversion failed")
+    monkeypatch.setattr(wan22vae.decoder, "torch_convert", boom)
+    with pytest.raises(RuntimeError, match="conversion failed"):
+        list(frames_dec.frames(z, dtype="uint8"))
+    monkeypatch.undo()
+    assert not _frames_threads() and not frames_dec.lock().locked()
+    assert torch.equal(torch.cat([x for _, x in frames_dec.frames(z)], dim=1), whole[0])
+    # CUDA latents on a CPU decoder: refused at the call
+    cpu = wan22vae.Decoder.synthetic({"z_dim": 48, "base_dim": 8}, 0, device="cpu")
+    with pytest.raises(wan22vae.Error) as e:
+        cpu.frames(z)
+    assert e.value.status == "W22_ERR_UNSUPPORTED"
+    cpu.close()
+
+
+def test_decode_device_frames_c_contract(frames_dec, z_bf16):
+    """w22_decode_device_frames itself: frames [3, n, H, W] bf16 of frames [frame0, frame0 + n), in order, readable
+    in the callback on any stream (the decode's stream is synchronized up to them); nonzero stops the decode; a NULL
+    callback is refused."""
+    from wan22vae import _lib
+    L = _lib.lib()
+    video = frames_dec(z_bf16)
+    seen = []
+    other = torch.cuda.Stream(z_bf16.device)
+
+    def on(user, ptr, frame0, n, height, width):
+        with torch.cuda.stream(other):  # another stream: only the synchronization makes the frames readable here
+            x = torch.as_tensor(wan22vae._stream.CudaArray(ptr, (3, n, height, width)), device=z_bf16.device)
+            seen.append((frame0, n, height, width, x.view(torch.bfloat16).clone()))
+        other.synchronize()
+        return 0
+    fn = _lib.DEVICE_FRAMES_FN(on)
+    stream = torch.cuda.current_stream(z_bf16.device)
+    with frames_dec.lock():
+        status = L.w22_decode_device_frames(frames_dec.handle, z_bf16.data_ptr(), T, H, W, fn, None,
+                                            stream.cuda_stream)
+        message = L.w22_last_error().decode()
+    assert status == 0, message
+    assert [s[0] for s in seen] == [int(v) for v in np.cumsum([0] + [s[1] for s in seen[:-1]])]
+    assert all(s[2:4] == (64, 96) for s in seen) and sum(s[1] for s in seen) == 5
+    assert torch.equal(torch.cat([s[4] for s in seen], dim=1), video[0])
+    calls = []
+    stop = _lib.DEVICE_FRAMES_FN(lambda *a: calls.append(a[2]) or 1)
+    with frames_dec.lock():
+        status = L.w22_decode_device_frames(frames_dec.handle, z_bf16.data_ptr(), T, H, W, stop, None,
+                                            stream.cuda_stream)
+        message = L.w22_last_error().decode()
+        assert _lib.status_name(status) == "W22_ERR_INVALID_ARG" and "stopped by the caller" in message, message
+        assert calls == [0], calls
+        status = L.w22_decode_device_frames(frames_dec.handle, z_bf16.data_ptr(), T, H, W, _lib.DEVICE_FRAMES_FN(),
+                                            None, stream.cuda_stream)
+        message = L.w22_last_error().decode()
+        assert _lib.status_name(status) == "W22_ERR_INVALID_ARG" and "frames callback" in message, message
+    torch.cuda.synchronize()
+    assert torch.equal(frames_dec(z_bf16), video)

@@ -4,6 +4,8 @@
     dec = wan22vae.Decoder.from_pretrained("Wan2.2-TI2V-5B-Diffusers", subfolder="vae")   # GPU if usable, else CPU
     video = dec(z, progress=True)                  # torch CUDA z [B, 48, T, h, w] -> bf16 [B, 3, 4T-3, 16h, 16w]
     frames = wan22vae.to_uint8_frames(video)       # numpy uint8 [4T-3, 16h, 16w, 3], one device-to-host copy
+    for frame0, x in dec.frames(z, dtype="uint8"):  # or as they finish: uint8 [n, 16h, 16w, 3] on the GPU
+        ...
 
     import wan22vae.diffusers
     wan22vae.diffusers.enable(pipe.vae)            # AutoencoderKLWan.decode through the library where it applies

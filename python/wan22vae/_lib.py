@@ -46,6 +46,14 @@ class Config(ctypes.Structure):
 PROGRESS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
 
 
+# w22_frames_fn (host float32 frames) and w22_device_frames_fn (device bf16 frames): (user, frames, frame0, nframes,
+# height, width) -> nonzero to stop the decode
+FRAMES_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_int,
+                             ctypes.c_int, ctypes.c_int, ctypes.c_int)
+DEVICE_FRAMES_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
+                                    ctypes.c_int, ctypes.c_int)
+
+
 class DecoderParams(ctypes.Structure):
     """w22_decoder_params."""
     _fields_ = [
@@ -97,6 +105,9 @@ _SIGNATURES = {
     "w22_decoder_release_workspace": (_c_int, [_c_void_p]),
     "w22_decode": (_c_int, [_c_void_p, _c_void_p, _c_int, _c_int, _c_int, _c_int, _c_void_p, _c_int]),
     "w22_decode_device": (_c_int, [_c_void_p, _c_void_p, _c_int, _c_int, _c_int, _c_void_p, _c_void_p]),
+    "w22_decode_frames": (_c_int, [_c_void_p, _c_void_p, _c_int, _c_int, _c_int, _c_int, FRAMES_FN, _c_void_p]),
+    "w22_decode_device_frames": (_c_int, [_c_void_p, _c_void_p, _c_int, _c_int, _c_int, DEVICE_FRAMES_FN, _c_void_p,
+                                          _c_void_p]),
     "w22_decoder_device_bytes": (_c_size_t, [_c_void_p]),
     "w22_cuda_available": (_c_int, []),
 }

@@ -22,7 +22,9 @@ import numpy as np
 from . import _lib
 from . import _progress
 from . import _safetensors
+from . import _stream
 from ._lib import Error, check, fail, lib
+from .frames import to_uint8_frames, torch_convert
 
 logger = logging.getLogger("wan22vae")
 
@@ -634,6 +636,29 @@ def _hf_snapshot(repo_id, subfolder, revision=None, cache_dir=None, local_files_
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
+def _frames_dtype(dtype):
+    """None, "uint8" or the float name ("float32", ...) of Decoder.frames' dtype argument."""
+    if dtype is None:
+        return None
+    key = str(dtype).replace("torch.", "").lower()
+    try:
+        if key == "uint8" or np.dtype(dtype) == np.uint8:
+            return "uint8"
+    except TypeError:
+        pass
+    try:
+        return canonical_dtype(dtype, "dtype")
+    except Error:
+        raise fail("W22_ERR_BAD_DTYPE", f"dtype {dtype!r}; expected None (the video's), uint8 (frames [n, H, W, 3]), "
+                   "or float32, bfloat16, float16 (frames [3, n, H, W])") from None
+
+
+def _one_video(B, shape):
+    if B != 1:
+        raise fail("W22_ERR_BAD_SHAPE", f"latents {list(shape)}: frames() decodes one video ([1, z_dim, T, h, w] or "
+                   "[z_dim, T, h, w]); iterate over the batch")
+
+
 # ---- the decoder ----
 class Decoder:
     """A decoder on the CPU (float32) or one GPU (bf16). Call it on latents [B, z_dim, T, h, w]:
@@ -661,11 +686,15 @@ class Decoder:
 
     Threads: one decoder may be used from several threads. Its calls take turns (a lock per decoder, held for the
     length of a call), and close() waits for a running decode before it frees the decoder; a decode after
-    close() raises wan22vae.Error."""
+    close() raises wan22vae.Error.
+
+    Streaming: dec.frames(z) yields the video's frames in batches as they finish, while the decode runs (see
+    frames)."""
 
     def __init__(self, weights, device="auto", cuda_device=None, frames_per_pass=0, threads=0, comm=None,
                  video_on_all_ranks=False, torch_dtype=None, progress_hook=True):
         self._lock = threading.Lock()
+        self._streams = set()  # the frames() iterators running (_stream.Stream)
         self._h = ctypes.c_void_p()
         self._hook = _progress.Hook()
         if not isinstance(weights, Weights):
@@ -766,12 +795,14 @@ class Decoder:
         return video_shape(self._cfg, T, h, w)
 
     def device_bytes(self):
+        self._check_not_reading("device_bytes()")
         with self._lock:
             return int(lib().w22_decoder_device_bytes(self.handle))
 
     def release_workspace(self):
         """Frees the workspace (device memory beyond the weights: tens of GiB after a 4K decode); the next decode
         makes it again for its size, with the same result as a fresh decoder's. Waits for a running decode."""
+        self._check_not_reading("release_workspace()")
         with self._lock:
             check(lib().w22_decoder_release_workspace(self.handle))
 
@@ -797,6 +828,7 @@ class Decoder:
             raise fail("W22_ERR_INVALID_ARG", "this decoder was closed; expected a decoder that is open")
         if progress is not None and progress is not False and not self.progress_hook:
             raise fail("W22_ERR_INVALID_ARG", "progress= on a decoder opened with progress_hook=False")
+        self._check_not_reading("a decode")
         if _is_tensor(z) and z.is_cuda:
             B, T, out, step = self._plan_cuda(z, out)
         else:
@@ -820,8 +852,9 @@ class Decoder:
 
     decode = __call__
 
-    def _plan_cuda(self, z, out):
-        """(B, T, the video, step(handle, b) -> status) for CUDA latents."""
+    def _cuda_latents(self, z):
+        """(the latents as the library takes them (bf16, contiguous, on this decoder's GPU), B, T, h, w) for CUDA
+        latents."""
         torch = sys.modules["torch"]
         B, T, h, w = self._latent_dims(tuple(z.shape))
         if not self.is_cuda:
@@ -834,6 +867,12 @@ class Decoder:
                 raise fail("W22_ERR_BAD_DTYPE", f"latents are {z.dtype}; expected torch.bfloat16 (or a real dtype to "
                            "convert)")
             z = z.to(torch.bfloat16).contiguous()
+        return z, B, T, h, w
+
+    def _plan_cuda(self, z, out):
+        """(B, T, the video, step(handle, b) -> status) for CUDA latents."""
+        torch = sys.modules["torch"]
+        z, B, T, h, w = self._cuda_latents(z)
         F, H, W = self.video_shape(T, h, w)
         four = z.dim() == 4
         shape = (3, F, H, W) if four else (B, 3, F, H, W)
@@ -856,8 +895,9 @@ class Decoder:
             return status
         return B, T, out, step
 
-    def _plan_host(self, z, out):
-        """(B, T, the video, step(handle, b) -> status) for host latents (numpy or a CPU tensor)."""
+    def _host_latents(self, z):
+        """(the latents as the library takes them (contiguous float32, bfloat16 or float16), their dtype code, their
+        address, B, T, h, w) for host latents (numpy or a CPU tensor), their shape checked before any copy."""
         if _is_tensor(z):
             torch = sys.modules["torch"]
             B, T, h, w = self._latent_dims(tuple(z.shape))  # before any copy
@@ -875,6 +915,11 @@ class Decoder:
                 z = z.astype(np.float32)
             z = np.ascontiguousarray(z)
             zt, zptr = (_lib.DTYPE_F32 if z.dtype == np.float32 else _lib.DTYPE_F16), z.ctypes.data
+        return z, zt, zptr, B, T, h, w
+
+    def _plan_host(self, z, out):
+        """(B, T, the video, step(handle, b) -> status) for host latents (numpy or a CPU tensor)."""
+        z, zt, zptr, B, T, h, w = self._host_latents(z)
         F, H, W = self.video_shape(T, h, w)
         shape = (B, 3, F, H, W) if len(z.shape) == 5 else (3, F, H, W)
         if out is None:
@@ -905,11 +950,124 @@ class Decoder:
                                     ctypes.c_void_p(vptr + b * vstride), vt)
         return B, T, out, step
 
+    def frames(self, z, dtype=None, batch=None, rounding="round", depth=2):
+        """Decodes the latents of one video (z [1, z_dim, T, h, w] or [z_dim, T, h, w]) and yields (frame0, frames)
+        as the frames finish, in order, while the decode runs (in a thread of its own), so that a pipeline can encode
+        or send the first frames before the clip is done:
+
+            for frame0, x in dec.frames(z, dtype="uint8"):
+                writer.write(x.cpu().numpy())            # x: frames [frame0, frame0 + len(x)), [n, H, W, 3]
+
+        - CUDA latents (a torch tensor on this decoder's GPU; decoded on the current torch stream, as dec(z)): torch
+          tensors on that GPU. dtype None: the video's dtype (torch_dtype; bf16 by default), [3, n, H, W], the frames'
+          slice of dec(z)[0] bit for bit; "uint8": [n, H, W, 3], to_uint8_frames' conversion of those (rounding=),
+          on the GPU, without a copy to the host (the batches put together are to_uint8_frames(dec(z))).
+          w22_decode_device_frames.
+        - Host latents (numpy or a CPU tensor), on any decoder: numpy arrays (torch CPU tensors for a tensor), through
+          w22_decode_frames: float32 by default (torch_dtype for a tensor), [3, n, H, W]; "uint8" as above.
+        dtype may also name float32, bfloat16 or float16 (numpy: not bfloat16).
+
+        batch: None, the frames as the decoder finishes them (one at a time as the library plans today); N, batches
+        of N frames (the last one may be shorter). depth: how many converted batches may
+        wait for the reader (the decode waits while they do), so that memory stays bounded whatever T.
+
+        Stopping early (break out of the loop, an exception in it, the iterator's close()) stops the decode at the
+        next batch and waits for its thread to end; the decoder is usable afterwards. (break closes the iterator when
+        the loop drops it; close() it yourself where you keep a reference.) An error of the decode (NaN latents, ...)
+        is raised by the iterator as wan22vae.Error. The decode holds the decoder's lock until it ends: other calls
+        of this decoder wait for it, and from the reading thread, where they would wait forever, they raise
+        wan22vae.Error. close() stops a running iterator (which then raises wan22vae.Error)."""
+        if not self._h:
+            raise fail("W22_ERR_INVALID_ARG", "this decoder was closed; expected a decoder that is open")
+        if self._comm is not None:
+            raise fail("W22_ERR_UNSUPPORTED", "Decoder.frames with several ranks (a comm): decode with dec(z) on every "
+                       "rank")
+        want = _frames_dtype(dtype)
+        if rounding not in ("round", "floor"):
+            raise fail("W22_ERR_INVALID_ARG", f"rounding {rounding!r}, expected 'round' or 'floor'")
+        for name, v in (("batch", batch), ("depth", depth)):
+            if (v is not None or name == "depth") and (not _small_int(v) or int(v) < 1):
+                raise fail("W22_ERR_INVALID_ARG", f"{name} {v!r}; expected a whole number >= 1"
+                           f"{' or None (as the decoder finishes them)' if name == 'batch' else ''}")
+        self._check_not_reading("frames()")
+        if _is_tensor(z) and z.is_cuda:
+            call, convert = self._frames_cuda(z, want, rounding)
+        else:
+            call, convert = self._frames_host(z, want, rounding)
+        axis = 0 if want == "uint8" else 1
+        return _stream.Stream(self, call, convert, axis, None if batch is None else int(batch), int(depth)).run()
+
+    def _frames_cuda(self, z, want, rounding):
+        torch = sys.modules["torch"]
+        z, B, T, h, w = self._cuda_latents(z)
+        _one_video(B, z.shape)
+        video_dt = getattr(torch, self.torch_dtype or "bfloat16")
+        out_dt = None if want == "uint8" else getattr(torch, want or self.torch_dtype or "bfloat16")
+        dev = z.device
+        stream = torch.cuda.current_stream(dev)
+
+        def convert(ptr, n, H, W):  # on the decode's thread, on its stream: runs before the decode writes again
+            src = torch.as_tensor(_stream.CudaArray(ptr, (3, n, H, W)), device=dev).view(torch.bfloat16)
+            if out_dt is not None:
+                return src.to(out_dt, copy=True)
+            v = src if video_dt == torch.bfloat16 else src.to(video_dt)
+            return torch_convert(torch, v, rounding, torch.empty((n, H, W, 3), dtype=torch.uint8, device=dev))
+
+        def call(handle, on_frames):
+            fn = _lib.DEVICE_FRAMES_FN(on_frames)
+            with torch.cuda.device(dev), torch.cuda.stream(stream):
+                return lib().w22_decode_device_frames(handle, ctypes.c_void_p(z.data_ptr()), T, h, w, fn, None,
+                                                      ctypes.c_void_p(stream.cuda_stream))
+        return call, convert
+
+    def _frames_host(self, z, want, rounding):
+        z, zt, zptr, B, T, h, w = self._host_latents(z)
+        _one_video(B, z.shape)
+        as_torch = _is_tensor(z)
+        if as_torch:
+            torch = sys.modules["torch"]
+            video_dt = getattr(torch, self.torch_dtype or "float32")
+            out_dt = None if want == "uint8" else getattr(torch, want or self.torch_dtype or "float32")
+        else:
+            if want == "bfloat16" or (want in (None, "uint8") and self.torch_dtype == "bfloat16"):
+                raise fail("W22_ERR_BAD_DTYPE", "bfloat16 frames with numpy latents: numpy has no bfloat16; pass the "
+                           "latents as a torch tensor, or ask for float32, float16 or uint8")
+            video_dt = np.float16 if self.torch_dtype == "float16" else np.float32
+            out_dt = None if want == "uint8" else (np.dtype(want) if want else video_dt)
+
+        def convert(ptr, n, H, W):
+            x = np.ctypeslib.as_array(ptr, shape=(3, n, H, W))  # the library's buffer: valid during the call only
+            if as_torch:
+                x = torch.from_numpy(x.copy())
+            if want == "uint8":
+                u8 = to_uint8_frames(x.to(video_dt) if as_torch else x.astype(video_dt, copy=False), rounding)
+                return torch.from_numpy(u8) if as_torch else u8
+            return x.to(out_dt) if as_torch else x.astype(out_dt)
+
+        def call(handle, on_frames, _keep=z):  # _keep: the (converted) latents alive while it runs
+            fn = _lib.FRAMES_FN(on_frames)
+            return lib().w22_decode_frames(handle, ctypes.c_void_p(zptr), zt, T, h, w, fn, None)
+        return call, convert
+
+    def _check_not_reading(self, what):
+        """Refuses a call that takes the decoder's lock from a thread that reads an unfinished frames() iterator of
+        this decoder: that iterator's decode holds the lock and waits for the reader, which would wait forever."""
+        me = threading.get_ident()
+        if any(s.reader == me for s in list(self._streams)):
+            raise fail("W22_ERR_INVALID_ARG", f"{what} inside a frames() loop of this decoder: the loop's decode holds "
+                       "the decoder until the loop ends or its iterator is closed, and would wait for this call "
+                       "forever; finish or close() the iterator first, or use another Decoder")
+
     def close(self):
-        """Frees the decoder; waits for a decode running in another thread. Later decodes raise wan22vae.Error."""
+        """Frees the decoder; waits for a decode running in another thread (and stops a frames() iterator's decode
+        first). Later decodes raise wan22vae.Error."""
         lock = getattr(self, "_lock", None)
         if lock is None:
             return
+        for s in list(getattr(self, "_streams", ())):
+            s.stop.set()
+            if s.thread is not None and s.thread is not threading.current_thread() and s.thread.is_alive():
+                s.thread.join()
         with lock:
             if self._h:
                 h, self._h = self._h, ctypes.c_void_p()

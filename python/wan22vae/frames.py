@@ -57,15 +57,22 @@ def to_uint8_frames(video, rounding="round", pin=True):
 
 def _torch_frames(torch, v, rounding, pin):
     C, F, H, W = v.shape
-    frames = torch.empty((F, H, W, C), dtype=torch.uint8, device=v.device)
-    step = max(1, _CHUNK_ELEMENTS // max(1, C * H * W))
-    for f in range(0, F, step):
-        x = (v[:, f:f + step] * 0.5 + 0.5).clamp(0, 1).float() * 255
-        x = x.round() if rounding == "round" else x.floor()
-        frames[f:f + step] = x.to(torch.uint8).permute(1, 2, 3, 0)
+    frames = torch_convert(torch, v, rounding, torch.empty((F, H, W, C), dtype=torch.uint8, device=v.device))
     if not frames.is_cuda:
         return frames.numpy()
     host = torch.empty(frames.shape, dtype=torch.uint8, pin_memory=pin)
     host.copy_(frames, non_blocking=pin)
     torch.cuda.current_stream(frames.device).synchronize()
     return host.numpy()
+
+
+def torch_convert(torch, v, rounding, frames):
+    """to_uint8_frames' conversion of a torch tensor v [C, F, H, W] into frames (uint8 [F, H, W, C], on v's device)
+    in chunks of frames; returns frames. No copy between devices, no synchronization."""
+    C, F, H, W = v.shape
+    step = max(1, _CHUNK_ELEMENTS // max(1, C * H * W))
+    for f in range(0, F, step):
+        x = (v[:, f:f + step] * 0.5 + 0.5).clamp(0, 1).float() * 255
+        x = x.round() if rounding == "round" else x.floor()
+        frames[f:f + step] = x.to(torch.uint8).permute(1, 2, 3, 0)
+    return frames

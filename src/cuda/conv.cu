@@ -2,8 +2,7 @@
  * (w22_mm: conv_sm90_mma.cu, or conv_scalar.cu for shapes the tensor cores do not take); a conv with its history
  * as partial sums (psum) goes to conv_psum.cu. An upsampling conv is four
  * phase GEMMs (2x2 convs on the low-resolution grid), run as one launch of the TMA wgmma kernel where it takes them
- * (w22_cuda_gemm_phases: one ramp and one part-empty last round instead of four), else as four GEMMs
- * (W22_PHASES=separate: always). Its DupUp residual (dup_in) becomes the phase GEMMs' residual where its channel
+ * (w22_cuda_gemm_phases: one ramp and one part-empty last round instead of four), else as four GEMMs. Its DupUp residual (dup_in) becomes the phase GEMMs' residual where its channel
  * map allows (dup_phase), else the separate dupup_add kernel runs after the conv. */
 #include <stdlib.h>
 #include "cuda_internal.h"
@@ -37,12 +36,6 @@ static int dup_phase(const w22_conv_args *a, int py, int px, w22_mm *q) {
     q->r_tsh = ft == 2, q->r_toff = a->dup_first_single ? ft - 1 : 0;
     q->r_csh = cs == 2, q->r_coff = coff;
     return 1;
-}
-
-/* W22_PHASES=separate: the four phase GEMMs as four launches, for A/B timing against their one launch (read once) */
-static int phases_one_launch(void) {
-    static int v = -1;
-    return !w22_env_is(&v, "W22_PHASES", "separate");
 }
 
 w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
@@ -164,11 +157,10 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
         g.res = (const bf16 *)a->residual->ptr;
         g.r_sf = a->residual->sf, g.r_sh = a->residual->sh, g.r_sw = a->residual->sw;
     }
-    const int phases = a->upsample && w->dev_phase && !getenv("W22_NO_PHASES");
-    /* the DupUp fused when every phase takes it; W22_NO_PHASES's one GEMM has high-resolution rows: not there.
-     * W22_DUP_FUSE=0: the separate dupup_add kernel after the conv, for timing what the fused residual costs */
-    static int dup_sep = -1;
-    int fuse = dup && phases && !w22_env_is(&dup_sep, "W22_DUP_FUSE", "0");
+    const int phases = a->upsample && w->dev_phase; /* phase weights are made at upload for every upsample conv */
+    /* the DupUp fused when every phase takes it (the one 9-tap GEMM without phases has high-resolution rows: not
+     * there) */
+    int fuse = dup && phases;
     for (int p = 0; p < 4 && fuse; p++) {
         w22_mm q = g;
         fuse = dup_phase(a, p >> 1, p & 1, &q);
@@ -198,10 +190,7 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
                 if (fuse) dup_phase(a, py, px, p); /* rows are the DupUp's input pixels: its own strides */
             }
         const char *what = fuse ? "conv (upsample phases + DupUp)" : "conv (upsample phases)";
-        if (phases_one_launch())
-            W22_TRY(w22_cuda_gemm_phases(c, q, what));
-        else
-            for (int p = 0; p < 4; p++) W22_TRY(w22_cuda_gemm(c, &q[p], what));
+        W22_TRY(w22_cuda_gemm_phases(c, q, what)); /* one launch where the TMA conv takes them (v16), else four */
     } else if (!w22_cuda_winograd_blocker(a, w)) {
         W22_TRY(w22_cuda_conv_winograd(c, a, w, &g));
     } else {

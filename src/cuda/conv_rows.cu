@@ -1,9 +1,8 @@
 /* The 3x3(x3) conv with few output channels (conv_out: 256 -> 12) as row tiles that reuse their input across the
- * three horizontal taps; and the switch between this kernel and the 2D tiles (conv_rows2d.cu), which now run
- * conv_out: W22_CONV_ROWS unset, the 2D tiles where w22_rows2d_takes (H >= 6) and this kernel for the shorter
- * convs (a rank's edge rows); =row, this kernel for all (the A/B switch); =0, neither (the mma.sync kernel). v7
- * (docs/PERF.md) made this kernel conv_out's (2.46x over the mma kernel). 16 < N <= 48 (the partial-sums conv_out
- * GEMM's 36, conv_psum.cu) only the 2D tiles take (unset, H >= 6); else the mma kernel.
+ * three horizontal taps; and the choice between this kernel and the 2D tiles (conv_rows2d.cu), which run conv_out
+ * where w22_rows2d_takes (H >= 6), this kernel the shorter convs (a rank's edge rows). v7 (docs/PERF.md) made this
+ * kernel conv_out's (2.46x over the mma kernel), v14 the 2D tiles. 16 < N <= 48 (the partial-sums conv_out GEMM's
+ * 36, conv_psum.cu) only the 2D tiles take (H >= 6); else the mma kernel.
  *
  * Why: conv_out is 4.1% of the decode's GPU time (the v5 audit: 138 of 3411 ms at f121) at ~41 TFLOP/s. With
  * N = 12 its MMAs are nothing; the cost is the A gather: the generic kernels read 27 taps x 64-channel slices of
@@ -139,26 +138,16 @@ __global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_
         }
 }
 
-/* W22_CONV_ROWS: 0 off, 1 the row kernel for all (=row), 2 the 2D tiles where they take the GEMM (unset, or any
- * other value). Read once per process. */
-static int rows_mode(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_CONV_ROWS");
-        v = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "row") ? 1 : 2;
-    }
-    return v;
-}
-
+/* The 2D tiles (conv_rows2d.cu) where they take the GEMM, else the row tiles: the row kernel for all (v7's) and the
+ * mma.sync kernel for conv_out measured slower (docs/PERF.md v7, v14). */
 const char *w22_cuda_rows_blocker(const w22_mm *g) {
-    if (!rows_mode()) return "off (W22_CONV_ROWS=0)";
     if (g->upsample || g->sc) return "upsample or shortcut";
     if (g->ks != 3 || (g->kt != 1 && g->kt != 3) || g->pad_y != 1 || g->pad_x != 1) return "not a centred 3x3(x3)";
     if (g->N % 2) return "N odd";
     /* N <= 16: either kernel; 16 < N <= 48: the 2D tiles' three channel blocks alone (w22_rows2d_takes checks
      * N <= 48 and H >= 6), else the mma kernel */
-    if (g->N > CR_BN && !(rows_mode() == 2 && w22_rows2d_takes(g)))
-        return rows_mode() == 2 ? "N > 16 and not on the 2D tiles (N > 48 or H < 6)" : "N > 16 (W22_CONV_ROWS=row)";
+    if (g->N > CR_BN && !w22_rows2d_takes(g))
+        return "N > 16 and not on the 2D tiles (N > 48 or H < 6)";
     if (g->cin % 64) return "cin % 64";
     if (g->b_w < g->N) return "weights not one [N][K] block";
     if ((long)g->F * g->H * ((g->W + CR_BM - 1) / CR_BM) > 0x7fffffffL) return "too many tiles";
@@ -166,17 +155,16 @@ const char *w22_cuda_rows_blocker(const w22_mm *g) {
 }
 
 w22_status w22_cuda_rows_init(w22_cuda *c) {
-    if (!rows_mode()) return W22_OK;
     if (c->smem_optin < CR_SMEM)
         return w22_fail(W22_ERR_UNSUPPORTED, "row conv: the GPU allows %d bytes of shared memory per block; the "
-                        "kernel needs %d (W22_CONV_ROWS=0 runs conv_out on the mma kernel)", c->smem_optin, CR_SMEM);
+                        "kernel needs %d", c->smem_optin, CR_SMEM);
     CU_TRY(cudaFuncSetAttribute(w22_conv_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, CR_SMEM));
-    if (rows_mode() == 2) W22_TRY(w22_cuda_rows2d_init(c));
+    W22_TRY(w22_cuda_rows2d_init(c));
     return W22_OK;
 }
 
 w22_status w22_cuda_gemm_rows(w22_cuda *c, const w22_mm *g, const char *what) {
-    if (rows_mode() == 2 && w22_rows2d_takes(g)) return w22_cuda_gemm_rows2d(c, g, what);
+    if (w22_rows2d_takes(g)) return w22_cuda_gemm_rows2d(c, g, what);
     const int xtiles = (g->W + CR_BM - 1) / CR_BM;
     const long tiles = (long)g->F * g->H * xtiles;
     const int iters = g->kt * 3 * (g->cin / 64);

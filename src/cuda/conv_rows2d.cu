@@ -1,7 +1,7 @@
 /* conv_out (the 3x3(x3) conv with N <= 16 output channels: 256 -> 12) and the head's partial-sums conv_out GEMM
  * (conv_psum.cu: N = 36, kt 1, fp32 out) on 2D tiles that serve all nine spatial taps from one shared-memory tile.
- * The default for the shapes w22_cuda_rows_blocker takes (conv_rows.cu) with H >= 6; W22_CONV_ROWS=row keeps N <= 16
- * on the row kernel (conv_rows.cu), which also runs the shorter ones; 16 < N <= 48 runs here or on the mma kernel.
+ * They run the shapes w22_cuda_rows_blocker takes (conv_rows.cu) with H >= 6; the row kernel (conv_rows.cu) the
+ * shorter ones; 16 < N <= 48 runs here or on the mma kernel.
  *
  * Why: the row kernel (a tile = 128 pixels of one output row) loads, per (dt, dy) and channel slice, one input row of
  * 130 pixels: its dx taps share the load but its dy taps do not, so each input pixel crosses from L2 three times per
@@ -298,7 +298,7 @@ w22_status w22_cuda_rows2d_init(w22_cuda *c) {
     const int need = r2_cfg<1>::SMEM > r2_cfg<3>::SMEM ? r2_cfg<1>::SMEM : r2_cfg<3>::SMEM;
     if (c->smem_optin < need)
         return w22_fail(W22_ERR_UNSUPPORTED, "2D row conv: the GPU allows %d bytes of shared memory per block; the "
-                        "kernel needs %d (W22_CONV_ROWS=row runs the row kernel)", c->smem_optin, need);
+                        "kernel needs %d", c->smem_optin, need);
     CU_TRY(cudaFuncSetAttribute(w22_conv_rows2d_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 r2_cfg<1>::SMEM));
     CU_TRY(cudaFuncSetAttribute(w22_conv_rows2d_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -227,10 +227,8 @@ w22_status w22_cuda_gemm_init(w22_cuda *c) {
     CU_TRY(cudaFuncSetAttribute(cfg_big::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_big::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_mid::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_mid::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_small::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_small::smem));
-    /* Qualifying GEMMs run on the wgmma kernel (conv_sm90_wgmma.cu; validated on an H200 on 2026-12-02: every conv
-     * case of cuda_ops, and the checked f121 decode, docs/PERF.md v3). W22_CONV_KERNEL=mma keeps them here. */
-    const char *k = getenv("W22_CONV_KERNEL");
-    if (!(k && !strcmp(k, "mma"))) W22_TRY(w22_cuda_wgmma_init(c));
+    /* Qualifying GEMMs run on the wgmma conv (conv_sm90_wgmma.cu, conv_sm90_wgmma_tma.cu) */
+    W22_TRY(w22_cuda_wgmma_init(c));
     W22_TRY(w22_cuda_rows_init(c));
     return W22_OK;
 }
@@ -279,17 +277,6 @@ static const char *mma_int_blocker(const w22_mm *g) {
     return NULL;
 }
 
-/* W22_CONV_TILE=mid runs the wide GEMMs on the 128x128 tile too (2 blocks per SM): a measurement switch for
- * choosing the tile table's rows on the GPU, read once. */
-static int tile_override_mid(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_CONV_TILE");
-        v = e && strcmp(e, "mid") == 0;
-    }
-    return v;
-}
-
 w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
     if (g->M <= 0 || g->N <= 0) return W22_OK;
     const char *why = mma_blocker(g);
@@ -305,7 +292,6 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
         c->last_path = why;
         return w22_cuda_gemm_scalar(c, g, what);
     }
-    if (c->use_wgmma && !w22_cuda_wgmma_blocker(g)) return w22_cuda_gemm_wgmma(c, g, what);
     const int cpt = (g->cin + BK - 1) / BK;
     const int main_iters = g->kt * g->ks * g->ks * cpt;
     const int iters = main_iters + (g->sc ? (g->sc_cin + BK - 1) / BK : 0);
@@ -313,7 +299,7 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
     if (g->N <= 32) {
         c->last_path = "mma 128x32";
         s = cfg_small::launch(c, g, main_iters, iters, what);
-    } else if (g->N < 256 || tile_override_mid()) {
+    } else if (g->N < 256) {
         c->last_path = "mma 128x128";
         s = cfg_mid::launch(c, g, main_iters, iters, what);
     } else {

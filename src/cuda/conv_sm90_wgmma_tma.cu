@@ -1,13 +1,14 @@
-/* The wgmma conv with its pixels loaded by the TMA too: the default since v9's run (docs/PERF.md v9: f121 -2.8% with
- * the persistent grid; W22_WGMMA_LOAD=cpasync selects conv_sm90_wgmma.cu's kernel). Same GEMM, stage ring, consumers and epilogue as the default kernel
- * (conv_sm90_wgmma.cu, whose opening comment is the design); what differs is below.
+/* The wgmma conv: the implicit GEMM of a conv (w22_mm, cuda_internal.h) on wgmma.mma_async (bf16 x bf16 -> fp32, both
+ * operands in shared memory), a warp-specialized producer/consumer ring on mbarriers, A and B both loaded by the TMA
+ * (v9: f121 -2.8% against v5-v8's cp.async gathers, which git keeps at 7c0ed73 with their design notes). One
+ * producer thread, two consumer warpgroups of 64 rows x BN columns each; tiles 128 x 256 (4 stages, 128 fp32
+ * accumulators per consumer thread) or 128 x 128 (6 stages) where N % 256 != 0.
  *
  * A by the TMA's im2col mode: one instruction loads a stage's 128 rows x 64 channels. The tensor map describes the
  * input's frames as a 4D tensor {C, W, H, frames} (with the border: {C, W + 2, H + 2, frames} from pixel (-1, -1));
  * its bounding box is the H x W grid of tap (0, 0)'s reads, which the load walks in (x, y, frame) order from the
  * tile's first pixel, each pixel read at (x + dx, y + dy) of the frame: the row wraps that made a fixed box
- * impossible for the tiled mode (the default kernel's note) are the im2col mode's own. Why: the default producer
- * issues 1024 cp.async per 1024-clock stage from 128 threads, and its issue rate was measured to bound the kernel
+ * impossible for the tiled mode are the im2col mode's own. Why: v8's producer issued 1024 cp.async per 1024-clock stage from 128 threads, and its issue rate was measured to bound the kernel
  * (v4: a table read per row cost 12-15%; v5: rows in registers gave +12-19%); here one thread issues two TMA
  * instructions per stage, as in a plain GEMM, and the consumers get the registers (232). The price: a tile may not
  * span two frames, whose sources differ (the causal history frames live in the caches: one map per source, chosen
@@ -20,11 +21,11 @@
  * (upper, from the far edge), H x W pixels. The border rows are read as stored (zeros, or a neighbour rank's halo
  * rows): the TMA's own zero fill is not used for padding. Without a border (ks = 1): the map starts at (0, 0),
  * corners 0. The 1x1 shortcut: the same with ks = 1 over g.sc.
- * The tiles run on a persistent grid (one CTA per SM, the ring carried across tiles, as conv_sm90_wgmma_persist.cu;
- * v9's run: -0.6% on f121), or one tile per CTA with W22_WGMMA_PERSIST=0.
+ * The tiles run on a persistent grid (one CTA per SM, the ring carried across tiles; v9's run: -0.6% on f121 against
+ * one tile per CTA).
  * The epilogue (v11-v12): a tile's outputs are packed in its tail (half in registers, half in shared memory) and
  * stored during the next tile's first stages (wgmma_common.cuh, "the overlapped epilogue"), so the stores overlap
- * the MMAs; W22_WGMMA_EPI=half / v2 give v11 / v10. The Winograd batch GEMMs (dense outputs, nothing added) store
+ * the MMAs (v10's vectors in the tile's tail and v11's half overlap lost). The Winograd batch GEMMs (dense outputs, nothing added) store
  * their tiles by the TMA instead (v20, MODE_EPI_TMA, kernel TE: wg_epi_tma), on a ring of 3 stages: the 4th's
  * shared memory holds the tile; since v21 the direct convs whose output allows it too, a plain residual taken as
  * extra K (residual_as_k), so that only the convs with phases, a DupUp or time-split output, or a residual and a
@@ -32,15 +33,14 @@
  * An upsample conv's four phase GEMMs (conv.cu) run as one launch (w22_mm.phases): one ramp and one part-empty
  * last round instead of four (858 tiles per phase at 176 x 312, 6.5 rounds each, are 3432 in 26). Tiles are
  * ordered (M tile or pair, phase, N tile) since v19 (the four phases of a pixel block read its input and DupUp
- * residual while they are in L2; the four phases' weights, 8 MB at 512 channels, stay there too), phase-major under
- * W22_PHASE_ORDER=major (v18: a phase's weights in L2 while its tiles run); the producer takes phase
+ * residual while they are in L2; the four phases' weights, 8 MB at 512 channels, stay there too; v18's phase-major
+ * order lost); the producer takes phase
  * p's A map (p = 0: tm_a; 1-3 in the history's and the shortcut's slots, which a phase GEMM never has), its load
  * corner (x + px, y + py: the pads 1 - px, 1 - py) and its B rows (p N on, the phases' weights being one block);
  * the consumers add the phase's output and residual offsets (ph_o, ph_r; ph_r carries the DupUp residual's channel
  * offset of that phase) to the rows they pack, so the deferred store, which runs during the next tile (maybe of the
- * next phase), needs nothing of the phase. The split tail splits the combined last round. W22_PHASES=separate gives
- * four launches.
- * Clusters of 2 (v15; W22_TMA_CLUSTER=1 turns them off): the 128 x 256 tiles of two M tiles of one N tile run on a
+ * next phase), needs nothing of the phase. The split tail splits the combined last round.
+ * Clusters of 2 (v15): the 128 x 256 tiles of two M tiles of one N tile run on a
  * CTA pair that shares B: each CTA loads half the B rows by TMA multicast into both CTAs' stage, so a stage reads
  * 16 + 16 KB from L2 per CTA instead of 16 + 32. empty[s] counts both CTAs' consumer warps (a stage is refilled
  * only when the peer, whose B half lands in it too, has released it), the pair starts and ends with a cluster
@@ -52,12 +52,11 @@
 #include "wgmma_common.cuh"
 
 /* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs;
- * MODE_EPI_DEFER: row half 1 overlapped with the next tile, MODE_EPI_SMEM: row half 0 too, through shared memory), and two
- * measurement switches that make the results wrong and exist to time parts of the kernel by leaving them out
- * (W22_WGMMA_EPI=none: no stores; W22_WGMMA_LOAD=none: no loads, the consumers multiply whatever shared memory
- * holds). */
+ * MODE_EPI_DEFER: row half 1 overlapped with the next tile, MODE_EPI_SMEM: row half 0 too, through shared memory),
+ * chosen per GEMM by what its geometry allows (mode_for). Its parts are timed with ncu, not by modes that leave
+ * work out (v10-v12's W22_WGMMA_EPI=none / W22_WGMMA_LOAD=none, deleted at issue 29). */
 enum {
-    MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16, MODE_PHASE_MINOR = 32,
+    MODE_EPI_VEC = 1, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16, MODE_PHASE_MINOR = 32,
     MODE_EPI_TMA = 64 /* the tile through shared memory to TMA stores (kernel TE > 0: wg_epi_tma) */
 };
 
@@ -199,15 +198,14 @@ static __device__ __forceinline__ void wg_split_sum(const float *part, int slot0
  * 128B swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8), so that the 8 rows of a warp's store hit 8 different
  * chunks, no bank conflicts), then one thread stores them. A batch GEMM's dense output (box_px 0): boxes of 64
  * channels x 128 rows of a map {N, H W, frames}, the rows past the frame clipped by it. A direct conv's bordered
- * frames (box_px > 0, W22_EPI_TMA_DIRECT): the tile's 128 pixels wrap image rows, so boxes of box_px pixels of one
+ * frames (box_px > 0, since v21): the tile's 128 pixels wrap image rows, so boxes of box_px pixels of one
  * row (box_px divides both W and 128: no box crosses a row) of a map {N, W, H, frames}, those past the frame skipped.
  * Why: ncu had the 512-channel batch GEMM 73% tensor-busy with the overlapped epilogue and 87% without stores, the
  * 256-channel direct conv 81% and 92%; the overlapped one costs each stage instructions (the held vectors' shifts, the
  * addresses) and the tile's tail a long pack (the quad transposes), while the tensor cores wait. Here a tile's tail is
  * 64 shared stores and a few barriers per thread, and the stores run in the TMA unit during the next tile.
- * NB staging buffers of one 64-channel box: NB = BN / 64 (v20, the whole tile: one round, on a ring of 3 stages; the
- * default) or fewer (W22_EPI_STG=half: NB = 2, 32 KB, which leaves the ring its 4th stage; v21a measured it even),
- * the boxes in rounds of NB. A buffer is free again
+ * NB staging buffers of one 64-channel box: NB = BN / 64 (v20, the whole tile: one round, on a ring of 3 stages; v21a's
+ * NB = 2 on a ring of 4 was even and went), the boxes in rounds of NB. A buffer is free again
  * when the store that used it has read it: the storing thread waits for that before each round's first barrier (the
  * first round's, the previous tile's stores: long done). */
 template <int BN, int NB>
@@ -345,9 +343,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 for (int it = wi.k0; it < wi.k1; it++, loads++) {
                     if (loads >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1);
                     const uint32_t sa = base + s * L::stage_bytes, sb = sa + L::a_bytes, full = full0 + 8 * s;
-                    if (mode & MODE_NO_LOAD) { /* measurement: the stage is "full" at once */
-                        mbar_arrive(full);
-                    } else if (it < main_iters) {
+                    if (it < main_iters) {
                         mbar_arrive_expect_tx(full, L::stage_bytes);
                         const int j = t + dt; /* the input frame of this tap: a history frame or a new one */
                         const bool nw = j >= g.hist_n;
@@ -446,7 +442,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr, epi);
             else if (mode & MODE_EPI_VEC)
                 wg_store_tile_vec<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr);
-            else if (!(mode & MODE_NO_EPI))
+            else
                 wg_store_tile<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr);
             __syncwarp(); /* the rows past m_end diverged: converged again before the next tile's .aligned wgmma ops */
         }
@@ -459,35 +455,13 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 
 /* ---- host side ---- */
 
-/* On unless W22_WGMMA_LOAD=cpasync (read once per process; the default since v9's run, docs/PERF.md) */
-static int tma_enabled(void) {
-    static int v = -1;
-    return !w22_env_is(&v, "W22_WGMMA_LOAD", "cpasync");
-}
 
-/* W22_WGMMA_EPI (defer, the default: stores overlapped with the next tile, v12; half: only row half 1's, v11; v2:
- * 16-byte vectors in the tile's tail, v10; v1: pairs; none) and W22_WGMMA_LOAD=none as mode bits; read once. */
-static int env_mode(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_WGMMA_EPI"), *l = getenv("W22_WGMMA_LOAD");
-        v = !e || !strcmp(e, "defer") ? MODE_EPI_DEFER | MODE_EPI_SMEM | MODE_EPI_VEC
-            : !strcmp(e, "half")     ? MODE_EPI_DEFER | MODE_EPI_VEC
-            : !strcmp(e, "v1")       ? 0
-            : !strcmp(e, "none")     ? MODE_NO_EPI
-                                     : MODE_EPI_VEC;
-        if (l && !strcmp(l, "none")) v |= MODE_NO_LOAD;
-    }
-    return v;
-}
+/* The epilogue the GEMMs start from (v12's: stores overlapped with the next tile, row half 0 through shared memory;
+ * mode_for takes away what a GEMM's geometry does not allow). v10's vectors in the tile's tail, v11's half overlap
+ * and the pair stores lost their A/B runs (docs/PERF.md v10-v12; git has them at 7c0ed73). */
+static int env_mode(void) { return MODE_EPI_DEFER | MODE_EPI_SMEM | MODE_EPI_VEC; }
 
-int w22_cuda_wgmma_tma_on(const w22_cuda *c) { return tma_enabled() && c->tmap_im2col != NULL; }
-
-/* W22_TMA_CLUSTER: 2 (the default) runs the 128 x 256 tiles in clusters of 2 sharing B, 1 without (read once). */
-static int tma_cluster_env(void) {
-    static int v = -1;
-    return w22_env_is(&v, "W22_TMA_CLUSTER", "1") ? 1 : 2;
-}
+int w22_cuda_wgmma_tma_on(const w22_cuda *c) { return c->tmap_im2col != NULL; }
 
 /* The launch attribute of a cluster of 2 along x. */
 static cudaLaunchAttribute cluster2_attr(void) {
@@ -510,14 +484,10 @@ w22_status w22_cuda_wgmma_tma_init(w22_cuda *c) {
                                 tma_layout<256, 3, 4>::bytes));
     CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 3, 2, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 tma_layout<256, 3, 4>::bytes));
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4, 1, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                tma_layout<256, 4, 2>::bytes));
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4, 2, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                tma_layout<256, 4, 2>::bytes));
     /* the clusters of 2 that fit at once: the persistent grid of the cluster kernel (an SM left alone in its GPC
      * idles); 0: no cluster launches */
     c->tma_clusters = 0;
-    if (tma_cluster_env() == 2) {
+    {
         cudaLaunchConfig_t lc;
         memset(&lc, 0, sizeof lc);
         cudaLaunchAttribute at = cluster2_attr();
@@ -533,9 +503,8 @@ w22_status w22_cuda_wgmma_tma_init(w22_cuda *c) {
     void *fn = NULL;
     cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     CU_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &fn, 12000, cudaEnableDefault, &q));
-    if ((!fn || q != cudaDriverEntryPointSuccess) && tma_enabled())
-        return w22_fail(W22_ERR_CUDA, "W22_WGMMA_LOAD=tma: the driver has no cuTensorMapEncodeIm2col (query %d)",
-                        (int)q);
+    if (!fn || q != cudaDriverEntryPointSuccess)
+        return w22_fail(W22_ERR_CUDA, "wgmma conv: the driver has no cuTensorMapEncodeIm2col (query %d)", (int)q);
     c->tmap_im2col = q == cudaDriverEntryPointSuccess ? fn : NULL;
     return W22_OK;
 }
@@ -594,17 +563,12 @@ static w22_status im2col_map(w22_cuda *c, CUtensorMap *m, const bf16 *p, long sw
  * clusters): the last round's R tiles are split when R <= grid / 2, into grid / R pieces (at most SPLIT_MAX, each of
  * 8 stages or more, R x pieces within `slots`: a cluster's tile is two tiles, each with its pieces' slots); 1: no
  * split. A grid of one round splits only where `one_round` (the tail launch after the pairs' rounds: the tiles they
- * left, fewer than the SMs). W22_WGMMA_SPLIT=0 turns it off (read once). */
+ * left, fewer than the SMs). (v13: before it, the last round ran part-empty.) */
 #define SPLIT_MAX 3
 #define SPLIT_SLOTS 132 /* partial slots, one per piece: R split <= the grid (132 on an H200; more SMs: fewer pieces) */
 #define SPLIT_PART_BYTES ((size_t)SPLIT_SLOTS * 128 * 256 * 4) /* 128 fp32 accumulators per consumer thread */
 int w22_wgmma_split_of(int tiles, int iters, int grid, int slots, int one_round) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("W22_WGMMA_SPLIT");
-        on = !(e && !strcmp(e, "0"));
-    }
-    if (!on || grid <= 0 || (tiles <= grid && !one_round)) return 1;
+    if (grid <= 0 || (tiles <= grid && !one_round)) return 1;
     const int r = tiles % grid;
     if (r == 0) return 1;
     int s = grid / r < SPLIT_MAX ? grid / r : SPLIT_MAX;
@@ -664,7 +628,7 @@ static w22_status out_map_frames(w22_cuda *c, CUtensorMap *m, const w22_mm *g, i
     return store_map(c, m, g, 4, dims, strides, *box_px, what);
 }
 
-/* Whether a direct conv's output takes the TMA store (W22_EPI_TMA_DIRECT): bf16, one frame map (no time split,
+/* Whether a direct conv's output takes the TMA store: bf16, one frame map (no time split,
  * phases or batch), 16-byte strides, W a multiple of 8 (frame_box_px); and no residual (the epilogue adds none: a
  * plain one goes in as extra K first, residual_as_k). */
 static int epi_tma_direct_ok_but_res(const w22_mm *g) {
@@ -689,7 +653,6 @@ static int epi_tma_ok(const w22_mm *g) {
 /* mode with the TMA store instead of the overlapped epilogue, unless a measurement mode leaves the stores or loads
  * out. */
 static int epi_tma_mode(int mode) {
-    if (mode & (MODE_NO_EPI | MODE_NO_LOAD)) return mode;
     return (mode & ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM)) | MODE_EPI_TMA;
 }
 
@@ -830,27 +793,16 @@ static double tma_rounds(long tiles, int iters, int grid, int slots, int split_o
  * per stage; v15's run), so a round of pairs counts PAIR_COST of a round of tiles, and the plan of the fewest
  * rounds wins. Pairs round differently: the 512-channel conv at 176 x 312 is 858 tiles on 132 CTAs (6.5 rounds with
  * the split tail) but 430 pairs on 66 clusters (7: the 34 pairs left cannot split in two; measured 3% slower), and
- * 6 rounds of pairs + its last 66 tiles in 2 pieces each on the SMs (0.5) beat both. Only the 256-channel tiles, and
- * not under W22_TMA_CLUSTER=1; a tail only where the pairs' rounds end on a whole row of N tiles (the tail's tiles
+ * 6 rounds of pairs + its last 66 tiles in 2 pieces each on the SMs (0.5) beat both. Only the 256-channel tiles; a
+ * tail only where the pairs' rounds end on a whole row of N tiles (the tail's tiles
  * then follow on in tile order). */
 enum { TMA_TILES, TMA_PAIRS, TMA_PAIRS_TAIL };
 #define PAIR_COST 0.97
-/* W22_TMA_TAIL=0: no TMA_PAIRS_TAIL plans (read once). v15's run measured the tail's one conv, the 512-channel one
- * at 176 x 312, at 0.997 ms against 0.991 as tiles in an earlier run: an A/B in one run is still to do. */
-static int tma_tail_env(void) {
-    static int v = -1;
-    return !w22_env_is(&v, "W22_TMA_TAIL", "0");
-}
-/* The batch GEMMs (Winograd's) as single tiles, no clusters, since v23: 22B's ncu at the base clock had the
- * 512-channel one 2% faster so, and v23's decode A/B f121 -0.3%. W22_TMA_CLUSTER_BATCH=on gives v22's plan (the
- * direct convs' choice of tiles, pairs or pairs and a tail). Read once. */
-static int tma_batch_tiles_env(void) {
-    static int v = -1;
-    return !w22_env_is(&v, "W22_TMA_CLUSTER_BATCH", "on");
-}
+/* The batch GEMMs (Winograd's) run as single tiles, no clusters, since v23: 22B's ncu at the base clock had the
+ * 512-channel one 2% faster so, and v23's decode A/B f121 -0.3%. */
 static int tma_plan(const w22_cuda *c, const w22_mm *g, int persist, int minor, long *lim, long *tile0) {
     *lim = *tile0 = 0;
-    if (g->N % 256 || c->tma_clusters <= 0 || (g->batch && tma_batch_tiles_env())) return TMA_TILES;
+    if (g->N % 256 || c->tma_clusters <= 0 || g->batch) return TMA_TILES;
     if (!persist) return TMA_PAIRS;
     const int HW = g->H * g->W, np = g->phases ? 4 : g->batch ? g->batch : 1, tn = g->N / 256, ok = !c->on_side,
               cl = c->tma_clusters;
@@ -863,7 +815,7 @@ static int tma_plan(const w22_cuda *c, const w22_mm *g, int persist, int minor, 
     const long full = pairs / cl, done = full * cl, p = done / ppp, j = done - p * ppp; /* the pairs' whole rounds */
     /* phase-minor (MODE_PHASE_MINOR): the pairs' rounds must end on a whole pair of M tiles, all phases */
     const long group = (long)np * tn;
-    if (tma_tail_env() && full >= 1 && done < pairs && (minor ? done % group == 0 : j % tn == 0)) {
+    if (full >= 1 && done < pairs && (minor ? done % group == 0 : j % tn == 0)) {
         const long t0 = minor ? 2 * (done / group) * group : (p * mt + j / tn * 2) * tn;
         const double r_tail = PAIR_COST * full + tma_rounds(tiles - t0, iters, c->sms, SPLIT_SLOTS, ok, 1);
         if (r_tail < (plan == TMA_PAIRS ? r_pairs : r_tiles)) plan = TMA_PAIRS_TAIL, *lim = done, *tile0 = t0;
@@ -871,35 +823,22 @@ static int tma_plan(const w22_cuda *c, const w22_mm *g, int persist, int minor, 
     return plan;
 }
 
-/* An upsample conv's phase tiles ordered (M tile, phase, N tile) (MODE_PHASE_MINOR, the default since v19), so that
- * the four phases of an M tile read its input pixels and its DupUp residual while they are in L2 (phase-major, each
- * phase read the whole 112 MB residual of the 512-channel conv from DRAM: 1012 -> 904 us, f121 -0.5%);
- * W22_PHASE_ORDER=major gives v18's order. Read once. */
-static int phase_minor_env(void) {
-    static int v = -1;
-    return !w22_env_is(&v, "W22_PHASE_ORDER", "major");
-}
+/* An upsample conv's phase tiles are ordered (M tile, phase, N tile) (MODE_PHASE_MINOR, since v19), so that the
+ * four phases of an M tile read its input pixels and its DupUp residual while they are in L2 (phase-major, each
+ * phase read the whole 112 MB residual of the 512-channel conv from DRAM: 1012 -> 904 us, f121 -0.5%). */
 
-/* The TMA store's staging: the whole tile (64 KB) on a ring of 3 stages (v20's, the default), or W22_EPI_STG=half:
- * two boxes of 64 channels (32 KB) taken in turns, on a ring of 4 (v21a: f121 the same within 0.3%, the batch GEMMs
- * unchanged: the 4th stage does not pay). Read once. */
-static int epi_stg_full_env(void) {
-    static int v = -1;
-    return !w22_env_is(&v, "W22_EPI_STG", "half");
-}
-
-/* A launch with the TMA store: the kernel of the staging epi_stg_full_env picks (TE 4 boxes on 3 stages, or 2 on 4). */
+/* A launch with the TMA store: its staging the whole tile (64 KB) on a ring of 3 stages (v20; v21a's two 64-channel
+ * boxes on a ring of 4 were even, and went). */
 template <int CL>
 static w22_status launch_te(w22_cuda *c, const w22_mm *g, int persist, int mode, int *split, const char *what,
                             long lim, long tile0, int one_round) {
-    return epi_stg_full_env() ? launch<256, 3, CL, 4>(c, g, persist, mode, split, what, lim, tile0, one_round)
-                              : launch<256, 4, CL, 2>(c, g, persist, mode, split, what, lim, tile0, one_round);
+    return launch<256, 3, CL, 4>(c, g, persist, mode, split, what, lim, tile0, one_round);
 }
 
 static w22_status run_tma(w22_cuda *c, const w22_mm *g, int mode, const char *what) {
-    if (g->phases && phase_minor_env()) mode |= MODE_PHASE_MINOR;
-    /* persistent unless W22_WGMMA_PERSIST=0 (v9's run: -0.6% on f121 against one tile per CTA) */
-    const int big = g->N % 256 == 0, persist = w22_wgmma_persist_env() != 0 && c->sms > 0;
+    if (g->phases) mode |= MODE_PHASE_MINOR;
+    /* on a persistent grid (v9's run: -0.6% on f121 against one tile per CTA) */
+    const int big = g->N % 256 == 0, persist = c->sms > 0;
     const int epi = mode & MODE_EPI_SMEM ? 3 : mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0;
     long lim, tile0;
     const int plan = tma_plan(c, g, persist, (mode & MODE_PHASE_MINOR) != 0, &lim, &tile0);
@@ -927,12 +866,8 @@ static w22_status run_tma(w22_cuda *c, const w22_mm *g, int mode, const char *wh
 }
 
 /* The direct convs that allow it (epi_tma_direct_ok, a plain residual taken as extra K) store their tiles by the TMA
- * as the batch GEMMs do (v21: f121 -1.2%, the 256-channel convs at 352 x 624 -1.3 to -5.7%); W22_EPI_TMA_DIRECT=0:
- * v20's overlapped epilogue. Read once. */
-static int epi_tma_direct_env(void) {
-    static int v = -1;
-    return !w22_env_is(&v, "W22_EPI_TMA_DIRECT", "0");
-}
+ * as the batch GEMMs do (v21: f121 -1.2%, the 256-channel convs at 352 x 624 -1.3 to -5.7%, against v20's
+ * overlapped epilogue). */
 
 /* The identity [n][n] in bf16, the weights of a residual taken as the GEMM's extra K (residual_as_k): one per n
  * (the decode's 1024-channel attention projection and its 256-channel convs), made at the first conv of that n and
@@ -980,7 +915,7 @@ static w22_status residual_as_k(w22_cuda *c, w22_mm *g) {
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_mm *g, const char *what) {
     const int zero[1] = {0};
     int mode = mode_for(g, 1, zero, zero);
-    if (epi_tma_direct_env() && (mode & MODE_EPI_SMEM)) { /* the default epilogue's GEMMs (W22_WGMMA_EPI unset) */
+    if (mode & MODE_EPI_SMEM) { /* the GEMMs whose geometry allows the overlapped epilogue */
         w22_mm q = *g; /* a residual as extra K where that lets the tile take the TMA store */
         if (q.res && epi_tma_direct_ok_but_res(&q)) W22_TRY(residual_as_k(c, &q));
         if (epi_tma_direct_ok(&q)) return run_tma(c, &q, epi_tma_mode(mode), what);
@@ -1040,13 +975,8 @@ const char *w22_cuda_wgmma_tma_batch_blocker(const w22_mm *g) {
     return NULL;
 }
 
-/* A batch GEMM's tiles stored through shared memory by the TMA (MODE_EPI_TMA, v20: f121 -1.8% in the decode), on a
- * ring of 3 stages; W22_EPI_TMA=0: v19's overlapped epilogue on 4 (read once). */
-static int epi_tma_env(void) {
-    static int v = -1;
-    return !w22_env_is(&v, "W22_EPI_TMA", "0");
-}
-
+/* A batch GEMM's tiles are stored through shared memory by the TMA (MODE_EPI_TMA, v20: f121 -1.8% in the decode,
+ * against v19's overlapped epilogue on a ring of 4). */
 /* The batch as one launch (w22_mm.batch). */
 w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_mm *g, const char *what) {
     const char *why = w22_cuda_wgmma_tma_batch_blocker(g);
@@ -1054,6 +984,6 @@ w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_mm *g, const char *w
     w22_mm q[W22_GEMM_BATCH];
     for (int p = 0; p < g->batch; p++) q[p] = *g;
     int mode = mode_for(q, g->batch, g->ph_o, g->ph_r);
-    if (epi_tma_env() && epi_tma_ok(g)) mode = epi_tma_mode(mode);
+    if (epi_tma_ok(g)) mode = epi_tma_mode(mode);
     return run_tma(c, g, mode, what);
 }

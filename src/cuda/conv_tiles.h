@@ -11,7 +11,7 @@
  * | small | 128x32  | 4 x 1         | 32 x 32   | 4      |  80 KB | N <= 32    | conv_out (N = 12): a 256-wide tile would waste 95% of the MMAs |
  *
  * Measured on an H200 (2026-12-02, docs/PERF.md): big 296-362 TFLOP/s on the heavy 3x3x3 convs; mid for N >= 256
- * (W22_CONV_TILE=mid) 354-359. Those shapes now run on the wgmma kernel (conv_sm90_wgmma.cu, 575-621 TFLOP/s, its own
+ * 354-359 (v3, not kept). Those shapes now run on the wgmma kernel (conv_sm90_wgmma.cu, 575-621 TFLOP/s, its own
  * tile table); this kernel keeps the shapes wgmma does not take (cin % 64 != 0, N % 128 != 0, the attention). */
 #ifndef W22_CONV_TILES_H
 #define W22_CONV_TILES_H

@@ -32,7 +32,7 @@ typedef struct {
     int on_side;
     int smem_optin;                  /* max dynamic shared memory per block */
     int sms;                         /* streaming multiprocessors (a persistent grid's size) */
-    int tma_clusters;                /* clusters of 2 of the TMA conv that fit at once (0: W22_TMA_CLUSTER=1) */
+    int tma_clusters;                /* clusters of 2 of the TMA conv that fit at once (0: none) */
     int debug;                       /* W22_CUDA_DEBUG=1: sync after each op, check views against allocations */
     size_t bytes, peak;
     w22_cuda_alloc_rec *allocs;      /* live allocations (pointer -> size), for the byte count and debug checks */
@@ -44,12 +44,12 @@ typedef struct {
     /* The TMA conv's split tail (conv_sm90_wgmma_tma.cu): partial accumulators of the split tiles' pieces and,
      * after them, the tiles' arrival counts. Allocated at the first split launch. */
     void *split_part;
-    /* Unless W22_CONV_KERNEL=mma at create: qualifying GEMMs run on the wgmma kernel (conv_sm90_wgmma.cu), whose
-     * tensor maps are made by the driver's cuTensorMapEncodeTiled (entry point fetched through cudart). */
+    /* 1 after w22_cuda_wgmma_init: qualifying GEMMs run on the wgmma conv (conv_sm90_wgmma.cu), whose tensor maps
+     * are made by the driver's cuTensorMapEncodeTiled (entry point fetched through cudart). */
     int use_wgmma;
     void *tmap_encode;
     w22_cuda_prof *prof; /* W22_PROFILE=1: per-op timing (profile.cu); NULL: off */
-    void *tmap_im2col; /* cuTensorMapEncodeIm2col, for W22_WGMMA_LOAD=tma (conv_sm90_wgmma_tma.cu); NULL: none */
+    void *tmap_im2col; /* cuTensorMapEncodeIm2col, for the TMA conv's pixel loads (conv_sm90_wgmma_tma.cu) */
     void *wino_scratch; /* W22_WINOGRAD's V and M (winograd.cu), grown to the largest conv; NULL: none yet */
     size_t wino_bytes;
     void *ident[4]; /* bf16 identities [ident_n][ident_n], one per n: a residual's weights as extra K */
@@ -160,7 +160,7 @@ typedef struct {
      * p = py 2 + px has its B rows at b + p N b_sw (the four one K-major block of 4N rows), pads pad_y - py and
      * pad_x - px, its outputs at out + ph_o[p] and its residual at res + ph_r[p] (elements; ph_r includes that
      * phase's DupUp r_coff, and r_coff is 0). Tiles: a quarter of them per phase, the phases of an M tile adjacent
-     * (the TMA kernel's wg_tile_of; phase-major under W22_PHASE_ORDER=major). */
+     * (the TMA kernel's wg_tile_of). */
     int phases;
     /* batch = n (2..W22_GEMM_BATCH; 0: none): n GEMMs of the same geometry as one, on the TMA wgmma kernel only
      * (winograd.cu's 16 components): GEMM p reads A frames from p a_frames on (one tensor of n a_frames frames at
@@ -186,7 +186,7 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what);
 w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_mm q[4], const char *what);
 w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_mm *g, const char *what);
 /* conv_rows.cu: the 3x3(x3) conv with N <= 16 (conv_out) on row tiles or, where w22_rows2d_takes, on the 2D tiles
- * of conv_rows2d.cu (W22_CONV_ROWS picks), N <= 48 on the 2D tiles alone; the blocker is NULL when one of them takes
+ * of conv_rows2d.cu, N <= 48 on the 2D tiles alone; the blocker is NULL when one of them takes
  * g, else why not */
 const char *w22_cuda_rows_blocker(const w22_mm *g);
 w22_status w22_cuda_rows_init(w22_cuda *c);

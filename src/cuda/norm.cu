@@ -62,14 +62,14 @@ __global__ void w22_rmsnorm_kernel(const bf16 *in, long isf, long ish, long isw,
 /* The same op for C = 256 NV (NV = 1, 2, 4) with 16-byte aligned views: a warp's pixel stays in registers
  * between the sum of squares and the scaling (one read instead of two), blocks of 8 pixels along a row (grid: x
  * blocks by F * H rows, no divisions), gamma as float4. The default since v5 (docs/PERF.md: 2.00 -> 2.57 TB/s at
- * 256 channels); W22_NORM=v1 selects the two-pass kernel above for A/B runs. In place (out == in) is fine:
+ * 256 channels against the kernel above, which runs what this one does not take). In place (out == in) is fine:
  * a lane reads its elements of all P pixels before writing any. */
 template <int NV, int P>
 __global__ void __launch_bounds__(256) w22_rmsnorm_rows_kernel(const bf16 *in, long isf, long ish, long isw, bf16 *out,
                                                              long osf, long osh, long osw, const float *gamma, int H,
                                                              int W, int silu) {
     /* P adjacent pixels per warp (v10: P = 2): all their loads are issued before the first reduction, P times the
-     * bytes in flight per warp of v5's one pixel (P = 1, W22_NORM=v2) */
+     * bytes in flight per warp of v5's one pixel (P = 1) */
     const int x0 = (blockIdx.x * 8 + (threadIdx.x >> 5)) * P, lane = threadIdx.x & 31;
     if (x0 >= W) return;
     const int fy = blockIdx.y, f = fy / H, y = fy - f * H;
@@ -121,17 +121,8 @@ __global__ void __launch_bounds__(256) w22_rmsnorm_rows_kernel(const bf16 *in, l
     }
 }
 
-/* W22_NORM: v1 the two-pass kernel, v2 the rows kernel with one pixel per warp (v5), else (default) two (v10; four
- * per warp ran slower at 512 and 1024 channels: docs/PERF.md v13) */
-static int norm_version(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_NORM");
-        v = e && !strcmp(e, "v1") ? 1 : e && !strcmp(e, "v2") ? 2 : 3;
-    }
-    return v;
-}
-
+/* The rows kernel takes two pixels per warp (v10; one, v5-v9's, and four ran slower at 512 and 1024 channels:
+ * docs/PERF.md v13); the per-pixel kernel takes what it does not (other channel counts, unaligned views). */
 w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22_bweight *gw, int silu) {
     w22_cuda *c = cuda_of(b);
     const w22_cuda_weight *g = (const w22_cuda_weight *)gw;
@@ -151,17 +142,16 @@ w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
     const int vec = in.c % 8 == 0 && (uintptr_t)in.ptr % 16 == 0 && (uintptr_t)out.ptr % 16 == 0 && in.sf % 8 == 0 &&
                     in.sh % 8 == 0 && in.sw % 8 == 0 && out.sf % 8 == 0 && out.sh % 8 == 0 && out.sw % 8 == 0;
     const int nv = in.c / 256;
-    if (vec && norm_version() >= 2 && in.c % 256 == 0 && (nv == 1 || nv == 2 || nv == 4) &&
+    if (vec && in.c % 256 == 0 && (nv == 1 || nv == 2 || nv == 4) &&
         (uintptr_t)g->dev % 16 == 0 && (long)in.f * in.h < 65536) {
-        const int pix = norm_version() == 2 ? 1 : 2; /* pixels per warp */
+        const int pix = 2; /* pixels per warp */
         const dim3 grid((in.w + 8 * pix - 1) / (8 * pix), in.f * in.h);
 #define W22_NORM_ROWS(NV, P)                                                                                   \
     w22_rmsnorm_rows_kernel<NV, P><<<grid, 256, 0, c->stream>>>((const bf16 *)in.ptr, in.sf, in.sh, in.sw,    \
                                                                 (bf16 *)out.ptr, out.sf, out.sh, out.sw,       \
                                                                 (const float *)g->dev, in.h, in.w, silu)
 #define W22_NORM_NV(P) (nv == 1 ? W22_NORM_ROWS(1, P) : nv == 2 ? W22_NORM_ROWS(2, P) : W22_NORM_ROWS(4, P))
-        if (pix == 1) W22_NORM_NV(1);
-        else W22_NORM_NV(2);
+        W22_NORM_NV(2);
 #undef W22_NORM_NV
 #undef W22_NORM_ROWS
     } else if (vec)

@@ -165,8 +165,8 @@ static w22_status p_conv(w22_backend *b, const w22_conv_args *a) {
     if (!w) return w22_cuda_ops_plain.conv(b, a);
     const int nf = a->time_split ? a->out.f / 2 : a->out.f;
     const double pix = (double)nf * a->out.h * a->out.w;
-    /* the work the kernels do: an upsampling 3x3 conv runs as 2x2 phase convs (4 taps); phases off would do 9 */
-    const double taps = a->upsample && w->dev_phase && !getenv("W22_NO_PHASES") ? 4 : (double)a->kt * a->ks * a->ks;
+    /* the work the kernels do: an upsampling 3x3 conv runs as 2x2 phase convs (4 taps) */
+    const double taps = a->upsample && w->dev_phase ? 4 : (double)a->kt * a->ks * a->ks;
     const double flops = 2 * pix * w->cout * (taps * w->cin + (a->sc_in && sc ? sc->cin : 0));
     char fl[64];
     snprintf(fl, sizeof fl, "%s%s%s%s%s%s%s", a->upsample ? " up" : "", a->time_split ? " tsplit" : "",

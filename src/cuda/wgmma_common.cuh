@@ -1,7 +1,7 @@
-/* What the wgmma conv kernels share (conv_sm90_wgmma.cu: the default kernel and its variants;
- * conv_sm90_wgmma_persist.cu: the persistent variant): tile constants, register splits, the barrier counts, the PTX
- * wrappers (mbarriers, cp.async, TMA, clusters, wgmma), the shared-memory layout of a stage ring, and the host's
- * tensor-map helper. conv_sm90_wgmma.cu's opening comment is the design; docs/PERF.md v3-v8 the measurements. */
+/* What the wgmma conv (conv_sm90_wgmma_tma.cu, its host side in conv_sm90_wgmma.cu) uses: tile constants, register
+ * splits, the barrier counts, the PTX wrappers (mbarriers, cp.async, TMA, clusters, wgmma), the shared-memory layout
+ * of a stage ring, the epilogues, and the host's tensor-map helper. conv_sm90_wgmma_tma.cu's opening comment is the
+ * design; docs/PERF.md v3-v24 the measurements. */
 #ifndef W22_WGMMA_COMMON_CUH
 #define W22_WGMMA_COMMON_CUH
 
@@ -300,7 +300,7 @@ static __device__ __forceinline__ void wg_quad_transpose(float v[8], int tq) {
     }
 }
 
-/* wg_store_tile with 16-byte accesses (W22_WGMMA_EPI=v2; the GEMM passed w22_epilogue_vec_ok): per group of four
+/* wg_store_tile with 16-byte accesses (v10's; the GEMM passed w22_epilogue_vec_ok): per group of four
  * 8-column blocks the quad transposes its pairs, then each lane adds bias and residual to 8 adjacent channels and
  * stores them as one vector. A quarter of the memory instructions of the pair store, and whole 32-byte sectors.
  * Every lane runs the shuffles; only rows below m_end touch memory. */
@@ -329,13 +329,13 @@ static __device__ __forceinline__ void wg_store_tile_vec(const w22_mm &g, const 
     }
 }
 
-/* ---- the overlapped epilogue (W22_WGMMA_EPI=defer, the TMA kernel's default since v12; half: v11) ----
+/* ---- the overlapped epilogue (the TMA kernel's since v12; v11's half overlap lost) ----
  * Why: with the stores in the tile's tail the tensor cores idle while the consumers add and store (v10's EPI=none:
  * 10% of a 256-channel conv, 20% of a phase conv). Here a tile's tail packs its accumulators: + bias (+ shortcut
  * bias) in fp32, rounded to bf16 pairs, transposed within the quad (8 adjacent channels per lane, as
  * wg_store_tile_vec); row half 1 is held in registers (32: with 128 accumulators the consumers' 232 have no room
  * for both halves, which spilled) and row half 0 staged in shared memory (the 32 KB the stage ring leaves; v12,
- * W22_WGMMA_EPI=half stores it in the tail as v11 did); both are stored one 16-byte vector per stage during the next
+ * v11 stored it in the tail); both are stored one 16-byte vector per stage during the next
  * tile's first BN / 16 stages, between each stage's wgmma issue and its wait, so the stores overlap the MMAs
  * (docs/PERF.md v11, v12). The residual is added to the bf16-rounded conv output and rounded again (as diffusers' bf16
  * decode does; the vec store rounds once). bf16 outputs only (out_f32: the vec store). */
@@ -433,7 +433,7 @@ static __device__ __forceinline__ void wg_defer_step(const wg_defer<BN> &d, cons
     if (d.orow[1] >= 0) wg_defer_store_vec(g, d.pk[0], d.orow[1], d.rrow[1], d.n0 + (4 * step + tq) * 8);
 }
 
-/* Step BN / 32 + v (v12, W22_WGMMA_EPI=defer): half 0's vector of channel group v, staged in shared
+/* Step BN / 32 + v (v12): half 0's vector of channel group v, staged in shared
  * memory by wg_defer_pack (each thread reads back only what it wrote: no barrier). */
 template <int BN>
 static __device__ __forceinline__ void wg_defer_step_smem(const wg_defer<BN> &d, const w22_mm &g, int v, int tq,
@@ -465,13 +465,8 @@ typedef CUresult (*encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint3
                                      const cuuint64_t *, const int *, const int *, cuuint32_t, cuuint32_t,
                                      const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
                                      CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-/* conv_sm90_wgmma_persist.cu (W22_WGMMA_PERSIST=1) */
-w22_status w22_cuda_wgmma_persist_init(w22_cuda *c);
-int w22_cuda_wgmma_persist_on(const w22_cuda *c);
-int w22_wgmma_persist_env(void); /* W22_WGMMA_PERSIST: 1, 0, or -1 when unset */
-w22_status w22_cuda_gemm_wgmma_persist(w22_cuda *c, const w22_mm *g, const char *what);
-/* conv_sm90_wgmma_tma.cu (W22_WGMMA_LOAD=tma): init (sets c->tmap_im2col), whether the switch is on, why a GEMM the
- * default wgmma kernel takes does not qualify (NULL: it does), the launch */
+/* conv_sm90_wgmma_tma.cu: init (sets c->tmap_im2col), whether the im2col encoder is there, why a GEMM that
+ * w22_cuda_wgmma_blocker passes does not qualify (NULL: it does), the launch */
 w22_status w22_cuda_wgmma_tma_init(w22_cuda *c);
 int w22_cuda_wgmma_tma_on(const w22_cuda *c);
 const char *w22_cuda_wgmma_tma_blocker(const w22_mm *g);

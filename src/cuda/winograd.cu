@@ -36,8 +36,8 @@ template <int VW> static __device__ __forceinline__ void w_store(bf16 *p, const 
 
 /* Input frames (up to W22_WINO_FRAMES a launch, blockIdx.y the frame): V[xi = 4i + j](f, ty, tx, c) = (B^T d B)[i][j],
  * d the 4 x 4 window of frame f at rows 2ty - 1.., cols 2tx - 1.. (x readable one pixel beyond its edges: the conv's
- * zero border); B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. A thread: one tile, VW channels (W22_WINOGRAD_VEC,
- * default 4); the window held as loaded (bf16: half the registers of floats), each output row of B^T d B made from
+ * zero border); B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. A thread: one tile, VW channels (WINO_VW,
+ * 4 since v19); the window held as loaded (bf16: half the registers of floats), each output row of B^T d B made from
  * two of its rows. The kernel is DRAM-bound (ncu, v22: 72% of the DRAM peak; 0.85 GB moved, the input read once and
  * V written once); two tiles a thread (sharing two window columns: 24 loads for 2 tiles instead of 32) came out even. */
 struct w22_wino_frames {
@@ -134,17 +134,10 @@ __global__ void w22_wino_out_kernel(const bf16 *m, long mcs, long msf, long msh,
         for (int e = 0; e < 2; e++) w_store<VW>(q + a * ysh + e * ysw, o[a][e]);
 }
 
-/* The transforms' channels per thread: 4 (the default since v19: 8-byte accesses, 54-56 registers, 32 warps an SM;
- * the input transform 2.4 -> 3.1 TB/s, f121 -2.5%), or 8 under W22_WINOGRAD_VEC=8 (16-byte accesses, 88-102
- * registers: 16 warps, too few loads in flight). Read once. */
-static int wino_vec(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_WINOGRAD_VEC");
-        v = e && atoi(e) == 8 ? 8 : 4;
-    }
-    return v;
-}
+/* The transforms run 4 channels a thread (v19: 8-byte accesses, 54-56 registers, 32 warps an SM; the input
+ * transform 2.4 -> 3.1 TB/s, f121 -2.5% against v18's 8 channels: 88-102 registers, 16 warps, too few loads in
+ * flight). */
+#define WINO_VW 4
 
 template <int VW>
 static void wino_in_launch(cudaStream_t st, const w22_wino_frames &x, int nf, long xsh, long xsw, bf16 *v, long vcs,
@@ -163,10 +156,7 @@ w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *const *x, int nf, long 
         return w22_fail(W22_ERR_INTERNAL, "winograd input transform: %d frames, expected 1 to %d", nf, W22_WINO_FRAMES);
     w22_wino_frames f;
     for (int j = 0; j < W22_WINO_FRAMES; j++) f.p[j] = j < nf ? x[j] : NULL;
-    if (wino_vec() == 4)
-        wino_in_launch<4>(st, f, nf, xsh, xsw, v, vcs, vsf, vsh, vsw, h2, w2, C);
-    else
-        wino_in_launch<8>(st, f, nf, xsh, xsw, v, vcs, vsf, vsh, vsw, h2, w2, C);
+    wino_in_launch<WINO_VW>(st, f, nf, xsh, xsw, v, vcs, vsf, vsh, vsw, h2, w2, C);
     CU_TRY(cudaGetLastError());
     return W22_OK;
 }
@@ -174,14 +164,9 @@ w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *const *x, int nf, long 
 w22_status w22_cuda_wino_out(cudaStream_t st, const bf16 *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf,
                              long ysh, long ysw, const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int F,
                              int h2, int w2, int C) {
-    const int vw = wino_vec();
-    const long n = (long)F * h2 * w2 * (C / vw);
-    if (vw == 4)
-        w22_wino_out_kernel<4><<<(unsigned)((n + 255) / 256), 256, 0, st>>>(m, mcs, msf, msh, msw, y, ysf, ysh, ysw, res,
-                                                                             rsf, rsh, rsw, bias, F, h2, w2, C);
-    else
-        w22_wino_out_kernel<8><<<(unsigned)((n + 255) / 256), 256, 0, st>>>(m, mcs, msf, msh, msw, y, ysf, ysh, ysw, res,
-                                                                             rsf, rsh, rsw, bias, F, h2, w2, C);
+    const long n = (long)F * h2 * w2 * (C / WINO_VW);
+    w22_wino_out_kernel<WINO_VW><<<(unsigned)((n + 255) / 256), 256, 0, st>>>(m, mcs, msf, msh, msw, y, ysf, ysh, ysw,
+                                                                               res, rsf, rsh, rsw, bias, F, h2, w2, C);
     CU_TRY(cudaGetLastError());
     return W22_OK;
 }
@@ -217,27 +202,6 @@ static size_t wino_row_bytes(int F, int w2, int ci, int co) {
     return (size_t)16 * w2 * ((size_t)(F + 2) * ci + (size_t)F * co) * 2;
 }
 
-/* W22_WINOGRAD_SCRATCH_MB: a cap on the scratch (0, the default: none), for measuring the bands' cost */
-static size_t wino_cap_bytes(void) {
-    static long v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_WINOGRAD_SCRATCH_MB");
-        v = e ? atol(e) << 20 : 0;
-        if (v < 0) v = 0;
-    }
-    return (size_t)v;
-}
-
-/* A measurement switch: 0 when the environment sets `name` to 0, else 1 (read once into *v) */
-static int wino_switch(const char *name, int *v) { return !w22_env_is(v, name, "0"); }
-
-/* W22_WINOGRAD_WORK=0: the caller's free memory (w22_conv_args.work) ignored, the backend's own scratch taken
- * (whole frames unless capped), for measuring what the bands cost; 1, the default: the caller's memory */
-static int wino_use_work(void) {
-    static int v = -1;
-    return wino_switch("W22_WINOGRAD_WORK", &v);
-}
-
 /* Whether conv g (built by conv.cu from a, a plain 3x3x3 conv: no upsample, phases, time split, DupUp) takes the
  * Winograd path; NULL: it does, else why not. */
 const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w) {
@@ -247,22 +211,13 @@ const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_wei
     if (w->cin < mc || w->cout < mc) return "channels below W22_WINOGRAD";
     if (a->kt != 3 || a->ks != 3 || a->upsample || a->time_split || a->dup_in || a->psum) return "not a plain 3x3x3 conv";
     if (a->out.h % 2 || a->out.w % 2) return "odd height or width";
-    /* W22_WINOGRAD_TILES=n: at least n tiles of 128 x 256 per component GEMM (default 0: every size). With 16
-     * launches the 44 x 78 convs (28 tiles) ran 2x slower than the direct conv (v17); as one launch of 16 x 28 they
-     * gain too (v18) */
-    static int min_tiles = -1;
-    if (min_tiles < 0) {
-        const char *e = getenv("W22_WINOGRAD_TILES");
-        min_tiles = e ? atoi(e) : 0;
-    }
-    if ((long)a->out.f * (a->out.h / 2) * (a->out.w / 2) / 128 * (w->cout / 256) < min_tiles)
-        return "too few tiles per GEMM";
+    /* every size: with 16 launches the 44 x 78 convs (28 tiles) ran 2x slower than the direct conv (v17); as one
+     * launch of 16 x 28 they gain too (v18) */
     if (w->cin % 64 || w->cout % 64) return "channels not a multiple of 64";
     if (a->in.sw != a->in.c || a->out.sw != a->out.c || (a->residual && a->residual->sw != a->residual->c))
         return "pixels not dense";
-    const size_t row = wino_row_bytes(a->out.f, a->out.w / 2, w->cin, w->cout), cap = wino_cap_bytes();
-    if (a->work && wino_use_work() && (a->work_bytes < row || (cap && cap < row)))
-        return "the caller's scratch holds no tile row";
+    const size_t row = wino_row_bytes(a->out.f, a->out.w / 2, w->cin, w->cout);
+    if (a->work && a->work_bytes < row) return "the caller's scratch holds no tile row";
     return NULL;
 }
 
@@ -283,7 +238,7 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_mm 
     }
     w22_cuda_prof_part_end(c, part, 0, 2.0 * FI * hh * w2 * ci * (4 + 16), "winograd input transform c%d %dx%d f%d", ci,
                            2 * hh, 2 * w2, FI);
-    /* the 16 GEMMs: one launch where the TMA conv takes the batch (W22_WINOGRAD_BATCH=0: 16 launches, v17's runs) */
+    /* the 16 GEMMs: one launch where the TMA conv takes the batch (v18; 16 launches where it does not) */
     w22_mm q;
     memset(&q, 0, sizeof q);
     q.F = F, q.H = hh, q.W = w2, q.M = F * hh * w2, q.N = co;
@@ -294,9 +249,8 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_mm 
     q.batch = 16, q.a_frames = FI;
     const int fits = mcs * 16 < INT_MAX;
     for (int xi = 0; xi < 16 && fits; xi++) q.ph_o[xi] = (int)(xi * mcs);
-    static int one = -1;
     part = w22_cuda_prof_part_begin(c);
-    if (wino_switch("W22_WINOGRAD_BATCH", &one) && fits && !w22_cuda_wgmma_tma_batch_blocker(&q)) {
+    if (fits && !w22_cuda_wgmma_tma_batch_blocker(&q)) {
         W22_TRY(w22_cuda_gemm_wgmma_batch(c, &q, "conv (winograd components, one launch)"));
     } else {
         q.batch = 0, q.a_frames = 0;
@@ -321,12 +275,11 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_mm 
 
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_mm *g) {
     const int F = g->F, h2 = a->out.h / 2, w2 = a->out.w / 2, ci = w->cin, co = w->cout, FI = F + 2;
-    const size_t row = wino_row_bytes(F, w2, ci, co), cap = wino_cap_bytes();
+    const size_t row = wino_row_bytes(F, w2, ci, co);
     /* the caller's free memory (a decode's: plan.c's w22_stage_free), else the backend's own grow-only scratch;
      * bands of equal height, as few as fit */
-    const int own = !a->work || !wino_use_work();
-    size_t have = own ? (size_t)h2 * row : a->work_bytes;
-    if (cap && cap < have) have = cap;
+    const int own = !a->work;
+    const size_t have = own ? (size_t)h2 * row : a->work_bytes;
     int hb = (int)(have / row);
     if (hb < 1) hb = 1;
     if (hb > h2) hb = h2;

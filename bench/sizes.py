@@ -16,6 +16,8 @@ by its time limit keeps what it did; --cases picks a subset (names as in CASES),
 over several device calls.
 
     python3 bench/sizes.py --json $OUT/sizes.json [--cases 44x80T1 44x80T2 ...] [--no-fp32] [--trials 2]
+    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 bench/sizes.py --ref-first --cases 135x240T2 ...
+        (the 4K cases at T >= 2: 2026-12-04's run had diffusers' float32 decode run out of memory after ours)
 """
 import argparse
 import json
@@ -48,6 +50,10 @@ def main():
     ap.add_argument("--no-fp32", action="store_true", help="skip the float32 reference (timing only)")
     ap.add_argument("--trials", type=int, default=2)
     ap.add_argument("--commit", default=os.environ.get("C"), help="the commit measured (the device copy has no .git)")
+    ap.add_argument("--ref-first", action="store_true",
+                    help="each case's float32 reference first, kept in host memory, before anything of ours holds "
+                         "device memory (at 4K with T >= 2 diffusers' float32 decode needs most of an H200; run "
+                         "with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)")
     a = ap.parse_args()
     import torch
     import wan22vae
@@ -83,7 +89,15 @@ def main():
         g = torch.Generator(device="cpu").manual_seed(1000 + T * 131 + h * 7 + w + 977 * variant)
         z = torch.randn(1, 48, T, h, w, generator=g).to(dev, torch.bfloat16)
         rec = {"video": label, "T": T, "latents": [h, w]}
+        ref_host = None
         try:
+            if a.ref_first and not a.no_fp32:
+                ours.release_workspace()
+                getattr(pipe.vae, wan22vae.diffusers._ATTR).decoder.release_workspace()
+                torch.cuda.empty_cache()
+                dif.to(torch.float32)
+                ref_host = dif.decode(z).float().cpu()
+                torch.cuda.empty_cache()
             v, _ = timed(lambda: ours(z))                      # warm-up and the checked call
             ms = [timed(lambda: ours(z))[1] for _ in range(a.trials)]
             rec["ours_ms"] = min(ms)
@@ -103,8 +117,11 @@ def main():
             rec["diffusers_bf16_ms"] = min(timed(lambda: dif.decode(z))[1] for _ in range(a.trials))
             rec["speedup"] = rec["diffusers_bf16_ms"] / rec["ours_ms"]
             if not a.no_fp32:
-                dif.to(torch.float32)
-                ref = dif.decode(z)
+                if ref_host is not None:
+                    ref = ref_host.to(dev)
+                else:
+                    dif.to(torch.float32)
+                    ref = dif.decode(z)
                 bmax, brms = stats(vb, ref)
                 omax, orms = stats(v, ref)
                 rec.update(bf16_max=bmax, bf16_rms=brms, ours_max=omax, ours_rms=orms,
@@ -112,6 +129,7 @@ def main():
                 rec["within"] = bool(orms <= 3 * brms and omax <= min(2.0, 3 * bmax))
                 del ref
             del vb
+            ref_host = None
         except Exception as e:  # a case that fails is recorded, the others still run
             rec["error"] = f"{type(e).__name__}: {e}"
         out["cases"][name] = rec

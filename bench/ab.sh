@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B of two builds on the GPU for a refactor (issue 29): the same bits and f121 within 1%. Each build is a folder
-# with its bench/bits (make BUILD=<dir> <dir>/bench/bits, built here with nvcc and carried to the device). The two
+# with its bench/bits (bench/ab_build.sh COMMIT makes both here: build-ab-a and build-ab; carry them). The two
 # run alternately, ROUNDS times each (default 2), in one lease: the H200 is power-bound and its clock moves between
 # runs, so only times from one lease compare. Prints each run's hashes and times, then the verdict:
 #   bits: same | DIFFER (the cases that do),  f121: B/A ratio of the medians (the refactor must keep it within 1%).

@@ -53,10 +53,12 @@
 
 /* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs;
  * MODE_EPI_DEFER: row half 1 overlapped with the next tile, MODE_EPI_SMEM: row half 0 too, through shared memory),
- * chosen per GEMM by what its geometry allows (mode_for). Its parts are timed with ncu, not by modes that leave
- * work out (v10-v12's W22_WGMMA_EPI=none / W22_WGMMA_LOAD=none, deleted at issue 29). */
+ * chosen per GEMM by what its geometry allows (mode_for). MODE_NO_EPI and MODE_NO_LOAD, v10-v12's measurement modes
+ * (no stores; no loads), are no longer set by anything (their switches went at issue 29); their two branches stay in
+ * the kernel until an A/B run shows the kernel without them no slower: removing them re-allocates the TE 0 kernels'
+ * registers (half their SASS lines differ), while with them every kept kernel's SASS is what 7c0ed73 built. */
 enum {
-    MODE_EPI_VEC = 1, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16, MODE_PHASE_MINOR = 32,
+    MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16, MODE_PHASE_MINOR = 32,
     MODE_EPI_TMA = 64 /* the tile through shared memory to TMA stores (kernel TE > 0: wg_epi_tma) */
 };
 
@@ -159,13 +161,13 @@ static __device__ __forceinline__ bool wg_split_arrive(float *part, unsigned *co
     for (int v = 0; v < NACC / 4; v++)
         __stcg(dst + v * 256, make_float4(acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]));
     __threadfence();
-    asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* the two consumer warpgroups */
+    consumers_sync(); /* the two consumer warpgroups */
     if (ct == 0) {
         const unsigned last = atomicInc(count, (unsigned)split - 1) == (unsigned)split - 1;
         __threadfence(); /* the other pieces' partials, before this CTA reads them */
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(word), "r"(last) : "memory");
     }
-    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    consumers_sync();
     uint32_t last;
     asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(last) : "r"(word) : "memory");
     return last != 0;
@@ -218,7 +220,7 @@ static __device__ __forceinline__ void wg_epi_tma(const w22_mm &g, const float *
 #pragma unroll
     for (int q = 0; q < BN / 64 / NB; q++) { /* round q: boxes q NB .. q NB + NB - 1 */
         if (storer) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-        asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* the two consumer warpgroups */
+        consumers_sync(); /* the two consumer warpgroups */
 #pragma unroll
         for (int jj = 0; jj < NB * 8; jj++) { /* channels 8 j ..: box j / 8 (buffer jj / 8), chunk j % 8 */
             const int j = q * NB * 8 + jj, n = n0 + 8 * j + 2 * tq;
@@ -236,7 +238,7 @@ static __device__ __forceinline__ void wg_epi_tma(const w22_mm &g, const float *
                              : "memory");
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the writes, before the TMA reads them */
-        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        consumers_sync();
         if (!storer) continue;
 #pragma unroll 1
         for (int b = 0; b < NB; b++) {
@@ -343,7 +345,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 for (int it = wi.k0; it < wi.k1; it++, loads++) {
                     if (loads >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1);
                     const uint32_t sa = base + s * L::stage_bytes, sb = sa + L::a_bytes, full = full0 + 8 * s;
-                    if (it < main_iters) {
+                    if (mode & MODE_NO_LOAD) { /* never set (see the enum) */
+                        mbar_arrive(full);
+                    } else if (it < main_iters) {
                         mbar_arrive_expect_tx(full, L::stage_bytes);
                         const int j = t + dt; /* the input frame of this tap: a history frame or a new one */
                         const bool nw = j >= g.hist_n;
@@ -442,7 +446,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr, epi);
             else if (mode & MODE_EPI_VEC)
                 wg_store_tile_vec<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr);
-            else
+            else if (!(mode & MODE_NO_EPI))
                 wg_store_tile<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr);
             __syncwarp(); /* the rows past m_end diverged: converged again before the next tile's .aligned wgmma ops */
         }
@@ -653,6 +657,7 @@ static int epi_tma_ok(const w22_mm *g) {
 /* mode with the TMA store instead of the overlapped epilogue, unless a measurement mode leaves the stores or loads
  * out. */
 static int epi_tma_mode(int mode) {
+    if (mode & (MODE_NO_EPI | MODE_NO_LOAD)) return mode;
     return (mode & ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM)) | MODE_EPI_TMA;
 }
 

@@ -30,6 +30,16 @@ enum wg_arrivals {
 
 /* ---- PTX wrappers ---- */
 
+/* Named barriers: bar.sync's ids, one place (0 is __syncthreads'). The one the kernels use: the two consumer
+ * warpgroups (256 threads) among themselves, while the producer warp goes on. (Macros, not an enum: the id is text
+ * in the asm string.) */
+#define WG_BAR_CONSUMERS 1
+#define WG_STR_(x) #x
+#define WG_STR(x) WG_STR_(x)
+static __device__ __forceinline__ void consumers_sync(void) {
+    asm volatile("bar.sync " WG_STR(WG_BAR_CONSUMERS) ", 256;\n" ::: "memory");
+}
+
 static __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }

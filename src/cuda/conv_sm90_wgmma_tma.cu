@@ -3,6 +3,11 @@
  * (v9: f121 -2.8% against v5-v8's cp.async gathers, which git keeps at 7c0ed73 with their design notes). One
  * producer thread, two consumer warpgroups of 64 rows x BN columns each; tiles 128 x 256 (4 stages, 128 fp32
  * accumulators per consumer thread) or 128 x 128 (6 stages) where N % 256 != 0.
+ * The pieces, by role: this file, the kernel (producer and consumers), its stage ring's helpers and the launch;
+ * tma_split_tail.cuh, the split tail's device side; tma_epi_store.cuh, the TMA-store epilogue; tma_maps.cuh, the
+ * host's tensor maps; tma_plan.cuh, the launch heuristics (split rule, rounds, tiles or pairs) with their
+ * measurements; wgmma_common.cuh, the PTX wrappers, the named barrier (WG_BAR_CONSUMERS), the ring's layout and the
+ * other epilogues.
  *
  * A by the TMA's im2col mode: one instruction loads a stage's 128 rows x 64 channels. The tensor map describes the
  * input's frames as a 4D tensor {C, W, H, frames} (with the border: {C, W + 2, H + 2, frames} from pixel (-1, -1));
@@ -113,30 +118,7 @@ static __device__ __forceinline__ void defer_step(wg_defer<BN> &dq, const w22_mm
     }
 }
 
-/* ---- the split tail (v13) ----
- * Why: the persistent grid runs ceil(tiles / SMs) rounds of equal tiles, and with one-frame chunks the last round
- * of stages 1-2 is part-empty: 432 tiles of a 1024-channel conv at 88 x 156 take 4 rounds for 3.27 of work, 858 of
- * a 512-channel one at 176 x 312 take 7 for 6.5. So the R tiles of the last round, when R <= SMs / 2, run as
- * `split` pieces of K each (contiguous stage ranges) on R x split CTAs of that round. Work item w < whole is tile
- * w; past it, piece p of tile whole + (w - whole) / split. Each piece stores its fp32 accumulators (each thread its
- * own registers' values, float4s of the 256 consumer threads side by side) and counts itself in; the piece that
- * arrives last adds the others' (in piece order: the same sum whichever arrives last) and runs the epilogue. Nobody
- * waits, so the pieces finish whatever the order the CTAs run in (two grids sharing the GPU included). */
-struct wg_item {
-    int tile, k0, k1; /* the tile and its stage range [k0, k1) */
-    int piece;        /* -1: the whole tile; else the piece */
-};
-static __device__ __forceinline__ wg_item wg_item_of(int w, int whole, int split, int iters) {
-    wg_item r;
-    if (w < whole) {
-        r.tile = w, r.k0 = 0, r.k1 = iters, r.piece = -1;
-        return r;
-    }
-    const int q = w - whole, p = q % split;
-    r.tile = whole + q / split, r.piece = p;
-    r.k0 = p * iters / split, r.k1 = (p + 1) * iters / split;
-    return r;
-}
+#include "tma_split_tail.cuh" /* the split tail: work items, the pieces' arrival and sum */
 
 /* The producer's channel slice and tap at stage k0 (the main taps, then the shortcut's channels). */
 static __device__ __forceinline__ void wg_k_start(const w22_mm &g, int k0, int main_iters, int &c0, int &dt,
@@ -150,119 +132,7 @@ static __device__ __forceinline__ void wg_k_start(const w22_mm &g, int k0, int m
     }
 }
 
-/* A piece's accumulators to its partial slot, then (after every consumer thread's stores) the tile's count:
- * atomicInc wraps it to 0 at the last arrival, ready for the next launch. Whether this piece arrived last (the
- * answer passes through the shared word `word`). */
-template <int NACC>
-static __device__ __forceinline__ bool wg_split_arrive(float *part, unsigned *count, int slot, int split,
-                                                       const float *acc, int ct, uint32_t word) {
-    float4 *dst = (float4 *)part + (size_t)slot * (NACC / 4) * 256 + ct;
-#pragma unroll
-    for (int v = 0; v < NACC / 4; v++)
-        __stcg(dst + v * 256, make_float4(acc[4 * v], acc[4 * v + 1], acc[4 * v + 2], acc[4 * v + 3]));
-    __threadfence();
-    consumers_sync(); /* the two consumer warpgroups */
-    if (ct == 0) {
-        const unsigned last = atomicInc(count, (unsigned)split - 1) == (unsigned)split - 1;
-        __threadfence(); /* the other pieces' partials, before this CTA reads them */
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(word), "r"(last) : "memory");
-    }
-    consumers_sync();
-    uint32_t last;
-    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(last) : "r"(word) : "memory");
-    return last != 0;
-}
-
-/* The last piece: the tile's sum read back from every piece's slot, its own included, as ((P0 + P1) + P2) whichever
- * piece arrived last, so that the decode's output does not depend on the CTAs' timing (fp32 addition is not
- * associative). Two copies of the unrolled slot loop (the first slot, then the rest in order): a fold that kept the
- * piece's own part in registers doubled the kernel's code (7772de2). */
-template <int NACC>
-static __device__ __forceinline__ void wg_split_sum(const float *part, int slot0, int split, float *acc, int ct) {
-    const float4 *src = (const float4 *)part + (size_t)slot0 * (NACC / 4) * 256 + ct;
-#pragma unroll
-    for (int v = 0; v < NACC / 4; v++) {
-        const float4 x = __ldcg(src + v * 256);
-        acc[4 * v] = x.x, acc[4 * v + 1] = x.y, acc[4 * v + 2] = x.z, acc[4 * v + 3] = x.w;
-    }
-#pragma unroll 1
-    for (int k = 1; k < split; k++) {
-        const float4 *p = src + (size_t)k * (NACC / 4) * 256;
-#pragma unroll
-        for (int v = 0; v < NACC / 4; v++) {
-            const float4 x = __ldcg(p + v * 256);
-            acc[4 * v] += x.x, acc[4 * v + 1] += x.y, acc[4 * v + 2] += x.z, acc[4 * v + 3] += x.w;
-        }
-    }
-}
-
-/* The TMA store epilogue (MODE_EPI_TMA, v20): the tile's accumulators (+ biases) as bf16 into the staging (the TMA's
- * 128B swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8), so that the 8 rows of a warp's store hit 8 different
- * chunks, no bank conflicts), then one thread stores them. A batch GEMM's dense output (box_px 0): boxes of 64
- * channels x 128 rows of a map {N, H W, frames}, the rows past the frame clipped by it. A direct conv's bordered
- * frames (box_px > 0, since v21): the tile's 128 pixels wrap image rows, so boxes of box_px pixels of one
- * row (box_px divides both W and 128: no box crosses a row) of a map {N, W, H, frames}, those past the frame skipped.
- * Why: ncu had the 512-channel batch GEMM 73% tensor-busy with the overlapped epilogue and 87% without stores, the
- * 256-channel direct conv 81% and 92%; the overlapped one costs each stage instructions (the held vectors' shifts, the
- * addresses) and the tile's tail a long pack (the quad transposes), while the tensor cores wait. Here a tile's tail is
- * 64 shared stores and a few barriers per thread, and the stores run in the TMA unit during the next tile.
- * NB staging buffers of one 64-channel box: NB = BN / 64 (v20, the whole tile: one round, on a ring of 3 stages; v21a's
- * NB = 2 on a ring of 4 was even and went), the boxes in rounds of NB. A buffer is free again
- * when the store that used it has read it: the storing thread waits for that before each round's first barrier (the
- * first round's, the previous tile's stores: long done). */
-template <int BN, int NB>
-static __device__ __forceinline__ void wg_epi_tma(const w22_mm &g, const float *acc, uint32_t stg,
-                                                  const CUtensorMap *tm_o, int cw, int warp4, int lane, bool storer,
-                                                  int r0, int frame, int n0, int box_px) {
-    static_assert(BN / 64 % NB == 0, "the boxes in whole rounds of NB");
-    const int gq = lane >> 2, tq = lane & 3, HW = g.H * g.W;
-    const uint32_t rb = stg + (uint32_t)(cw * 64 + warp4 * 16 + gq) * 128 + tq * 4;
-#pragma unroll
-    for (int q = 0; q < BN / 64 / NB; q++) { /* round q: boxes q NB .. q NB + NB - 1 */
-        if (storer) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-        consumers_sync(); /* the two consumer warpgroups */
-#pragma unroll
-        for (int jj = 0; jj < NB * 8; jj++) { /* channels 8 j ..: box j / 8 (buffer jj / 8), chunk j % 8 */
-            const int j = q * NB * 8 + jj, n = n0 + 8 * j + 2 * tq;
-            float2 bs = make_float2(0.f, 0.f);
-            if (g.bias) bs = *(const float2 *)(g.bias + n);
-            if (g.sc_bias) {
-                const float2 sb = *(const float2 *)(g.sc_bias + n);
-                bs.x += sb.x, bs.y += sb.y;
-            }
-            const uint32_t a = rb + (jj >> 3) * (WG_BM * 128) + (((jj & 7) ^ gq) << 4);
-#pragma unroll
-            for (int h = 0; h < 2; h++) /* rows gq and gq + 8: the same chunk (8 rows on) */
-                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a + h * 8 * 128),
-                             "r"(wg_pack_bf16(acc[4 * j + 2 * h] + bs.x, acc[4 * j + 2 * h + 1] + bs.y))
-                             : "memory");
-        }
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the writes, before the TMA reads them */
-        consumers_sync();
-        if (!storer) continue;
-#pragma unroll 1
-        for (int b = 0; b < NB; b++) {
-            const uint32_t src = stg + b * (WG_BM * 128);
-            const int c0 = n0 + 64 * (q * NB + b);
-            if (!box_px) {
-                asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
-                                 (uint64_t)tm_o),
-                             "r"(c0), "r"(r0), "r"(frame), "r"(src)
-                             : "memory");
-                continue;
-            }
-#pragma unroll 1
-            for (int k = 0; k < WG_BM && r0 + k < HW; k += box_px) {
-                const int y = (r0 + k) / g.W, x = r0 + k - y * g.W;
-                asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
-                                 (uint64_t)tm_o),
-                             "r"(c0), "r"(x), "r"(y), "r"(frame), "r"(src + k * 128)
-                             : "memory");
-            }
-        }
-        asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-    }
-}
+#include "tma_epi_store.cuh" /* the TMA store epilogue (wg_epi_tma) */
 
 /* Work item w's tile: its phase p, M tile tm (of mt per phase) and first output channel n0. In a cluster of 2 (CL 2)
  * a tile index names a pair of M tiles of one N tile: rank r takes M tile 2 q + r; where mt is odd the last pair's
@@ -542,43 +412,9 @@ const char *w22_cuda_wgmma_tma_blocker(const w22_mm *g) {
     return NULL;
 }
 
-/* frames of a channels-last view (C channels of pixel stride sw, rows sh, frames sf) as an im2col map: 128 pixels x
- * 64 channels per load, 128B swizzle (the layout the consumers' descriptors expect) */
-static w22_status im2col_map(w22_cuda *c, CUtensorMap *m, const bf16 *p, long sw, long sh, long sf, int C, int W, int H,
-                             int frames, int border, int pad_y, int pad_x, const char *what) {
-    const int b = border ? 1 : 0;
-    if (frames == 1) sf = sh * (H + 2 * b); /* never stepped on (past it: zeros); any valid stride */
-    const cuuint64_t dims[4] = {(cuuint64_t)C, (cuuint64_t)(W + 2 * b), (cuuint64_t)(H + 2 * b), (cuuint64_t)frames};
-    const cuuint64_t strides[3] = {(cuuint64_t)sw * 2, (cuuint64_t)sh * 2, (cuuint64_t)sf * 2};
-    const int lower[2] = {b ? 1 - pad_x : 0, b ? 1 - pad_y : 0}; /* {W, H} */
-    const int upper[2] = {b ? -1 - pad_x : 0, b ? -1 - pad_y : 0};
-    const cuuint32_t estr[4] = {1, 1, 1, 1};
-    const CUresult r = ((encode_im2col_fn)c->tmap_im2col)(
-        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)map_origin(p, sh, sw, border), dims, strides, lower, upper,
-        WG_BK, WG_BM, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return w22_fail(W22_ERR_CUDA, "%s: cuTensorMapEncodeIm2col (C %d, %dx%d, %d frames, strides %ld/%ld/%ld, "
-                        "border %d, pad %d,%d) failed: %d", what, C, H, W, frames, sw, sh, sf, b, pad_y, pad_x, (int)r);
-    return W22_OK;
-}
+#include "tma_maps.cuh" /* the host side's tensor maps: the pixels' im2col maps, the TMA store's */
 
-/* The split tail's pieces per tile for `tiles` tiles of `iters` stages on a persistent grid of `grid` CTAs (or
- * clusters): the last round's R tiles are split when R <= grid / 2, into grid / R pieces (at most SPLIT_MAX, each of
- * 8 stages or more, R x pieces within `slots`: a cluster's tile is two tiles, each with its pieces' slots); 1: no
- * split. A grid of one round splits only where `one_round` (the tail launch after the pairs' rounds: the tiles they
- * left, fewer than the SMs). (v13: before it, the last round ran part-empty.) */
-#define SPLIT_MAX 3
-#define SPLIT_SLOTS 132 /* partial slots, one per piece: R split <= the grid (132 on an H200; more SMs: fewer pieces) */
-#define SPLIT_PART_BYTES ((size_t)SPLIT_SLOTS * 128 * 256 * 4) /* 128 fp32 accumulators per consumer thread */
-int w22_wgmma_split_of(int tiles, int iters, int grid, int slots, int one_round) {
-    if (grid <= 0 || (tiles <= grid && !one_round)) return 1;
-    const int r = tiles % grid;
-    if (r == 0) return 1;
-    int s = grid / r < SPLIT_MAX ? grid / r : SPLIT_MAX;
-    while (s > 1 && (iters / s < 8 || r * s > slots)) s--;
-    return s;
-}
+#include "tma_plan.cuh" /* the heuristics: the split tail's rule, the rounds, tiles or pairs (tma_plan) */
 
 /* The partial slots and the tiles' arrival counts, at the first split launch (16.5 MB; the counts zeroed once:
  * each launch leaves them at 0). */
@@ -593,45 +429,6 @@ static w22_status split_buffers(w22_cuda *c) {
 /* The TMA store's map of a batch's output (MODE_EPI_TMA): {N, H W, batch F} (GEMM p's frame t is frame p F + t),
  * boxes of 64 channels x 128 rows in the 128B swizzle. */
 /* The output's store map of `rank` dims (strides in elements), boxes of 64 channels x box1 in the 128B swizzle. */
-static w22_status store_map(w22_cuda *c, CUtensorMap *m, const w22_mm *g, int rank, const cuuint64_t *dims,
-                            const long *strides, int box1, const char *what) {
-    cuuint64_t sb[3];
-    for (int i = 0; i + 1 < rank; i++) sb[i] = (cuuint64_t)strides[i] * 2;
-    const cuuint32_t box[4] = {64, (cuuint32_t)box1, 1, 1}, estr[4] = {1, 1, 1, 1};
-    const CUresult r = ((encode_tiled_fn)c->tmap_encode)(
-        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, g->out, dims, sb, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return w22_fail(W22_ERR_CUDA, "%s: cuTensorMapEncodeTiled (the output's store map: N %d, %dx%d, %llu frames, "
-                        "box %d) failed: %d", what, g->N, g->H, g->W, (unsigned long long)dims[rank - 1], box1, (int)r);
-    return W22_OK;
-}
-
-static w22_status out_map(w22_cuda *c, CUtensorMap *m, const w22_mm *g, const char *what) {
-    const long F = g->M / ((long)g->H * g->W);
-    const cuuint64_t dims[3] = {(cuuint64_t)g->N, (cuuint64_t)g->H * g->W, (cuuint64_t)(g->batch * F)};
-    const long strides[2] = {g->o_sw, g->o_sf};
-    return store_map(c, m, g, 3, dims, strides, WG_BM, what);
-}
-
-/* The pixels of a direct conv's TMA store box: the largest power of two dividing both W and 128, at least 8 (the
- * 128B swizzle's 1024-byte atom: a box starts on one); 0: none. */
-static int frame_box_px(int W) {
-    int p = 128;
-    while (p >= 8 && W % p) p /= 2;
-    return p >= 8 ? p : 0;
-}
-
-/* The TMA store's map of a direct conv's output frames ({N, W, H, F} at the output's strides; boxes of box_px pixels
- * of one row x 64 channels). */
-static w22_status out_map_frames(w22_cuda *c, CUtensorMap *m, const w22_mm *g, int *box_px, const char *what) {
-    const long F = g->M / ((long)g->H * g->W);
-    *box_px = frame_box_px(g->W);
-    const cuuint64_t dims[4] = {(cuuint64_t)g->N, (cuuint64_t)g->W, (cuuint64_t)g->H, (cuuint64_t)F};
-    const long strides[3] = {g->o_sw, g->o_sh, F > 1 ? g->o_sf : g->o_sh * g->H}; /* one frame: never stepped */
-    return store_map(c, m, g, 4, dims, strides, *box_px, what);
-}
-
 /* Whether a direct conv's output takes the TMA store: bf16, one frame map (no time split,
  * phases or batch), 16-byte strides, W a multiple of 8 (frame_box_px); and no residual (the epilogue adds none: a
  * plain one goes in as extra K first, residual_as_k). */
@@ -783,54 +580,6 @@ static const char *const tma_tma_names[3][2] = {
     {"wgmma 128x256 tma tma-store", "wgmma 128x256 tma tma-store split"},
     {"wgmma 128x256 tma tma-store cluster2", "wgmma 128x256 tma tma-store cluster2 split"},
     {"wgmma 128x256 tma tma-store cluster2 tail", "wgmma 128x256 tma tma-store cluster2 tail split"}};
-
-/* The persistent grid's rounds for `tiles` items of `iters` stages on `grid` runners (CTAs or clusters), the
- * part-empty last one counted as the 1 / split of a tile that its pieces take (split: 1 where not allowed). */
-static double tma_rounds(long tiles, int iters, int grid, int slots, int split_ok, int one_round) {
-    const long full = tiles / grid;
-    if (tiles % grid == 0) return (double)full;
-    return (double)full + 1.0 / (split_ok ? w22_wgmma_split_of((int)tiles, iters, grid, slots, one_round) : 1);
-}
-
-/* How the TMA conv runs a GEMM (v15): tiles on the SMs (TMA_TILES), pairs of M tiles in clusters of 2 sharing B
- * (TMA_PAIRS), or the pairs' whole rounds and then the tiles they leave on the SMs (TMA_PAIRS_TAIL, from tile
- * *tile0 on; the pairs: the first *lim). A pair's tile ran 2-5% faster than a tile alone (a third less L2 traffic
- * per stage; v15's run), so a round of pairs counts PAIR_COST of a round of tiles, and the plan of the fewest
- * rounds wins. Pairs round differently: the 512-channel conv at 176 x 312 is 858 tiles on 132 CTAs (6.5 rounds with
- * the split tail) but 430 pairs on 66 clusters (7: the 34 pairs left cannot split in two; measured 3% slower), and
- * 6 rounds of pairs + its last 66 tiles in 2 pieces each on the SMs (0.5) beat both. Only the 256-channel tiles; a
- * tail only where the pairs' rounds end on a whole row of N tiles (the tail's tiles
- * then follow on in tile order). */
-enum { TMA_TILES, TMA_PAIRS, TMA_PAIRS_TAIL };
-#define PAIR_COST 0.97
-/* The batch GEMMs (Winograd's) run as single tiles, no clusters, since v23: 22B's ncu at the base clock had the
- * 512-channel one 2% faster so, and v23's decode A/B f121 -0.3%. */
-static int tma_plan(const w22_cuda *c, const w22_mm *g, int persist, int minor, long *lim, long *tile0) {
-    *lim = *tile0 = 0;
-    if (g->N % 256 || c->tma_clusters <= 0 || g->batch) return TMA_TILES;
-    if (!persist) return TMA_PAIRS;
-    const int HW = g->H * g->W, np = g->phases ? 4 : g->batch ? g->batch : 1, tn = g->N / 256, ok = !c->on_side,
-              cl = c->tma_clusters;
-    const long mt = (long)(g->M / HW) * ((HW + WG_BM - 1) / WG_BM), ppp = (mt + 1) / 2 * tn; /* pairs per phase */
-    const long pairs = np * ppp, tiles = np * mt * tn;
-    const int iters = g->kt * g->ks * g->ks * (g->cin / WG_BK) + (g->sc ? g->sc_cin / WG_BK : 0);
-    const double r_tiles = tma_rounds(tiles, iters, c->sms, SPLIT_SLOTS, ok, 0);
-    const double r_pairs = PAIR_COST * tma_rounds(pairs, iters, cl, SPLIT_SLOTS / 2, ok, 0);
-    int plan = r_pairs <= r_tiles ? TMA_PAIRS : TMA_TILES;
-    const long full = pairs / cl, done = full * cl, p = done / ppp, j = done - p * ppp; /* the pairs' whole rounds */
-    /* phase-minor (MODE_PHASE_MINOR): the pairs' rounds must end on a whole pair of M tiles, all phases */
-    const long group = (long)np * tn;
-    if (full >= 1 && done < pairs && (minor ? done % group == 0 : j % tn == 0)) {
-        const long t0 = minor ? 2 * (done / group) * group : (p * mt + j / tn * 2) * tn;
-        const double r_tail = PAIR_COST * full + tma_rounds(tiles - t0, iters, c->sms, SPLIT_SLOTS, ok, 1);
-        if (r_tail < (plan == TMA_PAIRS ? r_pairs : r_tiles)) plan = TMA_PAIRS_TAIL, *lim = done, *tile0 = t0;
-    }
-    return plan;
-}
-
-/* An upsample conv's phase tiles are ordered (M tile, phase, N tile) (MODE_PHASE_MINOR, since v19), so that the
- * four phases of an M tile read its input pixels and its DupUp residual while they are in L2 (phase-major, each
- * phase read the whole 112 MB residual of the 512-channel conv from DRAM: 1012 -> 904 us, f121 -0.5%). */
 
 /* A launch with the TMA store: its staging the whole tile (64 KB) on a ring of 3 stages (v20; v21a's two 64-channel
  * boxes on a ring of 4 were even, and went). */

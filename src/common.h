@@ -19,9 +19,6 @@ void w22_clear_error(void);
         if (w22_try_s_ != W22_OK) return w22_try_s_; \
     } while (0)
 
-/* A measurement switch, read once: 1 when the environment sets `name` to `value`, else 0; *cache is -1 before the
- * first call (each caller's own static). */
-int w22_env_is(int *cache, const char *name, const char *value);
 /* env.c: whether name is one of the W22_* variables of the library, its package or its tools; and the warning, once
  * per process, about any other W22_* variable set (called when a backend is created). */
 int w22_env_known(const char *name);

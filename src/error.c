@@ -51,14 +51,6 @@ w22_status w22_fail_context(w22_status s, const char *fmt, ...) {
     return s;
 }
 
-int w22_env_is(int *cache, const char *name, const char *value) {
-    if (*cache < 0) {
-        const char *e = getenv(name);
-        *cache = e && !strcmp(e, value);
-    }
-    return *cache;
-}
-
 void *w22_malloc(size_t bytes, const char *what) {
     void *p = malloc(bytes ? bytes : 1);
     if (!p) w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory: %zu bytes for %s", bytes, what);

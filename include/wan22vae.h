@@ -130,6 +130,10 @@ typedef struct {
     int check;            /* 1: the checking mode (also W22_CHECK=1): every op's operands are verified finite, the
                            * borders the decode relies on zero, and memory it has not written reads as NaN; a
                            * failure names the stage, layer and buffer. For tests: a sync and a pass per operand. */
+    int exact;            /* CUDA: 1 runs every conv in the direct arithmetic (bf16 products, fp32 sums); 0, the
+                           * default, the 3x3x3 convs of 512 channels and up as Winograd F(2x2, 3x3): 12 of 27 MACs,
+                           * about 2.2x the direct conv's error, within the allowance (docs/PERF.md v18). W22_WINOGRAD
+                           * =N sets the threshold for decoders left at 0 (0: exact). The CPU backend is exact. */
 } w22_decoder_params;
 
 W22_API void w22_decoder_params_init(w22_decoder_params *p);

@@ -152,6 +152,8 @@ w22_status w22_backend_cpu_create(int threads, w22_backend **out);
 w22_status w22_backend_cuda_create(int device, w22_backend **out);
 /* CUDA: the stream the backend queues work on (a cudaStream_t; NULL: back to its own). */
 void w22_backend_cuda_set_stream(w22_backend *b, void *stream);
+/* CUDA: every conv in the direct arithmetic (w22_decoder_params.exact); before the weights are uploaded. */
+void w22_backend_cuda_set_exact(w22_backend *b, int exact);
 /* CUDA: the caller's stream for a device decode: its work queues there, after whatever the caller queued before
  * (the latents' upload, the kernel that made them). NULL is the legacy default stream, as in every CUDA API, not
  * the backend's own stream: that one is non-blocking and would run ahead of the caller's pending work. */

@@ -48,6 +48,9 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
     }
     if (p->frames_per_pass < 0 || p->frames_per_pass > 1024)
         return w22_fail(W22_ERR_INVALID_ARG, "frames_per_pass %d, expected 0 (default) or 1..1024", p->frames_per_pass);
+    if (p->exact != 0 && p->exact != 1)
+        return w22_fail(W22_ERR_INVALID_ARG, "exact %d, expected 0 (Winograd where it applies) or 1 (every conv exact)",
+                        p->exact);
     if (p->device != W22_DEVICE_CPU && p->device != W22_DEVICE_CUDA)
         return w22_fail(W22_ERR_INVALID_ARG, "device %d, expected W22_DEVICE_CPU or W22_DEVICE_CUDA", p->device);
     w22_decoder *d = calloc(1, sizeof *d);
@@ -78,6 +81,7 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
         free(d);
         return s;
     }
+    if (p->device == W22_DEVICE_CUDA) w22_backend_cuda_set_exact(d->backend, p->exact);
     /* Weights: float32 on the host, then the backend's own layout and type. */
     size_t maxn = 0;
     for (int i = 0; i < d->model.nweights; i++)

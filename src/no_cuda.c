@@ -13,6 +13,7 @@ w22_status w22_backend_cuda_create(int device, w22_backend **out) {
 
 void w22_backend_cuda_set_stream(w22_backend *b, void *stream) { (void)b; (void)stream; }
 void w22_backend_cuda_use_callers_stream(w22_backend *b, void *stream) { (void)b; (void)stream; }
+void w22_backend_cuda_set_exact(w22_backend *b, int exact) { (void)b; (void)exact; }
 void *w22_backend_cuda_stream(w22_backend *b) { (void)b; return NULL; }
 size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak) {
     (void)b;

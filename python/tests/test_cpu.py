@@ -132,6 +132,24 @@ def test_decode_matches_direct_c_call(cpu_decoder, latents):
     np.testing.assert_allclose(video, ref, rtol=0, atol=1e-6)
 
 
+def test_exact_parameter(weights, latents):
+    """exact= reaches the library (w22_decoder_params.exact): the CPU backend is exact either way, so the same video;
+    a value other than 0 or 1 through the C struct is refused with the library's message."""
+    a = wan22vae.Decoder(weights, device="cpu")(latents)
+    with wan22vae.Decoder(weights, device="cpu", exact=True) as d:
+        assert d.exact is True
+        np.testing.assert_array_equal(d(latents), a)
+    L = ctypes.CDLL(wan22vae.library_path())
+    p = _lib.DecoderParams()
+    L.w22_decoder_params_init(ctypes.byref(p))
+    assert p.exact == 0
+    p.exact = 2
+    h = ctypes.c_void_p()
+    L.w22_last_error.restype = ctypes.c_char_p
+    assert L.w22_decoder_open(weights.handle, ctypes.byref(p), ctypes.byref(h)) != 0
+    assert b"exact 2" in L.w22_last_error()
+
+
 def test_decode_matches_cli(tmp_path, latents):
     cli = os.path.join(os.path.dirname(wan22vae.library_path()), "wan22vae")
     if not os.access(cli, os.X_OK):

@@ -247,6 +247,23 @@ def test_run_launches_no_aten_kernel(weights_bf16, z_bf16, ref):
 
 
 # ---- the Decoder class on the GPU ----
+def test_exact_arithmetic(z_bf16, ref):
+    """exact=True (w22_decoder_params.exact): every conv direct. Within the allowance, other bits than the default's
+    Winograd path (the 3x3x3 convs of 512 channels up), and no farther from float32 in rms (Winograd's error is about
+    2.2x the direct conv's: docs/PERF.md v18)."""
+    w = wan22vae.synthetic_weights(None, SEED_W)
+    try:
+        wino = wan22vae.Decoder(w, device=z_bf16.device)(z_bf16)
+        with wan22vae.Decoder(w, device=z_bf16.device, exact=True) as d:
+            exact = d(z_bf16)
+    finally:
+        w.free()
+    _, rms_w = within(wino, ref)
+    _, rms_e = within(exact, ref)
+    assert not torch.equal(wino, exact), "exact=True gave the Winograd path's bits"
+    assert rms_e <= rms_w * 1.05, f"exact rms {rms_e:.4g} against Winograd's {rms_w:.4g}"
+
+
 def test_decoder_from_pretrained_and_out(tmp_path, weights_bf16, z_bf16, ref):
     w = wan22vae.synthetic_weights(None, SEED_W)
     w.save(tmp_path / "w.safetensors", "bf16")

@@ -66,6 +66,7 @@ class DecoderParams(ctypes.Structure):
         ("progress", PROGRESS_FN),
         ("progress_user", ctypes.c_void_p),
         ("check", ctypes.c_int),
+        ("exact", ctypes.c_int),
         # w22_decoder_params_init writes the whole C struct: room for fields a newer library adds at its end, so
         # that a library newer than this file never writes past the Python struct (init gives them defaults).
         ("_reserved", ctypes.c_char * 256),

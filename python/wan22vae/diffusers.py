@@ -67,6 +67,7 @@ class _State:
         self.fingerprint = None     # the decoder weights' (address, version, dtype) when the library copied them
         self.allow_fp32 = True
         self.frames_per_pass = 0
+        self.exact = False
         self.flag = None            # [1] int32 on the GPU: the per-decode agreement over the group
         self.warned = set()
         self.last = {"path": None, "reason": None}
@@ -157,10 +158,10 @@ def _our_weights(vae, config):
     return weights_from_tensors(sd, config)
 
 
-def _winograd_words():
+def _winograd_words(exact=False):
     v = os.environ.get("W22_WINOGRAD", "").strip()
-    if v == "0":
-        return "every conv direct (W22_WINOGRAD=0)"
+    if exact or v == "0":
+        return "every conv direct (" + ("enable(vae, exact=True)" if exact else "W22_WINOGRAD=0") + ")"
     n = int(v) if v.isdigit() else 512
     return f"the 3x3x3 convs of {n} channels and more as Winograd F(2x2, 3x3)"
 
@@ -173,7 +174,7 @@ def arithmetic_note(st):
             "its bfloat16 decoder weights copied once"
         note = (f"wan22vae: AutoencoderKLWan.decode runs on wan22vae's CUDA kernels on {st.device} for this {st.dtype} "
                 f"VAE ({weights}, kept by the library); arithmetic: bf16 storage, fp32 accumulation, "
-                f"{_winograd_words()}; accuracy: {ACCURACY}; the video is returned in {st.dtype}")
+                f"{_winograd_words(st.exact)}; accuracy: {ACCURACY}; the video is returned in {st.dtype}")
     else:
         note = (f"wan22vae: AutoencoderKLWan.decode runs on wan22vae's CPU backend for this {st.dtype} VAE (its "
                 f"decoder weights rounded once to bfloat16); arithmetic: float32; the video is returned in {st.dtype}")
@@ -191,24 +192,25 @@ def _note(st, reason):
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
-def enable(vae, group=None, frames_per_pass=0, allow_fp32=None):
+def enable(vae, group=None, frames_per_pass=0, allow_fp32=None, exact=False):
     """Routes vae.decode through the library where it applies. Returns True when the kernel path can be taken
     (per decode, the latents and use_tiling still decide), False when every decode falls back (status() says
     why). group: a torch.distributed process group to split each decode over (every rank calls enable).
     allow_fp32: whether a float32 or float16 VAE takes the kernel path (its weights converted once to bf16, the
-    video returned in its dtype); None: True unless W22_ALLOW_FP32=0; False: only a bf16 VAE does."""
+    video returned in its dtype); None: True unless W22_ALLOW_FP32=0; False: only a bf16 VAE does. exact: every conv
+    in the direct arithmetic (Decoder's exact; the default takes Winograd for the 3x3x3 convs of 512 channels up)."""
     import torch
     allow = _allow_fp32(allow_fp32)
     old = getattr(vae, _ATTR, None)
     if old is not None:
         if (group is None and old.group is None and old.decoder is not None and old.reason is None
-                and old.frames_per_pass == frames_per_pass and old.allow_fp32 == allow
+                and old.frames_per_pass == frames_per_pass and old.allow_fp32 == allow and old.exact == bool(exact)
                 and old.fingerprint == _fingerprint(vae)):
             logger.info("wan22vae: enable(): the VAE's decoder weights are unchanged; the library keeps its copy")
             return True  # the weights the library holds are still the VAE's: no second conversion
         disable(vae)
     st = _State(vae, group)
-    st.allow_fp32, st.frames_per_pass = allow, frames_per_pass
+    st.allow_fp32, st.frames_per_pass, st.exact = allow, frames_per_pass, bool(exact)
     weights = None
     try:
         reason = _static_reason(vae, allow)
@@ -226,7 +228,7 @@ def enable(vae, group=None, frames_per_pass=0, allow_fp32=None):
     if st.world == 1:
         if reason is None:
             try:
-                st.decoder = Decoder(weights, device=st.device, frames_per_pass=frames_per_pass)
+                st.decoder = Decoder(weights, device=st.device, frames_per_pass=frames_per_pass, exact=st.exact)
             except Error as e:
                 reason = str(e)
     else:
@@ -240,7 +242,7 @@ def enable(vae, group=None, frames_per_pass=0, allow_fp32=None):
             try:
                 st.comm = _dist.nccl_comm(group, st.rank, st.world, st.device.index)
                 st.decoder = Decoder(weights, device=st.device, frames_per_pass=frames_per_pass, comm=st.comm,
-                                     video_on_all_ranks=True)
+                                     video_on_all_ranks=True, exact=st.exact)
             except Error as e:
                 ok, mine = False, str(e)
             failed = _dist.first_failure(_dist.agree(group, ok, mine, gpu))

@@ -188,7 +188,7 @@ static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, const f
         w22_layout_conv_bf16(data, w->cout, w->cin, vol, (uint16_t *)host);
         /* the Winograd path's convs (cin and cout >= W22_WINOGRAD) get its component weights, and keep the direct
          * ones on the host until a direct conv needs them: at even sizes on one rank none does (1.0 GB less at 512) */
-        const int mc = w22_cuda_winograd_min_cin(),
+        const int mc = c->wino_min,
                   wino = mc && w->kt == 3 && w->kh == 3 && w->kw == 3 && w->cin >= mc && w->cout >= mc;
         if (wino) {
             w->bytes = 0;
@@ -404,6 +404,7 @@ extern "C" w22_status w22_backend_cuda_create(int device, w22_backend **out) {
     b->threads = 1;
     b->impl = c;
     c->device = device;
+    c->wino_min = w22_cuda_winograd_min_cin(); /* W22_WINOGRAD, default 512: a decoder may set exact */
     c->smem_optin = (int)prop.sharedMemPerBlockOptin;
     c->sms = prop.multiProcessorCount;
     const char *dbg = getenv("W22_CUDA_DEBUG");
@@ -430,6 +431,10 @@ extern "C" w22_status w22_backend_cuda_create(int device, w22_backend **out) {
 extern "C" void w22_backend_cuda_set_stream(w22_backend *b, void *stream) {
     w22_cuda *c = cuda_of(b);
     c->stream = stream ? (cudaStream_t)stream : c->own_stream;
+}
+
+extern "C" void w22_backend_cuda_set_exact(w22_backend *b, int exact) {
+    if (exact) cuda_of(b)->wino_min = 0;
 }
 
 extern "C" void w22_backend_cuda_use_callers_stream(w22_backend *b, void *stream) {

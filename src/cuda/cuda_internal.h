@@ -47,6 +47,8 @@ typedef struct {
     /* 1 after w22_cuda_wgmma_init: qualifying GEMMs run on the wgmma conv (conv_sm90_wgmma.cu), whose tensor maps
      * are made by the driver's cuTensorMapEncodeTiled (entry point fetched through cudart). */
     int use_wgmma;
+    int wino_min; /* the 3x3x3 convs with cin and cout >= wino_min get Winograd weights at upload (winograd.cu); 0:
+                   * none (exact). From W22_WINOGRAD at create; w22_backend_cuda_set_exact before the uploads */
     void *tmap_encode;
     w22_cuda_prof *prof; /* W22_PROFILE=1: per-op timing (profile.cu); NULL: off */
     void *tmap_im2col; /* cuTensorMapEncodeIm2col, for the TMA conv's pixel loads (conv_sm90_wgmma_tma.cu) */
@@ -199,7 +201,8 @@ w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_mm *g, const char *what);
 /* conv_psum.cu: the conv op with w22_conv_args.psum (the causal history as partial sums): a GEMM of the three
  * temporal taps into psum_tmp, then the combine with the state. */
 w22_status w22_cuda_conv_psum(w22_backend *b, const w22_conv_args *a);
-/* W22_WINOGRAD=N (winograd.cu, a trial): 3x3x3 convs with cin >= N as Winograd F(2x2, 3x3); 0: off */
+/* W22_WINOGRAD=N (winograd.cu): the default threshold, 3x3x3 convs with cin and cout >= N as Winograd F(2x2, 3x3)
+ * (512 when unset; 0: off). A backend takes it at create (w22_cuda.wino_min). */
 int w22_cuda_winograd_min_cin(void);
 w22_status w22_cuda_winograd_weights(w22_cuda *c, w22_cuda_weight *w, const float *data);
 const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w);

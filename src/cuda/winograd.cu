@@ -205,10 +205,8 @@ static size_t wino_row_bytes(int F, int w2, int ci, int co) {
 /* Whether conv g (built by conv.cu from a, a plain 3x3x3 conv: no upsample, phases, time split, DupUp) takes the
  * Winograd path; NULL: it does, else why not. */
 const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w) {
-    const int mc = w22_cuda_winograd_min_cin();
-    if (!mc) return "off";
-    if (!w->dev_wino) return "no Winograd weights";
-    if (w->cin < mc || w->cout < mc) return "channels below W22_WINOGRAD";
+    /* the backend made Winograd weights at upload for the convs of its threshold (w22_cuda.wino_min; none: exact) */
+    if (!w->dev_wino) return "no Winograd weights (exact arithmetic, or channels below the threshold)";
     if (a->kt != 3 || a->ks != 3 || a->upsample || a->time_split || a->dup_in || a->psum) return "not a plain 3x3x3 conv";
     if (a->out.h % 2 || a->out.w % 2) return "odd height or width";
     /* every size: with 16 launches the 44 x 78 convs (28 tiles) ran 2x slower than the direct conv (v17); as one

@@ -51,7 +51,7 @@ static const char usage[] =
     "                                        primaries and transfer bt709, range tv)\n"
     "                           .npy .safetensors  float32 [1, 3, F, H, W], the decoder's output as is\n"
     "                           DIR/ or DIR  PNG frames frame_00000.png ... (a path ending in '/' or without an\n"
-    "                                        extension)\n"
+    "                                        extension), encoded on every core (--threads)\n"
     "                         An existing FIFO or device (and /dev/stdout, /dev/fd/N) is written as a stream, in\n"
     "                         order, with no temporary file; a FIFO or /dev/stdout without extension gets .y4m.\n"
     "      --codec C          ffmpeg's video encoder instead of the container's default (libx264, libx265,\n"
@@ -61,11 +61,14 @@ static const char usage[] =
     "      --pix-fmt F        the encoded pixel format (default yuv420p; yuv444p, yuv420p10le, gbrp, ...)\n"
     "      --ffmpeg-args \"A\"  more ffmpeg output options, split as a shell does, after ours (so they win; a\n"
     "                         -vf of yours replaces the BT.709 conversion)\n"
+    "      --png-level N      PNG frames' compression, zlib's level 0..9: 0 stores the rows (the fastest, the\n"
+    "                         largest), 1 the default (fast), 9 the smallest and slowest; every level gives the\n"
+    "                         same pixels (a build without libpng stores them whatever the level)\n"
     "      --fps F            frames per second of .y4m and ffmpeg's formats, 0.01..1000 (default 24)\n"
     "      --device D         cpu (the default), cuda (GPU 0) or cuda:N\n"
     "      --cuda-device N    which GPU for --device cuda (the same as cuda:N)\n"
     "      --frames-per-pass N  latent frames per pass (default 2; the output does not change)\n"
-    "      --threads N        CPU threads (default: all cores)\n"
+    "      --threads N        CPU threads of the decode and of the PNG encoders (default: all cores)\n"
     "  -f, --force            replace an existing output\n"
     "  -v, --verbose          say more on stderr: the weights and config read, the statistics used, the ffmpeg\n"
     "                         command line\n"
@@ -323,11 +326,11 @@ static int pick_stats(const w22_weights_info *info, int zdim, const char *weight
 int cli_decode(int argc, char **argv) {
     const char *weights_path = NULL, *latents_path = NULL, *out = NULL, *device = "cpu", *variant = NULL;
     w22_video_options vopt = {NULL, -1, NULL, NULL};
-    long long fpp = 0, threads = 0, cuda_device = -1, crf = -1, dev_index = -1;
+    long long fpp = 0, threads = 0, cuda_device = -1, crf = -1, dev_index = -1, png_level = -1;
     double fps = 24, interval = 0;
     int force = 0, progress = 0, verbose = 0, quiet = 0, normalized = 0, sync_write = 0;
     enum { O_CUDA = 256, O_FPP, O_THREADS, O_FPS, O_PROGRESS, O_VARIANT, O_NORM, O_CODEC, O_CRF, O_PIX, O_FFARGS,
-           O_INTERVAL, O_DEVICE, O_SYNC };
+           O_INTERVAL, O_DEVICE, O_SYNC, O_PNG_LEVEL };
     static const struct option opts[] = {
         {"weights", required_argument, 0, 'w'},      {"latents", required_argument, 0, 'l'},
         {"out", required_argument, 0, 'o'},          {"device", required_argument, 0, O_DEVICE},
@@ -338,7 +341,7 @@ int cli_decode(int argc, char **argv) {
         {"variant", required_argument, 0, O_VARIANT}, {"latents-normalized", no_argument, 0, O_NORM},
         {"codec", required_argument, 0, O_CODEC},    {"crf", required_argument, 0, O_CRF},
         {"pix-fmt", required_argument, 0, O_PIX},    {"ffmpeg-args", required_argument, 0, O_FFARGS},
-        {"progress-interval", required_argument, 0, O_INTERVAL},
+        {"progress-interval", required_argument, 0, O_INTERVAL}, {"png-level", required_argument, 0, O_PNG_LEVEL},
         {"write-sync", no_argument, 0, O_SYNC}, /* hidden: write in the decode's callback (tests' A/B) */
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
@@ -354,6 +357,7 @@ int cli_decode(int argc, char **argv) {
         case O_FPP: if (cli_int("decode", "--frames-per-pass", optarg, 1, 1024, &fpp)) return 2; break;
         case O_THREADS: if (cli_int("decode", "--threads", optarg, 1, 4096, &threads)) return 2; break;
         case O_CRF: if (cli_int("decode", "--crf", optarg, 0, 63, &crf)) return 2; break;
+        case O_PNG_LEVEL: if (cli_int("decode", "--png-level", optarg, 0, 9, &png_level)) return 2; break;
         case O_FPS: {
             int num, den;
             fps = strtod(optarg, &end);
@@ -403,6 +407,9 @@ int cli_decode(int argc, char **argv) {
         return cli_usage_error("decode", "%s is for outputs written through ffmpeg (.mp4, .mkv, .webm, .mov, .gif, "
                                "...); --out %s is %s", vopt.codec ? "--codec" : vopt.crf >= 0 ? "--crf" :
                                vopt.pix_fmt ? "--pix-fmt" : "--ffmpeg-args", out, w22_video_format_name(fmt));
+    if (fmt != W22_VIDEO_PNG_DIR && png_level >= 0)
+        return cli_usage_error("decode", "--png-level is for PNG frames (a folder: a path ending in '/' or without "
+                               "an extension); --out %s is %s", out, w22_video_format_name(fmt));
     if (vopt.ffmpeg_args) {
         int n;
         char **words;
@@ -507,6 +514,11 @@ int cli_decode(int argc, char **argv) {
 
     catch_signals(); /* before the temporary output exists, so that no signal can leave it behind */
     if (w22_video_open_opts(out, fmt, F, H, W, fps, force, &vopt, &c.vw) != W22_OK) {
+        cli_fail("opening the output");
+        goto done;
+    }
+    /* the PNG encoders: as many threads as the decode's (every core by default) */
+    if (w22_video_set_png(c.vw, (int)png_level, (int)threads) != W22_OK) {
         cli_fail("opening the output");
         goto done;
     }

@@ -534,5 +534,77 @@ else
     ok "a known W22_ variable: no warning"
 fi
 
+# PNG frames (issue 30): encoded on every core at --png-level 0..9 (default 1). Every level and thread count gives
+# the pixels of the .npy output of the same decode turned into 8 bits as diffusers does (what the writer did before
+# the pool): the PNGs are read back here with Python's zlib and the rows unfiltered by hand.
+png_same_as_npy() { # NPY DIR...: prints one line per differing folder, nothing when all agree
+    python3 - "$@" <<'PY'
+import struct, sys, zlib
+import numpy as np
+def read_png(path):
+    b = open(path, "rb").read()
+    assert b[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat = 8, b""
+    while pos < len(b):
+        n, t = struct.unpack(">I4s", b[pos:pos + 8])
+        d = b[pos + 8:pos + 8 + n]
+        if t == b"IHDR": w, h, depth, ctype = struct.unpack(">IIBB", d[:10]); assert (depth, ctype) == (8, 2)
+        if t == b"IDAT": idat += d
+        pos += 12 + n
+    raw, stride, bpp = zlib.decompress(idat), w * 3, 3
+    out, prev = bytearray(), bytearray(stride)
+    for y in range(h):
+        f, row = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for x in range(stride):
+            a = row[x - bpp] if x >= bpp else 0
+            b_, c = prev[x], prev[x - bpp] if x >= bpp else 0
+            if f == 1: row[x] = (row[x] + a) & 255
+            elif f == 2: row[x] = (row[x] + b_) & 255
+            elif f == 3: row[x] = (row[x] + (a + b_) // 2) & 255
+            elif f == 4:
+                p = a + b_ - c; pa, pb, pc = abs(p - a), abs(p - b_), abs(p - c)
+                row[x] = (row[x] + (a if pa <= pb and pa <= pc else b_ if pb <= pc else c)) & 255
+            else: assert f == 0, f"filter {f}"
+        out += row; prev = row
+    return np.frombuffer(bytes(out), np.uint8).reshape(h, w, 3)
+v = np.load(sys.argv[1])[0]  # [3, F, H, W]
+a = np.clip(v * np.float32(0.5) + np.float32(0.5), 0, 1) * np.float32(255)  # float32 steps, as diffusers
+want = np.rint(a).astype(np.uint8).transpose(1, 2, 3, 0)  # [F, H, W, 3]
+for d in sys.argv[2:]:
+    got = np.stack([read_png(f"{d}/frame_{f:05d}.png") for f in range(want.shape[0])])
+    if not np.array_equal(got, want): print(f"{d}: {int((got != want).sum())} values differ")
+PY
+}
+if dec --out png_ref.npy -q; then
+    dirs=(); ok_dec=1; k=0
+    for a in "--png-level 0 --threads 1" "--png-level 1 --threads 2" "--png-level 5 --threads 3" \
+             "--png-level 9 --threads 1" "--png-level 9 --threads 2" "--threads 2" ""; do
+        k=$((k + 1)); d=png_$k
+        if dec --out "$d/" -q $a 2>err.txt; then dirs+=("$d"); else ok_dec=0; bad "PNG frames $a" "$(cat err.txt)"; fi
+    done
+    [ "$ok_dec" = 1 ] && ok "PNG frames at levels 0, 1, 5, 9 and the default, on 1, 2, 3 threads and every core"
+    s0=$(du -sb png_1 | cut -f1); s9=$(du -sb png_4 | cut -f1)
+    if ldd "$BIN" 2>/dev/null | grep -q libpng; then
+        [ "$s9" -lt "$s0" ] && ok "--png-level 9 smaller than 0 ($s9 < $s0 bytes)" || bad "--png-level 9 vs 0" "$s9 vs $s0 bytes"
+    else # a build without libpng stores the rows at every level
+        [ "$s9" -eq "$s0" ] && ok "--png-level without libpng: stored ($s0 bytes)" || bad "--png-level without libpng" "$s9 vs $s0 bytes"
+    fi
+    if have python3 && python3 -c 'import numpy' 2>/dev/null; then
+        diffs=$(png_same_as_npy png_ref.npy "${dirs[@]}" 2>&1)
+        [ -z "$diffs" ] && ok "PNG frames at every level and thread count: the .npy's pixels" ||
+            bad "PNG frames: the .npy's pixels" "$diffs"
+    else
+        echo "skip PNG pixels against .npy: no python3 with numpy"
+    fi
+else
+    bad "decode .npy for the PNG comparison" "$(cat err.txt 2>/dev/null)"
+fi
+run "--png-level 10" 2 "--png-level: expected an integer in 0..9, found '10'" dec --out pl10/ --png-level 10
+run "--png-level -1" 2 "found '-1'" dec --out pl11/ --png-level -1
+run "--png-level x" 2 "found 'x'" dec --out pl12/ --png-level x
+run "--png-level for a .y4m" 2 "--png-level is for PNG frames" dec --out pl13.y4m --png-level 3
+for o in pl10 pl11 pl12 pl13.y4m; do nothing_left "--png-level usage errors" "$o"; done
+run "help decode: --png-level" 0 "--png-level N" "$BIN" help decode
+
 echo "test_cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -157,6 +157,10 @@ w22_status w22_video_open(const char *path, w22_video_format fmt, int frames, in
                           int overwrite, w22_video_writer **out);
 w22_status w22_video_open_opts(const char *path, w22_video_format fmt, int frames, int height, int width,
                                double fps, int overwrite, const w22_video_options *opts, w22_video_writer **out);
+/* PNG frames (W22_VIDEO_PNG_DIR): zlib's compression level 0..9 (-1: W22_PNG_LEVEL_DEFAULT, png_encode.h) and the
+ * encoder threads (0: every core), before the first write. W22_ERR_INVALID_ARG for a level outside 0..9 or a call
+ * after a write; the other formats ignore it. */
+w22_status w22_video_set_png(w22_video_writer *vw, int level, int threads);
 /* The ffmpeg command line a writer runs (shell-quoted), NULL for the other formats. */
 const char *w22_video_command(const w22_video_writer *vw);
 /* Writes frames [frame0, frame0 + n) given as float32 [3][n][H][W] (what w22_frames_fn receives). Streamed

@@ -3,6 +3,7 @@
  * bytes, so the file is about the raw size; it is the fallback for builds without libpng. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,17 +14,20 @@
 #include <setjmp.h>
 #endif
 
-uint32_t w22_crc32(const uint8_t *p, size_t n, uint32_t crc) {
-    static uint32_t table[256];
-    static int ready; /* benign race: every thread computes the same table */
-    if (!ready) {
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
-        }
-        ready = 1;
+static uint32_t crc_table[256];
+
+static void crc_table_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
     }
+}
+
+uint32_t w22_crc32(const uint8_t *p, size_t n, uint32_t crc) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT; /* the PNG writer's threads encode frames at once */
+    pthread_once(&once, crc_table_init);
+    const uint32_t *table = crc_table;
     crc = ~crc;
     for (size_t i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
     return ~crc;
@@ -97,7 +101,7 @@ static void on_png_error(png_structp png, png_const_charp msg) {
 }
 static void on_png_warning(png_structp png, png_const_charp msg) {}
 
-static w22_status write_libpng(FILE *f, const char *path, const uint8_t *rgb, int width, int height) {
+static w22_status write_libpng(FILE *f, const char *path, const uint8_t *rgb, int width, int height, int level) {
     png_err err = {.msg = "unknown libpng error"};
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, &err, on_png_error, on_png_warning);
     png_infop info = png ? png_create_info_struct(png) : NULL;
@@ -110,8 +114,10 @@ static w22_status write_libpng(FILE *f, const char *path, const uint8_t *rgb, in
         return w22_fail(W22_ERR_IO, "%s: libpng: %s", path, err.msg);
     }
     png_init_io(png, f);
-    /* Level 3: most of level 6's size at a fraction of its time; frames are many and large. */
-    png_set_compression_level(png, 3);
+    png_set_compression_level(png, level);
+    /* Stored rows gain nothing from filtering, which would be most of level 0's time; the levels that compress keep
+     * libpng's adaptive row filters. */
+    if (level == 0) png_set_filter(png, PNG_FILTER_TYPE_BASE, PNG_FILTER_NONE);
     png_set_IHDR(png, info, (png_uint_32)width, (png_uint_32)height, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
                  PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
     png_write_info(png, info);
@@ -123,11 +129,18 @@ static w22_status write_libpng(FILE *f, const char *path, const uint8_t *rgb, in
 #endif
 
 w22_status w22_png_write(const char *path, const uint8_t *rgb, int width, int height) {
+    return w22_png_write_level(path, rgb, width, height, W22_PNG_LEVEL_DEFAULT);
+}
+
+w22_status w22_png_write_level(const char *path, const uint8_t *rgb, int width, int height, int level) {
+    if (level < 0 || level > W22_PNG_LEVEL_MAX)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: expected a PNG compression level 0..%d, found %d", path,
+                        W22_PNG_LEVEL_MAX, level);
     FILE *f = fopen(path, "wb");
     if (!f) return w22_fail(W22_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     w22_status s;
 #ifdef W22_HAVE_PNG
-    s = write_libpng(f, path, rgb, width, height);
+    s = write_libpng(f, path, rgb, width, height, level);
 #else
     uint8_t *buf = NULL;
     size_t len = 0;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <strings.h>
 #include "common.h"
+#include "io/png_encode.h"
 #include "io/video_impl.h"
 
 w22_status w22_video_format_from_path(const char *path, w22_video_format *fmt) {
@@ -156,6 +157,7 @@ w22_status w22_video_open_opts(const char *path, w22_video_format fmt, int frame
     vw->fps_num = num;
     vw->fps_den = den;
     vw->out.fd = -1;
+    vw->png_level = -1;
     vw->written = w22_calloc((size_t)frames, 1, "frame bookkeeping");
     vw->rgb = w22_malloc((size_t)height * width * 3, "one RGB frame");
     if (!vw->written || !vw->rgb || copy_options(vw, opts) != W22_OK) {
@@ -175,6 +177,20 @@ w22_status w22_video_open_opts(const char *path, w22_video_format fmt, int frame
         return s;
     }
     *out = vw;
+    return W22_OK;
+}
+
+w22_status w22_video_set_png(w22_video_writer *vw, int level, int threads) {
+    if (!vw) return w22_fail(W22_ERR_INVALID_ARG, "video: expected a writer, found NULL");
+    if (level < -1 || level > W22_PNG_LEVEL_MAX || threads < 0)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: expected a PNG compression level 0..%d (-1: the default) and "
+                        "threads >= 0 (0: every core), found level %d, %d threads", vw->out.path, W22_PNG_LEVEL_MAX,
+                        level, threads);
+    if (vw->nwritten > 0) /* the PNG encoders start at the first write */
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: PNG settings: expected before the first frame, found %d written",
+                        vw->out.path, vw->nwritten);
+    vw->png_level = level;
+    vw->threads = threads;
     return W22_OK;
 }
 

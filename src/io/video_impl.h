@@ -32,6 +32,7 @@ struct w22_video_writer {
     uint8_t *rgb;           /* one frame of packed RGB, for the formats that need it */
     w22_video_options opts; /* ffmpeg's settings (the strings copied into opts_text) */
     char *opts_text;
+    int png_level, threads; /* PNG frames (w22_video_set_png): -1 and 0 until set */
     void *impl;             /* the format's own state */
 };
 

@@ -68,6 +68,8 @@ static const char usage[] =
     "      --device D         cpu (the default), cuda (GPU 0) or cuda:N\n"
     "      --cuda-device N    which GPU for --device cuda (the same as cuda:N)\n"
     "      --frames-per-pass N  latent frames per pass (default 2; the output does not change)\n"
+    "      --exact            CUDA: every conv in the direct arithmetic (default: the 3x3x3 convs of 512 channels and\n"
+    "                         up as Winograd F(2x2, 3x3), ~2.2x their error, within the allowance; the CPU is exact)\n"
     "      --threads N        CPU threads of the decode and of the PNG encoders (default: all cores)\n"
     "  -f, --force            replace an existing output\n"
     "  -v, --verbose          say more on stderr: the weights and config read, the statistics used, the ffmpeg\n"
@@ -328,9 +330,9 @@ int cli_decode(int argc, char **argv) {
     w22_video_options vopt = {NULL, -1, NULL, NULL};
     long long fpp = 0, threads = 0, cuda_device = -1, crf = -1, dev_index = -1, png_level = -1;
     double fps = 24, interval = 0;
-    int force = 0, progress = 0, verbose = 0, quiet = 0, normalized = 0, sync_write = 0;
+    int force = 0, progress = 0, verbose = 0, quiet = 0, normalized = 0, sync_write = 0, exact = 0;
     enum { O_CUDA = 256, O_FPP, O_THREADS, O_FPS, O_PROGRESS, O_VARIANT, O_NORM, O_CODEC, O_CRF, O_PIX, O_FFARGS,
-           O_INTERVAL, O_DEVICE, O_SYNC, O_PNG_LEVEL };
+           O_INTERVAL, O_DEVICE, O_SYNC, O_PNG_LEVEL, O_EXACT };
     static const struct option opts[] = {
         {"weights", required_argument, 0, 'w'},      {"latents", required_argument, 0, 'l'},
         {"out", required_argument, 0, 'o'},          {"device", required_argument, 0, O_DEVICE},
@@ -342,6 +344,7 @@ int cli_decode(int argc, char **argv) {
         {"codec", required_argument, 0, O_CODEC},    {"crf", required_argument, 0, O_CRF},
         {"pix-fmt", required_argument, 0, O_PIX},    {"ffmpeg-args", required_argument, 0, O_FFARGS},
         {"progress-interval", required_argument, 0, O_INTERVAL}, {"png-level", required_argument, 0, O_PNG_LEVEL},
+        {"exact", no_argument, 0, O_EXACT},
         {"write-sync", no_argument, 0, O_SYNC}, /* hidden: write in the decode's callback (tests' A/B) */
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
@@ -373,6 +376,7 @@ int cli_decode(int argc, char **argv) {
                                        optarg);
             break;
         case 'f': force = 1; break;
+        case O_EXACT: exact = 1; break;
         case 'v': verbose = 1; break;
         case 'q': quiet = 1; break;
         case O_PROGRESS: progress = 1; break;
@@ -502,6 +506,7 @@ int cli_decode(int argc, char **argv) {
     p.device = dev;
     p.cuda_device = gpu;
     p.frames_per_pass = (int)fpp;
+    p.exact = exact;
     p.threads = (int)threads;
     p.progress = on_progress;
     p.progress_user = &c;

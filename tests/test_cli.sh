@@ -524,6 +524,11 @@ for o in wt.y4m wt.npy wt.safetensors wt_png/ $(have ffmpeg && echo wt.mkv); do
     fi
 done
 
+# --exact (w22_decoder_params.exact): the CPU backend is exact already, so the same file; help lists it
+if dec --out ex1.npy -q --exact && dec --out ex0.npy -q && cmp -s ex0.npy ex1.npy; then ok "--exact on the CPU: the same video"
+else bad "--exact on the CPU" "$(cat err.txt 2>/dev/null)"; fi
+"$BIN" help decode 2>&1 | grep -q -- "--exact" && ok "help decode lists --exact" || bad "help decode lacks --exact"
+
 # A misspelt W22_* variable is named on stderr (once), a known one is not (issue 29: one table, src/env.c)
 run "an unknown W22_ variable" 0 "W22_CHEK is not a variable of this library" env W22_CHEK=1 "$BIN" decode \
     --weights w.safetensors --latents z.safetensors --out envw.y4m -q -f

@@ -24,9 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CR_BM 128                 /* output pixels per tile (one row segment) */
+#define CR_BM W22_ROWS_BM                 /* output pixels per tile (one row segment) */
 #define CR_AROWS (CR_BM + 2)      /* input pixels per tile: one each side for dx = 0 and dx = 2 */
-#define CR_BN 16                  /* output channels, padded */
+#define CR_BN W22_ROWS_BN                  /* output channels, padded */
 #define CR_ROW ROW_BYTES           /* bytes per smem row: 64 bf16 (mma_sync.cuh) */
 #define CR_THREADS 128
 #define CR_STAGES 4
@@ -140,19 +140,7 @@ __global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_
 
 /* The 2D tiles (conv_rows2d.cu) where they take the GEMM, else the row tiles: the row kernel for all (v7's) and the
  * mma.sync kernel for conv_out measured slower (docs/PERF.md v7, v14). */
-const char *w22_cuda_rows_blocker(const w22_mm *g) {
-    if (g->upsample || g->sc) return "upsample or shortcut";
-    if (g->ks != 3 || (g->kt != 1 && g->kt != 3) || g->pad_y != 1 || g->pad_x != 1) return "not a centred 3x3(x3)";
-    if (g->N % 2) return "N odd";
-    /* N <= 16: either kernel; 16 < N <= 48: the 2D tiles' three channel blocks alone (w22_rows2d_takes checks
-     * N <= 48 and H >= 6), else the mma kernel */
-    if (g->N > CR_BN && !w22_rows2d_takes(g))
-        return "N > 16 and not on the 2D tiles (N > 48 or H < 6)";
-    if (g->cin % 64) return "cin % 64";
-    if (g->b_w < g->N) return "weights not one [N][K] block";
-    if ((long)g->F * g->H * ((g->W + CR_BM - 1) / CR_BM) > 0x7fffffffL) return "too many tiles";
-    return NULL;
-}
+const char *w22_cuda_rows_blocker(const w22_mm *g) { return w22_route_rows_blocker(g); } /* route.h */
 
 w22_status w22_cuda_rows_init(w22_cuda *c) {
     if (c->smem_optin < CR_SMEM)

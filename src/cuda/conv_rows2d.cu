@@ -54,8 +54,8 @@
 #include "mma_sync.cuh"
 #include <limits.h>
 
-#define R2_TH 16                                  /* output rows per tile */
-#define R2_TW 32                                  /* output columns per tile */
+#define R2_TH W22_R2_TH                                  /* output rows per tile */
+#define R2_TW W22_R2_TW                                  /* output columns per tile */
 #define R2_WR 4                                   /* output rows per warp (warps: 4 rows x 2 columns of 16) */
 #define R2_AH (R2_TH + 2)                         /* input rows per tile: one above, one below */
 #define R2_AW (R2_TW + 2)                         /* input columns per tile */
@@ -65,8 +65,8 @@
 #define R2_THREADS 256
 #define R2_A_BYTES (R2_APIX * R2_ROW)             /* 39168 */
 #define R2_AJ ((R2_APIX + 63) / 64)               /* A pixels per loader thread: 10 (4 threads per pixel) */
-#define R2_MIN_H 6 /* below: 18 input rows per 16-row tile cost more than the row kernel's 3 per output row */
-#define R2_MAX_N 48                               /* NB = 3 */
+#define R2_MIN_H W22_R2_MIN_H /* below: 18 input rows per 16-row tile cost more than the row kernel's 3 per output row */
+#define R2_MAX_N W22_R2_MAX_N                               /* NB = 3 */
 
 /* NB 16-channel blocks per warp: 1 for N <= 16, 3 for N <= 48 (the psum conv_out's 36). The B stage grows with NB;
  * at NB = 3 four stages (267264 B) exceed the 227 KB a block may have, so three: two stages in flight while one is
@@ -289,10 +289,7 @@ __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w2
     cp_async_wait<0>();
 }
 
-int w22_rows2d_takes(const w22_mm *g) {
-    return g->N <= R2_MAX_N && g->H >= R2_MIN_H && g->a_sh * (R2_AH + 1) + g->a_sw * R2_AW < INT_MAX &&
-           (long)g->F * ((g->H + R2_TH - 1) / R2_TH) * ((g->W + R2_TW - 1) / R2_TW) < INT_MAX;
-}
+int w22_rows2d_takes(const w22_mm *g) { return w22_route_rows2d_takes(g); } /* route.h */
 
 w22_status w22_cuda_rows2d_init(w22_cuda *c) {
     const int need = r2_cfg<1>::SMEM > r2_cfg<3>::SMEM ? r2_cfg<1>::SMEM : r2_cfg<3>::SMEM;

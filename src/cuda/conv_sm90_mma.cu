@@ -233,62 +233,13 @@ w22_status w22_cuda_gemm_init(w22_cuda *c) {
     return W22_OK;
 }
 
-static int fits_int(long v) { return v >= 0 && v < (long)INT_MAX; }
-static int aligned(const void *p, int bytes) { return ((uintptr_t)p % (uintptr_t)bytes) == 0; }
-
-/* NULL when the tensor-core kernels can take this GEMM's layout (alignment, strides, even N), else why not.
- * What they need of the offsets is apart (mma_int_blocker): the TMA conv addresses through 64-bit tensor maps and
- * the row kernels from 64-bit frame bases, so only the mma.sync kernel needs every offset in an int. */
-static const char *mma_blocker(const w22_mm *g) {
-    if (g->cin % 8) return "scalar: cin % 8 != 0";
-    if (g->sc && g->sc_cin % 8) return "scalar: shortcut cin % 8 != 0";
-    if (g->N % 2) return "scalar: N odd";
-    if (g->split_c % 2) return "scalar: time-split channels odd";
-    if (!aligned(g->a, 16) || g->a_sf % 8 || g->a_sh % 8 || g->a_sw % 8) return "scalar: input not 16-byte aligned";
-    for (int i = 0; i < g->hist_n; i++)
-        if (!aligned(g->a_hist[i], 16)) return "scalar: history frame not 16-byte aligned";
-    if (!aligned(g->b, 16) || g->b_sh % 8 || g->b_sw % 8) return "scalar: weights not 16-byte aligned";
-    if (g->sc && (!aligned(g->sc, 16) || !aligned(g->scb, 16) || g->sc_sf % 8 || g->sc_sh % 8 || g->sc_sw % 8))
-        return "scalar: shortcut not 16-byte aligned";
-    if (!aligned(g->out, g->out_f32 ? 8 : 4) || g->o_sf % 2 || g->o_sh % 2 || g->o_sw % 2)
-        return "scalar: output not aligned for pair stores";
-    if (g->res && (!aligned(g->res, 4) || g->r_sf % 2 || g->r_sh % 2 || g->r_sw % 2))
-        return "scalar: residual not aligned for pair loads";
-    if (g->a_sf < 0 || g->a_sh < 0 || g->a_sw < 0 || g->o_sf < 0 || g->o_sh < 0 || g->o_sw < 0 || g->b_sh < 0 ||
-        g->b_sw < 0 || g->b_w < 1 || g->sc_sf < 0 || g->sc_sh < 0 || g->sc_sw < 0 || g->r_sf < 0 || g->r_sh < 0 ||
-        g->r_sw < 0)
-        return "scalar: negative strides";
-    const long K = (long)g->kt * g->ks * g->ks * g->cin; /* the weights: int offsets in every kernel */
-    if (!fits_int(g->b_sh * (g->N / g->b_w + 1) + g->b_sw * g->b_w + K)) return "scalar: weight offsets exceed int";
-    if (g->sc && !fits_int((long)g->N * g->sc_cin)) return "scalar: shortcut weight offsets exceed int";
-    if (!fits_int((long)g->M + 2 * BK)) return "scalar: M exceeds int";
-    return NULL;
-}
-
-/* NULL when every input offset the mma.sync kernel forms fits its int (border included), else why not. Past 4K UHD
- * (a 256-channel frame of 1080 x 1920 is 532 M elements) they do not; those GEMMs must reach the TMA conv, not the
- * scalar kernel (issue 27: 105 s for one 3840 x 2160 frame when this check came first). */
-static const char *mma_int_blocker(const w22_mm *g) {
-    const int ih = g->upsample ? g->H / 2 + 1 : g->H, iw = g->upsample ? g->W / 2 + 1 : g->W;
-    if (!fits_int(g->a_sf * (g->F + g->kt) + g->a_sh * (ih + 2) + g->a_sw * (iw + 2) + g->cin))
-        return "scalar: input offsets exceed int";
-    if (g->sc && !fits_int(g->sc_sf * g->F + g->sc_sh * g->H + g->sc_sw * g->W + g->sc_cin))
-        return "scalar: shortcut offsets exceed int";
-    return NULL;
-}
-
 w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
     if (g->M <= 0 || g->N <= 0) return W22_OK;
-    const char *why = mma_blocker(g);
-    if (!why) {
-        /* 64-bit addressing first (the TMA conv, the row kernels: disjoint, N % 128 against N <= 48), then what
-         * needs int offsets */
-        if (c->use_wgmma && !w22_cuda_wgmma_blocker(g) && w22_cuda_wgmma_tma_takes(c, g))
-            return w22_cuda_gemm_wgmma(c, g, what);
-        if (!w22_cuda_rows_blocker(g)) return w22_cuda_gemm_rows(c, g, what);
-        why = mma_int_blocker(g);
-    }
-    if (why) {
+    const char *why;
+    const w22_gemm_kernel k = w22_route_gemm(g, c->use_wgmma && w22_cuda_wgmma_tma_on(c), &why); /* route.h */
+    if (k == W22_GEMM_TMA) return w22_cuda_gemm_wgmma(c, g, what);
+    if (k == W22_GEMM_ROWS2D || k == W22_GEMM_ROWS) return w22_cuda_gemm_rows(c, g, what);
+    if (k == W22_GEMM_SCALAR) {
         c->last_path = why;
         return w22_cuda_gemm_scalar(c, g, what);
     }
@@ -296,10 +247,10 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
     const int main_iters = g->kt * g->ks * g->ks * cpt;
     const int iters = main_iters + (g->sc ? (g->sc_cin + BK - 1) / BK : 0);
     w22_status s;
-    if (g->N <= 32) {
+    if (k == W22_GEMM_MMA_SMALL) {
         c->last_path = "mma 128x32";
         s = cfg_small::launch(c, g, main_iters, iters, what);
-    } else if (g->N < 256) {
+    } else if (k == W22_GEMM_MMA_MID) {
         c->last_path = "mma 128x128";
         s = cfg_mid::launch(c, g, main_iters, iters, what);
     } else {
@@ -314,7 +265,7 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
 w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_mm q[4], const char *what) {
     int one = c->use_wgmma; /* every phase on the wgmma kernel, as w22_cuda_gemm would route it */
     for (int p = 0; p < 4 && one; p++)
-        one = q[p].M > 0 && q[p].N > 0 && !mma_blocker(&q[p]) && !w22_cuda_wgmma_blocker(&q[p]);
+        one = q[p].M > 0 && q[p].N > 0 && !w22_route_layout_blocker(&q[p]) && !w22_route_wgmma_blocker(&q[p]);
     if (one && !w22_cuda_wgmma_phases_blocker(c, q)) return w22_cuda_gemm_wgmma_phases(c, q, what);
     for (int p = 0; p < 4; p++) W22_TRY(w22_cuda_gemm(c, &q[p], what));
     return W22_OK;

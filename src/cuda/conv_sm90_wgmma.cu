@@ -20,24 +20,6 @@ w22_status w22_cuda_wgmma_init(w22_cuda *c) {
     return W22_OK;
 }
 
-static int al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-
-/* NULL when the wgmma kernel takes this GEMM (which has passed the mma kernel's checks), else why not. */
-const char *w22_cuda_wgmma_blocker(const w22_mm *g) {
-    if (g->upsample) return "upsample";
-    if (g->cin % WG_BK) return "cin % 64";
-    if (g->sc && g->sc_cin % WG_BK) return "sc_cin % 64";
-    if (g->N % 128) return "N % 128";
-    if (g->kt != 1 && g->kt != 3) return "kt";
-    if (g->ks < 1 || g->ks > 3) return "ks";
-    if (g->b_w < g->N) return "weights not one [N][K] block";
-    const long K = (long)g->kt * g->ks * g->ks * g->cin;
-    if (!al16(g->b) || (g->b_sw * 2) % 16 || g->b_sw < K || g->b_sw * 2 >= (1L << 40)) return "weights not TMA-able";
-    if (g->sc && (!al16(g->scb) || ((long)g->sc_cin * 2) % 16)) return "shortcut weights not TMA-able";
-    if (K >= INT_MAX || (long)g->N >= INT_MAX) return "too large";
-    return NULL;
-}
-
 /* K-major [rows][K] bf16 (row stride `stride` elements) as a 2D tensor map with {64, box_rows} boxes, 128B swizzle. */
 w22_status w22_wgmma_kmajor_map(w22_cuda *c, CUtensorMap *m, const bf16 *ptr, long K, long rows, long stride,
                                 int box_rows, const char *what) {
@@ -53,6 +35,9 @@ w22_status w22_wgmma_kmajor_map(w22_cuda *c, CUtensorMap *m, const bf16 *ptr, lo
                         what, K, rows, stride, box_rows, (int)r);
     return W22_OK;
 }
+
+/* route.h's checks, under the names the rest of the backend calls */
+const char *w22_cuda_wgmma_blocker(const w22_mm *g) { return w22_route_wgmma_blocker(g); }
 
 /* The phases' one launch is the TMA kernel's. */
 const char *w22_cuda_wgmma_phases_blocker(const w22_cuda *c, const w22_mm q[4]) {

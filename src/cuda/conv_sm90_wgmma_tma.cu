@@ -389,28 +389,8 @@ static int st16(long stride_elems) { return stride_elems > 0 && stride_elems % 8
 /* A view's origin for the map: pixel (-1, -1) with the border (ks > 1), else (0, 0). */
 static const bf16 *map_origin(const bf16 *p, long sh, long sw, int border) { return border ? p - sh - sw : p; }
 
-/* NULL when this kernel takes a GEMM that the default wgmma kernel takes, else why not. */
-const char *w22_cuda_wgmma_tma_blocker(const w22_mm *g) {
-    const int border = g->ks > 1;
-    if (border) {
-        /* taps read rows y + dy - pad in [-1, H]: the one-pixel border */
-        if (g->pad_y < 0 || g->pad_y > 1 || g->ks - 1 - g->pad_y < 0 || g->ks - 1 - g->pad_y > 1) return "pad_y";
-        if (g->pad_x < 0 || g->pad_x > 1 || g->ks - 1 - g->pad_x < 0 || g->ks - 1 - g->pad_x > 1) return "pad_x";
-    } else if (g->pad_y || g->pad_x)
-        return "pad with ks 1";
-    if (g->hist_n != 0 && g->hist_n != 2) return "hist_n";
-    if (g->H <= 0 || g->W <= 0 || g->M % (g->H * g->W)) return "M not frames x H x W";
-    const int F = g->M / (g->H * g->W); /* a frame stride is only stepped on with two frames or more */
-    if (!st16(g->a_sw) || !st16(g->a_sh) || (F + g->kt - 1 - g->hist_n > 1 && !st16(g->a_sf)) || g->a_sw < g->cin)
-        return "A strides not TMA-able";
-    if (!al16(map_origin(g->a, g->a_sh, g->a_sw, border))) return "A not 16-byte aligned";
-    for (int k = 0; k < g->hist_n; k++)
-        if (!al16(map_origin(g->a_hist[k], g->a_sh, g->a_sw, border))) return "history frame not 16-byte aligned";
-    if (g->sc && (!st16(g->sc_sw) || !st16(g->sc_sh) || (F > 1 && !st16(g->sc_sf)) || !al16(g->sc) ||
-                  g->sc_sw < g->sc_cin))
-        return "shortcut input not TMA-able";
-    return NULL;
-}
+/* NULL when this kernel takes a GEMM that w22_cuda_wgmma_blocker passes, else why not (route.h) */
+const char *w22_cuda_wgmma_tma_blocker(const w22_mm *g) { return w22_route_tma_blocker(g); }
 
 #include "tma_maps.cuh" /* the host side's tensor maps: the pixels' im2col maps, the TMA store's */
 

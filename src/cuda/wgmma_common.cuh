@@ -13,7 +13,7 @@
 #include <string.h>
 
 #define WG_BM 128
-#define WG_BK 64                /* bf16 per stage row: 128 bytes, the swizzle span */
+#define WG_BK W22_WG_BK                /* bf16 per stage row: 128 bytes, the swizzle span */
 #define WG_ROW_BYTES 128
 #define WG_THREADS 384          /* producer warpgroup + 2 consumer warpgroups */
 #define WG_PRODUCER_REGS 40

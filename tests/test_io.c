@@ -33,13 +33,7 @@
 
 static char dir[512];
 
-static const char *tpath(const char *name) {
-    static char buf[4][700];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
+static const char *tpath(const char *name) { return t_path(name); }
 
 /* Entries of the test directory whose name starts with prefix (temporary outputs are "<name>.tmp-XXXXXX"). */
 static int count_entries(const char *prefix) {

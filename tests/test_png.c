@@ -20,13 +20,7 @@
 
 static char dir[512];
 
-static const char *tpath(const char *name) {
-    static char buf[4][700];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-    return buf[k];
-}
+static const char *tpath(const char *name) { return t_path(name); }
 
 static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | p[1] << 16 | p[2] << 8 | p[3]; }
 

@@ -57,6 +57,14 @@ static void rm_tmpdir(void) {
     }
 }
 
+const char *t_path(const char *name) {
+    static char buf[4][700];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", t_tmpdir(), name);
+    return buf[k];
+}
+
 const char *t_tmpdir(void) {
     if (!tmpdir[0]) {
         const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";

@@ -43,6 +43,8 @@ t_diff t_compare(const float *a, const float *ref, size_t n);
 
 /* A fresh temporary directory for the test's files (removed by t_finish's caller at exit). */
 const char *t_tmpdir(void);
+/* name inside t_tmpdir() (one of 4 rotating buffers: up to 4 paths alive at once) */
+const char *t_path(const char *name);
 /* The repository's root (where tests/ is), from the environment or the working directory. */
 const char *t_root(void);
 int t_file_exists(const char *path);

@@ -162,6 +162,8 @@ void w22_backend_cuda_use_callers_stream(w22_backend *b, void *stream);
 void *w22_backend_cuda_stream(w22_backend *b);
 /* CUDA: device memory in use by the backend (allocations it made), and its peak since creation. */
 size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak);
+/* CUDA, for W22_PROFILE: seconds of the open so far in the weight layouts (host), the uploads, the audit's sums. */
+void w22_backend_cuda_open_times(const w22_backend *b, double t[3]);
 
 /* Element (f, y, x, c) of v, as a byte pointer. */
 static inline void *w22_view_at(w22_view v, long f, long y, long x, long c) {

@@ -75,12 +75,16 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
      * input frames for 2 outputs instead of 3 for 1, on twice the GEMM rows; the workspace at 704x1248 3.96 GiB,
      * within the 4 GiB target) */
     d->frames_per_pass = p->frames_per_pass ? p->frames_per_pass : 2;
+    /* W22_PROFILE: where the open's time goes (issue 30: the open is the user's wait before the first frame) */
+    const int prof = getenv("W22_PROFILE") != NULL;
+    double t_create = w22_now(), t_f32 = 0, t_up = 0;
     w22_status s = p->device == W22_DEVICE_CUDA ? w22_backend_cuda_create(p->cuda_device, &d->backend)
                                                 : w22_backend_cpu_create(p->threads, &d->backend);
     if (s != W22_OK) {
         free(d);
         return s;
     }
+    t_create = w22_now() - t_create;
     if (p->device == W22_DEVICE_CUDA) w22_backend_cuda_set_exact(d->backend, p->exact);
     /* Weights: float32 on the host, then the backend's own layout and type. */
     size_t maxn = 0;
@@ -93,11 +97,15 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
     }
     for (int i = 0; i < d->model.nweights && s == W22_OK; i++) {
         const w22_weight_desc *wd = &d->model.weights[i];
+        double t0 = w22_now();
         w22_weights_get_f32(w, i, tmp);
+        t_f32 += w22_now() - t0;
+        t0 = w22_now();
         w22_weight_kind kind = (wd->is_gamma || wd->ndim == 1) ? W22_WK_VECTOR : W22_WK_CONV;
         /* gammas ([C, 1, 1(, 1)]) go up as plain vectors */
         s = d->backend->ops->weight_upload(d->backend, kind, tmp, wd->shape, kind == W22_WK_VECTOR ? 1 : wd->ndim,
                                            &d->wt[i]);
+        t_up += w22_now() - t0;
         if (s == W22_OK) d->weight_bytes += d->backend->ops->weight_bytes(d->wt[i]);
         else w22_fail_context(s, "uploading %s: ", wd->name);
     }
@@ -105,6 +113,13 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
     if (s != W22_OK) {
         w22_decoder_free(d);
         return s;
+    }
+    if (prof) {
+        double t[3] = {0, 0, 0};
+        if (p->device == W22_DEVICE_CUDA) w22_backend_cuda_open_times(d->backend, t);
+        fprintf(stderr, "wan22vae: open: backend %.3f s, weights to float32 %.3f s, backend weights %.3f s (layouts "
+                        "%.3f, uploads %.3f, audit sums %.3f), %.0f MB\n",
+                t_create, t_f32, t_up, t[0], t[1], t[2], d->weight_bytes / 1e6);
     }
     *out = d;
     return W22_OK;

@@ -86,8 +86,10 @@ w22_status w22_cuda_upload(w22_cuda *c, void **dev, const void *host, size_t byt
      * order the backend's own stream (non-blocking) or a caller's, and from pageable memory it may return before the
      * data has reached the device. An upload during a decode (an identity, a direct conv's weights at first use) then
      * raced the kernels that read it: the wrong video of issue 27. */
+    double t0 = w22_now();
     cudaError_t e = cudaMemcpyAsync(*dev, host, bytes, cudaMemcpyHostToDevice, c->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    c->open_copy_s += w22_now() - t0;
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         w22_cuda_free_ptr(c, *dev);
@@ -95,7 +97,9 @@ w22_status w22_cuda_upload(w22_cuda *c, void **dev, const void *host, size_t byt
         return w22_fail(W22_ERR_CUDA, "cudaMemcpy of %s (%zu bytes): %s", what, bytes, cudaGetErrorString(e));
     }
     w22_cuda_alloc_rec *r = &c->allocs[c->nallocs - 1]; /* w22_cuda_malloc appended it */
+    t0 = w22_now();
     if (r->ptr == *dev) r->constant = 1, r->sum = w22_word_sum(host, bytes);
+    c->open_sum_s += w22_now() - t0;
     return W22_OK;
 }
 
@@ -144,7 +148,9 @@ static w22_status upload_phases(w22_cuda *c, w22_cuda_weight *w, const float *da
     const size_t n = (size_t)4 * cout * 4 * cin;
     uint16_t *h = (uint16_t *)malloc(n * 2);
     if (!h) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for phase weights");
+    const double t0 = w22_now();
     w22_layout_phases_bf16(data, cout, cin, h);
+    c->open_layout_s += w22_now() - t0;
     w22_status s = w22_cuda_upload(c, &w->dev_phase, h, n * 2, "phase weights");
     if (s == W22_OK) w->bytes += n * 2;
     free(h);
@@ -185,7 +191,9 @@ static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, const f
             return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory: %zu bytes to convert a weight", n * 2);
         }
         /* [cout][cin][tap] float -> [cout][tap][cin] bf16 (tap = (dt, dy, dx)): the GEMM's B, K-major */
+        const double t0 = w22_now();
         w22_layout_conv_bf16(data, w->cout, w->cin, vol, (uint16_t *)host);
+        c->open_layout_s += w22_now() - t0;
         /* the Winograd path's convs (cin and cout >= W22_WINOGRAD) get its component weights, and keep the direct
          * ones on the host until a direct conv needs them: at even sizes on one rank none does (1.0 GB less at 512) */
         const int mc = c->wino_min,
@@ -446,6 +454,11 @@ extern "C" size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak) {
     const w22_cuda *c = (const w22_cuda *)b->impl;
     if (peak) *peak = c->peak;
     return c->bytes;
+}
+
+extern "C" void w22_backend_cuda_open_times(const w22_backend *b, double t[3]) {
+    const w22_cuda *c = (const w22_cuda *)b->impl;
+    t[0] = c->open_layout_s, t[1] = c->open_copy_s, t[2] = c->open_sum_s;
 }
 
 /* Not in backend.h (tests and logs only): the kernel the last GEMM ran on ("mma 128x256", "scalar: ..."). */

@@ -61,6 +61,8 @@ typedef struct {
     unsigned long long *inspect_count; /* the checking mode's two counters (move.cu's inspect); NULL: none yet */
     void *audit_buf;                   /* the audit's table of constant buffers and their sums (move.cu) */
     size_t audit_bytes;
+    /* W22_PROFILE: the open's seconds in the weight layouts (host), the uploads, and the audit's sums */
+    double open_layout_s, open_copy_s, open_sum_s;
 } w22_cuda;
 
 /* A weight in this backend's layout. Conv: [cout][kt][kh][kw][cin] bf16 (the GEMM's B operand, K-major);

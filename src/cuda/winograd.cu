@@ -189,7 +189,9 @@ w22_status w22_cuda_winograd_weights(w22_cuda *c, w22_cuda_weight *w, const floa
     const size_t per = (size_t)co * 3 * ci, n = 16 * per;
     uint16_t *h = (uint16_t *)malloc(n * 2);
     if (!h) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory: %zu bytes for Winograd weights", n * 2);
+    const double t0 = w22_now();
     w22_layout_winograd_bf16(data, co, ci, h); /* on every core (src/weights/layout.c) */
+    c->open_layout_s += w22_now() - t0;
     w22_status s = w22_cuda_upload(c, &w->dev_wino, h, n * 2, "Winograd weights");
     if (s == W22_OK) w->bytes += n * 2;
     free(h);

@@ -85,6 +85,14 @@ W22_API w22_status w22_weights_synthetic(const w22_config *cfg, uint64_t seed, w
  * borrowed, not copied, and must outlive the weights object and any decoder opened from it. */
 W22_API w22_status w22_weights_from_memory(const w22_config *cfg, const void *const *data, w22_dtype dtype,
                                            w22_weights **out);
+/* Weights in GPU memory: data[i] points to tensor i in the memory of GPU cuda_device (e.g. a torch tensor's
+ * data_ptr()), dense, of dtype, in the model's weight order. Borrowed, not copied: it must stay unchanged while the
+ * weights object lives, and be complete before this call (synchronize the stream that wrote it). A CUDA decoder
+ * lays them out on the GPU without a host copy (issue 30: a pipeline's VAE already there); a CPU decoder and
+ * w22_weights_save copy them to the host. Checked finite on the GPU; a pointer outside that GPU's memory is
+ * W22_ERR_INVALID_ARG, a build or machine without CUDA W22_ERR_UNSUPPORTED or W22_ERR_CUDA. */
+W22_API w22_status w22_weights_from_device(const w22_config *cfg, const void *const *data, w22_dtype dtype,
+                                           int cuda_device, w22_weights **out);
 /* Writes the weights as a safetensors file (diffusers names), through a temporary file and a rename. */
 W22_API w22_status w22_weights_save(const w22_weights *w, const char *path, w22_dtype dtype);
 W22_API void w22_weights_free(w22_weights *w);

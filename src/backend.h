@@ -74,15 +74,23 @@ typedef struct {
 
 typedef struct w22_backend w22_backend;
 
+/* A weight's source: dense data of the model's shape in dtype (F32, BF16, F16), in host memory (cuda_device -1) or
+ * in the memory of GPU cuda_device (the CUDA backend only; the decoder gives the CPU backend host data). */
+typedef struct {
+    const void *data;
+    w22_dtype dtype;
+    int cuda_device;
+} w22_wsrc;
+
 typedef struct {
     const char *name;
     size_t elem_size; /* bytes of one activation element */
     void (*destroy)(w22_backend *b);
     w22_status (*alloc)(w22_backend *b, size_t bytes, void **ptr);
     void (*free)(w22_backend *b, void *ptr);
-    /* Weights: from host float32 data of the model's shape (desc gives it). */
-    w22_status (*weight_upload)(w22_backend *b, w22_weight_kind kind, const float *data, const int64_t *shape,
-                                int ndim, w22_bweight **out);
+    /* Weights: from a source of the model's shape (desc gives it), into the backend's layout. */
+    w22_status (*weight_upload)(w22_backend *b, w22_weight_kind kind, w22_wsrc src, const int64_t *shape, int ndim,
+                                w22_bweight **out);
     void (*weight_free)(w22_backend *b, w22_bweight *w);
     size_t (*weight_bytes)(const w22_bweight *w);
     /* Byte copies: backend <-> host, and within backend memory. Ordered with the backend's other work; to_host
@@ -162,6 +170,13 @@ void w22_backend_cuda_use_callers_stream(w22_backend *b, void *stream);
 void *w22_backend_cuda_stream(w22_backend *b);
 /* CUDA: device memory in use by the backend (allocations it made), and its peak since creation. */
 size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak);
+/* CUDA: the weights are all uploaded; frees the staging their layouts were made in. */
+void w22_backend_cuda_weights_done(w22_backend *b);
+/* CUDA: a copy of device memory of GPU `device` to the host (complete on return). */
+w22_status w22_cuda_device_to_host(int device, void *dst, const void *src, size_t bytes);
+/* CUDA: *first = the index of the first NaN/Inf among n elements of dtype t at x in GPU `device`'s memory, n when
+ * all are finite; W22_ERR_INVALID_ARG when x is not that GPU's memory. */
+w22_status w22_cuda_first_nonfinite(int device, const void *x, w22_dtype t, size_t n, size_t *first);
 /* CUDA, for W22_PROFILE: seconds of the open so far in the weight layouts (host), the uploads, the audit's sums. */
 void w22_backend_cuda_open_times(const w22_backend *b, double t[3]);
 

@@ -86,40 +86,48 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
     }
     t_create = w22_now() - t_create;
     if (p->device == W22_DEVICE_CUDA) w22_backend_cuda_set_exact(d->backend, p->exact);
-    /* Weights: float32 on the host, then the backend's own layout and type. */
+    /* Weights: the CUDA backend takes each tensor as it is (host or GPU memory, its dtype) and lays it out on the
+     * GPU; the CPU backend takes float32 on the host (weights on a GPU copied down first). */
+    const int cuda = p->device == W22_DEVICE_CUDA;
+    w22_weights *host = NULL;
+    if (!cuda && w->on_device) s = w22_weights_to_host(w, &host);
+    const w22_weights *src = host ? host : w;
     size_t maxn = 0;
     for (int i = 0; i < d->model.nweights; i++)
         if ((size_t)d->model.weights[i].numel > maxn) maxn = d->model.weights[i].numel;
-    float *tmp = w22_malloc(maxn * sizeof(float), "a weight in float32");
-    if (!tmp) {
-        w22_decoder_free(d);
-        return W22_ERR_OUT_OF_MEMORY;
-    }
+    float *tmp = s == W22_OK && !cuda ? w22_malloc(maxn * sizeof(float), "a weight in float32") : NULL;
+    if (s == W22_OK && !cuda && !tmp) s = W22_ERR_OUT_OF_MEMORY;
     for (int i = 0; i < d->model.nweights && s == W22_OK; i++) {
         const w22_weight_desc *wd = &d->model.weights[i];
+        w22_wsrc ws = {src->data[i], src->dtype[i], src->on_device ? src->cuda_device : -1};
         double t0 = w22_now();
-        w22_weights_get_f32(w, i, tmp);
+        if (!cuda) {
+            w22_weights_get_f32(src, i, tmp);
+            ws.data = tmp, ws.dtype = W22_DTYPE_F32;
+        }
         t_f32 += w22_now() - t0;
         t0 = w22_now();
         w22_weight_kind kind = (wd->is_gamma || wd->ndim == 1) ? W22_WK_VECTOR : W22_WK_CONV;
         /* gammas ([C, 1, 1(, 1)]) go up as plain vectors */
-        s = d->backend->ops->weight_upload(d->backend, kind, tmp, wd->shape, kind == W22_WK_VECTOR ? 1 : wd->ndim,
+        s = d->backend->ops->weight_upload(d->backend, kind, ws, wd->shape, kind == W22_WK_VECTOR ? 1 : wd->ndim,
                                            &d->wt[i]);
         t_up += w22_now() - t0;
         if (s == W22_OK) d->weight_bytes += d->backend->ops->weight_bytes(d->wt[i]);
         else w22_fail_context(s, "uploading %s: ", wd->name);
     }
     free(tmp);
+    w22_weights_free(host);
+    if (cuda) w22_backend_cuda_weights_done(d->backend);
     if (s != W22_OK) {
         w22_decoder_free(d);
         return s;
     }
     if (prof) {
         double t[3] = {0, 0, 0};
-        if (p->device == W22_DEVICE_CUDA) w22_backend_cuda_open_times(d->backend, t);
-        fprintf(stderr, "wan22vae: open: backend %.3f s, weights to float32 %.3f s, backend weights %.3f s (layouts "
-                        "%.3f, uploads %.3f, audit sums %.3f), %.0f MB\n",
-                t_create, t_f32, t_up, t[0], t[1], t[2], d->weight_bytes / 1e6);
+        if (cuda) w22_backend_cuda_open_times(d->backend, t);
+        fprintf(stderr, "wan22vae: open: backend %.3f s, weights to float32 (CPU) %.3f s, backend weights %.3f s "
+                        "(copies %.3f, layouts on the GPU %.3f), %.0f MB\n",
+                t_create, t_f32, t_up, t[1], t[0], d->weight_bytes / 1e6);
     }
     *out = d;
     return W22_OK;

@@ -15,6 +15,15 @@ void w22_backend_cuda_set_stream(w22_backend *b, void *stream) { (void)b; (void)
 void w22_backend_cuda_use_callers_stream(w22_backend *b, void *stream) { (void)b; (void)stream; }
 void w22_backend_cuda_set_exact(w22_backend *b, int exact) { (void)b; (void)exact; }
 void *w22_backend_cuda_stream(w22_backend *b) { (void)b; return NULL; }
+void w22_backend_cuda_weights_done(w22_backend *b) { (void)b; }
+w22_status w22_cuda_device_to_host(int device, void *dst, const void *src, size_t bytes) {
+    (void)device, (void)dst, (void)src, (void)bytes;
+    return w22_fail(W22_ERR_UNSUPPORTED, "weights in GPU memory: this build has no CUDA");
+}
+w22_status w22_cuda_first_nonfinite(int device, const void *x, w22_dtype t, size_t n, size_t *first) {
+    (void)device, (void)x, (void)t, (void)n, (void)first;
+    return w22_fail(W22_ERR_UNSUPPORTED, "weights in GPU memory: this build has no CUDA");
+}
 void w22_backend_cuda_open_times(const w22_backend *b, double t[3]) {
     (void)b;
     t[0] = t[1] = t[2] = 0;

@@ -35,6 +35,7 @@
 #include "backend.h"
 #include "common.h"
 #include "testutil.h"
+#include "weights/layout.h"
 
 /* Not in backend.h: which kernel the CUDA backend's last GEMM ran on (src/cuda/cuda_backend.cu). */
 const char *w22_backend_cuda_last_path(const w22_backend *b);
@@ -311,8 +312,9 @@ static int wpair_new(wpair *w, w22_weight_kind kind, const int64_t *shape, int n
     if (kind == W22_WK_CONV)
         for (size_t i = 0; i < n; i++) d[i] = bf16r(d[i]); /* the GPU stores conv weights in bf16 */
     w->c = w->g = NULL;
-    w22_status s1 = cpu->ops->weight_upload(cpu, kind, d, shape, ndim, &w->c);
-    w22_status s2 = gpu->ops->weight_upload(gpu, kind, d, shape, ndim, &w->g);
+    const w22_wsrc src = {d, W22_DTYPE_F32, -1};
+    w22_status s1 = cpu->ops->weight_upload(cpu, kind, src, shape, ndim, &w->c);
+    w22_status s2 = gpu->ops->weight_upload(gpu, kind, src, shape, ndim, &w->g);
     free(d);
     if (s1 != W22_OK || s2 != W22_OK) {
         printf("weight upload failed: %s\n", w22_last_error());
@@ -320,6 +322,105 @@ static int wpair_new(wpair *w, w22_weight_kind kind, const int64_t *shape, int n
         return 0;
     }
     return 1;
+}
+
+void w22_backend_cuda_weight_bufs(const w22_bweight *bw, const void *dev[3], size_t bytes[3], const void **host_direct);
+
+/* Bytes of a GPU buffer (or, dev NULL, of host memory) against the host's; prints the first difference. */
+static int same_bytes(const char *what, const void *dev, const void *host_copy, const void *ref, size_t bytes) {
+    unsigned char *got = malloc(bytes);
+    if (dev) {
+        if (cudaMemcpy(got, dev, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) memset(got, 0xff, bytes);
+    } else if (host_copy) {
+        memcpy(got, host_copy, bytes);
+    } else {
+        memset(got, 0xff, bytes);
+    }
+    size_t k = 0;
+    while (k < bytes && got[k] == ((const unsigned char *)ref)[k]) k++;
+    if (k < bytes) printf("  %s: byte %zu of %zu differs (0x%02x, layout.c 0x%02x)\n", what, k, bytes, got[k],
+                          ((const unsigned char *)ref)[k]);
+    free(got);
+    return k == bytes;
+}
+
+/* The GPU's weight layouts (src/cuda/weights_gpu.cu) against layout.c's host functions, byte for byte: each source
+ * dtype, from host and from GPU memory, for a direct 3x3x3 conv, a Winograd one (the backend's threshold, 512), a 2D
+ * 3x3 conv with its phases, a 1x1x1 conv and a vector. Random values over several binades, so that the sums and
+ * products of the phases and G g G^T round: a reordered or fused sum differs in some bytes. */
+static void weight_layout_case(const char *name, w22_weight_kind kind, const int64_t *shape, int ndim, w22_dtype dt,
+                               int on_gpu) {
+    char label[160];
+    snprintf(label, sizeof label, "weights %s %s from %s", name, dt == W22_DTYPE_F32 ? "f32" : dt == W22_DTYPE_BF16 ?
+             "bf16" : "f16", on_gpu ? "GPU memory" : "host memory");
+    if (!selected(label)) return;
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
+    float *f = malloc(n * 4);
+    t_fill_uniform(f, n, seed++, -1.f, 1.f);
+    for (size_t i = 0; i < n; i++) f[i] *= (float)(1 << (i * 7 % 9)) / 16.f; /* magnitudes 1/16 .. 16 */
+    const size_t es = w22_dtype_size(dt);
+    void *src = malloc(n * es);
+    w22_from_f32(f, n, dt, src);
+    w22_to_f32(src, dt, n, f); /* the reference's input: the source's values, widened as the GPU widens them */
+    void *dsrc = NULL;
+    if (on_gpu && (cudaMalloc(&dsrc, n * es) != cudaSuccess || cudaMemcpy(dsrc, src, n * es, cudaMemcpyHostToDevice)
+                   != cudaSuccess)) {
+        CHECK(0, label);
+        free(f), free(src);
+        return;
+    }
+    const w22_wsrc ws = {on_gpu ? dsrc : src, dt, on_gpu ? 0 : -1};
+    w22_bweight *w = NULL;
+    w22_status s = gpu->ops->weight_upload(gpu, kind, ws, shape, ndim, &w);
+    int ok = s == W22_OK;
+    if (!ok) printf("  %s: %s\n", label, w22_last_error());
+    if (ok) {
+        const void *dev[3], *hd;
+        size_t bytes[3];
+        w22_backend_cuda_weight_bufs(w, dev, bytes, &hd);
+        if (kind == W22_WK_VECTOR) {
+            ok = same_bytes("vector", dev[0], NULL, f, n * 4);
+        } else {
+            const int cout = (int)shape[0], cin = (int)shape[1], vol = (int)(n / ((size_t)cout * cin));
+            uint16_t *ref = malloc((size_t)16 * cout * 3 * cin * 2 > n * 2 ? (size_t)16 * cout * 3 * cin * 2 : n * 2);
+            w22_layout_conv_bf16(f, cout, cin, vol, ref);
+            ok = same_bytes("direct", dev[0], hd, ref, bytes[0]);
+            const int wino = vol == 27 && cin >= 512 && cout >= 512;
+            CHECK(wino == (dev[2] != NULL) && wino == (hd != NULL), "Winograd components for 512 channels and up");
+            if (wino) {
+                w22_layout_winograd_bf16(f, cout, cin, ref);
+                ok &= same_bytes("winograd", dev[2], NULL, ref, bytes[2]);
+            }
+            const int phases = ndim == 4 && shape[2] == 3 && shape[3] == 3;
+            CHECK(phases == (dev[1] != NULL), "phase weights for a 2D 3x3 conv");
+            if (phases) {
+                w22_layout_phases_bf16(f, cout, cin, ref);
+                ok &= same_bytes("phases", dev[1], NULL, ref, bytes[1]);
+            }
+            free(ref);
+        }
+        gpu->ops->weight_free(gpu, w);
+    }
+    printf("%-64s %s\n", label, ok ? "ok (bytes equal layout.c's)" : "FAIL");
+    CHECK(ok, label);
+    if (dsrc) cudaFree(dsrc);
+    free(f), free(src);
+}
+
+static void weight_layout_cases(void) {
+    static const int64_t direct[] = {96, 64, 3, 3, 3}, wino[] = {512, 512, 3, 3, 3}, two_d[] = {48, 64, 3, 3},
+                         pw[] = {40, 48, 1, 1, 1}, vec[] = {1000};
+    for (int dt = 0; dt < 3; dt++)
+        for (int on_gpu = 0; on_gpu < 2; on_gpu++) {
+            const w22_dtype t = dt == 0 ? W22_DTYPE_F32 : dt == 1 ? W22_DTYPE_BF16 : W22_DTYPE_F16;
+            weight_layout_case("conv 3x3x3 64->96", W22_WK_CONV, direct, 5, t, on_gpu);
+            weight_layout_case("conv 3x3x3 512->512 (Winograd)", W22_WK_CONV, wino, 5, t, on_gpu);
+            weight_layout_case("conv 3x3 64->48 (phases)", W22_WK_CONV, two_d, 4, t, on_gpu);
+            weight_layout_case("conv 1x1x1 48->40", W22_WK_CONV, pw, 5, t, on_gpu);
+            weight_layout_case("vector 1000", W22_WK_VECTOR, vec, 1, t, on_gpu);
+        }
+    w22_backend_cuda_weights_done(gpu);
 }
 
 static void wpair_free(wpair *w) {
@@ -1259,8 +1360,8 @@ static double perf_conv_on(w22_backend *gb, const char **path, int cin, int cout
     const int ndim = kt == 1 && ks == 3 ? 4 : 5;
     if (ndim == 4) ws[2] = ks;
     gpu = gb;
-    w22_status s = gpu->ops->weight_upload(gpu, W22_WK_CONV, wh, ws, ndim, &wt);
-    if (s == W22_OK) s = gpu->ops->weight_upload(gpu, W22_WK_VECTOR, bh, b1, 1, &bias);
+    w22_status s = gpu->ops->weight_upload(gpu, W22_WK_CONV, (w22_wsrc){wh, W22_DTYPE_F32, -1}, ws, ndim, &wt);
+    if (s == W22_OK) s = gpu->ops->weight_upload(gpu, W22_WK_VECTOR, (w22_wsrc){bh, W22_DTYPE_F32, -1}, b1, 1, &bias);
     for (int i = 0; i < 2 && s == W22_OK; i++) s = gpu->ops->alloc(gpu, nin * 2, &in[i]);
     if (s == W22_OK) s = gpu->ops->alloc(gpu, nout * 2, &out);
     if (s != W22_OK) {
@@ -1348,8 +1449,8 @@ static void perf_psum(int h, int w) {
     t_fill_uniform(wh, wn, seed++, -0.02f, 0.02f);
     t_fill_uniform(bh, cout, seed++, -0.1f, 0.1f);
     int64_t ws[5] = {cout, cin, 3, 3, 3}, b1[1] = {cout};
-    w22_status s = gpu->ops->weight_upload(gpu, W22_WK_CONV, wh, ws, 5, &wt);
-    if (s == W22_OK) s = gpu->ops->weight_upload(gpu, W22_WK_VECTOR, bh, b1, 1, &bias);
+    w22_status s = gpu->ops->weight_upload(gpu, W22_WK_CONV, (w22_wsrc){wh, W22_DTYPE_F32, -1}, ws, 5, &wt);
+    if (s == W22_OK) s = gpu->ops->weight_upload(gpu, W22_WK_VECTOR, (w22_wsrc){bh, W22_DTYPE_F32, -1}, b1, 1, &bias);
     if (s == W22_OK) s = gpu->ops->alloc(gpu, nin * 2, &in);
     if (s == W22_OK) s = gpu->ops->alloc(gpu, nout * 2, &out);
     if (s == W22_OK) s = gpu->ops->alloc(gpu, nst * 4, &st);
@@ -1447,7 +1548,7 @@ static void perf_norm(int F, int h, int w, int c) {
     for (int i = 0; i < c; i++) gh[i] = 1.0f;
     int64_t g1[1] = {c};
     w22_status s = gpu->ops->alloc(gpu, n * 2 * 2, &big);
-    if (s == W22_OK) s = gpu->ops->weight_upload(gpu, W22_WK_VECTOR, gh, g1, 1, &gm);
+    if (s == W22_OK) s = gpu->ops->weight_upload(gpu, W22_WK_VECTOR, (w22_wsrc){gh, W22_DTYPE_F32, -1}, g1, 1, &gm);
     if (s != W22_OK) {
         printf("perf rmsnorm setup failed: %s\n", w22_last_error());
         free(gh);
@@ -1569,6 +1670,7 @@ int main(int argc, char **argv) {
             printf("-- conv kernel: %s; the TMA conv's clusters of 2: %d --\n",
                    wg ? "wgmma where the shape qualifies (the default)" : "mma", w22_backend_cuda_tma_clusters(gpu));
             run_cases();
+            weight_layout_cases();
         } else if (wg && kernel_mode) {
             perf_wg = made[i];
         } else {

@@ -71,9 +71,9 @@ static void one(const char *name, int F, int h, int w, int cin, int cout, int ks
     const size_t nw = (size_t)cout * cin * 3 * ks * ks;
     float *wd = fresh_buf(nw, 0), *bd = fresh_buf(cout, 0), *scw = sc_cin ? fresh_buf((size_t)cout * sc_cin, 0) : NULL;
     w22_bweight *W = NULL, *B = NULL, *SW = NULL;
-    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_CONV, wd, ws, 5, &W));
-    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_VECTOR, bd, bs, 1, &B));
-    if (sc_cin) CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_CONV, scw, scs, 5, &SW));
+    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_CONV, (w22_wsrc){wd, W22_DTYPE_F32, -1}, ws, 5, &W));
+    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_VECTOR, (w22_wsrc){bd, W22_DTYPE_F32, -1}, bs, 1, &B));
+    if (sc_cin) CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_CONV, (w22_wsrc){scw, W22_DTYPE_F32, -1}, scs, 5, &SW));
 
     w22_conv_args a = {.in = win, .out = vo1, .weight = W, .bias = B, .kt = 3, .ks = ks, .time_split = time_split,
                        .residual = residual ? &vr : NULL, .sc_in = sc_cin ? &vsc : NULL, .sc_weight = SW};
@@ -143,8 +143,8 @@ static void dup_one(const char *name, int C, int cd, int ft, int first_single, i
     const int64_t ws[5] = {C, C, 1, 3, 3}, bs[1] = {C};
     float *wd = fresh_buf((size_t)C * C * 9, 0), *bd = fresh_buf(C, 0);
     w22_bweight *Wt = NULL, *B = NULL;
-    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_CONV, wd, ws, 5, &Wt));
-    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_VECTOR, bd, bs, 1, &B));
+    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_CONV, (w22_wsrc){wd, W22_DTYPE_F32, -1}, ws, 5, &Wt));
+    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_VECTOR, (w22_wsrc){bd, W22_DTYPE_F32, -1}, bs, 1, &B));
 
     w22_conv_args a = {.in = vin, .out = vo1, .weight = Wt, .bias = B, .kt = 1, .ks = 3, .upsample = 1,
                        .dup_in = &vd, .dup_ft = ft, .dup_first_single = first_single};
@@ -193,8 +193,8 @@ static void psum_one(const char *name, int F, int h, int w, int cin, int cout) {
     const int64_t ws[5] = {cout, cin, 3, 3, 3}, bs[1] = {cout};
     float *wd = fresh_buf((size_t)cout * cin * 27, 0), *bd = fresh_buf(cout, 0);
     w22_bweight *W = NULL, *B = NULL;
-    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_CONV, wd, ws, 5, &W));
-    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_VECTOR, bd, bs, 1, &B));
+    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_CONV, (w22_wsrc){wd, W22_DTYPE_F32, -1}, ws, 5, &W));
+    CHECK_OK(cpu->ops->weight_upload(cpu, W22_WK_VECTOR, (w22_wsrc){bd, W22_DTYPE_F32, -1}, bs, 1, &B));
     const size_t nout = (size_t)F * h * w * cout, nst = (size_t)2 * h * w * cout;
     float *ref = fresh_buf(nout, 1);
     w22_view vref = {ref, F, h, w, cout, (long)h * w * cout, (long)w * cout, cout, 4};

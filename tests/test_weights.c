@@ -548,8 +548,34 @@ static void test_parse_memory(void) {
     free(buf);
 }
 
+/* w22_weights_from_device without a GPU (CI's machine): its argument checks, then a clean refusal of host memory
+ * (no crash, no object); tests/cuda_ops and python/tests/test_gpu.py test it on a GPU. The host copy it makes for
+ * a CPU decoder and for saving, w22_weights_to_host, tested on host weights (the same code but the copy). */
+static void test_from_device_without_gpu(void) {
+    const void *data[W22_MAX_WEIGHTS];
+    for (int i = 0; i < nw; i++) data[i] = ref[i];
+    w22_weights *w = (w22_weights *)1;
+    CHECK(w22_weights_from_device(&cfg, data, W22_DTYPE_F32, 0, NULL) == W22_ERR_INVALID_ARG, "from_device: out NULL");
+    CHECK(w22_weights_from_device(NULL, data, W22_DTYPE_F32, 0, &w) == W22_ERR_INVALID_ARG && !w, "from_device: cfg NULL");
+    CHECK(w22_weights_from_device(&cfg, data, W22_DTYPE_F32, -1, &w) == W22_ERR_INVALID_ARG && !w &&
+              strstr(w22_last_error(), "cuda_device -1"), "from_device: device -1: %s", w22_last_error());
+    CHECK(w22_weights_from_device(&cfg, data, (w22_dtype)9, 0, &w) == W22_ERR_INVALID_ARG && !w, "from_device: dtype");
+    w22_status s = w22_weights_from_device(&cfg, data, W22_DTYPE_F32, 0, &w);
+    CHECK(s != W22_OK && !w, "from_device with host memory refused (%s: %s)", w22_status_string(s), w22_last_error());
+    w22_weights *m = NULL, *h = NULL;
+    CHECK_OK(w22_weights_from_memory(&cfg, data, W22_DTYPE_F32, &m));
+    if (!m) return;
+    CHECK_OK(w22_weights_to_host(m, &h));
+    if (h) {
+        check_values(h, W22_DTYPE_F32, "a host copy");
+        w22_weights_free(h);
+    }
+    w22_weights_free(m);
+}
+
 int main(void) {
     make_reference();
+    test_from_device_without_gpu();
     test_memory_and_save();
     test_layouts();
     test_rejections();

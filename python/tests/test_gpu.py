@@ -264,6 +264,33 @@ def test_exact_arithmetic(z_bf16, ref):
     assert rms_e <= rms_w * 1.05, f"exact rms {rms_e:.4g} against Winograd's {rms_w:.4g}"
 
 
+def test_weights_on_gpu(tmp_path, weights_bf16, z_bf16):
+    """Weights in GPU memory (w22_weights_from_device, what prepare and enable() pass): laid out on the GPU, never
+    through the host, into the same bytes as host weights (the same video, bitwise), from bf16 and from float32
+    tensors; copied down for saving; a NaN refused naming its tensor; pointers the library did not get on a GPU refused."""
+    host = wan22vae.weights_from_tensors([t.cpu() for t in weights_bf16])
+    with wan22vae.Decoder(host, device=z_bf16.device) as d:
+        want = d(z_bf16)
+    for dt in (torch.bfloat16, torch.float32):
+        on = [t.to(dt) for t in weights_bf16]
+        w = wan22vae.weights_from_tensors(on)
+        with wan22vae.Decoder(w, device=z_bf16.device) as d:
+            got = d(z_bf16)
+        assert torch.equal(got, want), f"weights on the GPU in {dt}: another video than host weights'"
+        if dt == torch.bfloat16:
+            w.save(tmp_path / "w.safetensors")
+            back = wan22vae.load_weights(tmp_path / "w.safetensors").state_dict("bf16")
+            for (name, a), b in zip(back.items(), weights_bf16):
+                assert torch.equal(a, b.cpu()), f"{name} saved from GPU memory differs"
+        w.free()
+    bad = list(weights_bf16)
+    bad[5] = weights_bf16[5].clone()
+    bad[5].view(-1)[7] = float("nan")
+    name = wan22vae.weight_table(None)[5][0]
+    with pytest.raises(wan22vae.Error, match=re.escape(name)):
+        wan22vae.weights_from_tensors(bad)
+
+
 def test_decoder_from_pretrained_and_out(tmp_path, weights_bf16, z_bf16, ref):
     w = wan22vae.synthetic_weights(None, SEED_W)
     w.save(tmp_path / "w.safetensors", "bf16")

@@ -90,6 +90,7 @@ _SIGNATURES = {
     "w22_weights_load": (_c_int, [_c_char_p, _cfg_p, _pp]),
     "w22_weights_synthetic": (_c_int, [_cfg_p, ctypes.c_uint64, _pp]),
     "w22_weights_from_memory": (_c_int, [_cfg_p, _pp, _c_int, _pp]),
+    "w22_weights_from_device": (_c_int, [_cfg_p, _pp, _c_int, _c_int, _pp]),
     "w22_weights_save": (_c_int, [_c_void_p, _c_char_p, _c_int]),
     "w22_weights_free": (None, [_c_void_p]),
     "w22_weights_config": (_cfg_p, [_c_void_p]),

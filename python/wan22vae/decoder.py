@@ -467,9 +467,23 @@ def weights_from_host_arrays(config, arrays, dtype):
     return Weights(h.value, keepalive=(list(arrays), c))
 
 
+def weights_from_device_tensors(config, tensors, dtype, device):
+    """Weights borrowing GPU memory: tensors are the 110 contiguous CUDA tensors of GPU `device` in the model's order,
+    all of one dtype; they are kept alive by the returned object."""
+    c = make_config(config)
+    n = lib().w22_weight_count(ctypes.byref(c))
+    if len(tensors) != n:
+        raise fail("W22_ERR_INVALID_ARG", f"{len(tensors)} weight tensors, expected {n} (in diffusers' order)")
+    ptrs = (ctypes.c_void_p * n)(*[t.data_ptr() for t in tensors])
+    h = ctypes.c_void_p()
+    check(lib().w22_weights_from_device(ctypes.byref(c), ptrs, _dtype_code(dtype), int(device), ctypes.byref(h)))
+    return Weights(h.value, keepalive=(list(tensors), c))
+
+
 def weights_from_tensors(tensors, config=None):
-    """Weights from torch tensors (any device; copied to the host) or numpy arrays: a list in diffusers' order, or
-    a dict by diffusers name (post_quant_conv.*, decoder.*; a 'vae.' prefix is allowed)."""
+    """Weights from torch tensors or numpy arrays: a list in diffusers' order, or a dict by diffusers name
+    (post_quant_conv.*, decoder.*; a 'vae.' prefix is allowed). Tensors all on one GPU stay there (borrowed: a CUDA
+    decoder lays them out on that GPU; a CPU decoder copies them down); others are copied to the host."""
     c = make_config(config)
     table = weight_table(c)
     if isinstance(tensors, dict):
@@ -498,6 +512,14 @@ def weights_from_tensors(tensors, config=None):
         dt = dts.pop() if len(dts) == 1 else torch.float32
         if dt not in (torch.float32, torch.bfloat16, torch.float16):
             dt = torch.float32
+        devs = {t.device for t in tensors}
+        if len(devs) == 1 and next(iter(devs)).type == "cuda":
+            # on one GPU: borrowed there (w22_weights_from_device), laid out there by a CUDA decoder, never through
+            # the host (issue 30); the library reads them on its own stream, so what wrote them must be done
+            dev = next(iter(devs))
+            on = [t.detach().to(dtype=dt).contiguous() for t in tensors]
+            torch.cuda.synchronize(dev)
+            return weights_from_device_tensors(config_to_dict(c), on, str(dt), dev.index or 0)
         host = [t.detach().to("cpu", dt).contiguous() for t in tensors]
         return weights_from_host_arrays(config_to_dict(c), host, str(dt))
     arrays = [np.asarray(t) for t in tensors]

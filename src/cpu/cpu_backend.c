@@ -22,9 +22,14 @@ static w22_status cpu_alloc(w22_backend *b, size_t bytes, void **ptr) {
 
 static void cpu_free(w22_backend *b, void *ptr) { (void)b; free(ptr); }
 
-static w22_status cpu_weight_upload(w22_backend *b, w22_weight_kind kind, const float *data, const int64_t *shape,
+static w22_status cpu_weight_upload(w22_backend *b, w22_weight_kind kind, w22_wsrc src, const int64_t *shape,
                                     int ndim, w22_bweight **out) {
     (void)b;
+    /* float32 in host memory: the decoder converts (w22_weights_get_f32) */
+    if (!src.data || src.dtype != W22_DTYPE_F32 || src.cuda_device >= 0)
+        return w22_fail(W22_ERR_INVALID_ARG, "cpu weight_upload: expected float32 in host memory (data %p, dtype %d, "
+                        "cuda_device %d)", src.data, (int)src.dtype, src.cuda_device);
+    const float *data = (const float *)src.data;
     w22_bweight *w = calloc(1, sizeof *w);
     if (!w) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a weight");
     if (kind == W22_WK_VECTOR) {

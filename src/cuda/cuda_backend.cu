@@ -3,7 +3,6 @@
  * conv.cu, attention.cu, norm.cu, move.cu, dupup.cu. */
 #include "cuda_internal.h"
 #include "cuda_ops.h"
-#include "weights/layout.h"
 #include <stdlib.h>
 
 w22_status w22_cuda_after_launch(w22_cuda *c, const char *what, const char *file, int line) {
@@ -86,10 +85,8 @@ w22_status w22_cuda_upload(w22_cuda *c, void **dev, const void *host, size_t byt
      * order the backend's own stream (non-blocking) or a caller's, and from pageable memory it may return before the
      * data has reached the device. An upload during a decode (an identity, a direct conv's weights at first use) then
      * raced the kernels that read it: the wrong video of issue 27. */
-    double t0 = w22_now();
     cudaError_t e = cudaMemcpyAsync(*dev, host, bytes, cudaMemcpyHostToDevice, c->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
-    c->open_copy_s += w22_now() - t0;
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         w22_cuda_free_ptr(c, *dev);
@@ -97,9 +94,7 @@ w22_status w22_cuda_upload(w22_cuda *c, void **dev, const void *host, size_t byt
         return w22_fail(W22_ERR_CUDA, "cudaMemcpy of %s (%zu bytes): %s", what, bytes, cudaGetErrorString(e));
     }
     w22_cuda_alloc_rec *r = &c->allocs[c->nallocs - 1]; /* w22_cuda_malloc appended it */
-    t0 = w22_now();
     if (r->ptr == *dev) r->constant = 1, r->sum = w22_word_sum(host, bytes);
-    c->open_sum_s += w22_now() - t0;
     return W22_OK;
 }
 
@@ -141,75 +136,35 @@ static void op_free(w22_backend *b, void *ptr) { w22_cuda_free_ptr(cuda_of(b), p
 
 /* ---- weights ---- */
 
-/* Phase weights of a 2D 3x3 conv (cuda_internal.h): output row 2i + py reads low-res rows i - 1 + py + d'
- * (d' = 0, 1) with the taps dy summed into d': py = 0: {0} {1, 2}; py = 1: {0, 1} {2}; columns likewise. */
-static w22_status upload_phases(w22_cuda *c, w22_cuda_weight *w, const float *data) {
-    const int cout = w->cout, cin = w->cin;
-    const size_t n = (size_t)4 * cout * 4 * cin;
-    uint16_t *h = (uint16_t *)malloc(n * 2);
-    if (!h) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for phase weights");
-    const double t0 = w22_now();
-    w22_layout_phases_bf16(data, cout, cin, h);
-    c->open_layout_s += w22_now() - t0;
-    w22_status s = w22_cuda_upload(c, &w->dev_phase, h, n * 2, "phase weights");
-    if (s == W22_OK) w->bytes += n * 2;
-    free(h);
-    return s;
-}
-
-static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, const float *data, const int64_t *shape,
-                                   int ndim, w22_bweight **out) {
+static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, w22_wsrc src, const int64_t *shape, int ndim,
+                                   w22_bweight **out) {
     w22_cuda *c = cuda_of(b);
     *out = NULL;
-    if (!data || !shape || ndim < 1 || ndim > 5) return w22_fail(W22_ERR_INVALID_ARG, "cuda weight_upload: ndim %d", ndim);
+    if (!src.data || !shape || ndim < 1 || ndim > 5)
+        return w22_fail(W22_ERR_INVALID_ARG, "cuda weight_upload: data %p, ndim %d", src.data, ndim);
+    if (src.dtype != W22_DTYPE_F32 && src.dtype != W22_DTYPE_BF16 && src.dtype != W22_DTYPE_F16)
+        return w22_fail(W22_ERR_INVALID_ARG, "cuda weight_upload: dtype %d, expected F32, BF16 or F16", (int)src.dtype);
+    CU_ENTER(c);
     w22_cuda_weight *w = (w22_cuda_weight *)calloc(1, sizeof *w);
     if (!w) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a weight");
     w->kind = kind;
     size_t n = 1;
     for (int i = 0; i < ndim; i++) n *= (size_t)shape[i];
     w22_status s = W22_OK;
-    void *host = NULL;
     if (kind == W22_WK_VECTOR) {
-        /* bias, gamma: fp32, any shape ([c], [c,1,1], ...) taken as its n elements */
-        w->n = (int)n;
-        w->bytes = n * sizeof(float);
-        s = w22_cuda_upload(c, &w->dev, data, w->bytes, "a weight vector");
-    } else if (kind == W22_WK_CONV) {
-        if (ndim < 2) {
-            free(w);
-            return w22_fail(W22_ERR_BAD_SHAPE, "cuda weight_upload: a conv weight needs [cout, cin, ...], ndim %d", ndim);
-        }
+        w->n = (int)n; /* bias, gamma: fp32, any shape ([c], [c,1,1], ...) taken as its n elements */
+    } else if (kind == W22_WK_CONV && ndim >= 2) {
         /* [cout, cin, kt, kh, kw] with missing trailing kernel dims right-aligned: 4D = [cout, cin, kh, kw] */
         int k[3] = {1, 1, 1};
         for (int i = 2; i < ndim; i++) k[3 - (ndim - i)] = (int)shape[i];
         w->cout = (int)shape[0], w->cin = (int)shape[1], w->kt = k[0], w->kh = k[1], w->kw = k[2];
-        const int vol = w->kt * w->kh * w->kw;
-        w->bytes = n * sizeof(bf16);
-        host = malloc(w->bytes);
-        if (!host) {
-            free(w);
-            return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory: %zu bytes to convert a weight", n * 2);
-        }
-        /* [cout][cin][tap] float -> [cout][tap][cin] bf16 (tap = (dt, dy, dx)): the GEMM's B, K-major */
-        const double t0 = w22_now();
-        w22_layout_conv_bf16(data, w->cout, w->cin, vol, (uint16_t *)host);
-        c->open_layout_s += w22_now() - t0;
-        /* the Winograd path's convs (cin and cout >= W22_WINOGRAD) get its component weights, and keep the direct
-         * ones on the host until a direct conv needs them: at even sizes on one rank none does (1.0 GB less at 512) */
-        const int mc = c->wino_min,
-                  wino = mc && w->kt == 3 && w->kh == 3 && w->kw == 3 && w->cin >= mc && w->cout >= mc;
-        if (wino) {
-            w->bytes = 0;
-            s = w22_cuda_winograd_weights(c, w, data);
-            if (s == W22_OK) w->host_direct = host, host = NULL;
-        } else {
-            s = w22_cuda_upload(c, &w->dev, host, w->bytes, "a conv weight");
-            if (s == W22_OK && ndim == 4 && w->kh == 3 && w->kw == 3) s = upload_phases(c, w, data);
-        }
-        free(host);
     } else {
-        s = w22_fail(W22_ERR_INVALID_ARG, "cuda weight_upload: unknown kind %d", (int)kind);
+        s = w22_fail(kind == W22_WK_CONV ? W22_ERR_BAD_SHAPE : W22_ERR_INVALID_ARG,
+                     "cuda weight_upload: kind %d with ndim %d, expected a vector or a conv [cout, cin, ...]", (int)kind,
+                     ndim);
     }
+    /* the layouts are made on the GPU (weights_gpu.cu); a 2D 3x3 conv (the upsamplers') gets its phases too */
+    if (s == W22_OK) s = w22_cuda_weight_make(c, w, &src, n, kind == W22_WK_CONV && ndim == 4 && w->kh == 3 && w->kw == 3);
     if (s != W22_OK) {
         w22_cuda_free_ptr(c, w->dev);
         if (w->dev_phase) w22_cuda_free_ptr(c, w->dev_phase);
@@ -321,6 +276,7 @@ static void op_destroy(w22_backend *b) {
         for (int k = 0; k < W22_IDENT_MAX; k++) w22_cuda_free_ptr(c, c->ident[k]);
         w22_cuda_free_ptr(c, c->inspect_count);
         w22_cuda_free_ptr(c, c->audit_buf);
+        w22_cuda_free_ptr(c, c->wt_stage);
         if (c->side) {
             cudaStreamSynchronize(c->side);
             cudaStreamDestroy(c->side);
@@ -458,7 +414,20 @@ extern "C" size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak) {
 
 extern "C" void w22_backend_cuda_open_times(const w22_backend *b, double t[3]) {
     const w22_cuda *c = (const w22_cuda *)b->impl;
-    t[0] = c->open_layout_s, t[1] = c->open_copy_s, t[2] = c->open_sum_s;
+    t[0] = c->open_layout_s, t[1] = c->open_copy_s, t[2] = 0;
+}
+
+/* Not in backend.h (tests only): a weight's buffers, for cuda_ops' comparison with layout.c: [0] the direct layout
+ * (device; NULL while it waits on the host: host_direct), [1] the phases, [2] the Winograd components, and bytes. */
+extern "C" void w22_backend_cuda_weight_bufs(const w22_bweight *bw, const void *dev[3], size_t bytes[3],
+                                             const void **host_direct) {
+    const w22_cuda_weight *w = (const w22_cuda_weight *)bw;
+    const size_t n = (size_t)w->cout * w->cin * w->kt * w->kh * w->kw;
+    dev[0] = w->dev, dev[1] = w->dev_phase, dev[2] = w->dev_wino;
+    bytes[0] = w->kind == W22_WK_VECTOR ? (size_t)w->n * 4 : n * 2;
+    bytes[1] = (size_t)16 * w->cout * w->cin * 2;
+    bytes[2] = (size_t)16 * w->cout * 3 * w->cin * 2;
+    *host_direct = w->host_direct;
 }
 
 /* Not in backend.h (tests and logs only): the kernel the last GEMM ran on ("mma 128x256", "scalar: ..."). */

@@ -61,8 +61,10 @@ typedef struct {
     unsigned long long *inspect_count; /* the checking mode's two counters (move.cu's inspect); NULL: none yet */
     void *audit_buf;                   /* the audit's table of constant buffers and their sums (move.cu) */
     size_t audit_bytes;
-    /* W22_PROFILE: the open's seconds in the weight layouts (host), the uploads, and the audit's sums */
-    double open_layout_s, open_copy_s, open_sum_s;
+    /* W22_PROFILE: the open's seconds in the source copies and in the layouts (weights_gpu.cu) */
+    double open_layout_s, open_copy_s;
+    void *wt_stage; /* the open's staging (weights_gpu.cu): a weight's source bytes and float32 copy; freed by */
+    size_t wt_stage_bytes; /* w22_backend_cuda_weights_done */
 } w22_cuda;
 
 /* A weight in this backend's layout. Conv: [cout][kt][kh][kw][cin] bf16 (the GEMM's B operand, K-major);
@@ -111,6 +113,10 @@ w22_status w22_cuda_malloc(w22_cuda *c, size_t bytes, void **ptr, const char *wh
  * (kernels queued after it see it, whatever stream the caller's copies go on); on a failed copy nothing stays
  * allocated (*dev NULL) */
 w22_status w22_cuda_upload(w22_cuda *c, void **dev, const void *host, size_t bytes, const char *what);
+/* weights_gpu.cu: weight w (kind and conv dims set) from n elements of src, laid out on the GPU: a vector as fp32,
+ * a conv's direct layout (or, for the Winograd convs of wino_min, its components, the direct layout waiting on the
+ * host), and with phases a 2D 3x3 conv's upsample phases too. Each buffer's audit sum recorded. */
+w22_status w22_cuda_weight_make(w22_cuda *c, w22_cuda_weight *w, const w22_wsrc *src, size_t n, int phases);
 /* w->dev, uploaded from w->host_direct first if it is still on the host */
 w22_status w22_cuda_weight_direct(w22_cuda *c, w22_cuda_weight *w);
 void w22_cuda_free_ptr(w22_cuda *c, void *ptr);
@@ -153,7 +159,6 @@ w22_status w22_cuda_conv_psum(w22_backend *b, const w22_conv_args *a);
 /* W22_WINOGRAD=N (winograd.cu): the default threshold, 3x3x3 convs with cin and cout >= N as Winograd F(2x2, 3x3)
  * (512 when unset; 0: off). A backend takes it at create (w22_cuda.wino_min). */
 int w22_cuda_winograd_min_cin(void);
-w22_status w22_cuda_winograd_weights(w22_cuda *c, w22_cuda_weight *w, const float *data);
 const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w);
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_mm *g);
 /* The batch GEMM (w22_mm.batch) on the TMA wgmma kernel; NULL from the blocker: it can run */

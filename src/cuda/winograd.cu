@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_internal.h"
-#include "weights/layout.h"
 
 /* VW bf16 channels (8: one 16-byte vector; 4: 8 bytes) <-> VW floats */
 template <int VW> struct w_vec;
@@ -184,20 +183,6 @@ int w22_cuda_winograd_min_cin(void) {
 
 /* The 16 components' weights of a 3x3x3 conv weight (float [cout][cin][3][3][3]): component xi's B operand
  * [cout][dt][cin] bf16 (K-major, K = 3 cin), the components contiguous. G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]. */
-w22_status w22_cuda_winograd_weights(w22_cuda *c, w22_cuda_weight *w, const float *data) {
-    const int co = w->cout, ci = w->cin;
-    const size_t per = (size_t)co * 3 * ci, n = 16 * per;
-    uint16_t *h = (uint16_t *)malloc(n * 2);
-    if (!h) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory: %zu bytes for Winograd weights", n * 2);
-    const double t0 = w22_now();
-    w22_layout_winograd_bf16(data, co, ci, h); /* on every core (src/weights/layout.c) */
-    c->open_layout_s += w22_now() - t0;
-    w22_status s = w22_cuda_upload(c, &w->dev_wino, h, n * 2, "Winograd weights");
-    if (s == W22_OK) w->bytes += n * 2;
-    free(h);
-    return s;
-}
-
 /* Scratch bytes per tile row (two output rows) of a conv of F output frames: V (16 components of F + 2 input
  * frames, cin) and M (16 components of F frames, cout), bf16. */
 static size_t wino_row_bytes(int F, int w2, int ci, int co) {

@@ -1,7 +1,7 @@
-/* The GPU backend's weight layouts, made on the host on every core (issue 30: single-threaded, the conv layout and
- * the Winograd transform alone took ~4.5 s of an open on a 2-core machine for the TI2V-5B decoder). Each output
- * element is computed exactly as the serial loops did (tests/test_layout.c compares them bit for bit), so the
- * uploaded bytes do not change; the work is split over output channels. */
+/* The weight layouts on the host, on every core: the CPU backend's taps, and the definition of the CUDA backend's
+ * bf16 layouts (conv, phases, Winograd), which src/cuda/weights_gpu.cu makes on the GPU at the open and
+ * tests/cuda_ops.c compares with these byte for byte. Each output element is computed exactly as the serial loops
+ * did (tests/test_layout.c compares them bit for bit); the work is split over output channels. */
 #include <pthread.h>
 #include <stdlib.h>
 #include "common.h"

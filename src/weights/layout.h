@@ -1,4 +1,5 @@
-/* The backends' weight layouts, made on the host on every core (layout.c). */
+/* The backends' weight layouts on the host (layout.c): the CPU backend's, and the definition of the CUDA backend's,
+ * which it makes on the GPU (src/cuda/weights_gpu.cu, the same bytes). */
 #ifndef W22_LAYOUT_H
 #define W22_LAYOUT_H
 

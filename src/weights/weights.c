@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include "common.h"
+#include "backend.h"
 #include "weights/safetensors.h"
 #include "weights/weights.h"
 
@@ -300,6 +301,78 @@ w22_status w22_weights_from_memory(const w22_config *cfg, const void *const *dat
     return W22_OK;
 }
 
+w22_status w22_weights_from_device(const w22_config *cfg, const void *const *data, w22_dtype dtype, int cuda_device,
+                                   w22_weights **out) {
+    if (!out) return w22_fail(W22_ERR_INVALID_ARG, "w22_weights_from_device: out is NULL");
+    *out = NULL;
+    if (!cfg || !data)
+        return w22_fail(W22_ERR_INVALID_ARG, "w22_weights_from_device: %s is NULL", !cfg ? "cfg" : "data");
+    if (dtype != W22_DTYPE_F32 && dtype != W22_DTYPE_BF16 && dtype != W22_DTYPE_F16)
+        return w22_fail(W22_ERR_INVALID_ARG, "w22_weights_from_device: dtype %d, expected F32, BF16 or F16", (int)dtype);
+    if (cuda_device < 0)
+        return w22_fail(W22_ERR_INVALID_ARG, "w22_weights_from_device: cuda_device %d, expected a GPU's ordinal",
+                        cuda_device);
+    W22_TRY(w22_config_check(cfg));
+    w22_weights *w = weights_new(cfg, "GPU memory");
+    if (!w) return W22_ERR_OUT_OF_MEMORY;
+    snprintf(w->source, sizeof w->source, "GPU %d's memory", cuda_device);
+    w->on_device = 1, w->cuda_device = cuda_device;
+    w22_status s = W22_OK;
+    for (int i = 0; i < w->model.nweights && s == W22_OK; i++) {
+        const char *name = w->model.weights[i].name;
+        if (!data[i] || !aligned_for(data[i], dtype)) {
+            s = w22_fail(W22_ERR_INVALID_ARG, "w22_weights_from_device: tensor %d (%s) is %s; expected GPU memory "
+                         "aligned to %zu bytes", i, name, data[i] ? "misaligned" : "NULL", w22_dtype_size(dtype));
+            break;
+        }
+        w->data[i] = data[i];
+        w->dtype[i] = dtype;
+        /* the same refusal as host weights' (finite.c): a NaN or Inf weight decodes to a NaN video */
+        size_t first = 0, n = (size_t)w->model.weights[i].numel;
+        s = w22_cuda_first_nonfinite(cuda_device, data[i], dtype, n, &first);
+        if (s != W22_OK) w22_fail_context(s, "w22_weights_from_device: tensor %d (%s): ", i, name);
+        else if (first < n)
+            s = w22_fail(W22_ERR_NONFINITE, "w22_weights_from_device: tensor %s has a NaN or Inf at element %zu; "
+                         "expected finite weights", name, first);
+    }
+    if (s != W22_OK) {
+        w22_weights_free(w);
+        return s;
+    }
+    *out = w;
+    return W22_OK;
+}
+
+w22_status w22_weights_to_host(const w22_weights *w, w22_weights **out) {
+    *out = NULL;
+    w22_weights *h = weights_new(&w->model.cfg, w->source);
+    if (!h) return W22_ERR_OUT_OF_MEMORY;
+    size_t total = 0;
+    for (int i = 0; i < w->model.nweights; i++)
+        total += ((size_t)w->model.weights[i].numel * w22_dtype_size(w->dtype[i]) + 3) & ~(size_t)3;
+    h->owned = w22_malloc(total ? total : 1, "a host copy of the weights");
+    if (!h->owned) {
+        w22_weights_free(h);
+        return W22_ERR_OUT_OF_MEMORY;
+    }
+    snprintf(h->prefix, sizeof h->prefix, "%s", w->prefix);
+    size_t off = 0;
+    for (int i = 0; i < w->model.nweights; i++) {
+        const size_t bytes = (size_t)w->model.weights[i].numel * w22_dtype_size(w->dtype[i]);
+        h->data[i] = (char *)h->owned + off;
+        h->dtype[i] = w->dtype[i];
+        w22_status s = w->on_device ? w22_cuda_device_to_host(w->cuda_device, (void *)h->data[i], w->data[i], bytes)
+                                    : (memcpy((void *)h->data[i], w->data[i], bytes), W22_OK);
+        if (s != W22_OK) {
+            w22_weights_free(h);
+            return s;
+        }
+        off += (bytes + 3) & ~(size_t)3; /* every tensor 4-byte aligned, whatever the dtypes before it */
+    }
+    *out = h;
+    return W22_OK;
+}
+
 void w22_weights_get_f32(const w22_weights *w, int i, float *dst) {
     w22_to_f32(w->data[i], w->dtype[i], (size_t)w->model.weights[i].numel, dst);
 }
@@ -319,6 +392,13 @@ w22_status w22_weights_save(const w22_weights *w, const char *path, w22_dtype dt
     if (!w || !path) return w22_fail(W22_ERR_INVALID_ARG, "w22_weights_save: %s is NULL", !w ? "w" : "path");
     if (dtype != W22_DTYPE_F32 && dtype != W22_DTYPE_BF16 && dtype != W22_DTYPE_F16)
         return w22_fail(W22_ERR_INVALID_ARG, "w22_weights_save: dtype %d, expected F32, BF16 or F16", (int)dtype);
+    if (w->on_device) { /* weights in GPU memory: through a host copy */
+        w22_weights *h = NULL;
+        W22_TRY(w22_weights_to_host(w, &h));
+        w22_status s = w22_weights_save(h, path, dtype);
+        w22_weights_free(h);
+        return s;
+    }
     const w22_model *m = &w->model;
     size_t conv_bytes = 0;
     for (int i = 0; i < m->nweights; i++)

@@ -16,6 +16,8 @@ struct w22_weights {
     void **shard_maps;  /* the mapped shards of a sharded index (munmap each on free), malloc'd */
     size_t *shard_sizes;
     int nshards;
+    int on_device;      /* 1: data[] are in the memory of GPU cuda_device (w22_weights_from_device), borrowed */
+    int cuda_device;
     char source[512];   /* the file, or "synthetic seed N", or "memory" */
     char prefix[256];   /* the text before the decoder's names in the file ("", "vae.") */
 };
@@ -30,7 +32,9 @@ w22_status w22_weights_parse(const void *buf, size_t size, const w22_config *cfg
 /* W22_ERR_NONFINITE naming the first NaN/Inf (source, prefix + tensor name, element index), else W22_OK. Every
  * path that hands out a validated weights object from outside data calls it (src/weights/finite.c). */
 w22_status w22_weights_check_finite(const w22_weights *w, const char *source, const char *prefix);
-/* Tensor i as float32 into dst (model.weights[i].numel elements). */
+/* Tensor i as float32 into dst (model.weights[i].numel elements); host weights only (w22_weights_to_host). */
 void w22_weights_get_f32(const w22_weights *w, int i, float *dst);
+/* A weights object holding a host copy of w's tensors (w on a GPU: a CPU decoder, saving). */
+w22_status w22_weights_to_host(const w22_weights *w, w22_weights **out);
 
 #endif

@@ -146,6 +146,14 @@ typedef struct {
      * layouts, its other read-only tables) still holds what it uploaded; a kernel that writes outside its output can
      * land there, and then every later decode of this decoder is wrong while a fresh decoder's is right. */
     w22_status (*audit)(w22_backend *b);
+    /* Optional (NULL: malloc, free and to_host at once), the video's way out (issue 30: a host decode's copies and
+     * conversion overlap the next pass): host memory the backend copies into fast (CUDA: pinned), a copy into it that
+     * returns before it lands, ordered after the backend's queued work, and the wait for the copy begun into
+     * double-buffer slot 0 or 1. */
+    w22_status (*host_alloc)(w22_backend *b, size_t bytes, void **ptr);
+    void (*host_free)(w22_backend *b, void *ptr);
+    w22_status (*to_host_begin)(w22_backend *b, void *dst, const void *src, size_t bytes, int slot);
+    w22_status (*to_host_wait)(w22_backend *b, int slot);
 } w22_backend_ops;
 
 struct w22_backend {

@@ -166,7 +166,8 @@ typedef struct {
     w22_frames_fn fn;
     void *user;
     float *frames;       /* [3][chunk][H][W] for fn */
-    void *host_staging;
+    void *host_staging[2]; /* deliver_host's double buffer (the backend's host memory) */
+    int pending, pend_slot, pend_m, pend_f0; /* a delivery copied or on its way, not yet handed over */
     void *video_dev;     /* device NCDHW bf16 */
     w22_device_frames_fn dev_fn; /* or frames to this callback, in frames_dev (bf16 [3][chunk][H][W]) */
     void *frames_dev;
@@ -174,19 +175,18 @@ typedef struct {
     char why[1024];
 } sink;
 
-/* The staging is [H][m][3][W] in backend memory (es bytes each). */
-static int deliver_host(w22_decoder *d, const void *staging, int m) {
-    sink *k = d->deliver_user;
-    const int H = d->video_h, W = d->video_w, F = d->video_frames, f0 = d->first_out_frame;
-    const size_t es = d->backend->ops->elem_size, n = (size_t)H * m * 3 * W;
-    if (d->backend->ops->to_host(d->backend, k->host_staging, staging, n * es) != W22_OK) return 1;
+/* A delivery's frames on the host: [H][m][3][W] (es bytes each) in host_staging[slot], into the video or the
+ * frames callback. */
+static int deliver_convert(w22_decoder *d, sink *k, int slot, int m, int f0) {
+    const int H = d->video_h, W = d->video_w, F = d->video_frames;
+    const size_t es = d->backend->ops->elem_size;
+    const void *hs = k->host_staging[slot];
     for (int y = 0; y < H; y++)
         for (int f = 0; f < m; f++)
             for (int c = 0; c < 3; c++) {
                 size_t src = (((size_t)y * m + f) * 3 + c) * W;
                 for (int x = 0; x < W; x++) {
-                    float v = es == 4 ? ((const float *)k->host_staging)[src + x]
-                                      : w22_bf16_to_f32(((const uint16_t *)k->host_staging)[src + x]);
+                    float v = es == 4 ? ((const float *)hs)[src + x] : w22_bf16_to_f32(((const uint16_t *)hs)[src + x]);
                     if (k->video) {
                         size_t o = (((size_t)c * F + f0 + f) * H + y) * W + x;
                         if (k->vt == W22_DTYPE_F32) ((float *)k->video)[o] = v;
@@ -199,6 +199,44 @@ static int deliver_host(w22_decoder *d, const void *staging, int m) {
             }
     if (k->fn) return k->fn(k->user, k->frames, f0, m, H, W);
     return 0;
+}
+
+/* The delivery before this one, if any: waits for its copy (long landed: a pass of kernels was queued after it),
+ * then converts and hands it over while the GPU runs the pass queued since. */
+static int deliver_pending(w22_decoder *d, sink *k) {
+    if (!k->pending) return 0;
+    k->pending = 0;
+    w22_backend *b = d->backend;
+    const w22_status s = b->ops->to_host_wait ? b->ops->to_host_wait(b, k->pend_slot) : W22_OK;
+    if (s != W22_OK) {
+        k->failed = s;
+        snprintf(k->why, sizeof k->why, "frames %d..%d: %s", k->pend_f0, k->pend_f0 + k->pend_m - 1, w22_last_error());
+        return 1;
+    }
+    return deliver_convert(d, k, k->pend_slot, k->pend_m, k->pend_f0);
+}
+
+/* The staging is [H][m][3][W] in backend memory. Its copy to the host begins now, ordered after the kernels that
+ * write it and before the next pass's (which overwrite it); the frames go out at the next delivery or at the end
+ * (decode_host), so the host's conversion and the caller's callback run while the GPU decodes (issue 30). Two
+ * slots: the copy into one while the other is converted. What must hold: a slot is not written again before it
+ * was handed over (deliver_pending runs before the next copy into its slot is begun). */
+static int deliver_host(w22_decoder *d, const void *staging, int m) {
+    sink *k = d->deliver_user;
+    w22_backend *b = d->backend;
+    const size_t n = (size_t)d->video_h * m * 3 * d->video_w * b->ops->elem_size;
+    const int slot = k->pending ? 1 - k->pend_slot : 0;
+    const w22_status s = b->ops->to_host_begin ? b->ops->to_host_begin(b, k->host_staging[slot], staging, n, slot)
+                                               : b->ops->to_host(b, k->host_staging[slot], staging, n);
+    if (s != W22_OK) {
+        k->failed = s;
+        snprintf(k->why, sizeof k->why, "frames %d..%d: %s", d->first_out_frame, d->first_out_frame + m - 1,
+                 w22_last_error());
+        return 1;
+    }
+    const int stop = deliver_pending(d, k);
+    k->pending = 1, k->pend_slot = slot, k->pend_m = m, k->pend_f0 = d->first_out_frame;
+    return stop;
 }
 
 /* Into the whole video (video_dev), or into frames_dev for dev_fn: [3][m][H][W], handed over once the stream has
@@ -272,17 +310,25 @@ static w22_status decode_host(w22_decoder *d, const void *z, w22_dtype zt, int T
     int H = h * 8 * d->model.cfg.patch_size, W = w * 8 * d->model.cfg.patch_size;
     if (s == W22_OK) s = w22_plan_prepare(d, h, w); /* the workspace first: it fixes the frames per delivery */
     size_t chunk = (size_t)H * W * 3 * d->stages[W22_STAGES - 1].chunk;
-    if (s == W22_OK) {
-        k->host_staging = w22_malloc(chunk * 4, "the video staging");
-        if (k->fn) k->frames = w22_malloc(chunk * 4, "video frames");
-        if (!k->host_staging || (k->fn && !k->frames)) s = W22_ERR_OUT_OF_MEMORY;
+    const size_t stage_bytes = chunk * b->ops->elem_size;
+    for (int i = 0; i < 2 && s == W22_OK; i++) {
+        if (b->ops->host_alloc) s = b->ops->host_alloc(b, stage_bytes, &k->host_staging[i]);
+        else if (!(k->host_staging[i] = w22_malloc(stage_bytes, "the video staging"))) s = W22_ERR_OUT_OF_MEMORY;
     }
+    if (s == W22_OK && k->fn && !(k->frames = w22_malloc(chunk * 4, "video frames"))) s = W22_ERR_OUT_OF_MEMORY;
     d->deliver = deliver_host;
     d->deliver_user = k;
     if (s == W22_OK) s = run(d, zb, zt, T, h, w);
+    if (s == W22_OK && deliver_pending(d, k)) /* the last delivery */
+        s = k->failed ? W22_OK : w22_fail(W22_ERR_INVALID_ARG, "the decode was stopped by the caller");
+    if (k->failed) s = w22_fail(k->failed, "w22_decode: %s", k->why);
+    if (k->pending) (void)b->ops->sync(b); /* a copy still landing in a slot freed below (a failed decode) */
     if (zdev) b->ops->free(b, zdev);
     free(zconv);
-    free(k->host_staging);
+    for (int i = 0; i < 2; i++) {
+        if (b->ops->host_free) b->ops->host_free(b, k->host_staging[i]);
+        else free(k->host_staging[i]);
+    }
     free(k->frames);
     return s;
 }

@@ -325,6 +325,7 @@ static int wpair_new(wpair *w, w22_weight_kind kind, const int64_t *shape, int n
 }
 
 void w22_backend_cuda_weight_bufs(const w22_bweight *bw, const void *dev[3], size_t bytes[3], const void **host_direct);
+int w22_backend_cuda_swap_winograd_min(w22_backend *b, int n);
 
 /* Bytes of a GPU buffer (or, dev NULL, of host memory) against the host's; prints the first difference. */
 static int same_bytes(const char *what, const void *dev, const void *host_copy, const void *ref, size_t bytes) {
@@ -411,6 +412,8 @@ static void weight_layout_case(const char *name, w22_weight_kind kind, const int
 static void weight_layout_cases(void) {
     static const int64_t direct[] = {96, 64, 3, 3, 3}, wino[] = {512, 512, 3, 3, 3}, two_d[] = {48, 64, 3, 3},
                          pw[] = {40, 48, 1, 1, 1}, vec[] = {1000};
+    /* the decoder's default threshold (this program runs with W22_WINOGRAD=0, see main) */
+    const int old = w22_backend_cuda_swap_winograd_min(gpu, 512);
     for (int dt = 0; dt < 3; dt++)
         for (int on_gpu = 0; on_gpu < 2; on_gpu++) {
             const w22_dtype t = dt == 0 ? W22_DTYPE_F32 : dt == 1 ? W22_DTYPE_BF16 : W22_DTYPE_F16;
@@ -420,6 +423,7 @@ static void weight_layout_cases(void) {
             weight_layout_case("conv 1x1x1 48->40", W22_WK_CONV, pw, 5, t, on_gpu);
             weight_layout_case("vector 1000", W22_WK_VECTOR, vec, 1, t, on_gpu);
         }
+    w22_backend_cuda_swap_winograd_min(gpu, old);
     w22_backend_cuda_weights_done(gpu);
 }
 

@@ -208,6 +208,41 @@ static w22_status op_to_host(w22_backend *b, void *dst, const void *src, size_t 
     CU_TRY(cudaStreamSynchronize(c->stream));
     return W22_OK;
 }
+static w22_status op_host_alloc(w22_backend *b, size_t bytes, void **ptr) {
+    w22_cuda *c = cuda_of(b);
+    *ptr = NULL;
+    CU_ENTER(c);
+    const cudaError_t e = cudaHostAlloc(ptr, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *ptr = NULL;
+        return w22_fail(W22_ERR_OUT_OF_MEMORY, "cudaHostAlloc of %zu bytes (pinned memory for the video): %s", bytes,
+                        cudaGetErrorString(e));
+    }
+    return W22_OK;
+}
+static void op_host_free(w22_backend *b, void *ptr) {
+    if (!ptr) return;
+    cudaSetDevice(cuda_of(b)->device);
+    if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
+}
+static w22_status op_to_host_begin(w22_backend *b, void *dst, const void *src, size_t bytes, int slot) {
+    w22_cuda *c = cuda_of(b);
+    CU_ENTER(c);
+    if (slot < 0 || slot > 1) return w22_fail(W22_ERR_INTERNAL, "cuda to_host_begin: slot %d, expected 0 or 1", slot);
+    if (!c->ev_host[slot]) CU_TRY(cudaEventCreateWithFlags(&c->ev_host[slot], cudaEventDisableTiming));
+    CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CU_TRY(cudaEventRecord(c->ev_host[slot], c->stream));
+    return W22_OK;
+}
+static w22_status op_to_host_wait(w22_backend *b, int slot) {
+    w22_cuda *c = cuda_of(b);
+    CU_ENTER(c);
+    if (slot < 0 || slot > 1 || !c->ev_host[slot])
+        return w22_fail(W22_ERR_INTERNAL, "cuda to_host_wait: slot %d has no copy begun", slot);
+    CU_TRY(cudaEventSynchronize(c->ev_host[slot]));
+    return W22_OK;
+}
 static w22_status op_from_host(w22_backend *b, void *dst, const void *src, size_t bytes) {
     w22_cuda *c = cuda_of(b);
     CU_TRY(cudaSetDevice(c->device));
@@ -277,6 +312,8 @@ static void op_destroy(w22_backend *b) {
         w22_cuda_free_ptr(c, c->inspect_count);
         w22_cuda_free_ptr(c, c->audit_buf);
         w22_cuda_free_ptr(c, c->wt_stage);
+        for (int k = 0; k < 2; k++)
+            if (c->ev_host[k]) cudaEventDestroy(c->ev_host[k]);
         if (c->side) {
             cudaStreamSynchronize(c->side);
             cudaStreamDestroy(c->side);
@@ -319,6 +356,10 @@ const w22_backend_ops w22_cuda_ops_plain = {
     w22_cuda_fill,
     w22_cuda_inspect,
     w22_cuda_audit,
+    op_host_alloc,
+    op_host_free,
+    op_to_host_begin,
+    op_to_host_wait,
 };
 
 /* ---- public entry points ---- */
@@ -415,6 +456,14 @@ extern "C" size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak) {
 extern "C" void w22_backend_cuda_open_times(const w22_backend *b, double t[3]) {
     const w22_cuda *c = (const w22_cuda *)b->impl;
     t[0] = c->open_layout_s, t[1] = c->open_copy_s, t[2] = 0;
+}
+
+/* Not in backend.h (tests only): the channels from which a 3x3x3 conv gets Winograd weights at upload (0: none);
+ * returns the old value. cuda_ops runs with W22_WINOGRAD=0 and sets 512 for its layout cases. */
+extern "C" int w22_backend_cuda_swap_winograd_min(w22_backend *b, int n) {
+    const int old = cuda_of(b)->wino_min;
+    cuda_of(b)->wino_min = n;
+    return old;
 }
 
 /* Not in backend.h (tests only): a weight's buffers, for cuda_ops' comparison with layout.c: [0] the direct layout

@@ -63,6 +63,7 @@ typedef struct {
     size_t audit_bytes;
     /* W22_PROFILE: the open's seconds in the source copies and in the layouts (weights_gpu.cu) */
     double open_layout_s, open_copy_s;
+    cudaEvent_t ev_host[2]; /* to_host_begin's copies, per slot (made at the first) */
     void *wt_stage; /* the open's staging (weights_gpu.cu): a weight's source bytes and float32 copy; freed by */
     size_t wt_stage_bytes; /* w22_backend_cuda_weights_done */
 } w22_cuda;

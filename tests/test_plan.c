@@ -27,14 +27,16 @@ static w22_config narrow(void) {
 }
 
 /* decoder flags: the copy design (rotate_off), the head's input frames (psum_off); SHARE: every stage's rotation group shares one spare unit
- * (plan.h's share_any), so that two-frame units (stages 1 and 2 here) rotate with one-frame ones (stage 3, and
+ * (plan.h's w22_plan_test.share_any), so that two-frame units (stages 1 and 2 here) rotate with one-frame ones (stage 3, and
  * stage 0 at one latent frame per pass) through the same memory, as stage 2's and 3's do at 704x1248 */
 enum { ROT_OFF = 1, PSUM_OFF = 2, SHARE = 4 };
 
-static void set_flags(w22_decoder *d, int flags) {
-    d->rotate_off = (flags & ROT_OFF) != 0;
-    d->psum_off = (flags & PSUM_OFF) != 0;
-    d->share_any = (flags & SHARE) != 0;
+/* The flags into t, the decoder's test choices (t must outlive the decoder's decodes). */
+static void set_flags(w22_decoder *d, int flags, w22_plan_test *t) {
+    t->rotate_off = (flags & ROT_OFF) != 0;
+    t->psum_off = (flags & PSUM_OFF) != 0;
+    t->share_any = (flags & SHARE) != 0;
+    d->test = t;
 }
 
 typedef struct {
@@ -56,7 +58,9 @@ static void *rank_main(void *p) {
     prm.threads = 1;
     w22_decoder *d = NULL;
     j->s = w22_decoder_open(j->w, &prm, &d);
-    if (d) set_flags(d, j->flags);
+    w22_plan_test t;
+    memset(&t, 0, sizeof t);
+    if (d) set_flags(d, j->flags, &t);
     if (j->s == W22_OK) j->s = w22_decode(d, j->z, W22_DTYPE_F32, j->T, j->h, j->wd, j->video, W22_DTYPE_F32);
     if (j->s != W22_OK) snprintf(j->err, sizeof j->err, "%s", w22_last_error());
     w22_decoder_free(d);
@@ -72,9 +76,11 @@ static void decode_one(w22_weights *w, const float *z, int T, int h, int wd, int
     w22_decoder *d = NULL;
     CHECK_OK(w22_decoder_open(w, &prm, &d));
     if (!d) return;
+    w22_plan_test t;
+    memset(&t, 0, sizeof t);
     if (chunks)
-        for (int s = 1; s < 4; s++) d->chunk_override[s] = chunks[s];
-    set_flags(d, flags);
+        for (int s = 1; s < 4; s++) t.chunk[s] = chunks[s];
+    set_flags(d, flags, &t);
     CHECK_OK(w22_decode(d, z, W22_DTYPE_F32, T, h, wd, video, W22_DTYPE_F32));
     /* the plan took the flags: spares exactly where a stage of one-frame chunks has a group of two caches (stage 3
      * of this model has one when its chunk is one frame: its resblocks 1 and 2), none without such a stage */
@@ -170,7 +176,9 @@ int main(void) {
         prm.frames_per_pass = fpp;
         w22_decoder *d = NULL;
         CHECK_OK(w22_decoder_open(w, &prm, &d));
-        if (d) set_flags(d, share);
+        w22_plan_test t;
+        memset(&t, 0, sizeof t);
+        if (d) set_flags(d, share, &t);
         for (int call = 0; call < 2 && d; call++) {
             t_fill_nan(again, nv);
             CHECK_OK(w22_decode(d, z, W22_DTYPE_F32, T, h, wd, again, W22_DTYPE_F32));

@@ -34,7 +34,8 @@ static w22_decoder *plan(w22_backend *b, const w22_config *cfg, int fpp, int cop
     d->rank = 0;
     d->world = 1;
     d->frames_per_pass = fpp;
-    d->rotate_off = d->psum_off = copies;
+    static w22_plan_test copy_design = {.rotate_off = 1, .psum_off = 1};
+    d->test = copies ? &copy_design : NULL;
     counted = 0;
     CHECK_OK(w22_plan_prepare(d, 44, 78));
     CHECK(counted == d->workspace_bytes, "counted %zu, the plan says %zu", counted, d->workspace_bytes);

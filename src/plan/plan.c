@@ -21,9 +21,9 @@ size_t w22_frames_bytes(int f, int h, int w, int c, int border, size_t es) {
 }
 
 /* The caches' pushes rotate (plan.h) and the head keeps its history as partial sums, unless a test plans the designs
- * before (rotate_off, psum_off: the copy design, for test_workspace's comparison); measured in docs/PERF.md v23-v24. */
-static int want_rotate(const w22_decoder *d) { return !d->rotate_off; }
-static int want_psum(const w22_decoder *d) { return !d->psum_off; }
+ * before (w22_plan_test's rotate_off, psum_off: the copy design, for test_workspace's comparison); measured in docs/PERF.md v23-v24. */
+static int want_rotate(const w22_decoder *d) { return !(d->test && d->test->rotate_off); }
+static int want_psum(const w22_decoder *d) { return !(d->test && d->test->psum_off); }
 
 /* Bytes of the head's conv_out buffers in T1 with partial sums: its output (cout channels, elements of es), then
  * from the next 256-byte boundary the fp32 Ys of its three temporal taps (3 cout channels): exec.c's head_conv_psum. */
@@ -211,7 +211,7 @@ static w22_status region_alloc(w22_decoder *d, w22_region *r, size_t bytes, cons
 }
 
 static int default_chunk(const w22_decoder *d, int s) {
-    if (d->chunk_override[s] > 0) return d->chunk_override[s];
+    if (d->test && d->test->chunk[s] > 0) return d->test->chunk[s];
     /* Stages 1 and 2: two frames per chunk (v22: stage 2, f121 -2.5% against one; v23: stage 1 too). Their Winograd
      * convs transform 4 input frames for 2 outputs instead of 6, and their GEMMs run twice the rows. The memory stays
      * within the target because their upsample convs hand the next stage one chunk at a time (interleave: stage 2's
@@ -231,9 +231,11 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     /* Skipped re-planning: everything a plan depends on is in this test (the size, the frames per pass, the
      * switches, the tests' chunk overrides and flags); the workspace's contents are not: w22_plan_run starts every
      * decode from zeroed caches and re-zeroes every border it reads (plan.h). */
+    w22_plan_test choices;
+    memset(&choices, 0, sizeof choices);
+    if (d->test) choices = *d->test;
     if (d->h == h && d->w == w && d->scratch.ptr && d->rotate == rotate && d->head_psum == psum &&
-        d->planned_fpp == d->frames_per_pass && !memcmp(d->planned_chunks, d->chunk_override, sizeof d->planned_chunks) &&
-        d->planned_share == d->share_any)
+        d->planned_fpp == d->frames_per_pass && !memcmp(&d->planned_test, &choices, sizeof choices))
         return W22_OK;
     w22_plan_release(d);
     const w22_status s = plan_make(d, h, w, rotate, psum);
@@ -242,8 +244,7 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
         return s;
     }
     d->planned_fpp = d->frames_per_pass;
-    memcpy(d->planned_chunks, d->chunk_override, sizeof d->planned_chunks);
-    d->planned_share = d->share_any;
+    d->planned_test = choices;
     return W22_OK;
 }
 
@@ -378,7 +379,7 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum) 
                     int g = -1;
                     for (int j = 0; j < d->nspares && g < 0; j++) {
                         const size_t a = d->spare[j].bytes, lo = a < unit ? a : unit, hi = a < unit ? unit : a;
-                        if (spare_stage[j] != s && ((hi - lo) * 50 < hi || d->share_any)) g = j;
+                        if (spare_stage[j] != s && ((hi - lo) * 50 < hi || (d->test && d->test->share_any))) g = j;
                     }
                     if (g < 0 && u == 2) continue;
                     if (g < 0) {

@@ -38,6 +38,16 @@ typedef struct {
     int done;            /* input frames of this decode consumed so far */
 } w22_stage;
 
+/* Plan choices that only tests make (tests/test_plan.c, test_workspace.c: other designs to compare with and sizes
+ * the decoder does not pick). Held by pointer so that a production decoder carries none of them. */
+typedef struct w22_plan_test {
+    int chunk[W22_STAGES]; /* chunk sizes of stages 1..3 (0: the default) */
+    int rotate_off;        /* 1: the design before rotation (a cache's pushes as copies) */
+    int psum_off;          /* 1: the head's input frames instead of its partial sums */
+    int share_any;         /* 1: the stages' rotation groups share a spare whatever their units' sizes (at test sizes
+                            * the borders make stage 2's and 3's units differ by more than plan.c's 2%) */
+} w22_plan_test;
+
 struct w22_decoder {
     /* One decode at a time: the entry points of decoder.c hold it for the whole call, and w22_decoder_free takes it
      * before it frees (a free from another thread waits for the decode). The workspace, the caches and the backend's
@@ -57,7 +67,6 @@ struct w22_decoder {
     int h, w;
     int row0, rows;      /* this rank's latent rows */
     int frames_per_pass;
-    int chunk_override[W22_STAGES]; /* tests: chunk sizes of stages 1..3 (0 = default) */
     w22_stage stages[W22_STAGES];
     w22_region queue[W22_STAGES + 1]; /* queue[s]: stage s's input; queue[4]: video staging */
     w22_region scratch;  /* the stages' private buffers (one stage at a time) */
@@ -85,11 +94,10 @@ struct w22_decoder {
     int spare_tag[W22_MAX_SPARES];    /* the stage whose frame layout that unit's borders are zero in (-1: all of it
                                        * is zero); a group may serve two stages (plan.c) */
     int nspares;
-    int rotate, head_psum;  /* how this workspace was planned (both on unless a test's flags below) */
-    int rotate_off, psum_off; /* tests: 1 plans the designs before (pushes as copies / the head's input frames) */
-    int share_any;       /* tests: the stages' rotation groups share a spare whatever their units' sizes (at test
-                          * sizes the borders make stage 2's and 3's units differ by more than plan.c's 2%) */
-    int planned_fpp, planned_chunks[W22_STAGES], planned_share; /* what the workspace was planned for */
+    int rotate, head_psum;  /* how this workspace was planned (both on unless a test's choices say otherwise) */
+    const w22_plan_test *test; /* tests only (plan_internal.h's choices); NULL in every decoder the library opens */
+    int planned_fpp;           /* what the workspace was planned for, with planned_test (all zero: no test's) */
+    w22_plan_test planned_test;
     w22_region zdev;     /* latents copied to the backend (host decodes) */
     size_t workspace_bytes;
     /* The current decode. */

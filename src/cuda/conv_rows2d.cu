@@ -1,50 +1,22 @@
 /* conv_out (the 3x3(x3) conv with N <= 16 output channels: 256 -> 12) and the head's partial-sums conv_out GEMM
  * (conv_psum.cu: N = 36, kt 1, fp32 out) on 2D tiles that serve all nine spatial taps from one shared-memory tile.
  * They run the shapes w22_cuda_rows_blocker takes (conv_rows.cu) with H >= 6; the row kernel (conv_rows.cu) the
- * shorter ones; 16 < N <= 48 runs here or on the mma kernel.
+ * shorter ones; 16 < N <= 48 runs here or on the mma kernel (route.h decides). docs/PERF.md v14: conv_out 1.95x
+ * faster than on the row kernel, whose tiles of one output row fetched each input pixel from L2 three times per dt.
  *
- * Why: the row kernel (a tile = 128 pixels of one output row) loads, per (dt, dy) and channel slice, one input row of
- * 130 pixels: its dx taps share the load but its dy taps do not, so each input pixel crosses from L2 three times per
- * dt (once per dy of the output rows around it). At conv_out's shape (4 x 352 x 624 outputs, 6 input frames, 256
- * channels) that is 5.28 GB from L2 (A 4.11, B 1.17) for a 1.461 ms perf line: 3.6 TB/s, the L2's practical rate.
- * Here a tile is 16 output rows x 32 columns; per (dt, 32-channel slice) it loads the 18 x 34 input pixels around
- * the tile once, and every tap (dy, dx) reads its window of that tile by ldmatrix row addresses (a free gather).
- *
- * Block = 256 threads (8 warps as 4 rows x 2 columns), one block per SM on a persistent grid (tiles blockIdx.x + k
- * gridDim.x, the stage ring running on across tiles, so no per-tile fill). A warp = 4 output rows x 16 columns x 16
- * channels (8 mma.sync.m16n8k16 accumulators, the m16 along x). Per 16-channel k step and dx it loads B for dy = 0..2
- * (3 ldmatrix.x4) and walks the 6 input rows its 4 output rows read: each input row's A fragment (1 ldmatrix.x4)
- * feeds every output row that reads it (row r feeds rows r - dy): 24 MMAs for 9 ldmatrix, not the 15 (12 A + 3 B) of
- * a fragment per (output row, dy).
- * Stage (one of 4, cp.async ring): A [18 x 34 pixels][32 bf16] (pixel (iy, ix) = input (y0 - 1 + iy, x0 - 1 + ix);
- * rows past the bottom border H or columns past the right border W are zero-filled and feed only masked outputs),
- * B [9 taps (dy, dx)][16 rows n][32 bf16] (rows n >= N zeroed once at the start, never loaded). 64-byte smem rows,
- * 16-byte chunks XOR-swizzled by bits 1-2 of the row (swz64): the 8 consecutive rows one ldmatrix phase reads fill
- * the 8 16-byte slots of 128 bytes, so every A window (any shift) and B read is conflict-free. 48384 B per stage,
- * 193536 B in all. K order per tile: 32-channel slices outer, dt inner, so the frames a place's tiles read (frames
- * t .. t + 2 for its F frames, tiles frame-fastest) are read within 3 consecutive stages, together in L2.
- *
- * Predicted (perf line `conv_out 256->12 6x352x624x256->12 k3x3`, H200, 1.461 ms on the row kernel; 1760 tiles,
- * 24 stages each, x tiles 19 full + 1 of 16 columns):
- *   L2 -> SM: A 22 x (19 x 39168 + 20736) B = 16.8 MB per frame and stage + B 440 x 6912 B = 3.0 MB: x 24 stages
- *     x 4 frames = 1.91 GB (A 1.62, B 0.29; row kernel 5.28 GB: 2.77x less); at the row kernel's 3.6 TB/s: 0.53 ms.
- *   shared memory: per tile and stage 8 warps x 2 k steps x 3 dx x 9 ldmatrix x 512 B = 221 KB read + 46 KB written,
- *     11.3 GB in all (row kernel 24.4 GB); at 128 B/clock x 132 SMs x ~1.75 GHz = 29.6 TB/s: 0.38 ms.
- *   MMAs: the row kernel's count (4 x 352 x 640 x 16 x 6912 x 2 = 199 GFLOP padded), at mma.sync's ~600 TFLOP/s:
- *     0.33 ms.
- *   Rounds: 1760 / 132 = 13.3 -> 14 (the last part-empty, 5%).
- *   -> 0.60-0.70 ms (the three overlap imperfectly; 210-240 TFLOP/s), 2.1-2.4x. One frame (the decode's
- *   chunks: perf line `conv_out 256->12 1f`): 440 tiles, 3.3 rounds of 132 -> 4 (the last a third full): ~1.9-2.2x.
- * N up to 48 (NB = 3, path `rows2d 16x32x48`): a warp keeps NB 16-channel blocks (8 NB accumulators of 4 floats:
- * 234 registers at NB = 3, no spills; 255 allowed at one block per SM), B grows to 9 x 48 rows per stage (66816 B
- * per stage, so 3 stages, 200448 B: 4 would be 267264). Each A fragment feeds 3x the MMAs; the A loads and the A
- * ldmatrix are NB = 1's, the B ldmatrix 3x (15 ldmatrix per 72 MMAs). The psum GEMM (kt 1, K = 9 cin, 8 stages per
- * tile) issues exactly the MMAs of the N = 12 conv of one frame (kt 3, 24 stages: 3 x 144 = 432 x 8 = 144 x 24 per
- * warp), with a third of its A traffic (B the same: 36 rows x 8 stages = 12 x 24) and 0.55x its ldmatrix bytes:
- * per frame at 352 x 624, L2 -> SM 0.21 GB (0.06 ms), smem 1.5 GB (0.05 ms), MMAs 50 GFLOP padded (0.08 ms), 4
- * rounds of 8 stages -> the GEMM ~0.09-0.12 ms, MMA-bound; plus the fp32 stores (36 floats per pixel, 32 MB) and
- * the combine (~0.02-0.03 ms). Zero B rows (N = 36 -> 48: 25% of the MMAs) are not skipped; N <= 32 could take
- * NB = 2 (4 stages fit: 230400 B) if the MMAs turn out to bound it.
+ * A tile is 16 output rows x 32 columns; per (dt, 32-channel slice) it loads the 18 x 34 input pixels around it
+ * once, and every tap (dy, dx) reads its window of that tile by ldmatrix row addresses. Block = 256 threads (8 warps
+ * as 4 rows x 2 columns), one block per SM on a persistent grid (tiles blockIdx.x + k gridDim.x, the stage ring
+ * running on across tiles). A warp = 4 output rows x 16 columns x 16 NB channels (mma.sync.m16n8k16, m16 along x):
+ * per 16-channel k step and dx it loads B for dy = 0..2 and walks the 6 input rows its 4 output rows read, each A
+ * fragment feeding every output row that reads it. NB = 1..3 channel blocks (N <= 48): 4 stages at NB 1, 3 at NB 3
+ * (66816 B each); 234 registers at NB 3, no spills.
+ * Stage (cp.async ring): A [18 x 34 pixels][32 bf16] (pixel (iy, ix) = input (y0 - 1 + iy, x0 - 1 + ix)), B [9 taps]
+ * [16 NB rows][32 bf16]. What must hold: rows past the bottom border H or columns past the right border W are
+ * zero-filled and feed only masked outputs; B rows n >= N are zeroed once at the start and never loaded; smem rows
+ * are 64 bytes with 16-byte chunks XOR-swizzled by bits 1-2 of the row (swz64), so the 8 rows one ldmatrix phase
+ * reads fill 8 distinct slots (every A window and B read conflict-free). K order per tile: 32-channel slices outer,
+ * dt inner, so a place's frames are read within 3 consecutive stages, together in L2.
  * Requirements: w22_cuda_rows_blocker's (ks 3, kt 1 or 3, centred pads, N <= 48 and even, cin % 64 == 0, one [N][K]
  * weight block, the mma kernel's alignment and int-offset checks) and w22_rows2d_takes' (N <= 48, H >= 6, the
  * tile's pixel offsets fit an int). Epilogue: the shared one (conv_epilogue.cuh): bias, residual, time split, bf16 or

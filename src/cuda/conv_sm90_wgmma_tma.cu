@@ -1,59 +1,34 @@
 /* The wgmma conv: the implicit GEMM of a conv (w22_mm, cuda_internal.h) on wgmma.mma_async (bf16 x bf16 -> fp32, both
- * operands in shared memory), a warp-specialized producer/consumer ring on mbarriers, A and B both loaded by the TMA
- * (v9: f121 -2.8% against v5-v8's cp.async gathers, which git keeps at 7c0ed73 with their design notes). One
- * producer thread, two consumer warpgroups of 64 rows x BN columns each; tiles 128 x 256 (4 stages, 128 fp32
- * accumulators per consumer thread) or 128 x 128 (6 stages) where N % 256 != 0.
- * The pieces, by role: this file, the kernel (producer and consumers), its stage ring's helpers and the launch;
- * tma_split_tail.cuh, the split tail's device side; tma_epi_store.cuh, the TMA-store epilogue; tma_maps.cuh, the
- * host's tensor maps; tma_plan.cuh, the launch heuristics (split rule, rounds, tiles or pairs) with their
- * measurements; wgmma_common.cuh, the PTX wrappers, the named barrier (WG_BAR_CONSUMERS), the ring's layout and the
- * other epilogues.
+ * operands in shared memory), a warp-specialized ring on mbarriers: one producer thread issues the TMA loads of A and
+ * B, two consumer warpgroups of 64 rows x BN columns multiply. Tiles 128 x 256 (4 stages, 128 fp32 accumulators a
+ * consumer thread) or 128 x 128 (6 stages) where N % 256 != 0. Its measurements: docs/PERF.md v9-v21.
+ * The pieces: this file, the kernel and its launch; tma_split_tail.cuh, the split tail; tma_epi_store.cuh, the
+ * TMA-store epilogue; tma_maps.cuh, the host's tensor maps; tma_plan.cuh, the launch heuristics (split rule, tiles or
+ * pairs); wgmma_common.cuh, the PTX wrappers, the named barrier (WG_BAR_CONSUMERS), the ring's layout, the other
+ * epilogues. Which GEMMs come here: route.h.
  *
- * A by the TMA's im2col mode: one instruction loads a stage's 128 rows x 64 channels. The tensor map describes the
- * input's frames as a 4D tensor {C, W, H, frames} (with the border: {C, W + 2, H + 2, frames} from pixel (-1, -1));
- * its bounding box is the H x W grid of tap (0, 0)'s reads, which the load walks in (x, y, frame) order from the
- * tile's first pixel, each pixel read at (x + dx, y + dy) of the frame: the row wraps that made a fixed box
- * impossible for the tiled mode are the im2col mode's own. Why: v8's producer issued 1024 cp.async per 1024-clock stage from 128 threads, and its issue rate was measured to bound the kernel
- * (v4: a table read per row cost 12-15%; v5: rows in registers gave +12-19%); here one thread issues two TMA
- * instructions per stage, as in a plain GEMM, and the consumers get the registers (232). The price: a tile may not
- * span two frames, whose sources differ (the causal history frames live in the caches: one map per source, chosen
- * per tap), so the tiles are per frame: ceil(H W / 128) of them (the last one partial: its rows run on into the next
- * frame or past the tensor, where the TMA reads zeros, and are not stored). Every real shape has H W % 128 == 0 or
- * wastes under 1% (44 x 78: 27 tiles for 26.8).
- * Coordinates: with the border (ks > 1) the map starts at pixel (-1, -1), so input pixel (iy, ix) is (ix + 1, iy + 1)
- * and output pixel (y, x)'s tap (dy, dx) reads (x + dx + 1 - pad_x, y + dy + 1 - pad_y): the load starts at
- * (x + 1 - pad_x, y + 1 - pad_y) with offsets (dx, dy), the bounding box's corners are 1 - pad (lower) and -1 - pad
- * (upper, from the far edge), H x W pixels. The border rows are read as stored (zeros, or a neighbour rank's halo
- * rows): the TMA's own zero fill is not used for padding. Without a border (ks = 1): the map starts at (0, 0),
- * corners 0. The 1x1 shortcut: the same with ks = 1 over g.sc.
- * The tiles run on a persistent grid (one CTA per SM, the ring carried across tiles; v9's run: -0.6% on f121 against
- * one tile per CTA).
- * The epilogue (v11-v12): a tile's outputs are packed in its tail (half in registers, half in shared memory) and
- * stored during the next tile's first stages (wgmma_common.cuh, "the overlapped epilogue"), so the stores overlap
- * the MMAs (v10's vectors in the tile's tail and v11's half overlap lost). The Winograd batch GEMMs (dense outputs, nothing added) store
- * their tiles by the TMA instead (v20, MODE_EPI_TMA, kernel TE: wg_epi_tma), on a ring of 3 stages: the 4th's
- * shared memory holds the tile; since v21 the direct convs whose output allows it too, a plain residual taken as
- * extra K (residual_as_k), so that only the convs with phases, a DupUp or time-split output, or a residual and a
- * shortcut keep the overlapped epilogue.
- * An upsample conv's four phase GEMMs (conv.cu) run as one launch (w22_mm.phases): one ramp and one part-empty
- * last round instead of four (858 tiles per phase at 176 x 312, 6.5 rounds each, are 3432 in 26). Tiles are
- * ordered (M tile or pair, phase, N tile) since v19 (the four phases of a pixel block read its input and DupUp
- * residual while they are in L2; the four phases' weights, 8 MB at 512 channels, stay there too; v18's phase-major
- * order lost); the producer takes phase
- * p's A map (p = 0: tm_a; 1-3 in the history's and the shortcut's slots, which a phase GEMM never has), its load
- * corner (x + px, y + py: the pads 1 - px, 1 - py) and its B rows (p N on, the phases' weights being one block);
- * the consumers add the phase's output and residual offsets (ph_o, ph_r; ph_r carries the DupUp residual's channel
- * offset of that phase) to the rows they pack, so the deferred store, which runs during the next tile (maybe of the
- * next phase), needs nothing of the phase. The split tail splits the combined last round.
- * Clusters of 2 (v15): the 128 x 256 tiles of two M tiles of one N tile run on a
- * CTA pair that shares B: each CTA loads half the B rows by TMA multicast into both CTAs' stage, so a stage reads
- * 16 + 16 KB from L2 per CTA instead of 16 + 32. empty[s] counts both CTAs' consumer warps (a stage is refilled
- * only when the peer, whose B half lands in it too, has released it), the pair starts and ends with a cluster
- * barrier, and where the M tiles are odd the last pair's second CTA loads (its B half is needed) and stores nothing.
- * The remote arrival releases at CTA scope, as CUTLASS's: at cluster scope (v6's, and v15's first run) it also
- * waited for the warp's earlier global stores, and the pairs ran 30% slower. tma_plan picks per GEMM between
- * tiles, pairs, and the pairs' whole rounds followed by a tail launch of the tiles left (fewest rounds; a round of
- * pairs costs 0.97). */
+ * A: the TMA's im2col mode, one instruction per stage (128 rows x 64 channels). The map describes the frames as
+ * {C, W, H, frames} (with a border: {C, W + 2, H + 2, frames} from pixel (-1, -1)); a stage walks tap (0, 0)'s H x W
+ * box in (x, y, frame) order from the tile's first pixel, each read at (x + dx, y + dy). What must hold:
+ *   - a tile never spans two frames (the causal history frames are other sources: one map per source, chosen per
+ *     tap), so tiles are per frame, ceil(H W / 128) of them; a partial last tile reads on into the next frame or past
+ *     the tensor (zeros from the TMA) and stores none of those rows;
+ *   - padding is the stored border (zeros, or a neighbour rank's halo rows), never the TMA's zero fill: with ks > 1
+ *     output (y, x)'s tap (dy, dx) reads map coordinate (x + dx + 1 - pad_x, y + dy + 1 - pad_y); with ks = 1 the map
+ *     starts at (0, 0). The 1x1 shortcut is the same with ks = 1 over g.sc.
+ * Tiles run on a persistent grid (one CTA per SM, the ring carried across tiles). Epilogues: the overlapped one (a
+ * tile's outputs packed in its tail, stored during the next tile's first stages: wgmma_common.cuh) for convs with
+ * phases, a DupUp or time-split output, or a residual and a shortcut; the others (and the Winograd batch GEMMs) store
+ * by the TMA from the 4th stage's shared memory (MODE_EPI_TMA, a ring of 3), a plain residual taken as extra K.
+ * An upsample conv's four phase GEMMs are one launch (w22_mm.phases), tiles ordered (M tile or pair, phase, N tile)
+ * so that a pixel block's four phases read their input and DupUp residual from L2; phase p's A map, load corner and
+ * B rows are the producer's, its output and residual offsets (ph_o, ph_r) the consumers', so the deferred store
+ * needs nothing of the phase.
+ * Clusters of 2: the 128 x 256 tiles of two M tiles of one N tile share B, each CTA multicasting half of it. What
+ * must hold: empty[s] counts both CTAs' consumer warps (a stage is refilled only when the peer has released it); the
+ * pair starts and ends with a cluster barrier; with odd M tiles the last pair's second CTA loads its B half and
+ * stores nothing; the remote arrival releases at CTA scope (at cluster scope it also waited for the warp's global
+ * stores: pairs 30% slower, v15). */
 #include "wgmma_common.cuh"
 
 /* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs;

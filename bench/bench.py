@@ -8,8 +8,9 @@ The protocol
 Interface: the package `wan22vae` (python/wan22vae) exports prepare(weights, rank, world, pg) -> list[Tensor] and
 run(z, weights, rank, world, pg, out): z bf16 [1, 48, T, 44, 78] on the GPU, weights the decoder's 110 bf16 CUDA
 tensors in diffusers' named_parameters() order (or what prepare returned), out a NaN-filled bf16 video
-[1, 3, 4T-3, 704, 1248]. Where the package cannot be imported, a ctypes binding of the C API stands in for it
-(Ours below), so the bench never waits for the package.
+[1, 3, 4T-3, 704, 1248]. Every call of the C API the bench makes (the decode, the FLOP count, the synthetic weights
+and latents) goes through this checkout's package and the library it loads (--lib or $W22_LIB, else the package's
+folder, else build/); where either cannot be used, the bench stops at once and says why.
 
 Workloads: <clip>x<world>, the seed's fifteen. A clip is the first T latent frames of one synthetic T=121 clip
 (weights and latents from the library's generator, docs/synthetic.md): f1, f5, f17 (T = 1, 2, 5) at worlds 1 and 4
@@ -44,7 +45,7 @@ hold the world's GPUs: a workload timed while another did is marked shared.
 Audit: one more call per timed clip under torch.profiler (CUPTI), its kernels grouped by library: ours, cuBLAS,
 cuDNN, ATen, NCCL, other. Library kernels (cuBLAS, cuDNN, ATen) inside our decode must be none.
 
-Bound: the decode's FLOPs (w22_decode_flops, or the count of docs/wan22-decoder.md) spread over the world's W GPUs
+Bound: the decode's FLOPs (w22_decode_flops, equal to the count of docs/wan22-decoder.md) spread over the world's W GPUs
 at 990 TFLOP/s each (the H200's dense bf16 datasheet rate), or the weights and video at 4.8 TB/s, whichever is
 slower; gap = latency / bound. Also the bound at the bf16 GEMM rate measured in the run (torch, 8192^3). The summary
 gives the geomean over the nine timed workloads (and over whichever timed ones ran) with its gap, and the scaling
@@ -152,15 +153,13 @@ def workload_order(names):
     return sorted(got, key=lambda cw: (cw[1], rank[cw]))
 
 
-def plan_worlds(order, gpus, why_not=None):
+def plan_worlds(order, gpus):
     """Splits [(clip, world)] into those this machine runs and {name: reason} for those it skips: worlds larger than
-    its GPU count, and worlds > 1 where why_not (e.g. the ctypes binding) says they cannot run."""
+    its GPU count."""
     run, skipped = [], {}
     for c, w in order:
         if w > gpus:
             skipped[workload_name(c, w)] = f"needs {w} GPUs; this machine has {gpus}"
-        elif w > 1 and why_not:
-            skipped[workload_name(c, w)] = why_not
         else:
             run.append((c, w))
     return run, skipped
@@ -490,189 +489,72 @@ def parse_clip(name):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The library through ctypes: FLOPs, synthetic data, and the fallback binding of the decoder.
+# The library through the package wan22vae, which binds its C API: FLOPs, synthetic data, the decode.
 # ---------------------------------------------------------------------------------------------------------------
-class W22Config(ctypes.Structure):
-    _fields_ = [("z_dim", ctypes.c_int), ("base_dim", ctypes.c_int), ("dim_mult", ctypes.c_int * 4),
-                ("num_res_blocks", ctypes.c_int), ("temporal_up", ctypes.c_int * 3),
-                ("out_channels", ctypes.c_int), ("patch_size", ctypes.c_int)]
+PACKAGE_DIR = os.path.join(ROOT, "python")
 
 
-class W22DecoderParams(ctypes.Structure):
-    _fields_ = [("device", ctypes.c_int), ("cuda_device", ctypes.c_int), ("frames_per_pass", ctypes.c_int),
-                ("threads", ctypes.c_int), ("comm", ctypes.c_void_p), ("video_on_all_ranks", ctypes.c_int),
-                ("progress", ctypes.c_void_p), ("progress_user", ctypes.c_void_p), ("check", ctypes.c_int),
-                ("_reserve", ctypes.c_char * 256)]  # w22_decoder_params_init writes the whole C struct: room to grow
+def package():
+    """This checkout's package wan22vae (python/wan22vae, ahead of any installed copy), its library loaded where the
+    package finds it ($W22_LIB, the package's folder, build/). Every call of the C API the bench makes goes through
+    it, so that what is measured is the binding users call. Exits naming the reason where the package does not
+    import or the library does not load: without them there is nothing to measure. Imported here, not at the top,
+    so that report.py and the tests of the pure functions import bench without it."""
+    if PACKAGE_DIR not in sys.path:
+        sys.path.insert(0, PACKAGE_DIR)
+    try:
+        import wan22vae
+        wan22vae.library_path()
+    except Exception as e:  # noqa: BLE001 - whatever stops the import or the load is the message
+        raise SystemExit(f"bench: the package wan22vae ({os.path.join(PACKAGE_DIR, 'wan22vae')}) cannot be used: "
+                         f"{type(e).__name__}: {e}") from e
+    return wan22vae
 
 
-W22_DTYPE_F32, W22_DTYPE_BF16 = 0, 1
-W22_DEVICE_CUDA = 1
-
-
-class Lib:
-    """libwan22vae.so through ctypes (include/wan22vae.h)."""
-
-    def __init__(self, path):
-        self.path = path
-        self.dll = d = ctypes.CDLL(path)
-        vp, i, st = ctypes.c_void_p, ctypes.c_int, ctypes.c_int
-        d.w22_status_string.restype = ctypes.c_char_p
-        d.w22_status_string.argtypes = [st]
-        d.w22_last_error.restype = ctypes.c_char_p
-        d.w22_config_default.argtypes = [ctypes.POINTER(W22Config)]
-        d.w22_decode_flops.restype = ctypes.c_double
-        d.w22_decode_flops.argtypes = [ctypes.POINTER(W22Config), i, i, i]
-        self.cfg = W22Config()
-        d.w22_config_default(ctypes.byref(self.cfg))
-        self.sigs = {
-            "w22_weights_synthetic": [ctypes.POINTER(W22Config), ctypes.c_uint64, ctypes.POINTER(vp)],
-            "w22_weights_save": [vp, ctypes.c_char_p, i],
-            "w22_weights_free": [vp],
-            "w22_weights_from_memory": [ctypes.POINTER(W22Config), ctypes.POINTER(vp), i, ctypes.POINTER(vp)],
-            "w22_latents_synthetic": [ctypes.POINTER(W22Config), ctypes.c_uint64, i, i, i, vp],
-            "w22_decoder_params_init": [ctypes.POINTER(W22DecoderParams)],
-            "w22_decoder_open": [vp, ctypes.POINTER(W22DecoderParams), ctypes.POINTER(vp)],
-            "w22_decoder_free": [vp],
-            "w22_decode_device": [vp, vp, i, i, i, vp, vp],
-            "w22_decoder_device_bytes": [vp],
-            "w22_cuda_available": [],
-        }
-        for name, args in self.sigs.items():
-            if hasattr(d, name):
-                getattr(d, name).argtypes = args
-                if name not in ("w22_weights_free", "w22_decoder_free", "w22_decoder_params_init"):
-                    getattr(d, name).restype = ctypes.c_size_t if name == "w22_decoder_device_bytes" else st
-
-    def has(self, name):
-        return hasattr(self.dll, name)
-
-    def check(self, status, what):
-        if status != 0:
-            msg = self.dll.w22_last_error() or b""
-            raise RuntimeError(f"{what}: {self.dll.w22_status_string(status).decode()}: {msg.decode()}")
-
-    def flops(self, T, h=LATENT_H, w=LATENT_W):
-        return self.dll.w22_decode_flops(ctypes.byref(self.cfg), T, h, w)
-
-    def save_synthetic_weights(self, seed, path):
-        w = ctypes.c_void_p()
-        self.check(self.dll.w22_weights_synthetic(ctypes.byref(self.cfg), seed, ctypes.byref(w)),
-                   "w22_weights_synthetic")
-        try:
-            self.check(self.dll.w22_weights_save(w, path.encode(), W22_DTYPE_BF16), f"w22_weights_save {path}")
-        finally:
-            self.dll.w22_weights_free(w)
-
-    def synthetic_latents(self, seed, T, h, w):
-        import numpy as np
-        out = np.empty((1, self.cfg.z_dim, T, h, w), dtype=np.float32)
-        self.check(self.dll.w22_latents_synthetic(ctypes.byref(self.cfg), seed, T, h, w,
-                                                  out.ctypes.data_as(ctypes.c_void_p)), "w22_latents_synthetic")
-        return out
-
-
-def find_lib(path):
-    for p in [path, os.path.join(ROOT, "build", "libwan22vae.so")]:
-        if p and os.path.exists(p):
-            return os.path.abspath(p)
-    return None
+def flops_of(T):
+    """The FLOPs of one decode of T latent frames at 44x78, and whose count it is: the library's (decode_flops above,
+    the doc's count, is tested equal to it)."""
+    return package().decode_flops(None, T, LATENT_H, LATENT_W), "w22_decode_flops"
 
 
 class Ours:
-    """Our decode behind the seed's interface: the package wan22vae when it imports, else a ctypes binding of the C
-    API (w22_weights_from_memory on host copies of the weights, w22_decoder_open on this GPU, w22_decode_device on
-    torch's current stream)."""
+    """Our decode behind the seed's interface: the package's prepare/run (wan22vae.protocol), with the bench's
+    check of what prepare returns."""
 
-    def __init__(self, lib, prefer="auto"):
-        self.lib, self.decoder, self.kind, self.module, self.why = lib, None, None, None, None
-        if prefer in ("auto", "package"):
-            try:
-                sys.path.insert(0, os.path.join(ROOT, "python"))
-                import wan22vae
-                if not (hasattr(wan22vae, "run") and callable(wan22vae.run)):
-                    raise ImportError(f"{wan22vae.__file__} has no run()")
-                self.module, self.kind = wan22vae, "package"
-            except Exception as e:  # noqa: BLE001 - anything that stops the import sends us to ctypes
-                self.why = f"package wan22vae: {type(e).__name__}: {e}"
-                if prefer == "package":
-                    raise
-        if self.kind is None:
-            if lib is None:
-                raise RuntimeError(f"{self.why or 'no package'}; and no libwan22vae.so for the ctypes binding")
-            need = ("w22_weights_from_memory", "w22_decoder_open", "w22_decode_device")
-            missing = [n for n in need if not lib.has(n)]
-            if missing:
-                raise RuntimeError(f"{self.why}; and {lib.path} lacks {missing}")
-            self.kind = "ctypes"
+    def __init__(self, w22):
+        self.module = w22
 
     def describe(self):
-        if self.kind == "package":
-            return f"package wan22vae ({getattr(self.module, '__file__', '?')})"
-        return f"ctypes over {self.lib.path}" + (f" ({self.why})" if self.why else "")
+        return f"package wan22vae ({self.module.__file__})"
 
     def prepare(self, weights, rank, world, pg):
-        if self.kind == "package":
-            if hasattr(self.module, "prepare"):
-                got = self.module.prepare(weights, rank, world, pg)
-                if not isinstance(got, (list, tuple)):
-                    raise TypeError(f"prepare returned {type(got).__name__}, not a list of tensors")
-                return list(got)
-            return weights
-        import torch
-        host = [t.detach().to("cpu").contiguous() for t in weights]
-        ptrs = (ctypes.c_void_p * len(host))(*[t.data_ptr() for t in host])
-        w, d = ctypes.c_void_p(), ctypes.c_void_p()
-        dll = self.lib.dll
-        self.lib.check(dll.w22_weights_from_memory(ctypes.byref(self.lib.cfg), ptrs, W22_DTYPE_BF16,
-                                                   ctypes.byref(w)), "w22_weights_from_memory")
-        try:
-            p = W22DecoderParams()
-            dll.w22_decoder_params_init(ctypes.byref(p))
-            p.device, p.cuda_device = W22_DEVICE_CUDA, torch.cuda.current_device()
-            self.lib.check(dll.w22_decoder_open(w, ctypes.byref(p), ctypes.byref(d)), "w22_decoder_open")
-        finally:
-            dll.w22_weights_free(w)
-        self.decoder = d
-        return weights
+        got = self.module.prepare(weights, rank, world, pg)
+        if not isinstance(got, (list, tuple)):
+            raise TypeError(f"prepare returned {type(got).__name__}, not a list of tensors")
+        return list(got)
 
     def run(self, z, weights, rank, world, pg, out):
-        if self.kind == "package":
-            return self.module.run(z, weights, rank, world, pg, out)
-        import torch
-        _, _, T, h, w = z.shape
-        stream = torch.cuda.current_stream().cuda_stream
-        self.lib.check(self.lib.dll.w22_decode_device(self.decoder, ctypes.c_void_p(z.data_ptr()), T, h, w,
-                                                      ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(stream)),
-                       "w22_decode_device")
+        return self.module.run(z, weights, rank, world, pg, out)
 
     def device_bytes(self):
-        if self.kind == "ctypes" and self.decoder and self.lib.has("w22_decoder_device_bytes"):
-            return int(self.lib.dll.w22_decoder_device_bytes(self.decoder))
-        for name in ("device_bytes", "decoder_device_bytes"):
-            f = getattr(self.module, name, None)
-            if callable(f):
-                try:
-                    return int(f())
-                except Exception:  # noqa: BLE001 - optional figure
-                    return None
+        """What the library holds on the device for prepare's decoder (wan22vae.protocol.device_bytes)."""
+        try:
+            from wan22vae import protocol
+            return int(protocol.device_bytes())
+        except Exception:  # noqa: BLE001 - an optional figure: the record's library_device_gib stays empty
+            return None
         return None
 
-    def close(self):
-        if self.kind == "ctypes" and self.decoder:
-            self.lib.dll.w22_decoder_free(self.decoder)
-            self.decoder = None
+    def release(self):
+        """Frees the decoders prepare opened in this process."""
+        self.module.protocol.release()
 
 
-def our_kernel_names(ours, lib):
-    """Our kernels' names, from our binaries: the library, and any shared object in the package's folder."""
-    paths = [lib.path] if lib else []
-    if ours and ours.module is not None:
-        try:
-            paths.append(os.path.abspath(ours.module.library_path()))
-        except Exception:  # noqa: BLE001 - an older package without library_path()
-            pass
-        folder = os.path.dirname(os.path.abspath(ours.module.__file__))
-        paths += [os.path.join(folder, f) for f in os.listdir(folder) if ".so" in f]
+def our_kernel_names(w22):
+    """Our kernels' names, from our binaries: the library the package loaded, and any shared object in the
+    package's folder."""
+    folder = os.path.dirname(os.path.abspath(w22.__file__))
+    paths = [os.path.abspath(w22.library_path())] + [os.path.join(folder, f) for f in os.listdir(folder) if ".so" in f]
     names, paths = set(), sorted(set(paths))
     for p in paths:
         try:
@@ -876,7 +758,8 @@ def measure_gemm_tflops(device):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Data: synthetic weights and latents (the library's generator, or tools/synth.py, bit for bit the same).
+# Data: synthetic weights and latents (the library's generator, through the package), named and shaped by
+# tools/synth.py's weight table.
 # ---------------------------------------------------------------------------------------------------------------
 def weight_table():
     sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -884,25 +767,20 @@ def weight_table():
     return [(n, tuple(s)) for n, s, _, _ in synth.weight_table(synth.TI2V_5B)]
 
 
-def make_weights(lib, seed, cache, device):
+def make_weights(w22, seed, cache, device):
     """The 110 bf16 decoder tensors in diffusers' order and shapes, on the device; made once per seed into the
-    cache as a bf16 safetensors file (the library's w22_weights_save, else tools/synth.py)."""
+    cache as a bf16 safetensors file (w22_weights_synthetic, w22_weights_save)."""
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
     path = os.path.join(cache, f"weights_s{seed}_bf16.safetensors")
     source = "cache"
     if not os.path.exists(path):
-        if lib is not None and lib.has("w22_weights_synthetic") and lib.has("w22_weights_save"):
-            lib.save_synthetic_weights(seed, path)
-            source = "w22_weights_synthetic"
-        else:
-            sys.path.insert(0, os.path.join(ROOT, "tools"))
-            import synth
-            ws = synth.synth_weights(synth.TI2V_5B, seed)
-            tmp = path + ".tmp"
-            save_file({k: torch.from_numpy(v).to(torch.bfloat16) for k, v in ws.items()}, tmp)
-            os.replace(tmp, path)
-            source = "tools/synth.py"
+        w = w22.synthetic_weights(None, seed)
+        try:
+            w.save(path, "bf16")
+        finally:
+            w.free()
+        source = "w22_weights_synthetic"
     sd = load_file(path)
     table = weight_table()
     out = []
@@ -920,7 +798,7 @@ def make_weights(lib, seed, cache, device):
     return [n for n, _ in table], out, source
 
 
-def make_latents(lib, seed, cache, device):
+def make_latents(w22, seed, cache, device):
     """The synthetic T=121 clip [1, 48, 121, 44, 78] as bf16 on the device; every clip is its first T frames."""
     import numpy as np
     import torch
@@ -929,12 +807,7 @@ def make_latents(lib, seed, cache, device):
     if os.path.exists(path):
         z = np.load(path)
     else:
-        if lib is not None and lib.has("w22_latents_synthetic"):
-            z, source = lib.synthetic_latents(seed, FULL_T, LATENT_H, LATENT_W), "w22_latents_synthetic"
-        else:
-            sys.path.insert(0, os.path.join(ROOT, "tools"))
-            import synth
-            z, source = synth.synth_latents(synth.TI2V_5B, seed, FULL_T, LATENT_H, LATENT_W), "tools/synth.py"
+        z, source = w22.synthetic_latents(None, seed, FULL_T, LATENT_H, LATENT_W), "w22_latents_synthetic"
         np.save(path + ".tmp.npy", z)
         os.replace(path + ".tmp.npy", path)
     return torch.from_numpy(z).to(device, torch.bfloat16), source
@@ -1101,8 +974,8 @@ def diffusers_phase(a, clips, names, weights, z_full, refs, calib, cache_key, sa
 # ---------------------------------------------------------------------------------------------------------------
 # Our decode: one workload.
 # ---------------------------------------------------------------------------------------------------------------
-def run_workload(a, clip, world, ours, weights, marks, pg, z_full, refs, calib, sampler, mem0, flops_of,
-                 our_names, uuid, rank=0, harness=None, world_gpus=None):
+def run_workload(a, clip, world, ours, weights, marks, pg, z_full, refs, calib, sampler, mem0, our_names, uuid,
+                 rank=0, harness=None, world_gpus=None):
     """One workload on one rank. World 1 (harness None): the whole record, sampled by this process's sampler. A rank
     of a world > 1 (harness: the gloo group of the bench's barriers; world_gpus: [(pid, uuid)] of the ranks, this
     process's parent last): in step with the other ranks; rank 0's record, with the trial windows, every rank's call
@@ -1377,19 +1250,12 @@ def rank_main(rank, world, port, cfg, conn):
         harness = dist.new_group(backend="gloo", timeout=timeout)
         pg = dist.group.WORLD
         phase = "load"
-        lib = None
-        if cfg["lib"]:
-            try:
-                lib = Lib(cfg["lib"])
-            except OSError:
-                lib = None
-        ours = Ours(lib, cfg["impl"])
-        if ours.kind != "package":
-            raise RuntimeError(f"world {world} needs the package wan22vae (the ctypes binding is world 1 only): "
-                               f"{ours.why}")
+        os.environ["W22_LIB"] = cfg["lib"]  # the library the parent's package loaded
+        w22 = package()
+        ours = Ours(w22)
         phase = "weights"
-        _, weights, _ = make_weights(lib, cfg["weights_seed"], cfg["cache"], dev)
-        z_full, _ = make_latents(lib, cfg["latents_seed"], cfg["cache"], dev)
+        _, weights, _ = make_weights(w22, cfg["weights_seed"], cfg["cache"], dev)
+        z_full, _ = make_latents(w22, cfg["latents_seed"], cfg["cache"], dev)
         uuid = str(torch.cuda.get_device_properties(dev).uuid).lower().removeprefix("gpu-")
         nvml = Nvml(uuid)
         phase = "prepare"
@@ -1411,19 +1277,13 @@ def rank_main(rank, world, port, cfg, conn):
         a = types.SimpleNamespace(check=cfg["check"], time=cfg["time"], audit=False, cache=cfg["cache"],
                                   gemm_tflops=cfg["gemm_tflops"])
         refs, calib = RefStore(cfg["cache"], cfg["cache_key"]), cfg["calib"]
-
-        def flops_of(T):
-            if lib is not None:
-                return lib.flops(T, LATENT_H, LATENT_W), "w22_decode_flops"
-            return decode_flops(T), "bench.decode_flops"
-
         for name in cfg["workloads"]:
             current = name
             clip, w = WORKLOADS[name]
             if rank == 0:
                 conn.send(("start", name))
-            res = run_workload(a, clip, w, ours, weights, marks, pg, z_full, refs, calib, None, mem0, flops_of,
-                               set(), uuid, rank=rank, harness=harness, world_gpus=world_gpus)
+            res = run_workload(a, clip, w, ours, weights, marks, pg, z_full, refs, calib, None, mem0, set(), uuid,
+                               rank=rank, harness=harness, world_gpus=world_gpus)
             if rank == 0:
                 conn.send(("result", name, res))
             current = None
@@ -1637,11 +1497,10 @@ def main(argv=None):
     p.add_argument("--no-ours", dest="ours", action="store_false",
                    help="only the diffusers side (references, calibration, diffusers' times)")
     p.add_argument("--no-gemm", dest="gemm", action="store_false", help="do not measure the bf16 GEMM rate")
-    p.add_argument("--impl", choices=("auto", "package", "ctypes"), default="auto",
-                   help="our decode through the package (auto: when it imports) or the ctypes binding")
     p.add_argument("--pg", choices=("nccl", "none"), default="nccl",
                    help="the process group passed to prepare/run (world 1: NCCL over 127.0.0.1, else None)")
-    p.add_argument("--lib", default=os.path.join(ROOT, "build", "libwan22vae.so"), help="libwan22vae.so")
+    p.add_argument("--lib", help="the libwan22vae.so the package loads (sets W22_LIB); default: the package's "
+                   "search, $W22_LIB, the package's folder, build/")
     p.add_argument("--weights-seed", type=int, default=1)
     p.add_argument("--latents-seed", type=int, default=1)
     p.add_argument("--cache", default="/tmp/w22bench", help="weights, latents, references, calibration")
@@ -1659,6 +1518,12 @@ def main(argv=None):
         order = workload_order(a.workload)
     except ValueError as e:
         p.error(str(e))
+    if a.lib:
+        # The package passes over a W22_LIB that does not exist: a --lib that does not is refused here instead.
+        if not os.path.isfile(a.lib):
+            p.error(f"--lib {a.lib}: no such file")
+        os.environ["W22_LIB"] = os.path.abspath(a.lib)
+    w22 = package()
 
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -1669,8 +1534,7 @@ def main(argv=None):
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
     gpus = torch.cuda.device_count()
-    order, skipped = plan_worlds(order, gpus, "the ctypes binding is world 1 only (--impl ctypes)"
-                                 if a.impl == "ctypes" else None)
+    order, skipped = plan_worlds(order, gpus)
     os.makedirs(a.cache, exist_ok=True)
     props = torch.cuda.get_device_properties(dev)
     uuid = str(props.uuid).lower().removeprefix("gpu-")
@@ -1716,19 +1580,7 @@ def main(argv=None):
         log(f"nothing to run; results: {json_path}")
         return 0
     sampler = Sampler(nvml)
-    lib_path = find_lib(a.lib)
-    lib, lib_error = None, None
-    if lib_path:
-        try:
-            lib = Lib(lib_path)
-        except OSError as e:
-            lib_error = str(e)
-    setup["lib"] = lib_path or f"not found ({a.lib})"
-
-    def flops_of(T):
-        if lib is not None:
-            return lib.flops(T, LATENT_H, LATENT_W), "w22_decode_flops"
-        return decode_flops(T), "bench.decode_flops"
+    setup["lib"] = os.path.abspath(w22.library_path())
 
     if a.gemm and a.time:
         a.gemm_tflops = measure_gemm_tflops(dev)
@@ -1738,8 +1590,8 @@ def main(argv=None):
         a.gemm_tflops = None
 
     t0 = time.monotonic()
-    names, weights, wsource = make_weights(lib, a.weights_seed, a.cache, dev)
-    z_full, zsource = make_latents(lib, a.latents_seed, a.cache, dev)
+    names, weights, wsource = make_weights(w22, a.weights_seed, a.cache, dev)
+    z_full, zsource = make_latents(w22, a.latents_seed, a.cache, dev)
     setup |= {"weights_source": wsource, "latents_source": zsource}
     log(f"weights ({wsource}) and latents ({zsource}) ready in {time.monotonic() - t0:.1f} s")
     clips = sorted({c for c, _ in order}, key=CLIPS.get)
@@ -1770,14 +1622,11 @@ def main(argv=None):
         show(name, save()["workloads"][name])
 
     if a.ours and not order1:
-        try:
-            setup["ours"] = Ours(lib, a.impl).describe()
-        except Exception as e:  # noqa: BLE001 - the ranks report their own failure
-            setup["ours"] = f"{type(e).__name__}: {e}"
+        setup["ours"] = Ours(w22).describe()
     if a.ours and order1:
         pg = None
         try:
-            ours = Ours(lib, a.impl)
+            ours = Ours(w22)
             setup["ours"] = ours.describe()
             log(f"ours: {ours.describe()}")
             if a.pg == "nccl":
@@ -1789,7 +1638,7 @@ def main(argv=None):
                 except Exception as e:  # noqa: BLE001
                     setup["pg"] = f"None (NCCL init failed: {e})"
             setup.setdefault("pg", "NCCL world 1" if pg is not None else "None")
-            our_names, paths = our_kernel_names(ours, lib)
+            our_names, paths = our_kernel_names(w22)
             setup["audit_names"] = f"{len(our_names)} names from {', '.join(paths) or 'nothing'}"
             torch.cuda.synchronize()
             mem0 = {"nvml": nvml.used(), "reserved": torch.cuda.memory_reserved()}
@@ -1813,7 +1662,7 @@ def main(argv=None):
             name = workload_name(c, w)
             try:
                 r = run_workload(a, c, w, ours, weights_run, marks, pg, z_full, refs, calib, sampler, mem0,
-                                 flops_of, our_names, uuid)
+                                 our_names, uuid)
             except Exception as e:  # noqa: BLE001 - the workload fails, the next one runs
                 r = {"error": f"{type(e).__name__}: {e}"}
                 log(f"{name}: FAILED: {traceback.format_exc(limit=6)}")
@@ -1828,17 +1677,15 @@ def main(argv=None):
             if a.kernels and r.get("audit"):
                 for g, n, k, ms in r["audit"]["kernels"][:25]:
                     log(f"   [{g:<6}] {ms:9.2f} ms x{k:<6} {n[:110]}")
-        if ours:
-            ours.close()
-            if worlds and ours.module is not None and hasattr(ours.module, "release"):
-                ours.module.release()  # world 1's decoder leaves GPU 0 before rank 0 comes
+        if ours and worlds:
+            ours.release()  # world 1's decoder leaves GPU 0 before rank 0 comes
         if pg is not None:
             import torch.distributed as dist
             dist.destroy_process_group()
     if a.ours and worlds:
         uuids = [str(torch.cuda.get_device_properties(i).uuid).lower().removeprefix("gpu-")
                  for i in range(max(worlds))]
-        cfg = {"lib": lib_path, "impl": a.impl, "weights_seed": a.weights_seed, "latents_seed": a.latents_seed,
+        cfg = {"lib": setup["lib"], "weights_seed": a.weights_seed, "latents_seed": a.latents_seed,
                "cache": a.cache, "cache_key": cache_key, "calib": calib, "check": a.check, "time": a.time,
                "gemm_tflops": a.gemm_tflops, "workload_timeout": a.workload_timeout}
         torch.cuda.empty_cache()

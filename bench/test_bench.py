@@ -3,7 +3,7 @@
 check's verdict, the kernel audit's grouping, the merge of runs, the report's tables and cells. Every run they read
 is made here (sample_run, sample_worlds, minimal dicts): nothing under bench/results/ is a fixture, so the report's
 format may change with its tests. Where a built libwan22vae.so is found (W22_LIB, else build*/), its FLOP count,
-config and synthetic latents are checked against ours through the ctypes binding.
+config and synthetic latents are checked against ours through the package wan22vae, the bench's binding of it.
 
     python3 bench/test_bench.py            (or python3 -m pytest -q bench/test_bench.py)
 """
@@ -154,9 +154,6 @@ class Names(unittest.TestCase):
         self.assertIn(("f481", 2), run)
         run, skipped = bench.plan_worlds(order, 8)
         self.assertEqual((len(run), skipped), (15, {}))
-        run, skipped = bench.plan_worlds(order, 4, "the ctypes binding is world 1 only")
-        self.assertEqual(len(run), 6)
-        self.assertEqual(skipped["f121x2"], "the ctypes binding is world 1 only")
 
     def test_slug(self):
         self.assertEqual(bench.gpu_slug("NVIDIA H200"), "h200")
@@ -620,25 +617,35 @@ def built_libs():
 
 @unittest.skipUnless(built_libs(), "no built libwan22vae.so")
 class Library(unittest.TestCase):
-    def setUp(self):
-        self.lib = bench.Lib(built_libs()[0])
+    @classmethod
+    def setUpClass(cls):
+        # The package loads its library once per process: the one found above, as bench.package() would find it.
+        saved = os.environ.get("W22_LIB")
+        os.environ["W22_LIB"] = built_libs()[0]
+        try:
+            cls.w22 = bench.package()
+        finally:
+            if saved is None:
+                del os.environ["W22_LIB"]
+            else:
+                os.environ["W22_LIB"] = saved
 
     def test_config(self):
-        c = self.lib.cfg
-        self.assertEqual((c.z_dim, c.base_dim, list(c.dim_mult), c.num_res_blocks, list(c.temporal_up),
-                          c.out_channels, c.patch_size), (48, 256, [1, 2, 4, 4], 2, [1, 1, 0], 12, 2))
+        self.assertEqual(self.w22.default_config(),
+                         {"z_dim": 48, "base_dim": 256, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
+                          "temporal_up": [1, 1, 0], "out_channels": 12, "patch_size": 2})
 
     def test_flops(self):
         for T in (1, 2, 31, 121):
-            self.assertAlmostEqual(self.lib.flops(T) / bench.decode_flops(T), 1.0, delta=1e-9)
+            flops, source = bench.flops_of(T)
+            self.assertEqual(source, "w22_decode_flops")
+            self.assertAlmostEqual(flops / bench.decode_flops(T), 1.0, delta=1e-9)
 
     def test_latents(self):
-        if not self.lib.has("w22_latents_synthetic"):
-            self.skipTest("no w22_latents_synthetic")
         import numpy as np
         sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tools"))
         import synth
-        z = self.lib.synthetic_latents(7, 3, 2, 5)
+        z = self.w22.synthetic_latents(None, 7, 3, 2, 5)
         self.assertTrue(np.array_equal(z, synth.synth_latents(synth.TI2V_5B, 7, 3, 2, 5)))
 
     def test_weight_table(self):

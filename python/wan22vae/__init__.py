@@ -17,8 +17,8 @@ needs neither torch nor a GPU; the library (libwan22vae.so) is loaded on first u
 """
 from ._lib import Error
 from .decoder import (Decoder, Weights, config_from_diffusers, cuda_available, cuda_unavailable_reason,
-                      default_config, load_weights, synthetic_latents, synthetic_weights, video_shape, weight_table,
-                      weights_from_tensors)
+                      decode_flops, default_config, load_weights, synthetic_latents, synthetic_weights, video_shape,
+                      weight_table, weights_from_tensors)
 from .frames import to_uint8_frames
 from .latents import TI2V_5B_LATENTS_MEAN, TI2V_5B_LATENTS_STD, denormalize_latents, latents_statistics
 from .protocol import prepare, run
@@ -33,6 +33,6 @@ def library_path():
 
 
 __all__ = ["Error", "Decoder", "Weights", "config_from_diffusers", "cuda_available", "cuda_unavailable_reason",
-           "default_config", "load_weights", "synthetic_latents", "synthetic_weights", "video_shape",
+           "decode_flops", "default_config", "load_weights", "synthetic_latents", "synthetic_weights", "video_shape",
            "weight_table", "weights_from_tensors", "to_uint8_frames", "prepare", "run", "library_path",
            "denormalize_latents", "latents_statistics", "TI2V_5B_LATENTS_MEAN", "TI2V_5B_LATENTS_STD"]

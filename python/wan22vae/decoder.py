@@ -177,6 +177,15 @@ def video_shape(config, T, h, w):
     return f.value, H.value, W.value
 
 
+def decode_flops(config, T, h, w):
+    """Floating-point operations (2 per multiply-add) of one decode of latents [1, z_dim, T, h, w], as the library
+    counts them (w22_decode_flops: the convolutions and attention's matrix products; docs/wan22-decoder.md).
+    wan22vae.Error (W22_ERR_BAD_SHAPE) for sizes the library does not decode, as video_shape."""
+    c = config if isinstance(config, _lib.Config) else make_config(config)
+    T, h, w = check_latent_dims(T, h, w, c.z_dim)
+    return float(lib().w22_decode_flops(ctypes.byref(c), T, h, w))
+
+
 # ---- weights ----
 class Weights:
     """A w22_weights handle and whatever memory it borrows."""

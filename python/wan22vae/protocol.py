@@ -147,6 +147,12 @@ def run(z, weights, rank, world, pg, out):
                                       ctypes.c_void_p(out_ptr), ctypes.c_void_p(stream)))
 
 
+def device_bytes():
+    """Device memory the library holds for the decoders prepare opened (weights and workspace), in bytes; 0 when none
+    is open. The bench records it beside torch's figures."""
+    return sum(e.decoder.device_bytes() for e in list(_DECODERS.values()))
+
+
 def release():
     """Frees every decoder (and NCCL group) prepare or run opened."""
     while _DECODERS:

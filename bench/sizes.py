@@ -62,7 +62,7 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     os.makedirs(a.cache, exist_ok=True)
     dev = torch.device("cuda")
-    names, weights, _ = bench.make_weights(None, 1, a.cache, dev)
+    names, weights, _ = bench.make_weights(wan22vae, 1, a.cache, dev)
     dif = bench.Diffusers(names, weights, dev)  # diffusers' own decodes: bf16 timed, float32 the reference
     ours = wan22vae.Decoder(wan22vae.weights_from_tensors(weights), device="cuda")
     # the pipeline's path: a second bf16 VAE with the switch on for the whole run, so that its one decoder also

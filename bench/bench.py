@@ -846,10 +846,35 @@ class Diffusers:
             self.vae.to(dtype)
             self.dtype = dtype
 
-    def decode(self, z):
+    def decode(self, z, host_cache=False):
+        """diffusers' decode of z in the current dtype. host_cache: its causal convs' cache (vae._feat_map: two frames
+        of every causal conv's input, most of the memory at 4K with T >= 2) lives in host memory between the
+        chunks; every decoder read of it moves it back itself (`.to(x.device)`), so the ops and their values are
+        the same and only where the cache waits changes (sizes.py checks the bits against the plain decode)."""
         import torch
-        with torch.no_grad():
-            return self.vae.decode(z.to(self.dtype)).sample
+        if not host_cache:
+            with torch.no_grad():
+                return self.vae.decode(z.to(self.dtype)).sample
+        vae, clear = self.vae, self.vae.clear_cache
+
+        def clear_to_host():
+            clear()
+            vae._feat_map = HostCache(vae._feat_map)
+        vae.clear_cache = clear_to_host
+        try:
+            with torch.no_grad():
+                return vae.decode(z.to(self.dtype)).sample
+        finally:
+            del vae.clear_cache  # the class's method again
+
+
+class HostCache(list):
+    """A list whose tensors are copied to host memory when stored (diffusers' "Rep" marker and None stay)."""
+
+    def __setitem__(self, i, v):
+        if v is not None and not isinstance(v, str):
+            v = v.to("cpu")
+        super().__setitem__(i, v)
 
 
 class RefStore:

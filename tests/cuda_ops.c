@@ -11,10 +11,10 @@
  *   cuda_ops --device N      GPU ordinal (default 0)
  *   cuda_ops --selftest-cpu  the harness itself, CPU backend against CPU backend (no GPU needed)
  *
- * Kernel paths: each conv case also checks which kernel ran (the backend's last path), against expectations that this
- * file restates from the library's dispatch (wgmma_qualifies, rows_path, split_expected, tma_store_expected, ...).
- * Issue 29 deleted the measurement switches those restatements read (the `(const char *)NULL` left in them: unset);
- * its step 2 replaces the restatements by the library's own answer.
+ * Kernel paths: nothing here restates the dispatch (src/cuda/route.h decides). After each conv the backend's query
+ * (w22_backend_cuda_last_route) gives its decision and what its launch sites ran, which must agree (the kernel; for
+ * the TMA conv the launches of its plan, each with route.h's tile, clusters, staging and split); and the routes the
+ * cases cover are counted: a full run fails if one the cases were built for was never taken (check_coverage).
  *
  * Method: inputs are fresh random values per case, rounded to bf16 on the host, so that both backends see the same
  * numbers; outputs start as NaN on both sides (an element the op does not write fails), and every buffer has a
@@ -36,9 +36,11 @@
 #include "common.h"
 #include "testutil.h"
 #include "weights/layout.h"
+#include "cuda/route.h"
 
 /* Not in backend.h: which kernel the CUDA backend's last GEMM ran on (src/cuda/cuda_backend.cu). */
 const char *w22_backend_cuda_last_path(const w22_backend *b);
+int w22_backend_cuda_tma_clusters(const w22_backend *b); /* the TMA conv's clusters of 2 that fit at once */
 
 static w22_backend *cpu, *gpu;
 static int selftest; /* --selftest-cpu: "gpu" is a second CPU backend, to check this harness without a GPU */
@@ -48,74 +50,7 @@ enum { KERNEL_MMA = 1, KERNEL_WGMMA = 2, KERNEL_BOTH = 3 };
 static int kernel_mode;              /* --kernel; 0: one backend, W22_CONV_KERNEL as the environment has it */
 static int gpu_wgmma;                /* the backend in `gpu` was made with W22_CONV_KERNEL=wgmma */
 
-/* Whether the wgmma kernel takes this conv (w22_cuda_wgmma_blocker, restated on the case's parameters): 64-channel
- * slices, N a multiple of 128, no upsample read (the 2D 3x3 upsample convs run as four 2x2 phase convs). */
-static int wgmma_qualifies(int cin, int cout, int ks, int upsample, int sc_cin) {
-    return cin % 64 == 0 && cout % 128 == 0 && (!sc_cin || sc_cin % 64 == 0) && (!upsample || ks == 3);
-}
-/* The row convs' path for a conv of n output channels and h output rows (conv_rows.cu's blocker and switch,
- * restated), NULL where neither takes it (W22_CONV_ROWS=0, or the mma kernel's): n <= 16 on the 2D tiles
- * (conv_rows2d.cu) from 6 rows on, unless W22_CONV_ROWS=row, else the row tiles; 16 < n <= 48 on the 2D tiles'
- * three channel blocks (from 6 rows on, not under =row) or on neither. */
-static const char *rows_path(int cin, int n, int h, int kt, int ks, int upsample, int time_split, int sc_cin) {
-    const char *e = (const char *)NULL /* W22_CONV_ROWS: deleted at issue 29 */;
-    if ((e && !strcmp(e, "0")) || cin % 64 || n % 2 || n > 48 || ks != 3 || (kt != 1 && kt != 3) || upsample ||
-        time_split || sc_cin)
-        return NULL;
-    const int row = (e && !strcmp(e, "row")) || h < 6;
-    if (n <= 16) return row ? "rows 128x16" : "rows2d 16x32x16";
-    return row ? NULL : "rows2d 16x32x48";
-}
-/* The TMA kernel's split tail (conv_sm90_wgmma_tma.cu, w22_wgmma_split_of, restated): on a persistent grid of
- * `grid` CTAs (or clusters), the last round's R = tiles % grid tiles run as min(3, grid / R) pieces of K when that
- * is 2 or more, each piece of 8 stages or more and R x pieces <= `slots` (132 partial slots; 66 for pairs). */
-static int gpu_sms;
-static int split_pieces(int tiles, int iters, int grid, int slots, int one_round) { /* 1: no split */
-    const char *e = (const char *)NULL /* W22_WGMMA_SPLIT: deleted at issue 29 */;
-    if ((e && !strcmp(e, "0")) || grid <= 0 || (tiles <= grid && !one_round) || tiles % grid == 0) return 1;
-    const int r = tiles % grid;
-    int s = grid / r < 3 ? grid / r : 3;
-    while (s > 1 && (iters / s < 8 || r * s > slots)) s--;
-    return s;
-}
-static int split_rule(int tiles, int iters, int grid, int slots, int one_round) {
-    return split_pieces(tiles, iters, grid, slots, one_round) > 1;
-}
-static int want_tma(void);
-int w22_backend_cuda_tma_clusters(const w22_backend *b);
-/* The persistent grid's rounds, the part-empty last one as 1 / pieces of a tile. */
-static double rounds_of(int tiles, int iters, int grid, int slots, int one_round) {
-    return tiles / grid + (tiles % grid ? 1.0 / split_pieces(tiles, iters, grid, slots, one_round) : 0.0);
-}
-/* How the TMA kernel runs a GEMM of np phases x mt M tiles x tiles_n N tiles of bn channels, `iters` stages each
- * (conv_sm90_wgmma_tma.cu, tma_plan, restated): *cluster 0, tiles on the SMs; 1, pairs of M tiles in clusters of 2
- * sharing B (the 256-channel tiles unless W22_TMA_CLUSTER=1); 2, the pairs' whole rounds, then the tiles left on
- * the SMs (not under W22_TMA_TAIL=0). The fewest rounds win, a round of pairs counting 0.97. The return: whether
- * the (last) launch splits. */
-static int split_expected(int np, int mt, int tiles_n, int bn, int iters, int *cluster) {
-    const char *e = (const char *)NULL /* W22_TMA_CLUSTER: deleted at issue 29 */, *pe = (const char *)NULL /* W22_WGMMA_PERSIST: deleted at issue 29 */;
-    const int cl = w22_backend_cuda_tma_clusters(gpu), persist = !(pe && !strcmp(pe, "0"));
-    const int ppp = (mt + 1) / 2 * tiles_n, pairs = np * ppp, tiles = np * mt * tiles_n;
-    *cluster = 0;
-    if (!want_tma() || bn != 256 || (e && !strcmp(e, "1")) || cl <= 0) return split_rule(tiles, iters, gpu_sms, 132, 0);
-    if (!persist) {
-        *cluster = 1;
-        return 0;
-    }
-    const double r_tiles = rounds_of(tiles, iters, gpu_sms, 132, 0), r_pairs = 0.97 * rounds_of(pairs, iters, cl, 66, 0);
-    double best = r_pairs <= r_tiles ? r_pairs : r_tiles;
-    *cluster = r_pairs <= r_tiles;
-    const int full = pairs / cl, done = full * cl, p = done / ppp, j = done - p * ppp;
-    const char *te = (const char *)NULL /* W22_TMA_TAIL: deleted at issue 29 */;
-    int t0 = 0;
-    if (!(te && !strcmp(te, "0")) && full >= 1 && done < pairs && j % tiles_n == 0) {
-        t0 = (p * mt + j / tiles_n * 2) * tiles_n;
-        if (0.97 * full + rounds_of(tiles - t0, iters, gpu_sms, 132, 1) < best) *cluster = 2;
-    }
-    if (*cluster == 2) return split_rule(tiles - t0, iters, gpu_sms, 132, 1);
-    if (*cluster == 1) return split_rule(pairs, iters, cl, 66, 0);
-    return split_rule(tiles, iters, gpu_sms, 132, 0);
-}
+static int check_route(const char *op, const char *shape);
 static const char *filter;
 static uint64_t seed = 1;
 #define TOL_BF16 (1.0 / 128.0) /* 2^-7 */
@@ -441,64 +376,81 @@ enum { RES_NONE, RES_SEPARATE, RES_INPLACE };
  * the window's first two frames is poisoned, so a kernel that reads them there fails. */
 static int conv_hist;
 
-/* Whether the wgmma GEMMs run on the TMA kernel: unless W22_WGMMA_LOAD=cpasync or a v5/v6 switch selects another. */
-static int want_tma(void) {
-    const char *le = (const char *)NULL /* W22_WGMMA_LOAD: deleted at issue 29 */;
-    return !(le && !strcmp(le, "cpasync")) && !(const char *)NULL /* W22_WGMMA_ROWS: deleted at issue 29 */ && !(const char *)NULL /* W22_WGMMA_HANDOFF: deleted at issue 29 */ &&
-           !(const char *)NULL /* W22_WGMMA_CLUSTER: deleted at issue 29 */;
-}
-/* Whether an upsample conv's four phase GEMMs (on the wgmma kernel) run as one launch of the TMA kernel ("phases4",
- * 4x the tiles of one phase) rather than four: unless W22_PHASES=separate. */
-static int phases_one(void) {
-    const char *e = (const char *)NULL /* W22_PHASES: deleted at issue 29 */;
-    return want_tma() && !(e && !strcmp(e, "separate"));
+/* ---- kernel paths: the backend's answer ---- */
+
+static const char *const kernel_names[] = {"scalar", "tma", "rows2d", "rows", "mma 128x32", "mma 128x128", "mma 128x256"};
+static const char *const plan_names[] = {"tiles", "pairs", "pairs+tail"};
+static const char *const epi_names[] = {"pairs", "vec", "overlapped", "tma-store"};
+static const char *const step_names[] = {"direct", "psum", "phases", "winograd"};
+/* the routes the cases took: kernels, and on the TMA conv its plans, epilogues, split tails, phases in one launch */
+static long seen_kernel[7], seen_plan[3], seen_epi[4], seen_split, seen_phases4, seen_step[4], seen_dup_fused,
+    seen_dup_separate;
+
+/* The TMA conv's stages for a tile of bn channels, te the TMA store's staging (route.h's tile table). */
+static int table_stages(int bn, int te) { return te ? 3 : bn == 256 ? 4 : 6; }
+
+/* The last conv's decision against what ran, and counted. Returns 1 when they agree (or under --selftest-cpu). */
+static int check_route(const char *op, const char *shape) {
+    if (selftest) return 1;
+    w22_route r;
+    w22_backend_cuda_last_route(gpu, &r);
+    int ok = r.kernel == r.ran_kernel;
+    if (r.kernel == W22_GEMM_TMA) {
+        ok &= r.launches == (r.plan == W22_TMA_PAIRS_TAIL ? 2 : 1);
+        for (int i = 0; i < r.launches && i < 2; i++) {
+            const w22_route_launch *l = &r.ran[i];
+            const int cl = r.plan == W22_TMA_TILES || (r.plan == W22_TMA_PAIRS_TAIL && i == 1) ? 1 : 2;
+            ok &= l->cl == cl && l->te == (r.epi == W22_EPI_TMA_STORE ? 4 : 0) &&
+                  l->stages == table_stages(l->bn, l->te) && (l->bn == 256 || (cl == 1 && !l->te));
+        }
+        ok &= r.launches > 0 && r.ran[r.launches - 1].split == r.want_split;
+        if (ok) {
+            seen_plan[r.plan]++, seen_epi[r.epi]++, seen_split += r.want_split > 1, seen_phases4 += r.phases4;
+        }
+    }
+    if (ok) {
+        seen_kernel[r.kernel]++, seen_step[r.step]++;
+        if (r.step == W22_CONV_PHASES) r.dup_separate ? seen_dup_separate++ : seen_dup_fused++;
+    }
+    if (!ok) {
+        printf("    route of the last conv: step %s, kernel %s (ran %s)", step_names[r.step], kernel_names[r.kernel],
+               kernel_names[r.ran_kernel]);
+        if (r.kernel == W22_GEMM_TMA) {
+            printf(", plan %s, epilogue %s, split %d, %d launch(es):", plan_names[r.plan], epi_names[r.epi],
+                   r.want_split, r.launches);
+            for (int i = 0; i < r.launches && i < 2; i++)
+                printf(" [bn %d stages %d cl %d te %d split %d]", r.ran[i].bn, r.ran[i].stages, r.ran[i].cl,
+                       r.ran[i].te, r.ran[i].split);
+        }
+        printf(": FAIL (the decision and the launch disagree)\n");
+    }
+    CHECK(ok, "%s %s: the route decided is the route run", op, shape);
+    return ok;
 }
 
-/* The last GEMM ran on the wgmma kernel the environment selects: the TMA's im2col loads unless W22_WGMMA_LOAD=cpasync;
- * the persistent grid with them unless W22_WGMMA_PERSIST=0, with the cp.async loads when W22_WGMMA_PERSIST=1.
- * phases: the GEMM is an upsample's four phases, one launch where phases_one(). */
-/* Whether a direct conv's tiles are stored by the TMA (conv_sm90_wgmma_tma.cu, epi_tma_direct_ok and residual_as_k,
- * restated): on the TMA kernel with the default epilogue, unless W22_EPI_TMA_DIRECT=0; cout a multiple of 256, the
- * output's width a multiple of 8, no upsample or time split, and not both a residual and a shortcut (a residual goes
- * in as extra K, in the shortcut's place: cout / 64 more stages). */
-static int tma_store_expected(int cout, int ow, int upsample, int time_split, int res, int sc_cin) {
-    const char *d = (const char *)NULL /* W22_EPI_TMA_DIRECT: deleted at issue 29 */, *ee = (const char *)NULL /* W22_WGMMA_EPI: deleted at issue 29 */;
-    if ((d && !strcmp(d, "0")) || (ee && strcmp(ee, "defer")) || !want_tma()) return 0;
-    return cout % 256 == 0 && ow % 8 == 0 && !upsample && !time_split && !(res && sc_cin);
+/* Every route the cases were built for was taken at least once (a full run only: -o runs a subset). */
+static void check_coverage(void) {
+    if (selftest) return;
+    printf("-- routes taken:");
+    for (int k = 0; k < 7; k++) printf(" %s %ld,", kernel_names[k], seen_kernel[k]);
+    printf("\n   TMA plans: tiles %ld, pairs %ld, pairs+tail %ld; epilogues: pairs %ld, vec %ld, overlapped %ld, "
+           "tma-store %ld; split tails %ld; phases in one launch %ld\n   steps: direct %ld, psum %ld, phases %ld, "
+           "winograd %ld; DupUp fused %ld, separate %ld --\n", seen_plan[0], seen_plan[1], seen_plan[2], seen_epi[0],
+           seen_epi[1], seen_epi[2], seen_epi[3], seen_split, seen_phases4, seen_step[0], seen_step[1], seen_step[2],
+           seen_step[3], seen_dup_fused, seen_dup_separate);
+    if (filter) return;
+    const struct { const char *what; long n; } need[] = {
+        {"the TMA conv", seen_kernel[W22_GEMM_TMA]},      {"the row kernel", seen_kernel[W22_GEMM_ROWS]},
+        {"the 2D row tiles", seen_kernel[W22_GEMM_ROWS2D]}, {"the mma.sync 128x256 tile", seen_kernel[W22_GEMM_MMA_BIG]},
+        {"the scalar kernel", seen_kernel[W22_GEMM_SCALAR]}, {"TMA tiles on the SMs", seen_plan[W22_TMA_TILES]},
+        {"TMA pairs, then a tail", seen_plan[W22_TMA_PAIRS_TAIL]}, {"the split tail", seen_split},
+        {"the TMA store", seen_epi[W22_EPI_TMA_STORE]},    {"the overlapped epilogue", seen_epi[W22_EPI_OVERLAP]},
+        {"four phases in one launch", seen_phases4},        {"the partial-sums conv", seen_step[W22_CONV_PSUM]},
+        {"the DupUp fused into the phases", seen_dup_fused}};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        CHECK(need[i].n > 0, "the cases took %s", need[i].what);
 }
 
-/* tma_store: the tiles are stored by the TMA (tma_store_expected), an epilogue of its own on the persistent grid. */
-static void check_wgmma_path(const char *op, const char *shape, int split, int phases, int cluster, int tma_store) {
-    const char *pe = (const char *)NULL /* W22_WGMMA_PERSIST: deleted at issue 29 */;
-    const int want_t = want_tma();
-    const int want_p = want_t ? !(pe && !strcmp(pe, "0")) : pe && !strcmp(pe, "1");
-    /* the tma kernel's overlapped epilogue (W22_WGMMA_EPI unset or defer), its half-overlapped one (half),
-     * or its 16-byte tail store (v2): every case here is aligned for each */
-    const char *ee = (const char *)NULL /* W22_WGMMA_EPI: deleted at issue 29 */;
-    const char *want_e = !want_t ? NULL
-                         : tma_store                   ? " tma-store"
-                         : !ee || !strcmp(ee, "defer") ? " defer"
-                         : !strcmp(ee, "half")         ? " half"
-                         : !strcmp(ee, "v2")           ? " vec"
-                                                       : NULL;
-    /* the split tail on the TMA kernel's persistent grid, where the caller's tile count calls for it */
-    const int want_s = want_t && want_p && split;
-    const int want_4 = phases && phases_one(), want_c = cluster;
-    const int on = !strncmp(gpu_path(), "wgmma", 5) && (!want_p || tma_store || strstr(gpu_path(), "persistent")) &&
-                   (!want_t || strstr(gpu_path(), " tma")) && (!want_e || strstr(gpu_path(), want_e)) &&
-                   !want_s == !strstr(gpu_path(), " split") && !want_4 == !strstr(gpu_path(), " phases4") &&
-                   (want_c == 2   ? strstr(gpu_path(), " cluster2 tail") != NULL
-                    : want_c == 1 ? strstr(gpu_path(), " cluster2") && !strstr(gpu_path(), " tail")
-                                  : !strstr(gpu_path(), " cluster2"));
-    if (!on)
-        printf("    expected the wgmma kernel%s%s%s%s%s%s%s, ran on [%s]: FAIL\n", want_p ? " (persistent)" : "",
-               want_t ? " (tma)" : "", want_e ? " with the epilogue" : "", want_e ? want_e : "",
-               want_s ? " (split tail)" : " (no split)", want_4 ? " (four phases in one launch)" : "",
-               want_c == 2 ? " (clusters of 2, then a tail)" : want_c ? " (clusters of 2)" : "", gpu_path());
-    CHECK(on, "%s %s on wgmma", op, shape);
-}
-
-/* A conv of F output (conv) frames at h x w (input size) cin -> cout. */
 static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, int kt, int ks, int upsample,
                       int time_split, int res, int sc_cin) {
     char shape[160];
@@ -566,23 +518,7 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
     if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
     if (both_ok("conv", shape, s1, cerr, s2)) {
         compare("conv", shape, &out, 0, oc, TOL_BF16, 1e-5, 0, gpu_path());
-        if (gpu_wgmma && !selftest && wgmma_qualifies(cin, cout, ks, upsample, sc_cin)) {
-            /* the split tail: per launch (an upsample's four phase GEMMs are alike: ks 2 on the low-resolution grid,
-             * one launch of 4x the tiles unless W22_PHASES=separate) */
-            const int bn = cout % 256 == 0 ? 256 : 128, tpf = (h * w + 127) / 128;
-            const int te = tma_store_expected(cout, ow, upsample, time_split, res, sc_cin);
-            const int iters = upsample ? 4 * (cin / 64) : kt * ks * ks * (cin / 64) + sc_cin / 64 + (te && res ? cout / 64 : 0);
-            const int launches = upsample && phases_one() ? 4 : 1;
-            int cl;
-            const int sp = split_expected(launches, F * tpf, cout / bn, bn, iters, &cl);
-            check_wgmma_path("conv", shape, sp, upsample, cl, te);
-        }
-        const char *rp = rows_path(cin, cout, oh, kt, ks, upsample, time_split, sc_cin);
-        if (!selftest && rp) {
-            const int on = !strcmp(gpu_path(), rp);
-            if (!on) printf("    expected the row conv [%s], ran on [%s]: FAIL\n", rp, gpu_path());
-            CHECK(on, "conv %s on the row conv", shape);
-        }
+        check_route("conv", shape);
     }
     tens_free(&in);
     tens_free(&h0);
@@ -600,9 +536,8 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
  * the plan runs at the end of an up block) on the GPU, against the CPU's conv and then its dupup_add (the separate
  * order: the reference does not share the fused code). The DupUp input has f frames of h x w x cd (a margin of
  * dborder around each frame: other strides), ft copies; the conv has its F output frames.
- * expect: where the last phase GEMM must run with the DupUp fused: "wgmma" (the kernel check_wgmma_path names; mma
- * under --kernel mma), "mma", "scalar"; or "separate": a DupUp map the GEMM epilogue does not take, so the conv and
- * then the separate dupup_add kernel (so under W22_NO_PHASES too). Tolerance as conv_case's: the output is conv +
+ * expect: "separate" where the DupUp map is one the phase GEMMs' epilogue does not take (the conv, then the separate
+ * dupup_add kernel), else fused ("wgmma": the phases' route is the backend's, check_route). Tolerance as conv_case's: the output is conv +
  * DupUp input (|.| <= 1) with one bf16 rounding, or two on the TMA kernel's deferred store (the conv's, then the
  * sum's, as the separate pass does): <= 2^-9 (max|conv| + max|ref|) <= 2^-9 (2 max|ref| + 1), inside 2^-7 max|ref|
  * for max|ref| >= 0.5 (conv outputs here are of unit size). */
@@ -613,7 +548,6 @@ static void dupconv_case(const char *tag, int C, int cd, int ft, int first_singl
     snprintf(shape, sizeof shape, "%s %dx%dx%dx%d->%d up + dupup %dx%d ft%d%s%s", tag, F, h, w, C, C, f, cd, ft,
              first_single ? " first" : "", dborder ? " strided" : "");
     if (!selected("conv") && !selected("dupup")) return;
-    if ((const char *)NULL /* W22_NO_PHASES: deleted at issue 29 */) expect = "separate"; /* one GEMM of high-resolution rows: not fused */
     tens in, out, din;
     const float a = sqrtf(3.0f / (C * 9));
     wpair wt, bias;
@@ -636,19 +570,14 @@ static void dupconv_case(const char *tag, int C, int cd, int ft, int first_singl
     if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
     if (both_ok("conv+dupup", shape, s1, cerr, s2)) {
         compare("conv+dupup", shape, &out, 0, C, TOL_BF16, 1e-5, 0, path);
-        if (!selftest) {
-            const int sep = !strcmp(expect, "separate"), wg = !strcmp(expect, "wgmma");
-            const char *want = sep ? "separate" : wg && !gpu_wgmma ? "mma" : expect;
-            const int fused = !strstr(path, "separate");
-            int on = sep ? !fused : fused && (wg && gpu_wgmma ? 1 : !strncmp(path, want, strlen(want)));
-            if (!on) printf("    expected %s (DupUp %s), ran on [%s]: FAIL\n", want, sep ? "separate" : "fused", path);
-            CHECK(on, "conv+dupup %s on %s", shape, want);
-            if (on && wg && gpu_wgmma) { /* the phase GEMMs: F frames of h x w, 4 taps of C; 4 in one launch */
-                int cl;
-                const int sp = split_expected(phases_one() ? 4 : 1, F * ((h * w + 127) / 128),
-                                              C % 256 ? C / 128 : C / 256, C % 256 ? 128 : 256, 4 * (C / 64), &cl);
-                check_wgmma_path("conv+dupup", shape, sp, 1, cl, 0);
-            }
+        if (!selftest && check_route("conv+dupup", shape)) {
+            /* the case's DupUp map is one the phase GEMMs' epilogue takes (fused), or not ("separate") */
+            w22_route r;
+            w22_backend_cuda_last_route(gpu, &r);
+            const int sep = !strcmp(expect, "separate");
+            if (sep != r.dup_separate) printf("    expected the DupUp %s, ran %s [%s]: FAIL\n", sep ? "separate" : "fused",
+                                              r.dup_separate ? "separate" : "fused", path);
+            CHECK(sep == r.dup_separate, "conv+dupup %s: DupUp %s", shape, sep ? "separate" : "fused");
         }
     }
     tens_free(&in);
@@ -691,12 +620,7 @@ static void repeat_case(int cin, int cout, int h, int w, int reps) {
     printf("%-10s %-46s %s (%ld elements differ between runs, %ld unwritten) [%s]\n", "conv", shape,
            ok && !differ && !nan ? "ok" : "FAIL", differ, nan, gpu_path());
     CHECK(ok && !differ && !nan, "conv %s repeats bit for bit", shape);
-    if (gpu_wgmma) {
-        int cl;
-        const int sp = split_expected(1, (h * w + 127) / 128, cout % 256 ? cout / 128 : cout / 256,
-                                      cout % 256 ? 128 : 256, 27 * (cin / 64), &cl);
-        check_wgmma_path("conv", shape, sp, 0, cl, tma_store_expected(cout, w, 0, 0, 0, 0));
-    }
+    check_route("conv", shape);
     free(first);
     free(now);
     tens_free(&in);
@@ -813,9 +737,8 @@ static void raw_free(rawpair *r) {
  * output (bf16 on the GPU: conv_case's tolerance) and, after the last call, the state (fp32 on both sides, the same
  * bf16 products summed in another order: ~K 2^-24 of the sums of |terms|, a few max|ref| here; tolerance 1e-4
  * max|ref| + 1e-5, errors of the map (a wrong tap or channel) are O(max|ref|)). The state starts random, the same on
- * both sides (a history already there); the outputs and the GPU's scratch start as NaN. The GEMM's kernel is
- * asserted: the row convs' where they take N = 3 cout (rows_path: the 2D tiles up to N = 48 from 6 rows on, which
- * store fp32 here), else the mma kernel where cin % 8 == 0 and N is even, else the scalar one. */
+ * both sides (a history already there); the outputs and the GPU's scratch start as NaN. The GEMM's route is the
+ * backend's (check_route). */
 static void psum_case(const char *tag, int cin, int cout, int F, int h, int w, int step) {
     char shape[160];
     snprintf(shape, sizeof shape, "%s %dx%dx%dx%d->%d k3x3 psum, calls of %d", tag, F, h, w, cin, cout, step);
@@ -842,8 +765,6 @@ static void psum_case(const char *tag, int cin, int cout, int F, int h, int w, i
     w22_view tg = make_view(tmp.g, 4, F, h, w, 3 * cout, 0);
     w22_status s1 = W22_OK, s2 = W22_OK;
     char cerr[512] = "";
-    const int tc = cin % 8 == 0 && (3 * cout) % 2 == 0;
-    const char *rp = rows_path(cin, 3 * cout, h, 1, 3, 0, 0, 0), *want = rp ? rp : tc ? "mma" : "scalar";
     int path_ok = 1;
     char path[96] = "";
     for (int t = 0; t < F && s1 == W22_OK && s2 == W22_OK; t += step) {
@@ -858,14 +779,11 @@ static void psum_case(const char *tag, int cin, int cout, int F, int h, int w, i
         s2 = gpu->ops->conv(gpu, &ag);
         if (s2 == W22_OK) s2 = gpu->ops->sync(gpu);
         snprintf(path, sizeof path, "%s", gpu_path());
-        if (!selftest && s2 == W22_OK)
-            path_ok &= rp ? !strcmp(path, rp) : !strncmp(path, want, strlen(want));
+        if (!selftest && s2 == W22_OK) path_ok &= check_route("conv psum", shape);
     }
     if (both_ok("conv psum", shape, s1, cerr, s2)) {
         compare("conv psum", shape, &out, 0, cout, TOL_BF16, 1e-5, 0, path);
-        if (!path_ok)
-            printf("    expected [%s], ran on [%s]: FAIL\n", want, path);
-        CHECK(path_ok, "conv psum %s on the expected kernel", shape);
+        CHECK(path_ok, "conv psum %s: the route decided is the route run", shape);
         float *gs = malloc(nst * 4), *cs = malloc(nst * 4);
         const int ok = gpu->ops->to_host(gpu, gs, st.g, nst * 4) == W22_OK &&
                        cpu->ops->to_host(cpu, cs, st.c, nst * 4) == W22_OK;
@@ -1196,9 +1114,9 @@ static void run_cases(void) {
     conv_case("wg", 64, 256, 1, 76, 256, 3, 3, 0, 0, RES_SEPARATE, 0);
     conv_case("wg", 128, 512, 1, 64, 192, 3, 3, 0, 0, RES_INPLACE, 64);
     conv_case("wg", 64, 128, 1, 91, 256, 3, 3, 0, 0, RES_NONE, 0);
-    /* pairs of M tiles in clusters of 2, then a tail (tma_plan): 99 M tiles x 2 N tiles of 256 are 100 pairs (the
-     * last one's second tile missing), one round of 66 on the clusters, then the 66 tiles left on the SMs in 2
-     * pieces each (a single round that splits); a residual */
+    /* pairs of M tiles in clusters of 2, then a tail (route.h, w22_route_tma_plan): 99 M tiles x 2 N tiles of 256 are
+     * 100 pairs (the last one's second tile missing), one round of 66 on the clusters, then the 66 tiles left on the
+     * SMs in 2 pieces each (a single round that splits); a residual */
     conv_case("wg", 128, 512, 1, 96, 132, 1, 3, 0, 0, RES_SEPARATE, 0);
     repeat_case(64, 256, 76, 256, 6); /* 20 tiles in 3 pieces: the last to arrive varies from run to run */
     /* N <= 16 (the row convs unless W22_CONV_ROWS=0, else the mma kernel). Under 6 rows the row tiles: several x
@@ -1661,7 +1579,6 @@ int main(int argc, char **argv) {
         if (kernel_mode && !(kernel_mode & (i ? KERNEL_WGMMA : KERNEL_MMA))) continue;
         if (!kernel_mode && i) continue;
         const int wg = 1; /* wgmma where a GEMM qualifies: the only backend since issue 29 */
-        if (cudaDeviceGetAttribute(&gpu_sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) gpu_sms = 0;
         w22_status s = w22_backend_cuda_create(device, &made[i]);
         if (s != W22_OK) {
             printf("cuda_ops: w22_backend_cuda_create(%d)%s: %s: %s\n", device, wg ? " (wgmma)" : " with W22_CONV_KERNEL=mma",
@@ -1675,6 +1592,7 @@ int main(int argc, char **argv) {
                    wg ? "wgmma where the shape qualifies (the default)" : "mma", w22_backend_cuda_tma_clusters(gpu));
             run_cases();
             weight_layout_cases();
+            check_coverage();
         } else if (wg && kernel_mode) {
             perf_wg = made[i];
         } else {

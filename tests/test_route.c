@@ -36,6 +36,101 @@ static void expect(const char *what, const w22_mm *g, int wgmma_on, w22_gemm_ker
     CHECK(k == want, "%s: routed to %s (%s), expected %s", what, names[k], why ? why : "-", names[want]);
 }
 
+/* ---- the TMA conv's launch (route.h section 3) on an H200's counts: 132 SMs, 66 clusters of 2 ---- */
+static const w22_route_gpu h200 = {132, 66, 0};
+
+static void tma_launch_cases(void) {
+    long lim, t0;
+    /* stage 2's 512-channel 3x3x3 conv at 176 x 312 (f121's frames): 429 M tiles x 2 N tiles = 858 tiles. On the
+     * SMs 6.5 rounds with the split tail; as 430 pairs on 66 clusters 7 x 0.97 (the 34 left cannot split in two);
+     * 6 rounds of pairs and the last 66 tiles in 2 pieces each on the SMs: 6 x 0.97 + 0.5 (v15, route.h) */
+    w22_mm g = conv(1, 176, 312, 512, 512, 3, 3, 1);
+    int plan = w22_route_tma_plan(&g, &h200, 1, 0, &lim, &t0);
+    CHECK(plan == W22_TMA_PAIRS_TAIL && lim == 396 && t0 == 792, "512ch 176x312: plan %d, %ld pairs, tail from tile %ld "
+          "(expected pairs then a tail: 396 pairs, tile 792)", plan, lim, t0);
+    CHECK(w22_route_tma_split(&g, &h200, 1, 256, 1, 0, t0, 1) == 2, "512ch 176x312: the tail's 66 tiles in 2 pieces");
+    CHECK(w22_route_tma_split(&g, &h200, 1, 256, 2, lim, 0, 0) == 1, "512ch 176x312: the pairs' whole rounds unsplit");
+    /* tests/cuda_ops' pairs-and-tail case: 99 M tiles x 2 N tiles = 100 pairs, one round of 66, then 66 tiles */
+    g = conv(1, 96, 132, 128, 512, 1, 3, 0);
+    plan = w22_route_tma_plan(&g, &h200, 1, 0, &lim, &t0);
+    CHECK(plan == W22_TMA_PAIRS_TAIL && lim == 66 && t0 == 132, "cuda_ops' pairs+tail case: plan %d lim %ld t0 %ld",
+          plan, lim, t0);
+    CHECK(w22_route_tma_split(&g, &h200, 1, 256, 1, 0, t0, 1) == 2, "cuda_ops' pairs+tail case: its tail split in 2");
+    /* the split tail's rule: 152 tiles of 27 stages on 132 CTAs: the 20 left in 3 pieces of 9 stages; 8 stages a
+     * piece at least; within the slots; never a grid of one round unless one_round */
+    CHECK(w22_route_split_of(152, 27, 132, 132, 0) == 3, "152 tiles: 20 in 3 pieces");
+    CHECK(w22_route_split_of(152, 20, 132, 132, 0) == 2, "20 stages: 2 pieces of 10, not 3 of 6");
+    CHECK(w22_route_split_of(100, 27, 132, 132, 0) == 1, "one round: no split");
+    CHECK(w22_route_split_of(66, 18, 132, 132, 1) == 2, "one round that may split: 66 tiles in 2");
+    CHECK(w22_route_split_of(264, 27, 132, 132, 0) == 1, "whole rounds: no split");
+    /* 128-channel tiles, batch GEMMs and the side stream: tiles on the SMs, no clusters; no split on the side */
+    g = conv(1, 176, 312, 512, 384, 3, 3, 1);
+    CHECK(w22_route_tma_plan(&g, &h200, 1, 0, &lim, &t0) == W22_TMA_TILES, "N 384 (128-channel tiles): no pairs");
+    g = conv(1, 88, 156, 512, 512, 1, 1, 0);
+    g.batch = 16;
+    CHECK(w22_route_tma_plan(&g, &h200, 1, 0, &lim, &t0) == W22_TMA_TILES, "a batch GEMM (Winograd's): tiles");
+    const w22_route_gpu side = {132, 66, 1};
+    g = conv(1, 76, 256, 64, 256, 3, 3, 0);
+    CHECK(w22_route_tma_split(&g, &h200, 1, 256, 1, 0, 0, 0) == 3, "76x256, 64->256: its 20-tile tail in 3 pieces");
+    CHECK(w22_route_tma_split(&g, &side, 1, 256, 1, 0, 0, 0) == 1, "on the side stream: no split tail");
+    CHECK(w22_route_tma_split(&g, &h200, 0, 256, 1, 0, 0, 0) == 1, "no persistent grid: no split tail");
+}
+
+/* ---- the TMA conv's epilogue ---- */
+static void epilogue_cases(void) {
+    const int zero[1] = {0};
+    /* stage 3's 256-channel conv: bf16 out, dense rows, W 624 (boxes of 16 pixels): the overlapped tail, and the
+     * TMA store; with a plain residual, that residual as extra K first */
+    w22_mm g = conv(1, 352, 624, 256, 256, 3, 3, 1);
+    CHECK(w22_route_tail_epilogue(&g, 1, zero, zero) == W22_EPI_OVERLAP, "256ch bf16: the overlapped epilogue");
+    CHECK(w22_route_tma_store_direct_but_res(&g), "256ch 352x624: the TMA store");
+    CHECK(w22_route_frame_box_px(624) == 16 && w22_route_frame_box_px(78) == 0 && w22_route_frame_box_px(1920) == 128,
+          "TMA store boxes: 16 px at W 624, none at 78, 128 at 1920");
+    g.res = g.a, g.r_sw = g.a_sw, g.r_sh = g.a_sh, g.r_sf = g.a_sf;
+    CHECK(w22_route_residual_as_k(&g), "a plain dense residual goes in as extra K");
+    g.r_csh = 1;
+    CHECK(!w22_route_residual_as_k(&g), "a DupUp residual (r_csh) does not");
+    /* W 78 (f121's stage 0): no box, no TMA store; the time split's outputs: none either */
+    g = conv(1, 44, 78, 1024, 1024, 3, 3, 1);
+    CHECK(!w22_route_tma_store_direct_but_res(&g), "W 78: no TMA store");
+    g = conv(2, 88, 156, 1024, 2048, 3, 1, 0);
+    g.split_c = 1024;
+    CHECK(!w22_route_tma_store_direct_but_res(&g), "a time split: no TMA store");
+    /* fp32 output (the attention's scores): the vector stores, not the overlapped tail; misaligned: pairs */
+    g = conv(1, 44, 78, 1024, 1024, 3, 3, 1);
+    g.out_f32 = 1;
+    CHECK(w22_route_tail_epilogue(&g, 1, zero, zero) == W22_EPI_VEC, "fp32 output: the vector stores");
+    g.out_f32 = 0, g.o_sw = 1026;
+    CHECK(w22_route_tail_epilogue(&g, 1, zero, zero) == W22_EPI_PAIRS, "rows not 16-byte aligned: pair stores");
+    /* offsets past an int: no overlapped epilogue (4K's 256-channel frames, 4 at once) */
+    g = conv(4, 1080, 1920, 256, 256, 3, 3, 1);
+    CHECK(w22_route_tail_epilogue(&g, 1, zero, zero) == W22_EPI_VEC, "4K, 4 frames: offsets past an int, vectors");
+}
+
+/* ---- the conv's step and Winograd's blocker ---- */
+static void step_cases(void) {
+    w22_view in = {NULL, 3, 44, 78, 512, 0, 0, 0, 2}, out = {NULL, 1, 44, 78, 512, 0, 0, 0, 2};
+    in.sw = 512, in.sh = 78L * 512, in.sf = 44L * in.sh, out.sw = 512, out.sh = in.sh, out.sf = in.sf;
+    w22_conv_args a;
+    memset(&a, 0, sizeof a);
+    a.in = in, a.out = out, a.kt = 3, a.ks = 3;
+    CHECK(w22_route_winograd_blocker(&a, 512, 512, 1, 1000) == NULL, "512ch 3x3x3 at 44x78: Winograd");
+    CHECK(w22_route_winograd_blocker(&a, 512, 512, 0, 1000) != NULL, "without Winograd weights (exact): direct");
+    a.work = &a, a.work_bytes = 999;
+    CHECK(w22_route_winograd_blocker(&a, 512, 512, 1, 1000) != NULL, "a scratch under one tile row: direct");
+    a.work = NULL, a.out.w = 77, a.in.w = 77;
+    CHECK(w22_route_winograd_blocker(&a, 512, 512, 1, 1000) != NULL, "odd width: direct");
+    a.out.w = a.in.w = 78;
+    CHECK(w22_route_conv_step(&a, 0, NULL) == W22_CONV_WINOGRAD, "step: Winograd");
+    CHECK(w22_route_conv_step(&a, 0, "why") == W22_CONV_DIRECT, "step: direct");
+    a.upsample = 1;
+    CHECK(w22_route_conv_step(&a, 1, "upsample") == W22_CONV_PHASES, "step: an upsample with phase weights");
+    CHECK(w22_route_conv_step(&a, 0, "upsample") == W22_CONV_DIRECT, "step: an upsample without them");
+    w22_view st = out;
+    a.upsample = 0, a.psum = &st;
+    CHECK(w22_route_conv_step(&a, 0, "psum") == W22_CONV_PSUM, "step: the history as partial sums");
+}
+
 int main(void) {
     /* 704 x 1248 (latents 44 x 78): the stages' 3x3x3 convs with history, the upsamplers' time convs, conv_in */
     w22_mm g = conv(1, 44, 78, 1024, 1024, 3, 3, 1);
@@ -77,5 +172,8 @@ int main(void) {
     g = conv(1, 8, 8, 64, 128, 3, 3, 1);
     g.upsample = 1, g.H = 16, g.W = 16, g.M = 256;
     expect("an upsample read (no phases)", &g, 1, W22_GEMM_MMA_MID);
+    tma_launch_cases();
+    epilogue_cases();
+    step_cases();
     return t_finish("test_route");
 }

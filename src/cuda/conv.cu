@@ -1,6 +1,6 @@
 /* The conv op: checks a w22_conv_args against backend.h's contract and lowers it to the implicit GEMM
- * (w22_mm: conv_sm90_mma.cu, or conv_scalar.cu for shapes the tensor cores do not take); a conv with its history
- * as partial sums (psum) goes to conv_psum.cu. An upsampling conv is four
+ * (w22_mm), as route.h decides: the step (w22_route_conv_step), then each GEMM's kernel (w22_route_gemm) and the TMA
+ * conv's launch. A conv with its history as partial sums (psum) goes to conv_psum.cu. An upsampling conv is four
  * phase GEMMs (2x2 convs on the low-resolution grid), run as one launch of the TMA wgmma kernel where it takes them
  * (w22_cuda_gemm_phases: one ramp and one part-empty last round instead of four), else as four GEMMs. Its DupUp residual (dup_in) becomes the phase GEMMs' residual where its channel
  * map allows (dup_phase), else the separate dupup_add kernel runs after the conv. */
@@ -44,7 +44,9 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     CU_ENTER(c);
     const w22_cuda_weight *w = (const w22_cuda_weight *)a->weight;
     if (w->kind != W22_WK_CONV) return w22_fail(W22_ERR_INVALID_ARG, "cuda conv: the weight is not a conv weight");
-    if (a->psum) return w22_cuda_conv_psum(b, a); /* the history as partial sums: conv_psum.cu */
+    memset(&c->route, 0, sizeof c->route); /* the decision this conv makes (route.h), for w22_backend_cuda_last_route */
+    c->route.step = w22_route_conv_step(a, w->dev_phase != NULL, a->psum ? "psum" : w22_cuda_winograd_blocker(a, w));
+    if (c->route.step == W22_CONV_PSUM) return w22_cuda_conv_psum(b, a); /* the history as partial sums */
     EXPECT("in.es", a->in.es, 2);
     EXPECT("out.es", a->out.es, 2);
     if (a->kt != 1 && a->kt != 3) return bad("kt", a->kt, 3);
@@ -157,7 +159,7 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
         g.res = (const bf16 *)a->residual->ptr;
         g.r_sf = a->residual->sf, g.r_sh = a->residual->sh, g.r_sw = a->residual->sw;
     }
-    const int phases = a->upsample && w->dev_phase; /* phase weights are made at upload for every upsample conv */
+    const int phases = c->route.step == W22_CONV_PHASES; /* phase weights are made at upload for every upsample conv */
     /* the DupUp fused when every phase takes it (the one 9-tap GEMM without phases has high-resolution rows: not
      * there) */
     int fuse = dup && phases;
@@ -191,7 +193,7 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
             }
         const char *what = fuse ? "conv (upsample phases + DupUp)" : "conv (upsample phases)";
         W22_TRY(w22_cuda_gemm_phases(c, q, what)); /* one launch where the TMA conv takes them (v16), else four */
-    } else if (!w22_cuda_winograd_blocker(a, w)) {
+    } else if (c->route.step == W22_CONV_WINOGRAD) {
         W22_TRY(w22_cuda_conv_winograd(c, a, w, &g));
     } else {
         W22_TRY(w22_cuda_weight_direct(c, (w22_cuda_weight *)w));
@@ -204,6 +206,7 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
         w22_cuda_prof_part_end(c, part, 0, 2.0 * 3 * a->out.f * a->out.h * a->out.w * a->out.c,
                                "dupup_add after the conv c%d %dx%d f%d", a->out.c, a->out.h, a->out.w, a->out.f);
         c->last_path = "conv, then the separate dupup_add";
+        c->route.dup_separate = 1;
     }
     return W22_OK;
 }

@@ -62,7 +62,7 @@ static __device__ __forceinline__ void w22_add_bf16x8(float v[8], const uint4 r)
 /* v[0..7] += the residual of eight adjacent output channels n .. n + 7 (n % 8 == 0), whose first is at res + off
  * (off = rrow + rcol). One 16-byte load; a DupUp residual with r_csh = 1 reads channels 2n + r_coff, 2n + 2 + r_coff,
  * ..: the two aligned 16-byte vectors from 2n on, and each pair's low (r_coff 0) or high (1) half. The r_coff is
- * taken from off, whose other terms are multiples of 8 (w22_epilogue_vec_ok): the phases of one launch (w22_mm
+ * taken from off, whose other terms are multiples of 8 (route.h's w22_route_epilogue_vec_ok): the phases of one launch (w22_mm
  * .phases) carry theirs in the row offset. */
 static __device__ __forceinline__ void w22_add_res8(const w22_mm &g, long off, float v[8]) {
     if (!g.r_csh) {
@@ -83,7 +83,7 @@ static __device__ __forceinline__ void w22_add8(float v[8], const float *p) {
 }
 
 /* The same for eight adjacent output channels n .. n + 7 (n % 8 == 0) in v[0..7], with 16-byte accesses: the caller
- * checked that bias, residual and output rows are 16-byte aligned and that split_c % 8 == 0 (w22_epilogue_vec_ok),
+ * checked that bias, residual and output rows are 16-byte aligned and that split_c % 8 == 0 (route.h's w22_route_epilogue_vec_ok),
  * so the eight channels share one split column and one aligned vector of each operand. Same arithmetic and one
  * rounding, as the pair store. */
 static __device__ __forceinline__ void w22_epilogue_vec8(const w22_mm &g, long orow, long rrow, int n, float v[8]) {
@@ -105,18 +105,6 @@ static __device__ __forceinline__ void w22_epilogue_vec8(const w22_mm &g, long o
         }
         *(uint4 *)((bf16 *)g.out + orow + ocol) = make_uint4(w[0], w[1], w[2], w[3]);
     }
-}
-
-/* Host: whether a GEMM's epilogue may store eight channels at a time (w22_epilogue_vec8's conditions). A DupUp
- * residual's vectors start at rrow + (n << r_csh), r_coff applied in the pick: the same alignment conditions. */
-static inline int w22_epilogue_vec_ok(const w22_mm *g) {
-    const long el = g->out_f32 ? 4 : 8; /* elements per 16 bytes */
-#define W22_AL16(p) (((uintptr_t)(p) & 15) == 0)
-    int ok = W22_AL16(g->out) && g->o_sf % el == 0 && g->o_sh % el == 0 && g->o_sw % el == 0 && g->N % 8 == 0 &&
-             g->split_c % 8 == 0 && W22_AL16(g->bias) && W22_AL16(g->sc_bias);
-    if (g->res) ok = ok && W22_AL16(g->res) && g->r_sf % 8 == 0 && g->r_sh % 8 == 0 && g->r_sw % 8 == 0;
-#undef W22_AL16
-    return ok;
 }
 
 #endif

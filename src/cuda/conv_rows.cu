@@ -157,6 +157,7 @@ w22_status w22_cuda_gemm_rows(w22_cuda *c, const w22_mm *g, const char *what) {
     const long tiles = (long)g->F * g->H * xtiles;
     const int iters = g->kt * 3 * (g->cin / 64);
     c->last_path = "rows 128x16";
+    c->route.ran_kernel = W22_GEMM_ROWS;
     w22_conv_rows_kernel<<<(unsigned)tiles, CR_THREADS, CR_SMEM, c->stream>>>(*g, xtiles, iters);
     CU_LAUNCHED(c, what);
     return W22_OK;

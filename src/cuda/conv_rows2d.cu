@@ -281,9 +281,11 @@ w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_mm *g, const char *what) 
     const int grid = tiles < c->sms ? tiles : c->sms;
     if (g->N <= 16) {
         c->last_path = "rows2d 16x32x16";
+        c->route.ran_kernel = W22_GEMM_ROWS2D;
         w22_conv_rows2d_kernel<1><<<grid, R2_THREADS, r2_cfg<1>::SMEM, c->stream>>>(*g, xtiles, tiles);
     } else {
         c->last_path = "rows2d 16x32x48";
+        c->route.ran_kernel = W22_GEMM_ROWS2D;
         w22_conv_rows2d_kernel<3><<<grid, R2_THREADS, r2_cfg<3>::SMEM, c->stream>>>(*g, xtiles, tiles);
     }
     CU_LAUNCHED(c, what);

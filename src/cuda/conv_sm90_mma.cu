@@ -237,10 +237,12 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
     if (g->M <= 0 || g->N <= 0) return W22_OK;
     const char *why;
     const w22_gemm_kernel k = w22_route_gemm(g, c->use_wgmma && w22_cuda_wgmma_tma_on(c), &why); /* route.h */
+    c->route.kernel = k, c->route.why = why, c->route.launches = 0, c->route.ran_kernel = W22_GEMM_SCALAR;
     if (k == W22_GEMM_TMA) return w22_cuda_gemm_wgmma(c, g, what);
     if (k == W22_GEMM_ROWS2D || k == W22_GEMM_ROWS) return w22_cuda_gemm_rows(c, g, what);
     if (k == W22_GEMM_SCALAR) {
         c->last_path = why;
+        c->route.ran_kernel = W22_GEMM_SCALAR;
         return w22_cuda_gemm_scalar(c, g, what);
     }
     const int cpt = (g->cin + BK - 1) / BK;
@@ -248,13 +250,13 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
     const int iters = main_iters + (g->sc ? (g->sc_cin + BK - 1) / BK : 0);
     w22_status s;
     if (k == W22_GEMM_MMA_SMALL) {
-        c->last_path = "mma 128x32";
+        c->last_path = "mma 128x32", c->route.ran_kernel = W22_GEMM_MMA_SMALL;
         s = cfg_small::launch(c, g, main_iters, iters, what);
     } else if (k == W22_GEMM_MMA_MID) {
-        c->last_path = "mma 128x128";
+        c->last_path = "mma 128x128", c->route.ran_kernel = W22_GEMM_MMA_MID;
         s = cfg_mid::launch(c, g, main_iters, iters, what);
     } else {
-        c->last_path = "mma 128x256";
+        c->last_path = "mma 128x256", c->route.ran_kernel = W22_GEMM_MMA_BIG;
         s = cfg_big::launch(c, g, main_iters, iters, what);
     }
     if (s != W22_OK) return s;
@@ -266,7 +268,12 @@ w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_mm q[4], const char *what
     int one = c->use_wgmma; /* every phase on the wgmma kernel, as w22_cuda_gemm would route it */
     for (int p = 0; p < 4 && one; p++)
         one = q[p].M > 0 && q[p].N > 0 && !w22_route_layout_blocker(&q[p]) && !w22_route_wgmma_blocker(&q[p]);
-    if (one && !w22_cuda_wgmma_phases_blocker(c, q)) return w22_cuda_gemm_wgmma_phases(c, q, what);
+    if (one && !w22_cuda_wgmma_phases_blocker(c, q)) {
+        c->route.phases4 = 1;
+        c->route.kernel = W22_GEMM_TMA, c->route.why = NULL; /* w22_route_gemm's answer for each phase */
+        return w22_cuda_gemm_wgmma_phases(c, q, what);
+    }
+    c->route.phases4 = 0;
     for (int p = 0; p < 4; p++) W22_TRY(w22_cuda_gemm(c, &q[p], what));
     return W22_OK;
 }

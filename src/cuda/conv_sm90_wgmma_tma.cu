@@ -3,9 +3,9 @@
  * B, two consumer warpgroups of 64 rows x BN columns multiply. Tiles 128 x 256 (4 stages, 128 fp32 accumulators a
  * consumer thread) or 128 x 128 (6 stages) where N % 256 != 0. Its measurements: docs/PERF.md v9-v21.
  * The pieces: this file, the kernel and its launch; tma_split_tail.cuh, the split tail; tma_epi_store.cuh, the
- * TMA-store epilogue; tma_maps.cuh, the host's tensor maps; tma_plan.cuh, the launch heuristics (split rule, tiles or
- * pairs); wgmma_common.cuh, the PTX wrappers, the named barrier (WG_BAR_CONSUMERS), the ring's layout, the other
- * epilogues. Which GEMMs come here: route.h.
+ * TMA-store epilogue; tma_maps.cuh, the host's tensor maps; route.h, which GEMMs come here and how they launch (tile,
+ * tiles or pairs, split tail, epilogue); wgmma_common.cuh, the PTX wrappers, the named barrier (WG_BAR_CONSUMERS), the ring's layout, the other
+ * epilogues.
  *
  * A: the TMA's im2col mode, one instruction per stage (128 rows x 64 channels). The map describes the frames as
  * {C, W, H, frames} (with a border: {C, W + 2, H + 2, frames} from pixel (-1, -1)); a stage walks tap (0, 0)'s H x W
@@ -33,7 +33,7 @@
 
 /* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs;
  * MODE_EPI_DEFER: row half 1 overlapped with the next tile, MODE_EPI_SMEM: row half 0 too, through shared memory),
- * chosen per GEMM by what its geometry allows (mode_for). MODE_NO_EPI and MODE_NO_LOAD, v10-v12's measurement modes
+ * chosen per GEMM by route.h (w22_route_tail_epilogue, w22_route_tma_store_*; mode_of maps its answer to these bits). MODE_NO_EPI and MODE_NO_LOAD, v10-v12's measurement modes
  * (no stores; no loads), are no longer set by anything (their switches went at issue 29); their two branches stay in
  * the kernel until an A/B run shows the kernel without them no slower: removing them re-allocates the TE 0 kernels'
  * registers (half their SASS lines differ), while with them every kept kernel's SASS is what 7c0ed73 built. */
@@ -305,10 +305,21 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 /* ---- host side ---- */
 
 
-/* The epilogue the GEMMs start from (v12's: stores overlapped with the next tile, row half 0 through shared memory;
- * mode_for takes away what a GEMM's geometry does not allow). v10's vectors in the tile's tail, v11's half overlap
- * and the pair stores lost their A/B runs (docs/PERF.md v10-v12; git has them at 7c0ed73). */
-static int env_mode(void) { return MODE_EPI_DEFER | MODE_EPI_SMEM | MODE_EPI_VEC; }
+/* route.h's epilogue as the kernel's mode bits: the overlapped one (v12's: stores overlapped with the next tile, row
+ * half 0 through shared memory) where the GEMM allows it, else the vector or pair stores in the tile's tail, or the
+ * TMA store. v11's half overlap lost its A/B run (docs/PERF.md v10-v12; git has it at 7c0ed73). */
+static int mode_of(w22_epilogue e) {
+    return e == W22_EPI_TMA_STORE ? MODE_EPI_TMA
+           : e == W22_EPI_OVERLAP ? MODE_EPI_DEFER | MODE_EPI_SMEM | MODE_EPI_VEC
+           : e == W22_EPI_VEC     ? MODE_EPI_VEC
+                                  : 0;
+}
+
+static w22_route_gpu gpu_of(const w22_cuda *c) {
+    w22_route_gpu u;
+    u.sms = c->sms, u.clusters = c->tma_clusters, u.on_side = c->on_side;
+    return u;
+}
 
 int w22_cuda_wgmma_tma_on(const w22_cuda *c) { return c->tmap_im2col != NULL; }
 
@@ -358,59 +369,22 @@ w22_status w22_cuda_wgmma_tma_init(w22_cuda *c) {
     return W22_OK;
 }
 
-static int al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
-static int st16(long stride_elems) { return stride_elems > 0 && stride_elems % 8 == 0; }
-
-/* A view's origin for the map: pixel (-1, -1) with the border (ks > 1), else (0, 0). */
-static const bf16 *map_origin(const bf16 *p, long sh, long sw, int border) { return border ? p - sh - sw : p; }
-
 /* NULL when this kernel takes a GEMM that w22_cuda_wgmma_blocker passes, else why not (route.h) */
 const char *w22_cuda_wgmma_tma_blocker(const w22_mm *g) { return w22_route_tma_blocker(g); }
 
 #include "tma_maps.cuh" /* the host side's tensor maps: the pixels' im2col maps, the TMA store's */
 
-#include "tma_plan.cuh" /* the heuristics: the split tail's rule, the rounds, tiles or pairs (tma_plan) */
+/* The split tail's partial accumulators: one slot per piece, 128 fp32 accumulators per consumer thread. */
+#define SPLIT_PART_BYTES ((size_t)W22_SPLIT_SLOTS * 128 * 256 * 4)
 
 /* The partial slots and the tiles' arrival counts, at the first split launch (16.5 MB; the counts zeroed once:
  * each launch leaves them at 0). */
 static w22_status split_buffers(w22_cuda *c) {
     if (c->split_part) return W22_OK;
-    const size_t bytes = SPLIT_PART_BYTES + SPLIT_SLOTS * sizeof(unsigned);
+    const size_t bytes = SPLIT_PART_BYTES + W22_SPLIT_SLOTS * sizeof(unsigned);
     W22_TRY(w22_cuda_malloc(c, bytes, &c->split_part, "the TMA conv's split tail (partial accumulators)"));
-    CU_TRY(cudaMemsetAsync((char *)c->split_part + SPLIT_PART_BYTES, 0, SPLIT_SLOTS * sizeof(unsigned), c->stream));
+    CU_TRY(cudaMemsetAsync((char *)c->split_part + SPLIT_PART_BYTES, 0, W22_SPLIT_SLOTS * sizeof(unsigned), c->stream));
     return W22_OK;
-}
-
-/* The TMA store's map of a batch's output (MODE_EPI_TMA): {N, H W, batch F} (GEMM p's frame t is frame p F + t),
- * boxes of 64 channels x 128 rows in the 128B swizzle. */
-/* The output's store map of `rank` dims (strides in elements), boxes of 64 channels x box1 in the 128B swizzle. */
-/* Whether a direct conv's output takes the TMA store: bf16, one frame map (no time split,
- * phases or batch), 16-byte strides, W a multiple of 8 (frame_box_px); and no residual (the epilogue adds none: a
- * plain one goes in as extra K first, residual_as_k). */
-static int epi_tma_direct_ok_but_res(const w22_mm *g) {
-    if (g->batch || g->phases || g->N % 256 || g->out_f32 || g->split_c || !frame_box_px(g->W)) return 0;
-    if (g->o_sw % 8 || g->o_sh % 8 || g->o_sf % 8 || g->o_sw < g->N || ((uintptr_t)g->out & 15)) return 0;
-    return 1;
-}
-static int epi_tma_direct_ok(const w22_mm *g) { return !g->res && epi_tma_direct_ok_but_res(g); }
-
-/* Whether a batch's output takes the TMA store (MODE_EPI_TMA): bf16, nothing added, dense rows of N channels, GEMM
- * p's output p F frames on, 16-byte aligned. */
-static int epi_tma_ok(const w22_mm *g) {
-    const long F = g->M / ((long)g->H * g->W);
-    if (!g->batch || g->N % 256 || g->bias || g->sc_bias || g->res || g->out_f32 || g->split_c) return 0;
-    if (g->o_sw != g->N || g->o_sh != (long)g->W * g->o_sw || g->o_sf != (long)g->H * g->o_sh) return 0;
-    if (((uintptr_t)g->out & 15) || (long)g->batch * F * g->o_sf >= ((long)1 << 40)) return 0;
-    for (int p = 0; p < g->batch; p++)
-        if (g->ph_o[p] != p * F * g->o_sf) return 0;
-    return 1;
-}
-
-/* mode with the TMA store instead of the overlapped epilogue, unless a measurement mode leaves the stores or loads
- * out. */
-static int epi_tma_mode(int mode) {
-    if (mode & (MODE_NO_EPI | MODE_NO_LOAD)) return mode;
-    return (mode & ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM)) | MODE_EPI_TMA;
 }
 
 /* A launch of the GEMM's items: with CL 2 the first `lim` pairs (0: all), with CL 1 the tiles from `tile0` on (the
@@ -460,13 +434,19 @@ static w22_status launch(w22_cuda *c, const w22_mm *g, int persist, int mode, in
     const long tiles = lim ? lim : all - tile0; /* this launch's items */
     const int slots = CL == 2 ? c->tma_clusters : c->sms; /* what runs at once: CTAs, or clusters of 2 */
     const int cx = border ? 1 - g->pad_x : 0, cy = border ? 1 - g->pad_y : 0;
-    int whole = (int)tiles, split = 1;
-    if (persist && !c->on_side) split = w22_wgmma_split_of((int)tiles, iters, slots, SPLIT_SLOTS / CL, one_round);
+    const w22_route_gpu u = gpu_of(c);
+    int whole = (int)tiles;
+    const int split = w22_route_tma_split(g, &u, persist, BN, CL, lim, tile0, one_round); /* route.h */
     if (split > 1) {
         whole = (int)tiles - (int)(tiles % slots);
         W22_TRY(split_buffers(c));
     }
     *split_used = split;
+    c->route.ran_kernel = W22_GEMM_TMA;
+    if (c->route.launches < 2) { /* as launched: the template's tile, clusters and staging */
+        w22_route_launch *r = &c->route.ran[c->route.launches++];
+        r->bn = BN, r->stages = STAGES, r->cl = CL, r->te = TE, r->split = split;
+    }
     const int items = whole + ((int)tiles - whole) * split;
     const int grid = persist && items > slots ? slots : items; /* the items' runners: CTAs or clusters */
     float *part = (float *)c->split_part;
@@ -495,27 +475,9 @@ static w22_status launch(w22_cuda *c, const w22_mm *g, int persist, int mode, in
     return W22_OK;
 }
 
-/* Whether every output and residual row offset of g, plus o_add and r_add (a phase's ph_o, ph_r), fits the overlapped
- * epilogue's int (the last frame's last row; the time split's second output frame adds o_sf, a DupUp residual has
- * its own frame map, and the columns come on top, as long). */
-static int defer_offsets_fit(const w22_mm *g, long o_add, long r_add) {
-    const long F = g->M / (g->H * (long)g->W), tf = g->split_c ? 2 * F : F, rf = (tf + g->r_toff) >> g->r_tsh;
-    const long last_o = tf * g->o_sf + (long)g->H * g->o_sh + (long)g->W * g->o_sw + o_add;
-    const long last_r = g->res ? rf * g->r_sf + (long)g->H * g->r_sh + (long)g->W * g->r_sw + r_add : 0;
-    return last_o < INT_MAX && last_r < INT_MAX;
-}
-
-/* The epilogue's mode bits for the GEMMs q[0..n-1] run as one launch (each phase's own geometry: the vector store
- * only where every phase allows it, the overlapped one only with bf16 outputs and int offsets). */
+/* The epilogue's mode bits for the GEMMs q[0..n-1] run as one launch (route.h). */
 static int mode_for(const w22_mm *q, int n, const int *o_add, const int *r_add) {
-    int mode = env_mode();
-    for (int p = 0; p < n; p++) {
-        if ((mode & MODE_EPI_VEC) && !w22_epilogue_vec_ok(&q[p]))
-            mode &= ~(MODE_EPI_VEC | MODE_EPI_DEFER | MODE_EPI_SMEM);
-        if (q[p].out_f32 || !defer_offsets_fit(&q[p], o_add[p], r_add[p]))
-            mode &= ~(MODE_EPI_DEFER | MODE_EPI_SMEM); /* bf16, int offsets */
-    }
-    return mode;
+    return mode_of(w22_route_tail_epilogue(q, n, o_add, r_add));
 }
 
 /* The kernel's path names: [tma_plan][phases][split][epilogue][persistent, big]; a split needs the persistent grid,
@@ -550,20 +512,30 @@ static w22_status run_tma(w22_cuda *c, const w22_mm *g, int mode, const char *wh
     const int big = g->N % 256 == 0, persist = c->sms > 0;
     const int epi = mode & MODE_EPI_SMEM ? 3 : mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0;
     long lim, tile0;
-    const int plan = tma_plan(c, g, persist, (mode & MODE_PHASE_MINOR) != 0, &lim, &tile0);
+    const w22_route_gpu u = gpu_of(c);
+    const int plan = w22_route_tma_plan(g, &u, persist, (mode & MODE_PHASE_MINOR) != 0, &lim, &tile0); /* route.h */
+    w22_route *r = &c->route; /* the decision; launch() adds the launches as they ran */
+    r->kernel = W22_GEMM_TMA, r->why = NULL, r->plan = plan, r->batch = g->batch, r->launches = 0;
+    r->epi = mode & MODE_EPI_TMA     ? W22_EPI_TMA_STORE
+             : mode & MODE_EPI_SMEM ? W22_EPI_OVERLAP
+             : mode & MODE_EPI_VEC  ? W22_EPI_VEC
+                                    : W22_EPI_PAIRS;
+    r->want_split = plan == W22_TMA_PAIRS_TAIL ? w22_route_tma_split(g, &u, persist, 256, 1, 0, tile0, 1)
+                    : plan == W22_TMA_PAIRS    ? w22_route_tma_split(g, &u, persist, 256, 2, 0, 0, 0)
+                                               : w22_route_tma_split(g, &u, persist, big ? 256 : 128, 1, 0, 0, 0);
     int split = 1;
     w22_status s = W22_OK;
-    if ((mode & MODE_EPI_TMA) && plan == TMA_PAIRS_TAIL) { /* the TMA store (launch_te: its staging) */
+    if ((mode & MODE_EPI_TMA) && plan == W22_TMA_PAIRS_TAIL) { /* the TMA store (launch_te: its staging) */
         s = launch_te<2>(c, g, persist, mode, &split, what, lim, 0, 0);
         if (s == W22_OK) s = launch_te<1>(c, g, persist, mode, &split, what, 0, tile0, 1);
     } else if (mode & MODE_EPI_TMA) {
-        s = plan == TMA_PAIRS ? launch_te<2>(c, g, persist, mode, &split, what, 0, 0, 0)
+        s = plan == W22_TMA_PAIRS ? launch_te<2>(c, g, persist, mode, &split, what, 0, 0, 0)
                               : launch_te<1>(c, g, persist, mode, &split, what, 0, 0, 0);
-    } else if (plan == TMA_PAIRS_TAIL) { /* the pairs' rounds, then the tail on the SMs (its split is the one named) */
+    } else if (plan == W22_TMA_PAIRS_TAIL) { /* the pairs' rounds, then the tail on the SMs (its split is the one named) */
         s = launch<256, 4, 2, 0>(c, g, persist, mode, &split, what, lim, 0, 0);
         if (s == W22_OK) s = launch<256, 4, 1, 0>(c, g, persist, mode, &split, what, 0, tile0, 1);
     } else {
-        s = plan == TMA_PAIRS ? launch<256, 4, 2, 0>(c, g, persist, mode, &split, what, 0, 0, 0)
+        s = plan == W22_TMA_PAIRS ? launch<256, 4, 2, 0>(c, g, persist, mode, &split, what, 0, 0, 0)
             : big             ? launch<256, 4, 1, 0>(c, g, persist, mode, &split, what, 0, 0, 0)
                               : launch<128, 6, 1, 0>(c, g, persist, mode, &split, what, 0, 0, 0);
     }
@@ -574,7 +546,7 @@ static w22_status run_tma(w22_cuda *c, const w22_mm *g, int mode, const char *wh
     return W22_OK;
 }
 
-/* The direct convs that allow it (epi_tma_direct_ok, a plain residual taken as extra K) store their tiles by the TMA
+/* The direct convs that allow it (route.h's w22_route_tma_store_direct_but_res, a plain residual taken as extra K) store their tiles by the TMA
  * as the batch GEMMs do (v21: f121 -1.2%, the 256-channel convs at 352 x 624 -1.3 to -5.7%, against v20's
  * overlapped epilogue). */
 
@@ -608,11 +580,7 @@ static w22_status identity_weights(w22_cuda *c, int n, const bf16 **out) {
  * output and rounded again. A residual that is the output itself is read by the tile's loads before its epilogue
  * writes it, and no other tile reads those rows. Where it cannot, g keeps its residual. */
 static w22_status residual_as_k(w22_cuda *c, w22_mm *g) {
-    if (!g->res || g->sc || g->phases || g->batch || g->split_c || g->r_csh || g->r_tsh || g->r_toff || g->r_coff)
-        return W22_OK;
-    const long F = g->M / ((long)g->H * g->W);
-    if (g->N % 64 || !st16(g->r_sw) || !st16(g->r_sh) || (F > 1 && !st16(g->r_sf)) || !al16(g->res) || g->r_sw < g->N)
-        return W22_OK;
+    if (!w22_route_residual_as_k(g)) return W22_OK; /* route.h */
     const bf16 *id;
     W22_TRY(identity_weights(c, g->N, &id));
     g->sc = g->res, g->sc_sf = g->r_sf, g->sc_sh = g->r_sh, g->sc_sw = g->r_sw, g->sc_cin = g->N, g->scb = id;
@@ -626,8 +594,8 @@ w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_mm *g, const char *wha
     int mode = mode_for(g, 1, zero, zero);
     if (mode & MODE_EPI_SMEM) { /* the GEMMs whose geometry allows the overlapped epilogue */
         w22_mm q = *g; /* a residual as extra K where that lets the tile take the TMA store */
-        if (q.res && epi_tma_direct_ok_but_res(&q)) W22_TRY(residual_as_k(c, &q));
-        if (epi_tma_direct_ok(&q)) return run_tma(c, &q, epi_tma_mode(mode), what);
+        if (q.res && w22_route_tma_store_direct_but_res(&q)) W22_TRY(residual_as_k(c, &q));
+        if (!q.res && w22_route_tma_store_direct_but_res(&q)) return run_tma(c, &q, mode_of(W22_EPI_TMA_STORE), what);
     }
     return run_tma(c, g, mode, what);
 }
@@ -693,6 +661,6 @@ w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_mm *g, const char *w
     w22_mm q[W22_GEMM_BATCH];
     for (int p = 0; p < g->batch; p++) q[p] = *g;
     int mode = mode_for(q, g->batch, g->ph_o, g->ph_r);
-    if (epi_tma_ok(g)) mode = epi_tma_mode(mode);
+    if (w22_route_tma_store_batch(g)) mode = mode_of(W22_EPI_TMA_STORE); /* route.h */
     return run_tma(c, g, mode, what);
 }

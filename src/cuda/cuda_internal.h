@@ -43,6 +43,7 @@ typedef struct {
     void *attn_scratch;
     size_t attn_bytes;
     const char *last_path; /* the kernel the last GEMM ran on (static string) */
+    w22_route route;       /* the last conv's decision (route.h) and launches: w22_backend_cuda_last_route */
     /* The TMA conv's split tail (conv_sm90_wgmma_tma.cu): partial accumulators of the split tiles' pieces and,
      * after them, the tiles' arrival counts. Allocated at the first split launch. */
     void *split_part;

@@ -1,18 +1,26 @@
-/* Which kernel a GEMM (w22_mm, mm.h) runs on: the one place that decides it, pure functions of the GEMM and of
- * whether the backend has the wgmma conv, in a header that the CPU suite compiles (tests/test_route.c: the decoder's
- * real shapes, the 4K frames of issue 27's cliff, the shapes that must fall back). conv.cu decides the conv-level
- * step before it (partial sums, upsample phases, Winograd or direct; winograd.cu's blocker); the TMA conv's launch
- * shape (tiles or pairs, the split tail, the epilogue) is its own (tma_plan.cuh, mode_for). The order, and why:
- *   1. the layout every tensor-core kernel needs (alignment, strides, even N, int weight offsets), else scalar;
- *   2. the TMA wgmma conv where it takes the GEMM (64-bit tensor maps: no limit on the input's offsets);
- *   3. the row kernels (N <= 48, centred 3x3(x3); 64-bit frame bases): the 2D tiles from 6 rows on, else the rows;
- *   4. the mma.sync kernel, whose input offsets must fit an int (else scalar), tile by N (conv_tiles.h). */
+/* Which kernel a conv runs, and how: the one place that decides it, pure functions of the conv's GEMM (w22_mm, mm.h)
+ * and of the GPU's counts, in a header that the CPU suite compiles (tests/test_route.c: the decoder's real shapes,
+ * the 4K frames of issue 27's cliff, the shapes that must fall back, the TMA conv's launch plans). The executors
+ * (conv.cu, conv_sm90_mma.cu, conv_sm90_wgmma_tma.cu, winograd.cu) call these and record the answer in w22_route,
+ * which the backend's query (w22_backend_cuda_last_route) returns and tests/cuda_ops checks against what launched.
+ *   1. The conv's step (w22_route_conv_step): the causal history as partial sums (psum), an upsample as four 2x2
+ *      phase GEMMs (one launch of the TMA conv where it takes them), Winograd F(2x2, 3x3) for the 3x3x3 convs of the
+ *      backend's threshold (w22_route_winograd_blocker), else the direct implicit GEMM.
+ *   2. The GEMM's kernel (w22_route_gemm), in this order, and why:
+ *      a. the layout every tensor-core kernel needs (alignment, strides, even N, int weight offsets), else scalar;
+ *      b. the TMA wgmma conv where it takes the GEMM (64-bit tensor maps: no limit on the input's offsets);
+ *      c. the row kernels (N <= 48, centred 3x3(x3); 64-bit frame bases): the 2D tiles from 6 rows on, else rows;
+ *      d. the mma.sync kernel, whose input offsets must fit an int (else scalar), tile by N (conv_tiles.h).
+ *   3. The TMA conv's launch (w22_route_tma_launch): its tile (the table below), tiles or pairs of M tiles in
+ *      clusters of 2 or pairs and a tail, the split tail; and its epilogue (w22_route_tma_epilogue).
+ * Each heuristic carries the measurement that chose it (docs/PERF.md's version rows). */
 #ifndef W22_CUDA_ROUTE_H
 #define W22_CUDA_ROUTE_H
 
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "backend.h"
 #include "mm.h"
 #include "conv_tiles.h"
 
@@ -158,5 +166,247 @@ static inline w22_gemm_kernel w22_route_gemm(const w22_mm *g, int wgmma_on, cons
     if (*why) return W22_GEMM_SCALAR;
     return g->N <= 32 ? W22_GEMM_MMA_SMALL : g->N < 256 ? W22_GEMM_MMA_MID : W22_GEMM_MMA_BIG;
 }
+
+/* ---- 1. the conv's step ---- */
+
+typedef enum {
+    W22_CONV_DIRECT,   /* one implicit GEMM (w22_route_gemm) */
+    W22_CONV_PSUM,     /* the causal history as partial sums (conv_psum.cu) */
+    W22_CONV_PHASES,   /* nearest-2x + 3x3 as four 2x2 phase GEMMs on the low-resolution grid */
+    W22_CONV_WINOGRAD  /* F(2x2, 3x3) per frame tap: transforms + one batch GEMM of 16 (winograd.cu) */
+} w22_conv_step;
+
+/* NULL when a conv runs as Winograd F(2x2, 3x3), else why not. has_wino: the backend made Winograd weights for this
+ * conv at upload (its threshold, 512 channels and up: v17-v18, f121 -7%; none in exact mode); row_bytes: the
+ * scratch of one tile row (winograd.cu). Every size: with 16 launches the 44 x 78 convs (28 tiles) ran 2x slower
+ * than the direct conv (v17); as one launch of 16 x 28 they gain too (v18). */
+static inline const char *w22_route_winograd_blocker(const w22_conv_args *a, int cin, int cout, int has_wino,
+                                                     size_t row_bytes) {
+    if (!has_wino) return "no Winograd weights (exact arithmetic, or channels below the threshold)";
+    if (a->kt != 3 || a->ks != 3 || a->upsample || a->time_split || a->dup_in || a->psum) return "not a plain 3x3x3 conv";
+    if (a->out.h % 2 || a->out.w % 2) return "odd height or width";
+    if (cin % 64 || cout % 64) return "channels not a multiple of 64";
+    if (a->in.sw != a->in.c || a->out.sw != a->out.c || (a->residual && a->residual->sw != a->residual->c))
+        return "pixels not dense";
+    if (a->work && a->work_bytes < row_bytes) return "the caller's scratch holds no tile row";
+    return NULL;
+}
+
+/* The step of a conv: has_phases, the backend made the upsample's phase weights at upload (it does for every
+ * upsample conv); wino_blocker, w22_route_winograd_blocker's answer. */
+static inline w22_conv_step w22_route_conv_step(const w22_conv_args *a, int has_phases, const char *wino_blocker) {
+    if (a->psum) return W22_CONV_PSUM;
+    if (a->upsample && has_phases) return W22_CONV_PHASES;
+    return wino_blocker ? W22_CONV_DIRECT : W22_CONV_WINOGRAD;
+}
+
+/* ---- 3. the TMA conv's launch ----
+ * Its tiles (conv_sm90_wgmma_tma.cu), 128 output pixels (two consumer warpgroups of 64 rows) by BN channels:
+ * | BN  | stages | clusters | epilogue   | used when                  | why |
+ * | 256 | 4      | 1 or 2   | overlapped | N % 256 == 0               | 128 fp32 accumulators a consumer thread; 575-621 TFLOP/s on the heavy convs (v5-v9) |
+ * | 128 | 6      | 1        | overlapped | N % 256 != 0 (N % 128 = 0) | half the N waste; the 128-channel test and attention shapes |
+ * | 256 | 3      | 1 or 2   | TMA store  | w22_route_tma_store_*      | its 64 KB staging on a ring of 3: batch GEMMs f121 -1.8% (v20), direct convs -1.2% (v21) |
+ * A persistent grid, one CTA per SM (v9: f121 -0.6% against one tile per CTA). */
+#define W22_WG_BM 128
+#define W22_SPLIT_MAX 3     /* pieces of K per split tile */
+#define W22_SPLIT_SLOTS 132 /* partial slots, one per piece: R split <= the grid (132 on an H200; more SMs: fewer pieces) */
+#define W22_PAIR_COST 0.97  /* a round of pairs against a round of tiles: a pair's tile ran 2-5% faster (v15) */
+
+typedef struct {
+    int sms;      /* the persistent grid: one CTA per SM (0: no persistent grid) */
+    int clusters; /* the clusters of 2 of the TMA conv that fit at once (0: none) */
+    int on_side;  /* work on the backend's side stream: no split tail (its slots are the main stream's) */
+} w22_route_gpu;
+
+enum { W22_TMA_TILES, W22_TMA_PAIRS, W22_TMA_PAIRS_TAIL };
+
+/* The split tail's pieces per tile for `tiles` tiles of `iters` stages on a persistent grid of `grid` CTAs (or
+ * clusters): the last round's R tiles are split when R <= grid / 2, into grid / R pieces (at most W22_SPLIT_MAX,
+ * each of 8 stages or more, R x pieces within `slots`: a cluster's tile is two tiles, each with its pieces' slots);
+ * 1: no split. A grid of one round splits only where `one_round` (the tail launch after the pairs' rounds: the
+ * tiles they left, fewer than the SMs). (v13: before it, the last round ran part-empty.) */
+static inline int w22_route_split_of(long tiles, int iters, int grid, int slots, int one_round) {
+    if (grid <= 0 || (tiles <= grid && !one_round)) return 1;
+    const long r = tiles % grid;
+    if (r == 0) return 1;
+    int s = grid / r < W22_SPLIT_MAX ? (int)(grid / r) : W22_SPLIT_MAX;
+    while (s > 1 && (iters / s < 8 || r * s > slots)) s--;
+    return s;
+}
+
+/* The persistent grid's rounds for `tiles` items of `iters` stages on `grid` runners (CTAs or clusters), the
+ * part-empty last one counted as the 1 / split of a tile that its pieces take (split_ok 0: no split). */
+static inline double w22_route_rounds(long tiles, int iters, int grid, int slots, int split_ok, int one_round) {
+    const long full = tiles / grid;
+    if (tiles % grid == 0) return (double)full;
+    return (double)full + 1.0 / (split_ok ? w22_route_split_of(tiles, iters, grid, slots, one_round) : 1);
+}
+
+/* The K stages of one tile of g on the TMA conv: the taps' 64-channel slices, then the shortcut's. */
+static inline int w22_route_tma_iters(const w22_mm *g) {
+    return g->kt * g->ks * g->ks * (g->cin / W22_WG_BK) + (g->sc ? g->sc_cin / W22_WG_BK : 0);
+}
+
+/* Tiles on the SMs (TMA_TILES), pairs of M tiles in clusters of 2 sharing B (TMA_PAIRS), or the pairs' whole rounds
+ * and then the tiles they leave on the SMs (TMA_PAIRS_TAIL, from tile *tile0 on; the pairs: the first *lim). A round
+ * of pairs counts W22_PAIR_COST of a round of tiles, and the plan of the fewest rounds wins. Pairs round
+ * differently: the 512-channel conv at 176 x 312 is 858 tiles on 132 CTAs (6.5 rounds with the split tail) but 430
+ * pairs on 66 clusters (7: the 34 pairs left cannot split in two; measured 3% slower), and 6 rounds of pairs + its
+ * last 66 tiles in 2 pieces each on the SMs (0.5) beat both (v15). Only the 256-channel tiles; a tail only where the
+ * pairs' rounds end on a whole row of N tiles (the tail's tiles then follow on in tile order). The batch GEMMs
+ * (Winograd's) run as single tiles, no clusters, since v23 (the 512-channel one 2% faster so; f121 -0.3%).
+ * minor: an upsample's phase tiles are ordered (M tile, phase, N tile) (since v19: the four phases of an M tile read
+ * its input and DupUp residual while they are in L2; f121 -0.5%): the pairs' rounds must end on a whole pair of M
+ * tiles, all phases. */
+static inline int w22_route_tma_plan(const w22_mm *g, const w22_route_gpu *u, int persist, int minor, long *lim,
+                                     long *tile0) {
+    *lim = *tile0 = 0;
+    if (g->N % 256 || u->clusters <= 0 || g->batch) return W22_TMA_TILES;
+    if (!persist) return W22_TMA_PAIRS;
+    const int HW = g->H * g->W, np = g->phases ? 4 : g->batch ? g->batch : 1, tn = g->N / 256, ok = !u->on_side,
+              cl = u->clusters;
+    const long mt = (long)(g->M / HW) * ((HW + W22_WG_BM - 1) / W22_WG_BM), ppp = (mt + 1) / 2 * tn; /* per phase */
+    const long pairs = np * ppp, tiles = np * mt * tn;
+    const int iters = w22_route_tma_iters(g);
+    const double r_tiles = w22_route_rounds(tiles, iters, u->sms, W22_SPLIT_SLOTS, ok, 0);
+    const double r_pairs = W22_PAIR_COST * w22_route_rounds(pairs, iters, cl, W22_SPLIT_SLOTS / 2, ok, 0);
+    int plan = r_pairs <= r_tiles ? W22_TMA_PAIRS : W22_TMA_TILES;
+    const long full = pairs / cl, done = full * cl, p = done / ppp, j = done - p * ppp; /* the pairs' whole rounds */
+    const long group = (long)np * tn;
+    if (full >= 1 && done < pairs && (minor ? done % group == 0 : j % tn == 0)) {
+        const long t0 = minor ? 2 * (done / group) * group : (p * mt + j / tn * 2) * tn;
+        const double r_tail = W22_PAIR_COST * full + w22_route_rounds(tiles - t0, iters, u->sms, W22_SPLIT_SLOTS, ok, 1);
+        if (r_tail < (plan == W22_TMA_PAIRS ? r_pairs : r_tiles)) plan = W22_TMA_PAIRS_TAIL, *lim = done, *tile0 = t0;
+    }
+    return plan;
+}
+
+/* One launch of the TMA conv: cl 2 runs the first `lim` pairs (0: all), cl 1 the tiles from `tile0` on (the tail
+ * the pairs left: one_round lets a single round split). Its pieces per split tile (1: none) and its items. */
+static inline int w22_route_tma_split(const w22_mm *g, const w22_route_gpu *u, int persist, int bn, int cl, long lim,
+                                      long tile0, int one_round) {
+    const int HW = g->H * g->W, np = g->phases ? 4 : g->batch ? g->batch : 1;
+    const long mt = (long)(g->M / HW) * ((HW + W22_WG_BM - 1) / W22_WG_BM), tpp = (mt + cl - 1) / cl * (g->N / bn);
+    const long tiles = lim ? lim : np * tpp - tile0;
+    if (!persist || u->on_side) return 1;
+    return w22_route_split_of(tiles, w22_route_tma_iters(g), cl == 2 ? u->clusters : u->sms, W22_SPLIT_SLOTS / cl,
+                              one_round);
+}
+
+/* The epilogues of the TMA conv (the kernel's mode bits in conv_sm90_wgmma_tma.cu): */
+typedef enum {
+    W22_EPI_PAIRS,    /* bf16 pairs from the accumulators, in the tile's tail */
+    W22_EPI_VEC,      /* 8 channels per 16-byte access, in the tile's tail (v10) */
+    W22_EPI_OVERLAP,  /* packed in the tail and stored during the next tile's first stages, row half 0 through
+                       * shared memory (v12; v11's half overlap lost) */
+    W22_EPI_TMA_STORE /* the tile through shared memory to TMA stores (v20 batch GEMMs, v21 direct convs) */
+} w22_epilogue;
+
+/* Whether a GEMM's epilogue may store eight channels at a time (conv_epilogue.cuh's w22_epilogue_vec8): bias, residual
+ * and output rows 16-byte aligned, split_c % 8 == 0. A DupUp residual's vectors start at rrow + (n << r_csh), r_coff
+ * applied in the pick: the same alignment conditions. */
+static inline int w22_route_epilogue_vec_ok(const w22_mm *g) {
+    const long el = g->out_f32 ? 4 : 8; /* elements per 16 bytes */
+    int ok = w22_al16(g->out) && g->o_sf % el == 0 && g->o_sh % el == 0 && g->o_sw % el == 0 && g->N % 8 == 0 &&
+             g->split_c % 8 == 0 && w22_al16(g->bias) && w22_al16(g->sc_bias);
+    if (g->res) ok = ok && w22_al16(g->res) && g->r_sf % 8 == 0 && g->r_sh % 8 == 0 && g->r_sw % 8 == 0;
+    return ok;
+}
+
+/* Whether every output and residual row offset of g, plus o_add and r_add (a phase's ph_o, ph_r), fits the overlapped
+ * epilogue's int (the last frame's last row; the time split's second output frame adds o_sf, a DupUp residual has
+ * its own frame map, and the columns come on top, as long). */
+static inline int w22_route_defer_offsets_fit(const w22_mm *g, long o_add, long r_add) {
+    const long F = g->M / (g->H * (long)g->W), tf = g->split_c ? 2 * F : F, rf = (tf + g->r_toff) >> g->r_tsh;
+    const long last_o = tf * g->o_sf + (long)g->H * g->o_sh + (long)g->W * g->o_sw + o_add;
+    const long last_r = g->res ? rf * g->r_sf + (long)g->H * g->r_sh + (long)g->W * g->r_sw + r_add : 0;
+    return last_o < INT_MAX && last_r < INT_MAX;
+}
+
+/* The tail epilogue for the GEMMs q[0..n-1] run as one launch (each phase's own geometry): the overlapped one where
+ * every GEMM has bf16 outputs, int offsets and the vector alignment, else the vector one where they align, else
+ * pairs. */
+static inline w22_epilogue w22_route_tail_epilogue(const w22_mm *q, int n, const int *o_add, const int *r_add) {
+    w22_epilogue e = W22_EPI_OVERLAP;
+    for (int p = 0; p < n; p++) {
+        if (e != W22_EPI_PAIRS && !w22_route_epilogue_vec_ok(&q[p])) e = W22_EPI_PAIRS;
+        if (e == W22_EPI_OVERLAP && (q[p].out_f32 || !w22_route_defer_offsets_fit(&q[p], o_add[p], r_add[p])))
+            e = W22_EPI_VEC;
+    }
+    return e;
+}
+
+/* The pixels of a direct conv's TMA store box: the largest power of two dividing both W and 128, at least 8 (the
+ * 128B swizzle's 1024-byte atom: a box starts on one); 0: none. */
+static inline int w22_route_frame_box_px(int W) {
+    int p = 128;
+    while (p >= 8 && W % p) p /= 2;
+    return p >= 8 ? p : 0;
+}
+
+/* Whether a direct conv's output takes the TMA store but for a residual: bf16, one frame map (no time split, phases
+ * or batch), 16-byte strides, W a multiple of 8; a plain residual goes in as extra K first (w22_route_residual_as_k),
+ * since the TMA store adds none. */
+static inline int w22_route_tma_store_direct_but_res(const w22_mm *g) {
+    if (g->batch || g->phases || g->N % 256 || g->out_f32 || g->split_c || !w22_route_frame_box_px(g->W)) return 0;
+    if (g->o_sw % 8 || g->o_sh % 8 || g->o_sf % 8 || g->o_sw < g->N || !w22_al16(g->out)) return 0;
+    return 1;
+}
+
+/* Whether a plain residual (not DupUp's: same pixel and channel as the output) goes in as the GEMM's extra K, its N
+ * channels times the identity in the shortcut's free slot (v21: then the tile may take the TMA store). */
+static inline int w22_route_residual_as_k(const w22_mm *g) {
+    if (!g->res || g->sc || g->phases || g->batch || g->split_c || g->r_csh || g->r_tsh || g->r_toff || g->r_coff)
+        return 0;
+    const long F = g->M / ((long)g->H * g->W);
+    return !(g->N % 64 || !w22_st16(g->r_sw) || !w22_st16(g->r_sh) || (F > 1 && !w22_st16(g->r_sf)) ||
+             !w22_al16(g->res) || g->r_sw < g->N);
+}
+
+/* Whether a batch's output takes the TMA store: bf16, nothing added, dense rows of N channels, GEMM p's output p F
+ * frames on, 16-byte aligned. */
+static inline int w22_route_tma_store_batch(const w22_mm *g) {
+    const long F = g->M / ((long)g->H * g->W);
+    if (!g->batch || g->N % 256 || g->bias || g->sc_bias || g->res || g->out_f32 || g->split_c) return 0;
+    if (g->o_sw != g->N || g->o_sh != (long)g->W * g->o_sw || g->o_sf != (long)g->H * g->o_sh) return 0;
+    if (!w22_al16(g->out) || (long)g->batch * F * g->o_sf >= ((long)1 << 40)) return 0;
+    for (int p = 0; p < g->batch; p++)
+        if (g->ph_o[p] != p * F * g->o_sf) return 0;
+    return 1;
+}
+
+/* The decision for one conv (or GEMM) as the backend made it, returned by w22_backend_cuda_last_route; tests/cuda_ops
+ * compares it with what launched (w22_route_ran) and counts the routes its cases covered. */
+typedef struct {
+    int bn, stages, cl, te; /* a launch's tile, clusters and TMA-store staging (te 4), as its template had them */
+    int split;              /* its pieces per split tile (1: none) */
+} w22_route_launch;
+
+typedef struct {
+    w22_conv_step step;      /* the conv's step (a GEMM outside a conv op: W22_CONV_DIRECT) */
+    w22_gemm_kernel kernel;  /* the (last) GEMM's kernel, as decided */
+    w22_gemm_kernel ran_kernel; /* ... and as its launch site ran it */
+    const char *why;         /* W22_GEMM_SCALAR: why no tensor-core kernel took it */
+    int phases4;             /* W22_CONV_PHASES: the four phases as one launch of the TMA conv */
+    int dup_separate;        /* a DupUp residual ran as the separate kernel after the conv */
+    /* kernel W22_GEMM_TMA: the decision (route.h) and the launches as they ran (the launch site's template) */
+    int plan;                /* W22_TMA_TILES, _PAIRS, _PAIRS_TAIL */
+    w22_epilogue epi;
+    int batch;               /* GEMMs in the launch (Winograd's 16), 0: one */
+    int want_split;          /* the last launch's pieces per split tile, as decided */
+    int launches;            /* 1, or 2 for pairs and a tail */
+    w22_route_launch ran[2];
+} w22_route;
+
+/* The CUDA backend's query (cuda_backend.cu; tests only, not in backend.h): the last conv's w22_route, and the counts
+ * its launch heuristics read. */
+#ifdef __cplusplus
+extern "C" {
+#endif
+void w22_backend_cuda_last_route(const w22_backend *b, w22_route *out);
+void w22_backend_cuda_route_gpu(const w22_backend *b, w22_route_gpu *out);
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -15,7 +15,7 @@ static w22_status im2col_map(w22_cuda *c, CUtensorMap *m, const bf16 *p, long sw
     const int upper[2] = {b ? -1 - pad_x : 0, b ? -1 - pad_y : 0};
     const cuuint32_t estr[4] = {1, 1, 1, 1};
     const CUresult r = ((encode_im2col_fn)c->tmap_im2col)(
-        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)map_origin(p, sh, sw, border), dims, strides, lower, upper,
+        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)w22_map_origin(p, sh, sw, border), dims, strides, lower, upper,
         WG_BK, WG_BM, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
@@ -45,19 +45,12 @@ static w22_status out_map(w22_cuda *c, CUtensorMap *m, const w22_mm *g, const ch
     return store_map(c, m, g, 3, dims, strides, WG_BM, what);
 }
 
-/* The pixels of a direct conv's TMA store box: the largest power of two dividing both W and 128, at least 8 (the
- * 128B swizzle's 1024-byte atom: a box starts on one); 0: none. */
-static int frame_box_px(int W) {
-    int p = 128;
-    while (p >= 8 && W % p) p /= 2;
-    return p >= 8 ? p : 0;
-}
 
 /* The TMA store's map of a direct conv's output frames ({N, W, H, F} at the output's strides; boxes of box_px pixels
  * of one row x 64 channels). */
 static w22_status out_map_frames(w22_cuda *c, CUtensorMap *m, const w22_mm *g, int *box_px, const char *what) {
     const long F = g->M / ((long)g->H * g->W);
-    *box_px = frame_box_px(g->W);
+    *box_px = w22_route_frame_box_px(g->W); /* route.h */
     const cuuint64_t dims[4] = {(cuuint64_t)g->N, (cuuint64_t)g->W, (cuuint64_t)g->H, (cuuint64_t)F};
     const long strides[3] = {g->o_sw, g->o_sh, F > 1 ? g->o_sf : g->o_sh * g->H}; /* one frame: never stepped */
     return store_map(c, m, g, 4, dims, strides, *box_px, what);

@@ -1,5 +1,5 @@
 /* The TMA conv's split tail, device side (conv_sm90_wgmma_tma.cu includes it where the kernel needs it; the host
- * side's rule, w22_wgmma_split_of, is in tma_plan.cuh). */
+ * side's rule, w22_route_split_of, is in route.h). */
 #ifndef W22_TMA_SPLIT_TAIL_CUH
 #define W22_TMA_SPLIT_TAIL_CUH
 

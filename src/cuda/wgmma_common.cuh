@@ -310,7 +310,7 @@ static __device__ __forceinline__ void wg_quad_transpose(float v[8], int tq) {
     }
 }
 
-/* wg_store_tile with 16-byte accesses (v10's; the GEMM passed w22_epilogue_vec_ok): per group of four
+/* wg_store_tile with 16-byte accesses (v10's; the GEMM passed w22_route_epilogue_vec_ok): per group of four
  * 8-column blocks the quad transposes its pairs, then each lane adds bias and residual to 8 adjacent channels and
  * stores them as one vector. A quarter of the memory instructions of the pair store, and whole 32-byte sectors.
  * Every lane runs the shuffles; only rows below m_end touch memory. */
@@ -482,6 +482,6 @@ int w22_cuda_wgmma_tma_on(const w22_cuda *c);
 const char *w22_cuda_wgmma_tma_blocker(const w22_mm *g);
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_mm *g, const char *what);
 const char *w22_cuda_wgmma_tma_phases_blocker(const w22_mm q[4]); /* why q[0..3] are not one launch; NULL: they are */
-int w22_wgmma_split_of(int tiles, int iters, int grid, int slots, int one_round); /* pieces per tile (1: none) */
+
 
 #endif

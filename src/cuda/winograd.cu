@@ -189,21 +189,10 @@ static size_t wino_row_bytes(int F, int w2, int ci, int co) {
     return (size_t)16 * w2 * ((size_t)(F + 2) * ci + (size_t)F * co) * 2;
 }
 
-/* Whether conv g (built by conv.cu from a, a plain 3x3x3 conv: no upsample, phases, time split, DupUp) takes the
- * Winograd path; NULL: it does, else why not. */
+/* Whether conv a takes the Winograd path (route.h's rule); NULL: it does, else why not. */
 const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w) {
-    /* the backend made Winograd weights at upload for the convs of its threshold (w22_cuda.wino_min; none: exact) */
-    if (!w->dev_wino) return "no Winograd weights (exact arithmetic, or channels below the threshold)";
-    if (a->kt != 3 || a->ks != 3 || a->upsample || a->time_split || a->dup_in || a->psum) return "not a plain 3x3x3 conv";
-    if (a->out.h % 2 || a->out.w % 2) return "odd height or width";
-    /* every size: with 16 launches the 44 x 78 convs (28 tiles) ran 2x slower than the direct conv (v17); as one
-     * launch of 16 x 28 they gain too (v18) */
-    if (w->cin % 64 || w->cout % 64) return "channels not a multiple of 64";
-    if (a->in.sw != a->in.c || a->out.sw != a->out.c || (a->residual && a->residual->sw != a->residual->c))
-        return "pixels not dense";
-    const size_t row = wino_row_bytes(a->out.f, a->out.w / 2, w->cin, w->cout);
-    if (a->work && a->work_bytes < row) return "the caller's scratch holds no tile row";
-    return NULL;
+    return w22_route_winograd_blocker(a, w->cin, w->cout, w->dev_wino != NULL,
+                                      wino_row_bytes(a->out.f, a->out.w / 2, w->cin, w->cout));
 }
 
 /* One band: tile rows [ty0, ty0 + hh) of the output (rows 2 ty0..), the 16 GEMMs and both transforms, V and M the

@@ -12,10 +12,13 @@
  *  4. Issue 27's own sequence (44x80, 44x78, back and forth; 8x8 twice).
  * `cuda_sequence probe I DIR` looks into one call that differs (probe(), below).
  * The bits must match exactly: the same kernels on the same shapes sum in the same order (the split tail's pieces
- * too: wg_split_sum's fixed order). Usage: cuda_sequence [N calls (default 60)] [max latent size (default 96)]. */
+ * too: wg_split_sum's fixed order). Usage: cuda_sequence [N calls (default 60)] [max latent size (default 96)]
+ * [parts (default 1234): which of the four above run, e.g. 34; the references are made for what they need]. Each part
+ * prints its wall time (an H200 at 60 calls: parts 1-2 about 3 minutes, session 28). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cuda_runtime.h>
 #include "common.h"
 #include "plan/plan.h"
@@ -24,6 +27,12 @@
 typedef struct {
     int T, h, w, fpp, fail;
 } call;
+
+static double t_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static int rnd(int n) {
@@ -191,6 +200,14 @@ int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* a run cut short by its time limit keeps what it printed */
     const int probing = argc > 3 && !strcmp(argv[1], "probe");
     const int N = probing ? 60 : argc > 1 ? atoi(argv[1]) : 60, MAXS = probing ? 96 : argc > 2 ? atoi(argv[2]) : 96;
+    const char *parts = !probing && argc > 3 ? argv[3] : "1234";
+    const int p1 = strchr(parts, '1') != NULL, p2 = strchr(parts, '2') != NULL, p3 = strchr(parts, '3') != NULL,
+              p4 = strchr(parts, '4') != NULL;
+    if (N < 1 || MAXS < 1 || !(p1 || p2 || p3 || p4)) {
+        fprintf(stderr, "usage: %s [N calls >= 1] [max latent size >= 1] [parts: digits of 1234]\n", argv[0]);
+        return 2;
+    }
+    double t0 = t_now();
     w22_config cfg;
     w22_config_default(&cfg);
     w22_weights *w = NULL;
@@ -225,7 +242,8 @@ int main(int argc, char **argv) {
     uint16_t **refs = calloc(N, sizeof *refs), *v = malloc(cap * 2);
     /* the references: a decoder brought back to a fresh one's state before each call */
     w22_decoder *r = open_dec(w, 0);
-    for (int i = 0; r && i < N; i++) {
+    const int nref = p1 || p2 ? N : p3 ? N / 6 : 0; /* part 3 reads the first sixth; part 4 makes its own */
+    for (int i = 0; r && i < nref; i++) {
         if (calls[i].fail) continue;
         refs[i] = malloc(video_elems(&cfg, calls[i]) * 2);
         w22_plan_release(r);
@@ -233,7 +251,7 @@ int main(int argc, char **argv) {
     }
     w22_decoder_free(r);
     /* a few against truly fresh decoders */
-    for (int i = 0, k = 0; i < N && k < 3; i++) {
+    for (int i = 0, k = 0; p1 && i < N && k < 3; i++) {
         if (calls[i].fail) continue;
         w22_decoder *f = open_dec(w, 0);
         if (f) {
@@ -245,31 +263,32 @@ int main(int argc, char **argv) {
         w22_decoder_free(f);
         k++, i += N / 3;
     }
-    printf("references: %d calls (max %d latent rows/cols); %d failures so far\n", N, MAXS, t_failures);
+    printf("references: %d of %d calls (max %d latent rows/cols); %d failures so far (%.0f s)\n", nref, N, MAXS,
+           t_failures, t_now() - t0);
     /* 1. one decoder through the sequence */
-    w22_decoder *a = open_dec(w, 0), *b = open_dec(w, 0);
-    for (int i = 0; a && i < N; i++) one(a, "one decoder", i, calls[i], refs[i], v, NULL);
-    printf("one decoder: %d failures so far\n", t_failures);
+    w22_decoder *a = p1 || p2 ? open_dec(w, 0) : NULL, *b = p2 ? open_dec(w, 0) : NULL;
+    for (int i = 0; p1 && a && i < N; i++) one(a, "one decoder", i, calls[i], refs[i], v, NULL);
+    if (p1) printf("one decoder: %d failures so far (%.0f s)\n", t_failures, t_now() - t0);
     /* 2. two decoders interleaved; one decoder on two streams */
     /* (every other call: the suite's time; the sequence above already ran them all) */
-    for (int i = 0; a && b && i < N; i += 2) one(i % 3 == 1 ? b : a, "interleaved", i, calls[i], refs[i], v, NULL);
+    for (int i = 0; p2 && a && b && i < N; i += 2) one(i % 3 == 1 ? b : a, "interleaved", i, calls[i], refs[i], v, NULL);
     cudaStream_t s2[2];
     cudaStreamCreateWithFlags(&s2[0], cudaStreamNonBlocking);
     cudaStreamCreateWithFlags(&s2[1], cudaStreamNonBlocking);
-    for (int i = 1; b && i < N; i += 2) one(b, "two streams", i, calls[i], refs[i], v, s2[i / 2 % 2]);
-    printf("interleaved, two streams: %d failures so far\n", t_failures);
+    for (int i = 1; p2 && b && i < N; i += 2) one(b, "two streams", i, calls[i], refs[i], v, s2[i / 2 % 2]);
+    if (p2) printf("interleaved, two streams: %d failures so far (%.0f s)\n", t_failures, t_now() - t0);
     w22_decoder_free(a);
     w22_decoder_free(b);
     /* 3. the checking mode on a sixth of the sequence (it syncs and reads every operand: several times slower) */
-    w22_decoder *ck = open_dec(w, 1);
+    w22_decoder *ck = p3 ? open_dec(w, 1) : NULL;
     for (int i = 0; ck && i < N / 6; i++) one(ck, "checked", i, calls[i], refs[i], v, NULL);
     w22_decoder_free(ck);
-    printf("checked: %d failures so far\n", t_failures);
+    if (p3) printf("checked: %d failures so far (%.0f s)\n", t_failures, t_now() - t0);
     /* 4. issue 27's sequence: each against the first decode of its input on this decoder after a fresh plan */
     const call seq[] = {{2, 44, 80, 2, 0}, {2, 44, 80, 2, 0}, {2, 44, 78, 2, 0}, {2, 44, 80, 2, 0}, {2, 44, 78, 2, 0},
                         {2, 44, 78, 2, 0}, {5, 44, 78, 2, 0}, {2, 44, 78, 2, 0}, {2, 8, 8, 2, 0},  {2, 8, 8, 2, 0}};
     const int ns = sizeof seq / sizeof seq[0];
-    w22_decoder *d = open_dec(w, 0), *rr = open_dec(w, 0);
+    w22_decoder *d = p4 ? open_dec(w, 0) : NULL, *rr = p4 ? open_dec(w, 0) : NULL;
     const size_t big = video_elems(&cfg, seq[6]);
     uint16_t *ref = malloc(big * 2), *got = malloc(big * 2);
     for (int i = 0; d && rr && i < ns; i++) {
@@ -279,6 +298,7 @@ int main(int argc, char **argv) {
     }
     w22_decoder_free(d);
     w22_decoder_free(rr);
+    if (p4) printf("issue 27's sequence: %d failures so far (%.0f s)\n", t_failures, t_now() - t0);
     for (int i = 0; i < N; i++) free(refs[i]);
     free(refs), free(calls), free(v), free(ref), free(got);
     w22_weights_free(w);

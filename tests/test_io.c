@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include "common.h"
 #include "io/io.h"
+#include "io/outfile.h"
 #include "io/png_encode.h"
 #include "weights/json.h"
 #include "weights/safetensors.h"
@@ -1251,8 +1252,45 @@ static void test_weight_sources(void) {
     w22_weights_free(ref);
 }
 
+/* A file of more than W22_WRITEBACK_BYTES (64 MB) written in chunks out of order: its write-out is started as it
+ * goes (sync_file_range on Linux), which must leave every byte where it was written; the commit renames it. */
+static void test_large_outfile(void) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/large.bin", dir);
+    const size_t chunk = 5u << 20, n = 30; /* 150 MB: two starts of the write-out, an odd chunk size */
+    uint32_t *buf = malloc(chunk);
+    w22_outfile o;
+    CHECK_OK(w22_outfile_create(&o, path, 0, 1));
+    w22_status s = W22_OK;
+    for (size_t k = 0; k < n && s == W22_OK && buf; k++) {
+        const size_t c = (k * 7) % n; /* every chunk once, out of order */
+        for (size_t i = 0; i < chunk / 4; i++) buf[i] = (uint32_t)(c * (chunk / 4) + i) * 2654435761u;
+        s = w22_outfile_pwrite(&o, buf, chunk, (uint64_t)c * chunk);
+    }
+    CHECK(s == W22_OK && buf, "large outfile: writes: %s", w22_last_error());
+#ifdef __linux__
+    CHECK(o.unflushed < ((uint64_t)64 << 20), "large outfile: its write-out started (%llu bytes since)",
+          (unsigned long long)o.unflushed);
+#endif
+    CHECK_OK(w22_outfile_commit(&o));
+    FILE *f = fopen(path, "rb");
+    long bad = f ? 0 : 1;
+    for (size_t c = 0; f && c < n; c++) {
+        if (fread(buf, 1, chunk, f) != chunk) {
+            bad++;
+            break;
+        }
+        for (size_t i = 0; i < chunk / 4; i++) bad += buf[i] != (uint32_t)(c * (chunk / 4) + i) * 2654435761u;
+    }
+    if (f) fclose(f);
+    CHECK(bad == 0, "large outfile: %ld words differ after the commit", bad);
+    unlink(path);
+    free(buf);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "%s", t_tmpdir());
+    test_large_outfile();
     test_npy_roundtrip();
     test_npy_hostile();
     test_latents();

@@ -20,6 +20,7 @@ typedef struct {
     int stream;          /* a stream (w22_output_is_stream): written directly, in order, never renamed or removed */
     int stream_fd;       /* for a stream of an inherited descriptor ("-" is 1, /dev/fd/N is N), else -1 */
     uint64_t pos;        /* a stream: the bytes written so far */
+    uint64_t unflushed;  /* a file: bytes written since its writeback was last started (w22_outfile_pwrite) */
 } w22_outfile;
 
 /* Creates the temporary file (is_dir == 0, opened for writing) or directory. Fails at once when path exists and
@@ -30,8 +31,10 @@ w22_status w22_outfile_create(w22_outfile *o, const char *path, int is_dir, int 
 /* The same with the temporary named path + ".tmp-XXXXXX" + suffix (ffmpeg picks the container by the extension). */
 w22_status w22_outfile_create_suffix(w22_outfile *o, const char *path, int is_dir, int overwrite,
                                      const char *suffix);
-/* Writes all of buf at offset off of the temporary file (pwrite, retried until done). A stream takes the bytes in
- * order only: off must be where the last write ended. */
+/* Writes all of buf at offset off of the temporary file (pwrite, retried until done), and every W22_WRITEBACK_BYTES
+ * starts the page cache's write-out of what it holds of the file (Linux: sync_file_range, which does not wait), so
+ * that the commit's fsync finds little left. A stream takes the bytes in order only: off must be where the last
+ * write ended. */
 w22_status w22_outfile_pwrite(w22_outfile *o, const void *buf, size_t n, uint64_t off);
 /* Closes the temporary file (fsync first) and renames it, or the directory, to the destination. On failure the
  * temporary is removed. A stream is closed. */

@@ -386,6 +386,11 @@ static const char *const step_names[] = {"direct", "psum", "phases", "winograd"}
 static long seen_kernel[7], seen_plan[3], seen_epi[4], seen_split, seen_phases4, seen_step[4], seen_dup_fused,
     seen_dup_separate;
 
+/* Set by a block of cases built for one step of the conv (the Winograd cases, W22_CONV_WINOGRAD, and one that must
+ * fall back, W22_CONV_DIRECT); -1: any. */
+static int want_step = -1;
+int w22_backend_cuda_swap_winograd_min(w22_backend *b, int n); /* tests only: the threshold for the next uploads */
+
 /* The TMA conv's stages for a tile of bn channels, te the TMA store's staging (route.h's tile table). */
 static int table_stages(int bn, int te) { return te ? 3 : bn == 256 ? 4 : 6; }
 
@@ -425,6 +430,11 @@ static int check_route(const char *op, const char *shape) {
         printf(": FAIL (the decision and the launch disagree)\n");
     }
     CHECK(ok, "%s %s: the route decided is the route run", op, shape);
+    if (want_step >= 0 && (int)r.step != want_step) {
+        printf("    expected the step %s, ran %s: FAIL\n", step_names[want_step], step_names[r.step]);
+        CHECK(0, "%s %s: the step built for", op, shape);
+        ok = 0;
+    }
     return ok;
 }
 
@@ -446,7 +456,7 @@ static void check_coverage(void) {
         {"TMA pairs, then a tail", seen_plan[W22_TMA_PAIRS_TAIL]}, {"the split tail", seen_split},
         {"the TMA store", seen_epi[W22_EPI_TMA_STORE]},    {"the overlapped epilogue", seen_epi[W22_EPI_OVERLAP]},
         {"four phases in one launch", seen_phases4},        {"the partial-sums conv", seen_step[W22_CONV_PSUM]},
-        {"the DupUp fused into the phases", seen_dup_fused}};
+        {"the DupUp fused into the phases", seen_dup_fused}, {"Winograd F(2x2, 3x3)", seen_step[W22_CONV_WINOGRAD]}};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         CHECK(need[i].n > 0, "the cases took %s", need[i].what);
 }
@@ -1053,6 +1063,39 @@ static void bytes_case(void) {
     if (small) gpu->ops->free(gpu, small);
 }
 
+/* Winograd F(2x2, 3x3) (winograd.cu: the decoder's default for the 3x3x3 convs of 512 channels and up; the rest of
+ * this program runs without it): the conv op on cases whose weights are uploaded with the backend's threshold lowered
+ * to 64 channels, so that each runs as the input transform, one batch GEMM of 16 and the output transform, and the
+ * route must say so (want_step). Tolerance: the direct conv's (TOL_BF16 of max|ref| + 1e-5, rel rms 1e-2). Winograd
+ * adds three bf16 roundings, of the weights' U = G g G^T (made at upload), of V = B^T d B (sums of up to 4 inputs)
+ * and of M (the GEMM's fp32 sums, of which the output transform adds up to 9), each <= 2^-9 of a magnitude that for
+ * these unit-scale inputs is within a few max|ref|: inside 2^-7 max|ref| (tests/cuda_winograd.sh, which these cases
+ * replace, held every such case to it, 14 of 14 at cc416bf). The shapes: 512 and 1024 channels as the decoder's, a
+ * residual (separate and in place), a 1x1 shortcut and both (its GEMM written first), 9 input frames (two transform
+ * launches), N 384 (no TMA store), the causal history read in place; odd sizes must fall back to the direct conv. */
+static void winograd_cases(void) {
+    if (!selected("conv") && !selected("winograd")) return;
+    const int old = selftest ? 0 : w22_backend_cuda_swap_winograd_min(gpu, 64);
+    want_step = selftest ? -1 : W22_CONV_WINOGRAD;
+    conv_case("winograd", 1024, 1024, 2, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("winograd", 512, 512, 1, 6, 10, 3, 3, 0, 0, RES_SEPARATE, 0);
+    conv_case("winograd", 256, 256, 2, 12, 20, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_case("winograd", 512, 512, 1, 8, 12, 3, 3, 0, 0, RES_NONE, 1024);
+    conv_case("winograd", 256, 256, 1, 6, 10, 3, 3, 0, 0, RES_SEPARATE, 512);
+    conv_case("winograd", 64, 128, 7, 4, 6, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("winograd", 256, 256, 1, 36, 40, 3, 3, 0, 0, RES_NONE, 256);
+    conv_case("winograd", 128, 384, 1, 10, 18, 3, 3, 0, 0, RES_SEPARATE, 0);
+    conv_hist = 1;
+    conv_case("winograd", 1024, 1024, 2, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("winograd", 256, 256, 3, 6, 10, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_hist = 0;
+    want_step = selftest ? -1 : W22_CONV_DIRECT;
+    conv_case("winograd", 256, 256, 1, 7, 10, 3, 3, 0, 0, RES_NONE, 0); /* odd height: the direct conv */
+    conv_case("winograd", 256, 256, 1, 8, 9, 3, 3, 0, 0, RES_NONE, 0);  /* odd width */
+    want_step = -1;
+    if (!selftest) w22_backend_cuda_swap_winograd_min(gpu, old);
+}
+
 static void run_cases(void) {
     bytes_case();
     /* conv: real decoder shapes at reduced spatial size */
@@ -1163,6 +1206,7 @@ static void run_cases(void) {
     conv_case("edge", 4, 12, 2, 3, 5, 3, 3, 0, 0, RES_NONE, 0);         /* scalar kernel */
     conv_case("edge", 64, 64, 3, 5, 7, 3, 3, 0, 0, RES_INPLACE, 0);     /* mma kernel, one partial tile */
     conv_hist = 0;
+    winograd_cases();
     /* the causal conv with its history as partial sums (the head's conv_out): one frame per call, several, a call
      * of all frames with rows of two x tiles (3 rows: the mma kernel); the GEMM (N = 3 cout) on the 2D tiles into
      * fp32: N 36, 48 and 24 with partial tiles both ways; N = 48 under 6 rows on the mma kernel; the scalar kernel
@@ -1536,9 +1580,9 @@ static void run_perf(void) {
 
 int main(int argc, char **argv) {
     int perf = 0, device = 0;
-    /* These cases test the direct conv kernels (each asserts the path it expects) and --perf times them against
-     * cuDNN: the Winograd path (src/cuda/winograd.cu, on by default for 512 channels and up) stays off unless the
-     * environment asks for it, as tests/cuda_winograd.sh does. */
+    /* The decoder's Winograd path (src/cuda/winograd.cu, on by default for 512 channels and up) is off here but for
+     * winograd_cases(), which lower the threshold for their own weights: every other case is the direct conv the
+     * --perf lines time against cuDNN. */
     setenv("W22_WINOGRAD", "0", 0);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--perf")) perf = 1;

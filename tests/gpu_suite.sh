@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The GPU suite in one device command, within a time budget (default 470 s: the device tool's calls are 10 minutes,
+# its session's GPU time 30): the conformance of every op against the CPU backend (cuda_ops), every call right
+# whatever came before it (cuda_sequence: one decoder, interleaved decoders, two streams, the checking mode, issue
+# 27's sequence), the 4K decodes (cuda_large), and the Python package on the GPU with diffusers (test_gpu.py, where
+# diffusers imports). Each program's output goes to $OUT/NAME.log (the device tool returns at most 8 files), one line
+# per program to stdout: its status, seconds and closing line. A program the budget cannot fit is skipped and says
+# so. `make test` on a GPU machine runs every cuda_* program and script instead, without a budget.
+#
+#   BUILD=build-run OUT=$OUT tests/gpu_suite.sh [SEQUENCE_ARGS...]     (default SEQUENCE_ARGS: 60 96)
+set -u
+B=${BUILD:-build}
+O=${OUT:-/tmp/w22-gpu-suite}
+mkdir -p "$O"
+deadline=$(($(date +%s) + ${W22_SUITE_SECONDS:-470}))
+seq_args=("$@")
+[ ${#seq_args[@]} -eq 0 ] && seq_args=(60 96)
+fail=0
+run() { # NAME SECONDS COMMAND...
+    local name=$1 limit=$2 start left rc
+    shift 2
+    left=$((deadline - $(date +%s)))
+    if [ "$left" -lt 15 ]; then
+        echo "$name: skipped (the budget is spent)"; fail=$((fail + 1)); return
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    start=$(date +%s)
+    timeout "$limit" "$@" > "$O/$name.log" 2>&1
+    rc=$?
+    [ "$rc" -ne 0 ] && fail=$((fail + 1))
+    echo "$name: $([ $rc -eq 0 ] && echo ok || echo "FAILED (rc $rc$([ $rc -eq 124 ] && echo ', its time limit'))"), $(($(date +%s) - start)) s: $(tail -n 1 "$O/$name.log")"
+}
+run cuda_ops 120 "$B/tests/cuda_ops"
+run cuda_sequence 330 "$B/tests/cuda_sequence" "${seq_args[@]}"
+run cuda_large 40 "$B/tests/cuda_large"
+if python3 -c "import diffusers, torch" > /dev/null 2>&1; then
+    run test_gpu 120 python3 -m pytest -q python/tests/test_gpu.py
+else
+    echo "test_gpu: skipped (no torch or diffusers: pip install --target the wheels of .whl/, PYTHONPATH)"
+fi
+echo "gpu_suite: $fail of the programs failed or were skipped"
+[ "$fail" -eq 0 ]

@@ -177,9 +177,9 @@ typedef enum {
 } w22_conv_step;
 
 /* NULL when a conv runs as Winograd F(2x2, 3x3), else why not. has_wino: the backend made Winograd weights for this
- * conv at upload (its threshold, 512 channels and up: v17-v18, f121 -7%; none in exact mode); row_bytes: the
- * scratch of one tile row (winograd.cu). Every size: with 16 launches the 44 x 78 convs (28 tiles) ran 2x slower
- * than the direct conv (v17); as one launch of 16 x 28 they gain too (v18). */
+ * conv at upload (its threshold, 512 channels and up: v18's A/B -11.0% against the direct conv; none in exact
+ * mode); row_bytes: the scratch of one tile row (winograd.cu). Every size: with 16 launches the 44 x 78 convs (28
+ * tiles) ran 2x slower than the direct conv (v17); as one launch of 16 x 28 they gain too (v18). */
 static inline const char *w22_route_winograd_blocker(const w22_conv_args *a, int cin, int cout, int has_wino,
                                                      size_t row_bytes) {
     if (!has_wino) return "no Winograd weights (exact arithmetic, or channels below the threshold)";
@@ -204,7 +204,7 @@ static inline w22_conv_step w22_route_conv_step(const w22_conv_args *a, int has_
  * Its tiles (conv_sm90_wgmma_tma.cu), 128 output pixels (two consumer warpgroups of 64 rows) by BN channels:
  * | BN  | stages | clusters | epilogue   | used when                  | why |
  * | 256 | 4      | 1 or 2   | overlapped | N % 256 == 0               | 128 fp32 accumulators a consumer thread; 575-621 TFLOP/s on the heavy convs (v5-v9) |
- * | 128 | 6      | 1        | overlapped | N % 256 != 0 (N % 128 = 0) | half the N waste; the 128-channel test and attention shapes |
+ * | 128 | 6      | 1        | overlapped | N % 256 != 0 (N % 128 = 0) | half a 256 tile's N waste (no decoder conv: N 384 and the like) |
  * | 256 | 3      | 1 or 2   | TMA store  | w22_route_tma_store_*      | its 64 KB staging on a ring of 3: batch GEMMs f121 -1.8% (v20), direct convs -1.2% (v21) |
  * A persistent grid, one CTA per SM (v9: f121 -0.6% against one tile per CTA). */
 #define W22_WG_BM 128

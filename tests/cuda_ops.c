@@ -391,9 +391,6 @@ static long seen_kernel[7], seen_plan[3], seen_epi[4], seen_split, seen_phases4,
 static int want_step = -1;
 int w22_backend_cuda_swap_winograd_min(w22_backend *b, int n); /* tests only: the threshold for the next uploads */
 
-/* The TMA conv's stages for a tile of bn channels, te the TMA store's staging (route.h's tile table). */
-static int table_stages(int bn, int te) { return te ? 3 : bn == 256 ? 4 : 6; }
-
 /* The last conv's decision against what ran, and counted. Returns 1 when they agree (or under --selftest-cpu). */
 static int check_route(const char *op, const char *shape) {
     if (selftest) return 1;
@@ -406,7 +403,7 @@ static int check_route(const char *op, const char *shape) {
             const w22_route_launch *l = &r.ran[i];
             const int cl = r.plan == W22_TMA_TILES || (r.plan == W22_TMA_PAIRS_TAIL && i == 1) ? 1 : 2;
             ok &= l->cl == cl && l->te == (r.epi == W22_EPI_TMA_STORE ? 4 : 0) &&
-                  l->stages == table_stages(l->bn, l->te) && (l->bn == 256 || (cl == 1 && !l->te));
+                  l->stages == w22_route_tma_stages(l->bn, l->te) && (l->bn == 256 || (cl == 1 && !l->te));
         }
         ok &= r.launches > 0 && r.ran[r.launches - 1].split == r.want_split;
         if (ok) {

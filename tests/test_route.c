@@ -74,6 +74,9 @@ static void tma_launch_cases(void) {
     CHECK(w22_route_tma_split(&g, &h200, 1, 256, 1, 0, 0, 0) == 3, "76x256, 64->256: its 20-tile tail in 3 pieces");
     CHECK(w22_route_tma_split(&g, &side, 1, 256, 1, 0, 0, 0) == 1, "on the side stream: no split tail");
     CHECK(w22_route_tma_split(&g, &h200, 0, 256, 1, 0, 0, 0) == 1, "no persistent grid: no split tail");
+    /* the tile table: 256 channels on 4 stages, 128 on 6, the TMA store's 256 on 3 */
+    CHECK(w22_route_tma_stages(256, 0) == 4 && w22_route_tma_stages(128, 0) == 6 && w22_route_tma_stages(256, 4) == 3,
+          "the TMA conv's tile table");
 }
 
 /* ---- the TMA conv's epilogue ---- */

@@ -208,6 +208,9 @@ static inline w22_conv_step w22_route_conv_step(const w22_conv_args *a, int has_
  * | 256 | 3      | 1 or 2   | TMA store  | w22_route_tma_store_*      | its 64 KB staging on a ring of 3: batch GEMMs f121 -1.8% (v20), direct convs -1.2% (v21) |
  * A persistent grid, one CTA per SM (v9: f121 -0.6% against one tile per CTA). */
 #define W22_WG_BM 128
+/* The stages of a tile of bn channels by the table above (te: the TMA store's staging); the launch sites instantiate
+ * these, and tests/cuda_ops checks what launched against this. */
+static inline int w22_route_tma_stages(int bn, int te) { return te ? 3 : bn == 256 ? 4 : 6; }
 #define W22_SPLIT_MAX 3     /* pieces of K per split tile */
 #define W22_SPLIT_SLOTS 132 /* partial slots, one per piece: R split <= the grid (132 on an H200; more SMs: fewer pieces) */
 #define W22_PAIR_COST 0.97  /* a round of pairs against a round of tiles: a pair's tile ran 2-5% faster (v15) */

@@ -32,13 +32,11 @@
 #include "wgmma_common.cuh"
 
 /* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs;
- * MODE_EPI_DEFER: row half 1 overlapped with the next tile, MODE_EPI_SMEM: row half 0 too, through shared memory),
- * chosen per GEMM by route.h (w22_route_tail_epilogue, w22_route_tma_store_*; mode_of maps its answer to these bits). MODE_NO_EPI and MODE_NO_LOAD, v10-v12's measurement modes
- * (no stores; no loads), are no longer set by anything (their switches went at issue 29); their two branches stay in
- * the kernel until an A/B run shows the kernel without them no slower: removing them re-allocates the TE 0 kernels'
- * registers (half their SASS lines differ), while with them every kept kernel's SASS is what 7c0ed73 built. */
+ * MODE_EPI_DEFER: row half 1 overlapped with the next tile, MODE_EPI_SMEM: row half 0 too, through shared memory;
+ * MODE_EPI_TMA: the TMA store), chosen per GEMM by route.h (w22_route_tail_epilogue, w22_route_tma_store_*; mode_of
+ * maps its answer to these bits), and the phase tiles' order. No measurement modes: time a part with ncu. */
 enum {
-    MODE_EPI_VEC = 1, MODE_NO_EPI = 2, MODE_NO_LOAD = 4, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16, MODE_PHASE_MINOR = 32,
+    MODE_EPI_VEC = 1, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16, MODE_PHASE_MINOR = 32,
     MODE_EPI_TMA = 64 /* the tile through shared memory to TMA stores (kernel TE > 0: wg_epi_tma) */
 };
 
@@ -55,57 +53,7 @@ template <int BN, int STAGES, int TE = 0> struct tma_layout {
     static_assert(bytes <= 227 * 1024, "shared memory beyond the sm_90 per-block limit (227 KB)");
 };
 
-/* A consumer warp's release of stage s: to its own producer, and in a cluster of 2 to the peer's too, whose B half
- * lands in this CTA's stage as well (CL 2: empty[s] counts both CTAs' consumer warps). */
-template <int CL>
-static __device__ __forceinline__ void wg_release(uint32_t empty0, uint32_t peer_empty0, int s) {
-    mbar_arrive(empty0 + 8 * s);
-    if (CL == 2) mbar_arrive_remote(peer_empty0 + 8 * s);
-}
-
-/* One stage of a consumer warpgroup in the tile's main loop, in two halves (the overlapped epilogue's step runs
- * between them): wait for the stage and issue its wgmmas; then wait for the previous stage's wgmmas (that stage may
- * be refilled: released by lane 0 of each warp) and step the ring. */
-template <int BN, int STAGES>
-static __device__ __forceinline__ void wg_issue(float *acc, int s, uint32_t ph, uint32_t full0, uint64_t da0,
-                                                uint64_t db0) {
-    constexpr uint64_t STAGE_DESC = wg_layout<BN, STAGES>::stage_bytes >> 4;
-    mbar_wait_nt(full0 + 8 * s, ph);
-    wg_mma_stage<BN>(acc, da0 + s * STAGE_DESC, db0 + s * STAGE_DESC);
-}
-template <int STAGES, int CL>
-static __device__ __forceinline__ void wg_retire(int it, int &s, int &sp, uint32_t &ph, uint32_t empty0,
-                                                 uint32_t peer_empty0, int lane) {
-    wgmma_wait<1>(); /* stage it - 1's wgmmas are done: it may be refilled */
-    if (it > 0 && lane == 0) wg_release<CL>(empty0, peer_empty0, sp);
-    sp = s;
-    if (++s == STAGES) s = 0, ph ^= 1;
-}
-
-/* Deferred-store step j: the held half 1 first (from registers, shifted down), then half 0 (from the staging). */
-template <int BN>
-static __device__ __forceinline__ void defer_step(wg_defer<BN> &dq, const w22_mm &g, int j, int tq, uint32_t epi) {
-    if (j < BN / 32) {
-        wg_defer_step<BN>(dq, g, j, tq);
-        wg_defer_shift<BN>(dq);
-    } else {
-        wg_defer_step_smem<BN>(dq, g, j - BN / 32, tq, epi);
-    }
-}
-
 #include "tma_split_tail.cuh" /* the split tail: work items, the pieces' arrival and sum */
-
-/* The producer's channel slice and tap at stage k0 (the main taps, then the shortcut's channels). */
-static __device__ __forceinline__ void wg_k_start(const w22_mm &g, int k0, int main_iters, int &c0, int &dt,
-                                                  int &dy, int &dx) {
-    if (k0 < main_iters) {
-        const int cs = g.cin / WG_BK, tap = k0 / cs;
-        c0 = (k0 - tap * cs) * WG_BK;
-        dx = tap % g.ks, dy = tap / g.ks % g.ks, dt = tap / (g.ks * g.ks);
-    } else {
-        c0 = (k0 - main_iters) * WG_BK, dt = g.kt, dy = dx = 0;
-    }
-}
 
 #include "tma_epi_store.cuh" /* the TMA store epilogue (wg_epi_tma) */
 
@@ -137,6 +85,16 @@ static __device__ __forceinline__ wg_tile wg_tile_of(int tile_ix, int tpp, int t
     return r;
 }
 
+/* The kernel's schedule, as both roles read it: the items (tiles, pairs' tiles, pieces of split tiles) and their
+ * order, the K stages, the load corner's shift. */
+#define TMA_SCHED_PARAMS                                                                                         \
+    int tpf, int cx, int cy, int main_iters, int iters, int tiles_n, int tpp, int mt, int tile0, int whole, int split, \
+        int items, int np_minor, int crank, int w0, int wstep
+#define TMA_SCHED_ARGS tpf, cx, cy, main_iters, iters, tiles_n, tpp, mt, tile0, whole, split, items, np_minor, crank, w0, wstep
+
+#include "tma_producer.cuh" /* warpgroup 0: the loads */
+#include "tma_consumer.cuh" /* warpgroups 1 and 2: the wgmmas and the epilogues */
+
 template <int BN, int STAGES, int CL, int TE>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     w22_conv_wgmma_tma_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_scb,
@@ -167,137 +125,12 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     if (CL == 2) cluster_sync_all(); /* the peer's barriers are initialized before any multicast or remote arrival */
 
     if (wg == 0) {
-        /* ---------------- producer: one thread ---------------- */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WG_PRODUCER_REGS));
-        if (tid == 0) {
-            int s = 0, loads = 0; /* stage of the next load; loads issued so far */
-            uint32_t ph = 0;
-            for (int w = w0; w < items; w += wstep) {
-                const wg_item wi = wg_item_of(w, whole, split, iters);
-                const wg_tile wt = wg_tile_of<BN, CL>(tile0 + wi.tile, tpp, tiles_n, mt, crank, np_minor);
-                const int p = wt.p, tm = wt.tm, n0 = wt.n0; /* p: the phase (0 for a single GEMM) */
-                const int t = tm / tpf, r0 = (tm - t * tpf) * WG_BM, y0 = r0 / g.W, x0 = r0 - y0 * g.W;
-                /* phase p = py 2 + px: its A map (phases 1-3's in the history's and shortcut's slots, which a phase
-                 * GEMM does not use), its load corner (+ (px, py): its pads are phase 0's - (py, px)), its B rows */
-                const CUtensorMap *ma = p == 0 || !g.phases ? &tm_a : p == 1 ? &tm_h0 : p == 2 ? &tm_h1 : &tm_sca;
-                /* a batch's GEMM p (g.batch): its frames from p a_frames on in the one A map, no corner shift */
-                const int pq = g.phases ? p : 0, pf = g.batch ? p * (int)g.a_frames : 0;
-                /* CL 2: this CTA's half of the B rows, multicast into both CTAs' stage */
-                const int xa = x0 + cx + (pq & 1), ya = y0 + cy + (pq >> 1), nb = n0 + p * g.N + crank * (BN / 2);
-                const uint32_t b_off = crank * (L::b_bytes / 2);
-                int c0, dt, dy, dx;
-                wg_k_start(g, wi.k0, main_iters, c0, dt, dy, dx);
-                for (int it = wi.k0; it < wi.k1; it++, loads++) {
-                    if (loads >= STAGES) mbar_wait(empty0 + 8 * s, ph ^ 1);
-                    const uint32_t sa = base + s * L::stage_bytes, sb = sa + L::a_bytes, full = full0 + 8 * s;
-                    if (mode & MODE_NO_LOAD) { /* never set (see the enum) */
-                        mbar_arrive(full);
-                    } else if (it < main_iters) {
-                        mbar_arrive_expect_tx(full, L::stage_bytes);
-                        const int j = t + dt; /* the input frame of this tap: a history frame or a new one */
-                        const bool nw = j >= g.hist_n;
-                        tma_load_im2col(sa, nw ? ma : j == 0 ? &tm_h0 : &tm_h1, full, c0, xa, ya,
-                                        nw ? j - g.hist_n + pf : 0, (uint16_t)dx, (uint16_t)dy);
-                        const int kb = ((dt * g.ks + dy) * g.ks + dx) * g.cin + c0;
-                        if (CL == 2)
-                            tma_load_2d_mc(sb + b_off, &tm_b, full, kb, nb, 3);
-                        else
-                            tma_load_2d(sb, &tm_b, full, kb, nb);
-                    } else {
-                        mbar_arrive_expect_tx(full, L::stage_bytes);
-                        tma_load_im2col(sa, &tm_sca, full, c0, x0, y0, t, 0, 0);
-                        if (CL == 2)
-                            tma_load_2d_mc(sb + b_off, &tm_scb, full, c0, n0 + crank * (BN / 2), 3);
-                        else
-                            tma_load_2d(sb, &tm_scb, full, c0, n0);
-                    }
-                    /* the next stage's channels and tap; after the last tap c0 restarts for the shortcut's */
-                    c0 += WG_BK;
-                    if (it < main_iters && c0 == g.cin) {
-                        c0 = 0;
-                        if (++dx == g.ks) {
-                            dx = 0;
-                            if (++dy == g.ks) dy = 0, dt++;
-                        }
-                    }
-                    if (++s == STAGES) s = 0, ph ^= 1;
-                }
-            }
-        }
+        if (tid == 0)
+            tma_produce<BN, STAGES, CL>(tm_b, tm_scb, tm_a, tm_h0, tm_h1, tm_sca, g, TMA_SCHED_ARGS, base, full0, empty0);
     } else {
-        /* ---------------- consumers (as the persistent kernel's) ---------------- */
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS));
-        const int cw = wg - 1, lane = tid & 31, warp4 = (tid >> 5) & 3, tq = lane & 3;
-        constexpr int NACC = BN / 2;
-        const uint64_t da0 = smem_desc(base + cw * 64 * WG_ROW_BYTES), db0 = smem_desc(base + L::a_bytes);
-        const bool defer = mode & MODE_EPI_DEFER;
-        const uint32_t peer_empty0 = CL == 2 ? cluster_map(empty0, crank ^ 1) : 0;
-        /* this thread's staging (MODE_EPI_SMEM), else 0: half 0 stored in the tail */
-        const uint32_t epi = mode & MODE_EPI_SMEM ? base + tma_layout<BN, STAGES, TE>::epi_off + (tid - 128) * 16 : 0;
-        const int steps = epi ? 2 * (BN / 32) : BN / 32; /* stages of the next tile that store the held outputs */
-        wg_defer<BN> dq; /* the previous tile's outputs, stored during this tile's first stages */
-        dq.orow[0] = dq.orow[1] = dq.rrow[0] = dq.rrow[1] = -1;
-        dq.n0 = 0;
-        int s = 0, sp = 0;
-        uint32_t ph = 0;
-        for (int w = w0; w < items; w += wstep) {
-            const wg_item wi = wg_item_of(w, whole, split, iters);
-            const wg_tile wt = wg_tile_of<BN, CL>(tile0 + wi.tile, tpp, tiles_n, mt, crank, np_minor);
-            const int p = wt.p, tm = wt.tm, n0 = wt.n0;
-            const int t = tm / tpf, m0 = t * HW + (tm - t * tpf) * WG_BM;
-            const int m_end = m0 + WG_BM < (t + 1) * HW ? m0 + WG_BM : (t + 1) * HW; /* this frame's rows only */
-            const int n_it = wi.k1 - wi.k0;
-            float acc[NACC];
-#pragma unroll
-            for (int i = 0; i < NACC; i++) acc[i] = 0.f;
-            for (int it = 0; it < n_it; it++) {
-                wg_issue<BN, STAGES>(acc, s, ph, full0, da0, db0);
-                if (defer && it < steps) defer_step<BN>(dq, g, it, tq, epi);
-                wg_retire<STAGES, CL>(it, s, sp, ph, empty0, peer_empty0, lane);
-                __syncwarp(); /* converged before the next .aligned wgmma */
-            }
-            if (defer) /* a tile of fewer stages than the store's steps: the rest now */
-                for (int j = n_it; j < steps; j++) defer_step<BN>(dq, g, j, tq, epi);
-            wgmma_wait<0>();
-            if (lane == 0) wg_release<CL>(empty0, peer_empty0, sp); /* the tile's last stage: the next tile's loads refill it */
-#pragma unroll
-            for (int i = 0; i < NACC; i++) reg_fence(acc[i]);
-            if (!wt.valid) { /* CL 2: the pair's missing M tile (its loads fed the peer's B half) */
-                dq.orow[0] = dq.orow[1] = -1;
-                __syncwarp();
-                continue;
-            }
-            if (wi.piece >= 0) { /* a split tile (its pieces run in the grid's last round) */
-                const int ti = (wi.tile - whole) * CL + crank; /* CL 2: a pair's two tiles, each its own slots */
-                if (!wg_split_arrive<NACC>(part, count + ti, ti * split + wi.piece, split, acc, tid - 128,
-                                           base + tma_layout<BN, STAGES, TE>::word_off)) {
-                    dq.orow[0] = dq.orow[1] = -1; /* not the last piece: nothing of this item to store */
-                    __syncwarp();
-                    continue;
-                }
-                wg_split_sum<NACC>(part, ti * split, split, acc, tid - 128);
-            }
-            if (TE) { /* frame t of GEMM p (a batch's; 0 for a direct conv): frame p F + t of the map, F = mt / tpf */
-                wg_epi_tma<BN, TE ? TE : 1>(g, acc, base + tma_layout<BN, STAGES, TE>::stg_off, &tm_o, cw, warp4,
-                                            lane, tid == 128, m0 - t * HW, p * (mt / tpf) + t, n0, box_px);
-                __syncwarp();
-                continue;
-            }
-            /* the phase's offsets: g is a __grid_constant__ so that this runtime index is an indexed constant load
-             * (a copy of g would go to local memory; selects of the four values made ptxas hoist all eight out of
-             * the tile loop, and the registers they took cost the stage loop 17 instructions on the 128 tile) */
-            const int po = g.ph_o[p], pr = g.ph_r[p];
-            if (defer)
-                wg_defer_pack<BN>(dq, g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr, epi);
-            else if (mode & MODE_EPI_VEC)
-                wg_store_tile_vec<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr);
-            else if (!(mode & MODE_NO_EPI))
-                wg_store_tile<BN>(g, acc, m0, m_end, n0, cw, warp4, lane, HW, po, pr);
-            __syncwarp(); /* the rows past m_end diverged: converged again before the next tile's .aligned wgmma ops */
-        }
-        if (defer) /* the CTA's last tile: nothing left to overlap with */
-            for (int j = 0; j < steps; j++) defer_step<BN>(dq, g, j, tq, epi);
-        if (TE && tid == 128) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); /* the last stores done */
+        tma_consume<BN, STAGES, CL, TE>(&tm_o, g, TMA_SCHED_ARGS, HW, base, full0, empty0, tid, wg, mode, part, count, box_px);
     }
     if (CL == 2) cluster_sync_all(); /* no CTA leaves while its peer may still arrive on its barriers or load into it */
 }

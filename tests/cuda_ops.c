@@ -306,6 +306,11 @@ static void weight_layout_case(const char *name, w22_weight_kind kind, const int
         free(f), free(src);
         return;
     }
+    /* The caller's side of w22_weights_from_device's contract: what wrote the weights is complete before the call.
+     * cudaMemcpy from pageable memory may return before its last DMA lands, and the backend reads on its own
+     * non-blocking stream (the public call's finite check on the legacy stream orders it; this op-level call does
+     * not): without this sync one byte in 331776 came back stale on the H200 in session 29. */
+    if (on_gpu) cudaDeviceSynchronize();
     const w22_wsrc ws = {on_gpu ? dsrc : src, dt, on_gpu ? 0 : -1};
     w22_bweight *w = NULL;
     w22_status s = gpu->ops->weight_upload(gpu, kind, ws, shape, ndim, &w);

@@ -2,10 +2,11 @@
  * operands in shared memory), a warp-specialized ring on mbarriers: one producer thread issues the TMA loads of A and
  * B, two consumer warpgroups of 64 rows x BN columns multiply. Tiles 128 x 256 (4 stages, 128 fp32 accumulators a
  * consumer thread) or 128 x 128 (6 stages) where N % 256 != 0. Its measurements: docs/PERF.md v9-v21.
- * The pieces: this file, the kernel and its launch; tma_split_tail.cuh, the split tail; tma_epi_store.cuh, the
- * TMA-store epilogue; tma_maps.cuh, the host's tensor maps; route.h, which GEMMs come here and how they launch (tile,
- * tiles or pairs, split tail, epilogue); wgmma_common.cuh, the PTX wrappers, the named barrier (WG_BAR_CONSUMERS), the ring's layout, the other
- * epilogues.
+ * The pieces: this file, the kernel's setup and its launch; tma_producer.cuh, the loads (warpgroup 0);
+ * tma_consumer.cuh, the wgmmas and the choice of epilogue (warpgroups 1-2); tma_split_tail.cuh, the split tail;
+ * tma_epi_store.cuh, the TMA-store epilogue; tma_maps.cuh, the host's tensor maps; route.h, which GEMMs come here and
+ * how they launch (tile, tiles or pairs, split tail, epilogue); wgmma_common.cuh, the PTX wrappers, the named barrier
+ * (WG_BAR_CONSUMERS), the ring's layout, the other epilogues.
  *
  * A: the TMA's im2col mode, one instruction per stage (128 rows x 64 channels). The map describes the frames as
  * {C, W, H, frames} (with a border: {C, W + 2, H + 2, frames} from pixel (-1, -1)); a stage walks tap (0, 0)'s H x W

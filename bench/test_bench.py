@@ -19,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
 import conv_bench  # noqa: E402
+import path as path_bench  # noqa: E402
 import report  # noqa: E402
 
 
@@ -641,6 +642,43 @@ def built_libs():
     found = sorted(glob.glob(os.path.join(root, "build*", "libwan22vae.so")))
     found = [p for p in found if "asan" not in os.path.basename(os.path.dirname(p))]
     return sorted(found, key=lambda p: os.path.basename(os.path.dirname(p)) != "build")
+
+
+def built_cli():
+    """The CLI beside the library that built_libs() finds."""
+    libs = built_libs()
+    cli = os.path.join(os.path.dirname(libs[0]), "wan22vae") if libs else ""
+    return cli if os.path.exists(cli) else ""
+
+
+class PathPhases(unittest.TestCase):
+    """bench/path.py records the CLI's own account of where each run's time went (its -v line): the line as the
+    CLI prints it must parse into every phase, or the GPU run's JSON would silently lack them."""
+    PHASES = {"checks", "latents", "weights", "open", "output and threads", "decode", "frames copied to the writer",
+              "waiting for its buffers", "the writer's last frames", "finishing the output", "the writer busy"}
+
+    def test_a_line(self):
+        line = ("wan22vae: time: checks 0.31 s, latents 0.01 s, weights 0.07 s, open 1.21 s, output and threads 0.00 s, "
+                "decode 9.60 s (of it: frames copied to the writer 0.80 s, waiting for its buffers 0.00 s), the "
+                "writer's last frames 0.05 s, finishing the output 0.02 s; the writer busy 2.90 s")
+        got = path_bench.cli_phases("wan22vae: weights: x\n" + line + "\nwan22vae: wrote v.y4m\n")
+        self.assertEqual(set(got), self.PHASES)
+        self.assertEqual((got["decode"], got["frames copied to the writer"], got["the writer busy"]), (9.6, 0.8, 2.9))
+        self.assertEqual(path_bench.cli_phases("no such line"), {})
+
+    @unittest.skipUnless(built_cli(), "no built wan22vae CLI")
+    def test_the_cli(self):
+        import subprocess
+        cli = built_cli()
+        with tempfile.TemporaryDirectory() as d:
+            w, z, v = (os.path.join(d, x) for x in ("w.safetensors", "z.npy", "v.y4m"))
+            subprocess.run([cli, "synth", "weights", "-o", w, "--z-dim", "4", "--base-dim", "8"], check=True,
+                           capture_output=True)
+            subprocess.run([cli, "synth", "latents", "-o", z, "--z-dim", "4", "--frames", "2", "--height", "3",
+                            "--width", "4"], check=True, capture_output=True)
+            p = subprocess.run([cli, "decode", "-w", w, "-l", z, "-o", v, "-v"], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(set(path_bench.cli_phases(p.stderr)), self.PHASES, p.stderr)
 
 
 @unittest.skipUnless(built_libs(), "no built libwan22vae.so")

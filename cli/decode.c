@@ -125,6 +125,9 @@ typedef struct {
     float *ring[4];
     size_t ring_cap;
     int ring_f0[4], ring_n[4], head, count;
+    /* where the time goes (-v): the decode's callbacks copying chunks over and waiting for a free slot, and the
+     * writer's time in w22_video_write (issue 30: the writing must hide under the decode) */
+    double copy_s, wait_s, write_s;
 } decode_ctx;
 #define RING 4
 
@@ -141,9 +144,11 @@ static void *writer_main(void *p) {
         if (!c->count) break; /* stopped and drained */
         const int k = c->head;
         pthread_mutex_unlock(&c->wmu);
+        const double t0 = w22_now();
         const w22_status s = c->write_status == W22_OK ? w22_video_write(c->vw, c->ring[k], c->ring_f0[k], c->ring_n[k])
                                                        : W22_OK;
         pthread_mutex_lock(&c->wmu);
+        c->write_s += w22_now() - t0;
         if (s != W22_OK && c->write_status == W22_OK) write_failed(c, s);
         if (s == W22_OK) {
             pthread_mutex_lock(&c->mu);
@@ -176,7 +181,9 @@ static int on_frames(void *user, const float *frames, int frame0, int nframes, i
     if (c->sync_write || !c->writer_on || n > c->ring_cap) { /* in the callback (a chunk larger than planned too) */
         if (c->writer_on) writer_stop(c); /* the chunks before it first */
         if (c->write_status != W22_OK) return 1;
+        const double t0 = w22_now();
         const w22_status s = w22_video_write(c->vw, frames, frame0, nframes);
+        c->write_s += w22_now() - t0;
         if (s != W22_OK) {
             write_failed(c, s);
             return 1;
@@ -186,6 +193,7 @@ static int on_frames(void *user, const float *frames, int frame0, int nframes, i
         pthread_mutex_unlock(&c->mu);
         return 0;
     }
+    double t0 = w22_now();
     pthread_mutex_lock(&c->wmu);
     while (c->count == RING && c->write_status == W22_OK) pthread_cond_wait(&c->wcv, &c->wmu);
     const int failed = c->write_status != W22_OK;
@@ -193,7 +201,9 @@ static int on_frames(void *user, const float *frames, int frame0, int nframes, i
     if (!failed) k = (c->head + c->count) % RING;
     pthread_mutex_unlock(&c->wmu);
     if (failed) return 1;
+    const double t1 = w22_now();
     memcpy(c->ring[k], frames, n * sizeof(float)); /* the slot is the decode's until counted in */
+    c->wait_s += t1 - t0, c->copy_s += w22_now() - t1; /* only the callbacks, one at a time, write these */
     pthread_mutex_lock(&c->wmu);
     c->ring_f0[k] = frame0, c->ring_n[k] = nframes;
     c->count++;
@@ -326,6 +336,7 @@ static int pick_stats(const w22_weights_info *info, int zdim, const char *weight
 }
 
 int cli_decode(int argc, char **argv) {
+    const double t_start = w22_now(); /* -v's time line: the phases of the process from here */
     const char *weights_path = NULL, *latents_path = NULL, *out = NULL, *device = "cpu", *variant = NULL;
     w22_video_options vopt = {NULL, -1, NULL, NULL};
     long long fpp = 0, threads = 0, cuda_device = -1, crf = -1, dev_index = -1, png_level = -1;
@@ -451,6 +462,7 @@ int cli_decode(int argc, char **argv) {
     }
     /* Where the weights are (a file, an index, a folder), and inputs that are not regular files (a FIFO would hang
      * the load), before either loads. */
+    const double t_checked = w22_now();
     w22_weights_location loc;
     if (w22_weights_locate(weights_path, variant, &loc) != W22_OK) return cli_fail("loading weights %s", weights_path);
     if (w22_input_check(latents_path, "latents") != W22_OK) return cli_fail("loading latents %s", latents_path);
@@ -474,11 +486,13 @@ int cli_decode(int argc, char **argv) {
         cli_fail("loading latents %s", latents_path);
         goto done;
     }
+    const double t_latents = w22_now();
     if (w22_weights_open_path(weights_path, variant, &weights, &info) != W22_OK) {
         cli_fail("loading weights %s", weights_path);
         goto done;
     }
     info_loaded = 1;
+    const double t_weights = w22_now();
     const w22_config *cfg = w22_weights_config(weights);
     if (verbose) {
         fprintf(stderr, "wan22vae: weights: %s (%s; %d tensors), config from %s: z_dim %d, base_dim %d\n",
@@ -516,6 +530,7 @@ int cli_decode(int argc, char **argv) {
     }
     w22_weights_free(weights); /* the decoder holds its own copy in its layout */
     weights = NULL;
+    const double t_open = w22_now();
 
     catch_signals(); /* before the temporary output exists, so that no signal can leave it behind */
     if (w22_video_open_opts(out, fmt, F, H, W, fps, force, &vopt, &c.vw) != W22_OK) {
@@ -548,8 +563,11 @@ int cli_decode(int argc, char **argv) {
     }
 
     writer_start(&c, 1, H, W); /* one video frame a delivery: the last stage's chunk */
+    const double t_decode = w22_now();
     w22_status s = interrupted ? W22_OK : w22_decode_frames(dec, z, W22_DTYPE_F32, T, h, w, on_frames, &c);
+    const double t_decoded = w22_now();
     writer_stop(&c); /* every chunk handed over is written (or the first failure recorded) */
+    const double t_written = w22_now();
     heartbeat_stop(&c, hb, &hb_started);
     if (c.show && c.tty && s != W22_OK) fputc('\n', stderr); /* end the progress line before a message */
     int stream = w22_output_is_stream(out);
@@ -572,6 +590,13 @@ int cli_decode(int argc, char **argv) {
         cli_fail("finishing %s", out_name);
         goto done;
     }
+    if (verbose) /* where the time went: the writing should hide under the decode (issue 30) */
+        fprintf(stderr, "wan22vae: time: checks %.2f s, latents %.2f s, weights %.2f s, open %.2f s, output and "
+                "threads %.2f s, decode %.2f s (of it: frames copied to the writer %.2f s, waiting for its buffers "
+                "%.2f s), the writer's last frames %.2f s, finishing the output %.2f s; the writer busy %.2f s\n",
+                t_checked - t_start, t_latents - t_checked, t_weights - t_latents, t_open - t_weights,
+                t_decode - t_open, t_decoded - t_decode, c.copy_s, c.wait_s, t_written - t_decoded,
+                w22_now() - t_written, c.write_s);
     if (c.show) print_progress(&c, 1, 0);
     if (!quiet)
         fprintf(stderr, "wan22vae: wrote %s: %d frames of %dx%d (%s)\n", out_name, F, W, H,

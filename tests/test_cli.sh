@@ -270,6 +270,19 @@ run "-q" 0 "" "$BIN" decode -w w.safetensors -l z.safetensors -o short.y4m -f -q
 [ ! -s err.txt ] && ok "-q: nothing on stderr" || bad "-q: nothing on stderr" "$(cat err.txt)"
 run "-v: what was read" 0 "wan22vae: weights: w.safetensors (a safetensors file; 110 tensors), config from the file" \
     "$BIN" decode -w w.safetensors -l z.safetensors -o short.y4m -f -v
+# -v's time line: every phase named with its seconds, and the phases of the process add up to no more than its time
+t0=$(date +%s%N)
+"$BIN" decode -w w.safetensors -l z.safetensors -o short.y4m -f -v 2>err.txt
+wall=$(( ($(date +%s%N) - t0) / 1000000 ))
+line=$(grep "^wan22vae: time: " err.txt)
+sum=$(sed 's/(of it:[^)]*)//; s/; the writer busy.*//' <<<"$line" | grep -o '[0-9.]* s' | awk '{t += $1} END {printf "%d", t * 1000}')
+missing=
+for what in checks latents weights open "output and threads" decode "frames copied to the writer" \
+    "waiting for its buffers" "the writer's last frames" "finishing the output" "the writer busy"; do
+    grep -q "$what [0-9]*\.[0-9][0-9] s" <<<"$line" || missing="$missing '$what'"
+done
+[ -n "$line" ] && [ -z "$missing" ] && [ "$sum" -le "$wall" ] && ok "-v: the time line ($sum ms of the process' $wall ms)" ||
+    bad "-v: the time line" "missing:$missing; the phases $sum ms, the process $wall ms: $line"
 run "synth -o -f" 0 "" "$BIN" synth latents -o z.npy -f --z-dim 4 --frames 2 --height 3 --width 4
 for c in decode info synth gpu-check; do
     run "help $c" 0 "usage: wan22vae $c" "$BIN" help "$c"

@@ -73,7 +73,7 @@ static const char usage[] =
     "      --threads N        CPU threads of the decode and of the PNG encoders (default: all cores)\n"
     "  -f, --force            replace an existing output\n"
     "  -v, --verbose          say more on stderr: the weights and config read, the statistics used, the ffmpeg\n"
-    "                         command line\n"
+    "                         command line, and at the end where the time went (open, decode, writing)\n"
     "  -q, --quiet            nothing on stderr but errors\n"
     "      --progress         show progress even when stderr is not a terminal\n"
     "      --progress-interval S  seconds between heartbeat lines while a pass runs (default 1 on a terminal,\n"

@@ -79,6 +79,12 @@ $(BUILD)/%.o: %.c $(BUILD)/.flags
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
+# The frame conversions of the video writers, vectorized (issue 30: the writer thread keeps up with the decode).
+# pixels.c's float steps must round one by one as w22_pixel_u8's reference does: no fused multiply-add; no trapping
+# math lets its compares become vector selects (no value changes: only floating-point exceptions are not kept).
+$(BUILD)/src/io/pixels.o: CFLAGS += -ffp-contract=off -fno-trapping-math -ftree-vectorize
+$(BUILD)/src/io/video_y4m.o: CFLAGS += -ftree-vectorize
+
 $(BUILD)/%.o: %.cu $(BUILD)/.flags
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@

@@ -310,6 +310,58 @@ static void test_pixels(void) {
     CHECK(ok, "levels v / 127.5 - 1 map back to v");
 }
 
+/* The writers' vectorized conversion (w22_plane_u8, which w22_frame_rgb24 and the y4m writer use) against the
+ * reference, w22_pixel_u8: on every float of magnitude 2^-30 up to 4 (both signs: every rounding edge of the 256
+ * levels and the clamps lie there), every 4099th bit pattern elsewhere (the tiny values, the large ones, infinities
+ * and NaNs), and the specials; then a frame of w22_frame_rgb24 at an odd size against the reference value by value. */
+static void test_pixels_vectorized(void) {
+    enum { N = 1 << 16 };
+    static float x[N];
+    static uint8_t got[N];
+    size_t checked = 0, bad = 0;
+    uint32_t first_bad = 0;
+    for (int sign = 0; sign < 2; sign++) {
+        const uint32_t lo = 0x30800000u, hi = 0x40800000u; /* 2^-30 .. 4 */
+        for (uint64_t u0 = 0; u0 < 0x80000000u;) {
+            size_t n = 0;
+            while (n < N && u0 < 0x80000000u) {
+                const uint32_t u = (uint32_t)u0 | (sign ? 0x80000000u : 0);
+                memcpy(&x[n++], &u, 4);
+                u0 += (u0 >= lo && u0 < hi) ? 1 : 4099;
+            }
+            w22_plane_u8(x, n, got);
+            for (size_t i = 0; i < n; i++)
+                if (got[i] != w22_pixel_u8(x[i]) && bad++ == 0) memcpy(&first_bad, &x[i], 4);
+            checked += n;
+        }
+    }
+    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 0x1p-149f, -0x1p-149f, 0x1p-126f, 1.0f,
+                             -1.0f, 0x1.fffffep127f, -0x1.fffffep127f};
+    const size_t ns = sizeof special / sizeof special[0];
+    w22_plane_u8(special, ns, got);
+    for (size_t i = 0; i < ns; i++)
+        if (got[i] != w22_pixel_u8(special[i]) && bad++ == 0) memcpy(&first_bad, &special[i], 4);
+    CHECK(bad == 0, "w22_plane_u8: %zu of %zu floats differ from w22_pixel_u8, the first 0x%08x", bad, checked + ns,
+          first_bad);
+    /* a frame at an odd size (not a multiple of the conversion's blocks), frame 1 of a chunk of 2 */
+    const int H = 37, W = 61, n = 2;
+    const size_t plane = (size_t)H * W;
+    float *chunk = malloc(plane * 3 * n * sizeof(float));
+    uint8_t *rgb = malloc(plane * 3);
+    uint64_t st = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < plane * 3 * n; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        chunk[i] = (float)((int64_t)(st >> 33) - (1ll << 30)) / (float)(1 << 29); /* -2 .. 2 */
+    }
+    w22_frame_rgb24(chunk, n, 1, H, W, rgb);
+    size_t fbad = 0;
+    for (size_t i = 0; i < plane; i++)
+        for (int c = 0; c < 3; c++) fbad += rgb[3 * i + c] != w22_pixel_u8(chunk[((size_t)c * n + 1) * plane + i]);
+    CHECK(fbad == 0, "w22_frame_rgb24 37x61: %zu of %zu values differ from w22_pixel_u8", fbad, plane * 3);
+    free(chunk);
+    free(rgb);
+}
+
 /* The tiny known video: 2 frames of 2x2, pixels black, white, red, green in frame 0 and mid-gray x4 in frame 1. */
 static void tiny_video(float chunk[3][2][2][2]) {
     static const float rgb[2][4][3] = {
@@ -1296,6 +1348,7 @@ int main(void) {
     test_latents();
     test_check_finite();
     test_pixels();
+    test_pixels_vectorized();
     test_y4m();
     test_existing_and_failures();
     test_formats();

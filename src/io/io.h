@@ -80,6 +80,8 @@ w22_status w22_check_finite(const void *x, w22_dtype t, int ndim, const int64_t 
 uint8_t w22_pixel_u8(float x);
 /* Frame f of a chunk [3][n][H][W] (float32, NCDHW) as packed RGB rows, rgb[(y * W + x) * 3 + c]. */
 void w22_frame_rgb24(const float *chunk, int n, int f, int height, int width, uint8_t *rgb);
+/* n values as 8 bits (w22_pixel_u8 of each), into dst. */
+void w22_plane_u8(const float *src, size_t n, uint8_t *dst);
 
 /* ---- output files ---- */
 

@@ -17,11 +17,16 @@ typedef struct {
 static size_t frame_bytes(const w22_video_writer *vw) { return 6 + (size_t)3 * vw->height * vw->width; }
 
 /* BT.601 limited range in 8-bit fixed point (the integer form of Y = 16 + 219 * (0.299 R + 0.587 G + 0.114 B) /
- * 255 and the like, as in ITU-R BT.601 and libyuv); the 32768 offset keeps the shifted values non-negative. */
-static void rgb_to_ycbcr(int r, int g, int b, uint8_t *y, uint8_t *cb, uint8_t *cr) {
-    *y = (uint8_t)(((66 * r + 129 * g + 25 * b + 128) >> 8) + 16);
-    *cb = (uint8_t)((-38 * r - 74 * g + 112 * b + 128 + 32768) >> 8);
-    *cr = (uint8_t)((112 * r - 94 * g - 18 * b + 128 + 32768) >> 8);
+ * 255 and the like, as in ITU-R BT.601 and libyuv); the 32768 offset keeps the shifted values non-negative. Planes
+ * in, planes out, none overlapping (restrict: the loop vectorizes). */
+static void rgb_to_ycbcr(const uint8_t *restrict r, const uint8_t *restrict g, const uint8_t *restrict b, size_t n,
+                         uint8_t *restrict y, uint8_t *restrict cb, uint8_t *restrict cr) {
+    for (size_t i = 0; i < n; i++) {
+        const int R = r[i], G = g[i], B = b[i];
+        y[i] = (uint8_t)(((66 * R + 129 * G + 25 * B + 128) >> 8) + 16);
+        cb[i] = (uint8_t)((-38 * R - 74 * G + 112 * B + 128 + 32768) >> 8);
+        cr[i] = (uint8_t)((112 * R - 94 * G - 18 * B + 128 + 32768) >> 8);
+    }
 }
 
 static w22_status y4m_open(w22_video_writer *vw) {
@@ -41,10 +46,12 @@ static w22_status y4m_write(w22_video_writer *vw, const float *chunk, int frame0
     y4m_state *st = vw->impl;
     size_t plane = (size_t)vw->height * vw->width;
     uint8_t *Y = st->frame + 6, *Cb = Y + plane, *Cr = Cb + plane;
+    uint8_t *R = vw->rgb, *G = R + plane, *B = G + plane; /* the writer's RGB frame, as three planes here */
     for (int f = 0; f < n; f++) {
-        w22_frame_rgb24(chunk, n, f, vw->height, vw->width, vw->rgb);
-        for (size_t i = 0; i < plane; i++)
-            rgb_to_ycbcr(vw->rgb[3 * i], vw->rgb[3 * i + 1], vw->rgb[3 * i + 2], Y + i, Cb + i, Cr + i);
+        w22_plane_u8(chunk + (size_t)f * plane, plane, R); /* chunk [3][n][H][W] */
+        w22_plane_u8(chunk + ((size_t)n + f) * plane, plane, G);
+        w22_plane_u8(chunk + ((size_t)2 * n + f) * plane, plane, B);
+        rgb_to_ycbcr(R, G, B, plane, Y, Cb, Cr);
         uint64_t off = st->header_len + (uint64_t)(frame0 + f) * frame_bytes(vw);
         W22_TRY(w22_outfile_pwrite(&vw->out, st->frame, frame_bytes(vw), off));
     }

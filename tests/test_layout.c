@@ -58,7 +58,8 @@ static double now(void) {
 }
 
 int main(void) {
-    static const int shapes[][3] = {{64, 48, 27}, {7, 5, 1}, {33, 16, 9}, {1, 3, 27}, {40, 24, 27}, {3, 130, 9}};
+    static const int shapes[][3] = {{64, 48, 27}, {7, 5, 1}, {33, 16, 9}, {1, 3, 27}, {40, 24, 27}, {3, 130, 9},
+                                       {130, 37, 27}, {200, 3, 9}, {65, 17, 1}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         const int co = shapes[k][0], ci = shapes[k][1], vol = shapes[k][2];
         const size_t n = (size_t)co * ci * vol, nw = (size_t)16 * co * 3 * ci, np = (size_t)16 * co * ci;

@@ -123,18 +123,27 @@ typedef struct {
     int cout, cin, taps;
 } tjob;
 
-static void taps_part(void *p, int r0, int r1) { /* rows r = t cin + i of the output */
+/* Blocks of TI input channels, every tap and output channel: the source read in runs of TI x taps floats per output
+ * channel, the output written in runs of TO output channels per (tap, input channel), both within the caches. (Row
+ * by row of the output, each element was a read cin x taps floats from the last: 6.5 s of the CPU open.) */
+enum { TAPS_TI = 8, TAPS_TO = 64 }; /* of 16x64, 16x16, 8x16, 32x32, 8x64, 4x64: 8x64 and 4x64 the fastest, 3.4x the row loop */
+static void taps_part(void *p, int b0, int b1) {
     const tjob *j = p;
-    for (int r = r0; r < r1; r++) {
-        const int t = r / j->cin, i = r - t * j->cin;
-        float *dst = j->out + (size_t)r * j->cout;
-        const float *src = j->data + (size_t)i * j->taps + t;
-        const size_t step = (size_t)j->cin * j->taps;
-        for (int o = 0; o < j->cout; o++) dst[o] = src[o * step];
+    const int cout = j->cout, cin = j->cin, taps = j->taps;
+    for (int b = b0; b < b1; b++) {
+        const int i0 = b * TAPS_TI, i1 = i0 + TAPS_TI < cin ? i0 + TAPS_TI : cin;
+        for (int o0 = 0; o0 < cout; o0 += TAPS_TO) {
+            const int o1 = o0 + TAPS_TO < cout ? o0 + TAPS_TO : cout;
+            for (int o = o0; o < o1; o++) {
+                const float *src = j->data + ((size_t)o * cin + i0) * taps;
+                for (int i = i0; i < i1; i++, src += taps)
+                    for (int t = 0; t < taps; t++) j->out[((size_t)t * cin + i) * cout + o] = src[t];
+            }
+        }
     }
 }
 
 void w22_layout_taps_f32(const float *data, int cout, int cin, int taps, float *out) {
     tjob j = {data, out, cout, cin, taps};
-    parallel_for(taps * cin, taps_part, &j);
+    parallel_for((cin + TAPS_TI - 1) / TAPS_TI, taps_part, &j);
 }

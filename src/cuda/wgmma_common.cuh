@@ -18,26 +18,21 @@
 #define WG_THREADS 384          /* producer warpgroup + 2 consumer warpgroups */
 #define WG_PRODUCER_REGS 40
 #define WG_CONSUMER_REGS 232    /* 128 * 40 + 256 * 232 = 64512 <= 65536 */
-#define WG_PRODUCER_REGS_RR 56  /* ROWREG: 8 more live registers in the producer; 128 * 56 + 256 * 224 = 64512 */
-#define WG_CONSUMER_REGS_RR 224
-#define WG_PRODUCER_REGS_P 72   /* the persistent kernel: the producer's tile state needs more than 64 (ptxas spills */
-#define WG_CONSUMER_REGS_P 216  /* at 64 / 224); 128 * 72 + 256 * 216 = 64512, no spills */
 
 enum wg_arrivals {
-    FULL_ARRIVALS = 128 + 1, /* every producer thread (its cp.async landed) + thread 0's arrive.expect_tx */
-    EMPTY_ARRIVALS = 8,      /* lane 0 of each consumer warp */
+    EMPTY_ARRIVALS = 8, /* lane 0 of each consumer warp (a full barrier: the producer thread's one arrive.expect_tx) */
 };
 
 /* ---- PTX wrappers ---- */
 
-/* Named barriers: bar.sync's ids, one place (0 is __syncthreads'). The one the kernels use: the two consumer
- * warpgroups (256 threads) among themselves, while the producer warp goes on. (Macros, not an enum: the id is text
- * in the asm string.) */
-#define WG_BAR_CONSUMERS 1
-#define WG_STR_(x) #x
-#define WG_STR(x) WG_STR_(x)
+/* Named barriers: bar.sync's ids, one place (0 is __syncthreads'; the hardware has 16). The one the kernels use:
+ * the two consumer warpgroups (256 threads) among themselves, while the producer warp goes on. */
+enum wg_named_barrier {
+    WG_BAR_SYNCTHREADS = 0, /* reserved: __syncthreads() */
+    WG_BAR_CONSUMERS = 1,   /* warpgroups 1 and 2, 256 threads */
+};
 static __device__ __forceinline__ void consumers_sync(void) {
-    asm volatile("bar.sync " WG_STR(WG_BAR_CONSUMERS) ", 256;\n" ::: "memory");
+    asm volatile("bar.sync %0, 256;\n" ::"n"((int)WG_BAR_CONSUMERS) : "memory");
 }
 
 static __device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
@@ -133,13 +128,11 @@ static __device__ __forceinline__ uint32_t cluster_map(uint32_t a, uint32_t rank
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(rank));
     return r;
 }
-static __device__ __forceinline__ void mbar_arrive_cluster(uint32_t cluster_addr) {
-    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
-}
-/* The same arrival with CTA-scope release, as CUTLASS's ClusterBarrier::arrive(cta_id): what it orders is this
- * warp's finished wgmma reads of the stage before the peer's TMA refills it. A cluster-scope release also waits for
- * the warp's earlier global stores to become visible across the cluster (the overlapped epilogue's, in the same
- * stage), which stalls the next wgmma issue: the TMA kernel's pairs ran 30% slower with it (docs/PERF.md v15). */
+/* An arrival on the peer CTA's barrier with CTA-scope release, as CUTLASS's ClusterBarrier::arrive(cta_id): what it
+ * orders is this warp's finished wgmma reads of the stage before the peer's TMA refills it. A cluster-scope release
+ * (mbarrier.arrive.release.cluster) also waits for the warp's earlier global stores to become visible across the
+ * cluster (the overlapped epilogue's, in the same stage), which stalls the next wgmma issue: the TMA kernel's pairs
+ * ran 30% slower with it (docs/PERF.md v15). */
 static __device__ __forceinline__ void mbar_arrive_remote(uint32_t cluster_addr) {
     asm volatile("mbarrier.arrive.release.cta.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
 }
@@ -215,10 +208,9 @@ template <int BN, int STAGES> struct wg_layout {
     static constexpr int ftab_off = bars_off + 2 * STAGES * 8;      /* frame pointers ftab[BM + 3] */
     static constexpr int rows_off = ftab_off + (WG_BM + 4) * 8;     /* rows_a[BM], rows_f[BM], rows_s[BM] */
     static constexpr int bytes = rows_off + 3 * WG_BM * 4 + 1024;   /* + slack to align the base to 1024 */
-    static constexpr int lag = STAGES - 2;                          /* cp.async stages in flight before arriving */
     static_assert(stage_bytes % 1024 == 0, "the 128B swizzle needs 1024-aligned tiles");
     static_assert(bytes <= 227 * 1024, "shared memory beyond the sm_90 per-block limit (227 KB)");
-    static_assert(lag >= 1, "at least 3 stages");
+    static_assert(STAGES >= 3, "at least 3 stages");
 };
 
 /* ---- pieces of the kernels ---- */

@@ -1,7 +1,9 @@
 /* Every call right, whatever came before it (CPU backend, narrow synthetic model): a seeded random sequence of
  * calls on ONE decoder (T 1..8, latent sizes odd, multiples of 8 and 16, portrait and landscape, frames per pass
  * 1..3, a failed call now and then) gives bitwise the video of a fresh decoder for each input; so do two decoders
- * interleaved, and two threads sharing one decoder (its lock). The checking mode (check.c) passes on the same
+ * interleaved, two threads sharing one decoder (its lock), and decoders of different thread counts side by side (a
+ * decoder's bits must not depend on another's count: OpenBLAS's pool is the process's). The checking mode (check.c)
+ * passes on the same
  * decodes, and catches a broken invariant planted through the backend's op table: a border the plan relies on
  * left unzeroed, and an op that leaves its output unwritten. Outputs are poisoned with NaN before every call. */
 #include <pthread.h>
@@ -71,16 +73,18 @@ static void fresh(w22_weights *w, const w22_config *cfg, call c, float *v) {
     w22_decoder_free(d);
 }
 
-static w22_decoder *open_dec(w22_weights *w, int check) {
+static w22_decoder *open_threads(w22_weights *w, int check, int threads) {
     w22_decoder_params p;
     w22_decoder_params_init(&p);
     p.frames_per_pass = 2;
-    p.threads = 1;
+    p.threads = threads;
     p.check = check;
     w22_decoder *d = NULL;
     CHECK_OK(w22_decoder_open(w, &p, &d));
     return d;
 }
+
+static w22_decoder *open_dec(w22_weights *w, int check) { return open_threads(w, check, 1); }
 
 /* One call on d: a failing one (stopped by its progress callback) must fail; a good one must equal the fresh
  * decoder's video bit for bit. */
@@ -213,6 +217,36 @@ int main(void) {
         w22_decoder_free(d);
     }
     printf("  interleaved decoders and two threads: %d failures so far\n", t_failures);
+    /* Decoders of 1 and 3 threads: each one's video the same whatever the other did, in turn and at once. The call
+     * has 25 x 36 latent positions, so the attention's second product sums over K = 900 keys: with OpenBLAS, such
+     * a product changes bits with the pool's size (gemm.c; with 0.3.21, K = M = 900-1100 but for a few), which
+     * the last decoder opened once set for all. */
+    {
+        const call c = {1, 25, 36, 0, 0};
+        const size_t n = video_elems(&cfg, c);
+        float *ref1 = malloc(n * 4), *ref3 = malloc(n * 4), *v3 = malloc(n * 4);
+        w22_decoder *d1 = open_threads(w, 0, 1);
+        if (d1) CHECK_OK(decode_on(d1, &cfg, c, ref1));
+        w22_decoder *d3 = open_threads(w, 0, 3);
+        if (d3) CHECK_OK(decode_on(d3, &cfg, c, ref3));
+        printf("  1 and 3 threads: %s videos\n", memcmp(ref1, ref3, n * 4) ? "different" : "the same");
+        call cs[1] = {c};
+        float *r1[1] = {ref1}, *r3[1] = {ref3};
+        if (d1) one(d1, &cfg, c, ref1, v3, "1 thread after a 3-thread decoder opened", 0);
+        if (d1 && d3) {
+            thread_job j[2] = {{d1, &cfg, cs, r1, 1, 0, 1, n}, {d3, &cfg, cs, r3, 1, 0, 1, n}};
+            for (int k = 0; k < 3; k++) { /* the two decoders at once, three times */
+                pthread_t t[2];
+                for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, thread_main, &j[i]);
+                for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+            }
+        }
+        if (d3) one(d3, &cfg, c, ref3, v3, "3 threads after", 0);
+        w22_decoder_free(d1);
+        w22_decoder_free(d3);
+        free(ref1), free(ref3), free(v3);
+    }
+    printf("  decoders of 1 and 3 threads: %d failures so far\n", t_failures);
     /* the checking mode catches planted faults */
     planted(w, &cfg, 0, "zero-border invariant");
     planted(w, &cfg, 1, "not finite");

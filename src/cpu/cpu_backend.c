@@ -129,7 +129,7 @@ static w22_status cpu_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w
 /* Per frame: S = Q K^T / sqrt(C) (GEMM), a row softmax, O = P V (GEMM). Q, K, V rows are pixels. */
 static w22_status cpu_attention(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out, void *work,
                                 size_t work_bytes) {
-    (void)b, (void)work, (void)work_bytes; /* host memory: its own */
+    (void)work, (void)work_bytes; /* host memory: its own */
     const int C = q.c, nq = q.h * q.w, nk = k.h * k.w;
     float *Q = malloc(sizeof(float) * ((size_t)nq * C * 2 + (size_t)nk * C * 2 + (size_t)nq * nk));
     if (!Q) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for attention (%d x %d scores)", nq, nk);
@@ -140,7 +140,7 @@ static w22_status cpu_attention(w22_backend *b, w22_view q, w22_view k, w22_view
             memcpy(K + (size_t)p * C, w22_view_at(k, f, p / k.w, p % k.w, 0), 4 * C);
             memcpy(V + (size_t)p * C, w22_view_at(v, f, p / v.w, p % v.w, 0), 4 * C);
         }
-        w22_sgemm(nq, nk, C, 1.0f / sqrtf((float)C), Q, C, K, C, 1, 0.0f, S, nk);
+        w22_sgemm(b->threads, nq, nk, C, 1.0f / sqrtf((float)C), Q, C, K, C, 1, 0.0f, S, nk);
         for (int p = 0; p < nq; p++) {
             float *s = S + (size_t)p * nk, mx = -INFINITY;
             for (int j = 0; j < nk; j++) mx = s[j] > mx ? s[j] : mx;
@@ -149,7 +149,7 @@ static w22_status cpu_attention(w22_backend *b, w22_view q, w22_view k, w22_view
             float inv = (float)(1.0 / sum);
             for (int j = 0; j < nk; j++) s[j] *= inv;
         }
-        w22_sgemm(nq, C, nk, 1.0f, S, nk, V, C, 0, 0.0f, O, C);
+        w22_sgemm(b->threads, nq, C, nk, 1.0f, S, nk, V, C, 0, 0.0f, O, C);
         for (int p = 0; p < nq; p++) memcpy(w22_view_at(out, f, p / out.w, p % out.w, 0), O + (size_t)p * C, 4 * C);
     }
     free(Q);
@@ -275,8 +275,7 @@ w22_status w22_backend_cpu_create(int threads, w22_backend **out) {
     w22_backend *b = calloc(1, sizeof *b);
     if (!b) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for the CPU backend");
     b->ops = &cpu_ops;
-    b->threads = threads > 0 ? threads : w22_num_cores();
-    w22_sgemm_set_threads(b->threads);
+    b->threads = threads > 0 ? threads : w22_num_cores(); /* the GEMM's, passed with each call (gemm.h) */
     *out = b;
     return W22_OK;
 }

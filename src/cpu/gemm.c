@@ -7,23 +7,27 @@
 #include <cblas.h>
 #endif
 
-static int gemm_threads = 1;
-
 #ifdef W22_HAVE_CBLAS
 void openblas_set_num_threads(int);
-void w22_sgemm_set_threads(int n) {
-    gemm_threads = n;
-    openblas_set_num_threads(n);
-}
 
-void w22_sgemm(int M, int N, int K, float alpha, const float *A, long lda, const float *B, long ldb, int bt,
-               float beta, float *C, long ldc) {
+/* OpenBLAS's pool is one per process, and its size can change the product's bits (a 300 x 300 x 3000 product
+ * differs between 1 and 2 threads with Debian's 0.3.21). So each GEMM runs under this lock with the pool at its
+ * caller's count: a decoder's bits never depend on what another decoder set, and concurrent CPU decoders take turns
+ * per GEMM (each of which uses the whole pool anyway). */
+static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
+static int blas_threads; /* the size last given to the pool (0: none yet); read and written under blas_lock */
+
+void w22_sgemm(int threads, int M, int N, int K, float alpha, const float *A, long lda, const float *B, long ldb,
+               int bt, float beta, float *C, long ldc) {
     if (M <= 0 || N <= 0) return;
+    if (threads < 1) threads = 1;
+    pthread_mutex_lock(&blas_lock);
+    if (blas_threads != threads) openblas_set_num_threads(blas_threads = threads);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, bt ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, (int)lda, B,
                 (int)ldb, beta, C, (int)ldc);
+    pthread_mutex_unlock(&blas_lock);
 }
 #else
-void w22_sgemm_set_threads(int n) { gemm_threads = n > 0 ? n : 1; }
 
 typedef struct {
     int m0, m1, N, K;
@@ -68,10 +72,10 @@ static void *gemm_thread(void *p) {
     return NULL;
 }
 
-void w22_sgemm(int M, int N, int K, float alpha, const float *A, long lda, const float *B, long ldb, int bt,
-               float beta, float *C, long ldc) {
+void w22_sgemm(int threads, int M, int N, int K, float alpha, const float *A, long lda, const float *B, long ldb,
+               int bt, float beta, float *C, long ldc) {
     if (M <= 0 || N <= 0) return;
-    int nt = gemm_threads;
+    int nt = threads > 0 ? threads : 1;
     if ((double)M * N * K < 1e6 || nt > M) nt = 1;
     if (nt > 64) nt = 64;
     pthread_t th[64];

@@ -1,11 +1,12 @@
 /* C[M][N] (ldc) = alpha * A[M][K] (lda) * B (beta * C added): B is [K][N] (ldb) when !bt, [N][K] when bt.
- * Row-major float32. OpenBLAS's sgemm where the build has it, else a blocked loop. */
+ * Row-major float32. OpenBLAS's sgemm where the build has it, else a blocked loop. threads: the calling decoder's
+ * count (w22_decoder_params.threads), passed with each call so that no state is shared between decoders: the
+ * built-in loop splits C's rows over that many threads; OpenBLAS's pool, one per process, runs each GEMM at the
+ * caller's count under a lock (gemm.c says why). */
 #ifndef W22_CPU_GEMM_H
 #define W22_CPU_GEMM_H
 
-void w22_sgemm(int M, int N, int K, float alpha, const float *A, long lda, const float *B, long ldb, int bt,
-               float beta, float *C, long ldc);
-/* Threads the GEMM may use (OpenBLAS's pool; the fallback uses its own threads). */
-void w22_sgemm_set_threads(int n);
+void w22_sgemm(int threads, int M, int N, int K, float alpha, const float *A, long lda, const float *B, long ldb,
+               int bt, float beta, float *C, long ldc);
 
 #endif

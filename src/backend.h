@@ -185,8 +185,9 @@ w22_status w22_cuda_device_to_host(int device, void *dst, const void *src, size_
 /* CUDA: *first = the index of the first NaN/Inf among n elements of dtype t at x in GPU `device`'s memory, n when
  * all are finite; W22_ERR_INVALID_ARG when x is not that GPU's memory. */
 w22_status w22_cuda_first_nonfinite(int device, const void *x, w22_dtype t, size_t n, size_t *first);
-/* CUDA, for W22_PROFILE: seconds of the open so far in the weight layouts (host), the uploads, the audit's sums. */
-void w22_backend_cuda_open_times(const w22_backend *b, double t[3]);
+/* CUDA, for W22_PROFILE: seconds of the open so far: [0] the layouts on the GPU, [1] the source copies, and of [0]
+ * [2] cudaMalloc and [3] the Winograd convs' direct weights to the host. */
+void w22_backend_cuda_open_times(const w22_backend *b, double t[4]);
 
 /* Element (f, y, x, c) of v, as a byte pointer. */
 static inline void *w22_view_at(w22_view v, long f, long y, long x, long c) {

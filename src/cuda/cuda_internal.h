@@ -62,8 +62,9 @@ typedef struct {
     unsigned long long *inspect_count; /* the checking mode's two counters (move.cu's inspect); NULL: none yet */
     void *audit_buf;                   /* the audit's table of constant buffers and their sums (move.cu) */
     size_t audit_bytes;
-    /* W22_PROFILE: the open's seconds in the source copies and in the layouts (weights_gpu.cu) */
-    double open_layout_s, open_copy_s;
+    /* W22_PROFILE: the open's seconds in the source copies and in the layouts (weights_gpu.cu); of the layouts',
+     * those in cudaMalloc and those taking the Winograd convs' direct weights to the host */
+    double open_layout_s, open_copy_s, open_alloc_s, open_host_s;
     cudaEvent_t ev_host[2]; /* to_host_begin's copies, per slot (made at the first) */
     void *wt_stage; /* the open's staging (weights_gpu.cu): a weight's source bytes and float32 copy; freed by */
     size_t wt_stage_bytes; /* w22_backend_cuda_weights_done */

@@ -149,7 +149,10 @@ extern "C" void w22_backend_cuda_weights_done(w22_backend *b) {
 }
 
 static w22_status made(w22_cuda *c, void **dev, size_t bytes, const char *what) {
-    return w22_cuda_malloc(c, bytes, dev, what);
+    const double t0 = w22_now();
+    const w22_status s = w22_cuda_malloc(c, bytes, dev, what);
+    c->open_alloc_s += w22_now() - t0;
+    return s;
 }
 
 w22_status w22_cuda_weight_make(w22_cuda *c, w22_cuda_weight *w, const w22_wsrc *src, size_t n, int phases) {
@@ -210,11 +213,13 @@ w22_status w22_cuda_weight_make(w22_cuda *c, w22_cuda_weight *w, const w22_wsrc 
         CU_LAUNCHED(c, "w22_wt_wino");
         W22_TRY(mark_constant(c, w->dev_wino, wn * 2, sum));
         w->bytes = wn * 2;
+        const double th = w22_now();
         w->host_direct = malloc(direct);
         if (!w->host_direct)
             return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory: %zu bytes for a conv's direct weights", direct);
         CU_TRY(cudaMemcpyAsync(w->host_direct, raw, direct, cudaMemcpyDeviceToHost, c->stream));
         CU_TRY(cudaStreamSynchronize(c->stream));
+        c->open_host_s += w22_now() - th;
     }
     c->open_layout_s += w22_now() - t0;
     return W22_OK;

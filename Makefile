@@ -128,6 +128,12 @@ test-asan:
 	$(MAKE) BUILD=build-asan SAN=address,undefined CUDA=0 OPT=-O1 all
 	@BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 tests/run.sh asan $(TESTS:$(BUILD)/%=build-asan/%)
 
+# The library's threads under ThreadSanitizer (tests/tsan.sh says what runs): no CUDA, and the built-in GEMM, whose
+# threads are ours to check (OpenBLAS's are not instrumented).
+test-tsan:
+	$(MAKE) BUILD=build-tsan SAN=thread CUDA=0 BLAS=none OPT=-O1 all
+	@BUILD=build-tsan tests/tsan.sh
+
 # Disassembly of the CUDA kernels: HGMMA/HMMA should be there.
 sass: $(LIB_CU:%.cu=$(BUILD)/%.o)
 	for o in $^; do cuobjdump --dump-sass $$o; done > $(BUILD)/kernels.sass; grep -c -E 'HGMMA|HMMA' $(BUILD)/kernels.sass
@@ -168,10 +174,10 @@ uninstall:
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then $(LDCONFIG) 2>/dev/null || true; fi
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan
 
 FORCE:
-.PHONY: all test test-asan sass clean install uninstall dev FORCE
+.PHONY: all test test-asan test-tsan sass clean install uninstall dev FORCE
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # libFuzzer targets under ASan + UBSan: tests/fuzz_<name>.c linked with the library sources FUZZ_SRC_<name>, run

@@ -151,12 +151,90 @@ static void planted(w22_weights *w, const w22_config *cfg, int which, const char
     w22_decoder_free(d);
 }
 
-int main(void) {
+/* Two threads on one decoder (frames per pass 2, no failed calls: nothing of the decoder is changed between calls):
+ * the lock serializes the decodes; every result still right. */
+static void two_threads_one_decoder(w22_weights *w, const w22_config *cfg, const call *calls, int nt, size_t cap) {
+    call *tc = malloc(sizeof *tc * nt);
+    float **trefs = malloc(sizeof *trefs * nt);
+    for (int i = 0; i < nt; i++) {
+        tc[i] = calls[i];
+        tc[i].fpp = 2, tc[i].fail = 0;
+        trefs[i] = malloc(video_elems(cfg, tc[i]) * 4);
+        fresh(w, cfg, tc[i], trefs[i]);
+        tc[i].fpp = 0;
+    }
+    w22_decoder *d = open_dec(w, 0);
+    if (d) {
+        thread_job j[2] = {{d, cfg, tc, trefs, nt, 0, 2, cap}, {d, cfg, tc, trefs, nt, 1, 2, cap}};
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, thread_main, &j[i]);
+        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+        w22_decoder_free(d);
+    }
+    for (int i = 0; i < nt; i++) free(trefs[i]);
+    free(trefs);
+    free(tc);
+}
+
+/* Decoders of 1 and 3 threads: each one's video the same whatever the other did, in turn and at once; the second is
+ * opened on another thread while the first decodes. The full run's call has 25 x 36 latent positions, so the
+ * attention's second product sums over K = 900 keys: with OpenBLAS, such a product changes bits with the pool's
+ * size (gemm.c; with 0.3.21, K = M = 900-1100 but for a few), which every decoder's open once set for all. */
+typedef struct {
+    w22_weights *w;
+    const w22_config *cfg;
+    call c;
+    float *video;
+    w22_decoder *d;
+} open_job;
+
+static void *open_and_decode(void *p) {
+    open_job *j = p;
+    j->d = open_threads(j->w, 0, 3);
+    if (j->d) CHECK_OK(decode_on(j->d, j->cfg, j->c, j->video));
+    return NULL;
+}
+
+static void thread_counts(w22_weights *w, const w22_config *cfg, call c) {
+    const size_t n = video_elems(cfg, c);
+    float *ref1 = malloc(n * 4), *ref3 = malloc(n * 4), *v = malloc(n * 4);
+    w22_decoder *d1 = open_threads(w, 0, 1);
+    if (d1) CHECK_OK(decode_on(d1, cfg, c, ref1));
+    open_job oj = {w, cfg, c, ref3, NULL};
+    pthread_t ot;
+    pthread_create(&ot, NULL, open_and_decode, &oj); /* 3 threads: opened and decoding while d1 decodes */
+    if (d1) one(d1, cfg, c, ref1, v, "1 thread while a 3-thread decoder opens", 0);
+    pthread_join(ot, NULL);
+    w22_decoder *d3 = oj.d;
+    printf("  1 and 3 threads: %s videos\n", memcmp(ref1, ref3, n * 4) ? "different" : "the same");
+    call cs[1] = {c};
+    float *r1[1] = {ref1}, *r3[1] = {ref3};
+    if (d1) one(d1, cfg, c, ref1, v, "1 thread after a 3-thread decoder opened", 0);
+    if (d1 && d3) {
+        thread_job j[2] = {{d1, cfg, cs, r1, 1, 0, 1, n}, {d3, cfg, cs, r3, 1, 0, 1, n}};
+        for (int k = 0; k < 3; k++) { /* the two decoders at once, three times */
+            pthread_t t[2];
+            for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, thread_main, &j[i]);
+            for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+        }
+    }
+    if (d3) one(d3, cfg, c, ref3, v, "3 threads after", 0);
+    w22_decoder_free(d1);
+    w22_decoder_free(d3);
+    free(ref1), free(ref3), free(v);
+}
+
+/* `test_sequence threads`: only the parts with threads, on a few small calls (ThreadSanitizer's build, `make
+ * test-tsan`, runs 10-20x slower: it looks for races, which need no size). */
+static const call small_calls[] = {{2, 3, 5, 0, 0}, {1, 5, 3, 0, 0}, {3, 2, 2, 0, 0}, {1, 1, 1, 0, 0}, {2, 4, 3, 0, 0},
+                                   {1, 3, 3, 0, 0}};
+int main(int argc, char **argv) {
+    const int threads_only = argc > 1 && !strcmp(argv[1], "threads");
     w22_config cfg = narrow();
     w22_weights *w = NULL;
     CHECK_OK(w22_weights_synthetic(&cfg, 3, &w));
     if (!w) return t_finish("test_sequence");
-    enum { N = 64 };
+    enum { N = 64, NT = 24 };
     call calls[N];
     size_t cap = 0;
     for (int i = 0; i < N; i++) {
@@ -165,6 +243,12 @@ int main(void) {
         calls[i] = c;
         const size_t n = video_elems(&cfg, c);
         if (n > cap) cap = n;
+    }
+    if (threads_only) {
+        two_threads_one_decoder(w, &cfg, small_calls, sizeof small_calls / sizeof small_calls[0], cap);
+        thread_counts(w, &cfg, small_calls[0]);
+        w22_weights_free(w);
+        return t_finish("test_sequence");
     }
     /* the reference: a fresh decoder per call */
     float *refs[N] = {0}, *v = malloc(cap * 4);
@@ -196,62 +280,14 @@ int main(void) {
     for (int i = 0; a && b && i < N; i++) one(i % 3 == 1 ? b : a, &cfg, calls[i], refs[i], v, "interleaved", i);
     w22_decoder_free(a);
     w22_decoder_free(b);
-    /* two threads on one decoder (frames per pass 2, no failed calls: nothing of the decoder is changed between
-     * calls): the lock serializes the decodes; every result still right */
-    enum { NT = 24 };
-    call tc[NT];
-    float *trefs[NT];
-    for (int i = 0; i < NT; i++) {
-        tc[i] = calls[i];
-        tc[i].fpp = 2, tc[i].fail = 0;
-        trefs[i] = malloc(video_elems(&cfg, tc[i]) * 4);
-        fresh(w, &cfg, tc[i], trefs[i]);
-        tc[i].fpp = 0;
-    }
-    w22_decoder *d = open_dec(w, 0);
-    if (d) {
-        thread_job j[2] = {{d, &cfg, tc, trefs, NT, 0, 2, cap}, {d, &cfg, tc, trefs, NT, 1, 2, cap}};
-        pthread_t t[2];
-        for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, thread_main, &j[i]);
-        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-        w22_decoder_free(d);
-    }
+    two_threads_one_decoder(w, &cfg, calls, NT, cap);
     printf("  interleaved decoders and two threads: %d failures so far\n", t_failures);
-    /* Decoders of 1 and 3 threads: each one's video the same whatever the other did, in turn and at once. The call
-     * has 25 x 36 latent positions, so the attention's second product sums over K = 900 keys: with OpenBLAS, such
-     * a product changes bits with the pool's size (gemm.c; with 0.3.21, K = M = 900-1100 but for a few), which
-     * the last decoder opened once set for all. */
-    {
-        const call c = {1, 25, 36, 0, 0};
-        const size_t n = video_elems(&cfg, c);
-        float *ref1 = malloc(n * 4), *ref3 = malloc(n * 4), *v3 = malloc(n * 4);
-        w22_decoder *d1 = open_threads(w, 0, 1);
-        if (d1) CHECK_OK(decode_on(d1, &cfg, c, ref1));
-        w22_decoder *d3 = open_threads(w, 0, 3);
-        if (d3) CHECK_OK(decode_on(d3, &cfg, c, ref3));
-        printf("  1 and 3 threads: %s videos\n", memcmp(ref1, ref3, n * 4) ? "different" : "the same");
-        call cs[1] = {c};
-        float *r1[1] = {ref1}, *r3[1] = {ref3};
-        if (d1) one(d1, &cfg, c, ref1, v3, "1 thread after a 3-thread decoder opened", 0);
-        if (d1 && d3) {
-            thread_job j[2] = {{d1, &cfg, cs, r1, 1, 0, 1, n}, {d3, &cfg, cs, r3, 1, 0, 1, n}};
-            for (int k = 0; k < 3; k++) { /* the two decoders at once, three times */
-                pthread_t t[2];
-                for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, thread_main, &j[i]);
-                for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-            }
-        }
-        if (d3) one(d3, &cfg, c, ref3, v3, "3 threads after", 0);
-        w22_decoder_free(d1);
-        w22_decoder_free(d3);
-        free(ref1), free(ref3), free(v3);
-    }
+    thread_counts(w, &cfg, (call){1, 25, 36, 0, 0});
     printf("  decoders of 1 and 3 threads: %d failures so far\n", t_failures);
     /* the checking mode catches planted faults */
     planted(w, &cfg, 0, "zero-border invariant");
     planted(w, &cfg, 1, "not finite");
     for (int i = 0; i < N; i++) free(refs[i]);
-    for (int i = 0; i < NT; i++) free(trefs[i]);
     free(v);
     w22_weights_free(w);
     return t_finish("test_sequence");

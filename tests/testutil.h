@@ -7,13 +7,15 @@
 #include <stdio.h>
 #include <stddef.h>
 
+/* Counted atomically: tests check from several threads (test_sequence, test_plan), and a lost count could hide a
+ * failure. */
 extern int t_failures, t_checks;
 
 #define CHECK(cond, ...)                                                              \
     do {                                                                              \
-        t_checks++;                                                                   \
+        __atomic_add_fetch(&t_checks, 1, __ATOMIC_RELAXED);                           \
         if (!(cond)) {                                                                \
-            t_failures++;                                                             \
+            __atomic_add_fetch(&t_failures, 1, __ATOMIC_RELAXED);                     \
             fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);          \
             fprintf(stderr, __VA_ARGS__);                                             \
             fprintf(stderr, "\n");                                                    \

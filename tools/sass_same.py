@@ -60,7 +60,7 @@ def main():
                    capture_output=True)
     bad = 0
     try:
-        names = files or sorted(os.path.basename(p) for p in glob.glob(os.path.join(wt, "src/cuda/*.cu")))
+        names = [os.path.basename(f) for f in files] or sorted(os.path.basename(p) for p in glob.glob(os.path.join(wt, "src/cuda/*.cu")))
         for f in names:
             res = {}
             for side, tree in (("old", wt), ("new", ROOT)):
@@ -71,6 +71,10 @@ def main():
                     continue
                 subprocess.run(NVCC + ["-o", cub, src], cwd=tree, check=True)
                 res[side] = kernels(tool, cub)
+            if res["old"] is None and res["new"] is None:
+                print(f"{f}: in neither tree's src/cuda/")
+                bad += 1
+                continue
             a, b = res["old"] or {}, res["new"] or {}
             same = [k for k in a if k in b and a[k] == b[k]]
             diff = [k for k in a if k in b and a[k] != b[k]]
@@ -84,7 +88,7 @@ def main():
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", wt], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"sass_same: {'every kept kernel identical' if not bad else f'{bad} kernels differ'}")
+    print(f"sass_same: {'every kept kernel identical' if not bad else f'{bad} kernels differ or files are missing'}")
     return 1 if bad else 0
 
 

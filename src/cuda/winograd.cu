@@ -170,15 +170,12 @@ w22_status w22_cuda_wino_out(cudaStream_t st, const bf16 *m, long mcs, long msf,
     return W22_OK;
 }
 
-/* W22_WINOGRAD=N: the 3x3x3 convs with cin and cout >= N take the path (default 512; 0: off) */
+/* W22_WINOGRAD=N: the 3x3x3 convs with cin and cout >= N take the path (default 512; 0: off). Read at each
+ * backend's create (no cached copy: backends are created on any thread, and a lazily set static was a race). */
 int w22_cuda_winograd_min_cin(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("W22_WINOGRAD");
-        v = e ? atoi(e) : 512;
-        if (v < 0) v = 0;
-    }
-    return v;
+    const char *e = getenv("W22_WINOGRAD");
+    const int v = e ? atoi(e) : 512;
+    return v < 0 ? 0 : v;
 }
 
 /* The 16 components' weights of a 3x3x3 conv weight (float [cout][cin][3][3][3]): component xi's B operand

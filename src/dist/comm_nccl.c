@@ -3,6 +3,7 @@
  * Transfers are queued on the backend's stream as one NCCL group; agree() is a MIN all-reduce that polls with a
  * deadline, so a rank that died or failed turns into W22_ERR_COMM on the others instead of a hang. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,6 @@ enum { NCCL_OK = 0, NCCL_IN_PROGRESS = 7, NCCL_UINT8 = 1, NCCL_INT32 = 2, NCCL_M
 
 static struct {
     int loaded;
-    char error[256];
     int (*get_unique_id)(nccl_id *);
     int (*comm_init_rank)(nccl_comm *, int, nccl_id, int);
     int (*send)(const void *, size_t, int, int, nccl_comm, cudaStream_t);
@@ -33,7 +33,11 @@ static struct {
     const char *(*error_string)(int);
 } nccl;
 
-static w22_status load_nccl(void) {
+/* Fills nccl once per process; under nccl_lock, since each rank's thread may open its comm at once (a process that
+ * drives several GPUs). */
+static pthread_mutex_t nccl_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static w22_status load_nccl_locked(void) {
     if (nccl.loaded == 1) return W22_OK;
     const char *names[] = {getenv("W22_NCCL_LIB"), "libnccl.so.2", "libnccl.so"};
     void *h = NULL;
@@ -59,6 +63,13 @@ static w22_status load_nccl(void) {
 #undef SYM
     nccl.loaded = 1;
     return W22_OK;
+}
+
+static w22_status load_nccl(void) {
+    pthread_mutex_lock(&nccl_lock);
+    const w22_status s = load_nccl_locked();
+    pthread_mutex_unlock(&nccl_lock);
+    return s;
 }
 
 typedef struct {

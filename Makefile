@@ -187,7 +187,7 @@ FORCE:
 # A new target: its name in FUZZ_TARGETS and a FUZZ_SRC_<name> line (npy and latents go here too).
 # Needs clang with libFuzzer (Debian/Ubuntu: clang-14 + libclang-rt-14-dev).
 FUZZ_CC      ?= clang
-FUZZ_TARGETS ?= safetensors weights npy latents
+FUZZ_TARGETS ?= safetensors weights npy latents config
 # ~100 s of fuzzing shared by the targets, so that the whole `make fuzz` (builds included) stays near 120 s
 FUZZ_TIME    ?= $(shell expr 100 / $(words $(FUZZ_TARGETS)))
 FUZZ_FLAGS   := -g -O1 -std=gnu11 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
@@ -197,6 +197,8 @@ FUZZ_SRC_weights     := src/weights/safetensors.c src/weights/weights.c src/weig
 FUZZ_CORPUS_safetensors := tests/fuzz_corpus
 FUZZ_SRC_npy     := src/io/npy.c src/io/latents.c src/io/input.c src/io/outfile.c src/weights/safetensors.c src/error.c
 FUZZ_SRC_latents := $(FUZZ_SRC_npy)
+FUZZ_SRC_config  := src/weights/source.c src/weights/safetensors.c src/weights/weights.c src/weights/finite.c \
+                    src/model/model.c src/no_cuda.c src/error.c
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz_%.c $(LIB_C) $(wildcard include/*.h src/*.h src/*/*.h)
 	@mkdir -p $(dir $@)

@@ -31,8 +31,8 @@ static w22_status upsample_input(w22_view in, float **buf, w22_view *out) {
 
 /* tmp (Ho rows of Wo pixels at a row stride of RS pixels, cout channels) += the spatial tap (dy, dx) of one frame
  * times B ([cin][cout]): one GEMM over the flat positions, else one per output row. */
-static void tap_gemm(int threads, w22_view frame, int dy, int dx, int pad, const float *B, int flat, long M, long RS, int Ho,
-                     int Wo, int cin, int cout, float *tmp) {
+static void tap_gemm(int threads, w22_view frame, int dy, int dx, int pad, const float *B, int flat, long M, long RS,
+                     int Ho, int Wo, int cin, int cout, float *tmp) {
     if (flat) {
         const float *A = w22_view_at(frame, 0, dy - pad, dx - pad, 0);
         w22_sgemm(threads, (int)M, cout, cin, 1.0f, A, frame.sw, B, cout, 0, 1.0f, tmp, cout);
@@ -74,8 +74,8 @@ static w22_status conv_psum(int threads, const w22_conv_args *a) {
         for (int dt = 0; dt < 3; dt++)
             for (int dy = 0; dy < 3; dy++)
                 for (int dx = 0; dx < 3; dx++)
-                    tap_gemm(threads, frame, dy, dx, 1, W->data + (size_t)((dt * 3 + dy) * 3 + dx) * cin * cout, flat, M, RS,
-                             Ho, Wo, cin, cout, tmp + dt * ny);
+                    tap_gemm(threads, frame, dy, dx, 1, W->data + (size_t)((dt * 3 + dy) * 3 + dx) * cin * cout, flat,
+                             M, RS, Ho, Wo, cin, cout, tmp + dt * ny);
         for (int y = 0; y < Ho; y++)
             for (int x = 0; x < Wo; x++) {
                 const float *y0 = tmp + ((size_t)y * RS + x) * cout, *y1 = y0 + ny, *y2 = y1 + ny;
@@ -145,8 +145,9 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
         for (int dt = 0; dt < kt; dt++)
             for (int dy = 0; dy < ks; dy++)
                 for (int dx = 0; dx < ks; dx++)
-                    tap_gemm(threads, FRAME(t + dt), dy, dx, pad, W->data + (size_t)((dt * ks + dy) * ks + dx) * cin * cout,
-                             flat, M, RS, Ho, Wo, cin, cout, tmp);
+                    tap_gemm(threads, FRAME(t + dt), dy, dx, pad,
+                             W->data + (size_t)((dt * ks + dy) * ks + dx) * cin * cout, flat, M, RS, Ho, Wo, cin, cout,
+                             tmp);
         if (a->sc_in) {
             const w22_view s = *a->sc_in;
             const w22_bweight *SW = a->sc_weight;

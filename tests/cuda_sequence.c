@@ -281,7 +281,13 @@ int main(int argc, char **argv) {
     w22_decoder_free(b);
     /* 3. the checking mode on a sixth of the sequence (it syncs and reads every operand: several times slower) */
     w22_decoder *ck = p3 ? open_dec(w, 1) : NULL;
-    for (int i = 0; ck && i < N / 6; i++) one(ck, "checked", i, calls[i], refs[i], v, NULL);
+    for (int i = 0; ck && i < N / 6; i++) { /* a line per call: the checking mode's time grows with the ops */
+        const double tc = t_now();
+        one(ck, "checked", i, calls[i], refs[i], v, NULL);
+        printf("checked call %d (T %d, %dx%d, fpp %d%s): %.1f s\n", i, calls[i].T, calls[i].h, calls[i].w,
+               calls[i].fpp, calls[i].fail ? ", stopped" : "", t_now() - tc);
+        fflush(stdout);
+    }
     w22_decoder_free(ck);
     if (p3) printf("checked: %d failures so far (%.0f s)\n", t_failures, t_now() - t0);
     /* 4. issue 27's sequence: each against the first decode of its input on this decoder after a fresh plan */

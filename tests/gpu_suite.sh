@@ -31,7 +31,7 @@ run() { # NAME SECONDS COMMAND...
     [ "$rc" -ne 0 ] && fail=$((fail + 1))
     echo "$name: $([ $rc -eq 0 ] && echo ok || echo "FAILED (rc $rc$([ $rc -eq 124 ] && echo ', its time limit'))"), $(($(date +%s) - start)) s: $(tail -n 1 "$O/$name.log")"
 }
-run cuda_sequence_34 180 "$B/tests/cuda_sequence" "${seq_args[@]:0:2}" 34
+run cuda_sequence_34 260 "$B/tests/cuda_sequence" "${seq_args[@]:0:2}" 34
 run cuda_ops 120 "$B/tests/cuda_ops"
 run cuda_large 40 "$B/tests/cuda_large"
 run cuda_sequence_12 240 "$B/tests/cuda_sequence" "${seq_args[@]:0:2}" 12

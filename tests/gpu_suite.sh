@@ -8,12 +8,13 @@
 # stdout: its status, seconds and closing line. A program the budget cannot fit is skipped and says so. `make test`
 # on a GPU machine runs every cuda_* program and script instead, without a budget.
 #
+# GPU_SUITE_SECONDS sets the budget (not W22_: the library warns of W22_ variables it does not know).
 #   BUILD=build-run OUT=$OUT tests/gpu_suite.sh [N MAXS]     (cuda_sequence's calls and largest latent side: 60 96)
 set -u
 B=${BUILD:-build}
 O=${OUT:-/tmp/w22-gpu-suite}
 mkdir -p "$O"
-deadline=$(($(date +%s) + ${W22_SUITE_SECONDS:-540}))
+deadline=$(($(date +%s) + ${GPU_SUITE_SECONDS:-540}))
 seq_args=("$@")
 [ ${#seq_args[@]} -eq 0 ] && seq_args=(60 96)
 fail=0

@@ -3,6 +3,8 @@
 # (build-run) and the branch issue30-open-prefault's (build-pfc) alternating, three each, outputs compared; f481 into
 # .y4m with main's CLI and the branch issue30-writeback-pages' (build-wbc) alternating, three each, outputs
 # compared; then the path to a video file at f481 and f121 (bench/path.py, two trials each) with build-cand (both).
+# Ran once, session 31 (tests/runs/2026-12-05-h200-session31.txt, call 2): the prefault won, the write-out variant
+# lost (git: lost/issue30-writeback-pages). Kept as the record of that call; its builds are not in the tree.
 set -u
 O=${OUT:-/tmp/w22-lease}
 mkdir -p "$O"

@@ -12,6 +12,7 @@
  * too (exact: integer sums of 32-bit words). */
 #include <stdlib.h>
 #include "cuda_internal.h"
+#include "weights/layout.h"
 
 /* w22_f32_to_bf16 (common.h), bit for bit */
 static __device__ __forceinline__ uint16_t f2bf(float f) {
@@ -217,6 +218,9 @@ w22_status w22_cuda_weight_make(w22_cuda *c, w22_cuda_weight *w, const w22_wsrc 
         w->host_direct = malloc(direct);
         if (!w->host_direct)
             return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory: %zu bytes for a conv's direct weights", direct);
+        /* its pages faulted in on every core while the GPU makes the layouts above: the pageable copy below would
+         * fault them one by one on this thread (about 0.35 s a GB on a 2-core machine) */
+        w22_prefault(w->host_direct, direct);
         CU_TRY(cudaMemcpyAsync(w->host_direct, raw, direct, cudaMemcpyDeviceToHost, c->stream));
         CU_TRY(cudaStreamSynchronize(c->stream));
         c->open_host_s += w22_now() - th;

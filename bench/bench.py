@@ -90,7 +90,6 @@ CLIPS = {"f1": 1, "f5": 2, "f17": 5, "f121": 31, "f241": 61, "f481": 121}
 TIMED_CLIPS = ("f121", "f241", "f481")
 FULL_T = 121                    # the one synthetic clip every clip is cut from
 LATENT_H, LATENT_W, Z_DIM = 44, 78, 48
-WORLDS = (1, 2, 4)
 # The seed's workloads in its order: name -> (clip, world). Short clips at worlds 1 and 4 (checked only), the long
 # ones at 1, 2 and 4 (the nine timed workloads).
 WORKLOADS = {f"{c}x{w}": (c, w) for w, cs in ((1, tuple(CLIPS)), (4, ("f1", "f5", "f17")), (2, TIMED_CLIPS),
@@ -543,7 +542,6 @@ class Ours:
             return int(protocol.device_bytes())
         except Exception:  # noqa: BLE001 - an optional figure: the record's library_device_gib stays empty
             return None
-        return None
 
     def release(self):
         """Frees the decoders prepare opened in this process."""

@@ -489,12 +489,6 @@ extern "C" void w22_backend_cuda_last_route(const w22_backend *b, w22_route *out
     *out = ((const w22_cuda *)b->impl)->route;
 }
 
-/* Not in backend.h (tests only): the counts route.h's launch heuristics read (SMs, clusters of 2, side stream). */
-extern "C" void w22_backend_cuda_route_gpu(const w22_backend *b, w22_route_gpu *out) {
-    const w22_cuda *c = (const w22_cuda *)b->impl;
-    out->sms = c->sms, out->clusters = c->tma_clusters, out->on_side = c->on_side;
-}
-
 /* Not in backend.h (tests only): the clusters of 2 the TMA conv's persistent grid runs (0: no clusters). */
 extern "C" int w22_backend_cuda_tma_clusters(const w22_backend *b) {
     return ((const w22_cuda *)b->impl)->tma_clusters;

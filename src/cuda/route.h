@@ -401,13 +401,11 @@ typedef struct {
     w22_route_launch ran[2];
 } w22_route;
 
-/* The CUDA backend's query (cuda_backend.cu; tests only, not in backend.h): the last conv's w22_route, and the counts
- * its launch heuristics read. */
+/* The CUDA backend's query (cuda_backend.cu; tests only, not in backend.h): the last conv's w22_route. */
 #ifdef __cplusplus
 extern "C" {
 #endif
 void w22_backend_cuda_last_route(const w22_backend *b, w22_route *out);
-void w22_backend_cuda_route_gpu(const w22_backend *b, w22_route_gpu *out);
 #ifdef __cplusplus
 }
 #endif

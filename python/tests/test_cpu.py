@@ -280,8 +280,25 @@ def test_error_bad_latent_dtype_and_args(cpu_decoder, weights):
 
 
 def test_error_bad_out(cpu_decoder, latents):
-    with pytest.raises(wan22vae.Error, match="W22_ERR_BAD_SHAPE"):
+    """Each way an out array can fail is refused before the decode, and the message names that way."""
+    shape = (1, 3, 5, 48, 64)
+    with pytest.raises(wan22vae.Error, match=r"W22_ERR_BAD_SHAPE.*\[1, 3, 4, 48, 64\] float32;"):
         cpu_decoder(latents, out=np.empty((1, 3, 4, 48, 64), np.float32))
+    ro = np.full(shape, np.nan, np.float32)
+    ro.setflags(write=False)
+    cases = [(np.empty(shape, np.float64), "W22_ERR_BAD_DTYPE", " float64;"),
+             (np.empty(shape, ">f4"), "W22_ERR_BAD_DTYPE", " >f4;"),
+             (ro, "W22_ERR_INVALID_ARG", " read-only;"),
+             (np.empty(shape[:-1] + (128,), np.float32)[..., ::2], "W22_ERR_INVALID_ARG", " not C-contiguous;"),
+             (np.empty(shape, np.float32, order="F"), "W22_ERR_INVALID_ARG", " not C-contiguous;"),
+             ([0.0] * 4, "W22_ERR_BAD_SHAPE", "out is list ")]
+    for out, code, words in cases:
+        with pytest.raises(wan22vae.Error, match=code) as e:
+            cpu_decoder(latents, out=out)
+        assert words in str(e.value), str(e.value)
+    assert np.isnan(ro).all()  # nothing was written through the refusal
+    good = np.full(shape, np.nan, np.float32)  # and the decoder is still right after them
+    assert cpu_decoder(latents, out=good) is good and np.isfinite(good).all()
 
 
 # ---- weights from files, folders, shards, memory ----

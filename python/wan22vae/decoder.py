@@ -975,8 +975,15 @@ class Decoder:
         else:
             if not isinstance(out, np.ndarray) or tuple(out.shape) != shape or not out.flags.c_contiguous \
                     or not out.flags.writeable or out.dtype not in (np.float32, np.float16):
-                raise fail("W22_ERR_BAD_SHAPE", f"out is {type(out).__name__} {list(getattr(out, 'shape', []))}; "
-                           f"expected a writable contiguous float32/float16 array {list(shape)}")
+                # the message names each way out fails, so the caller sees which one
+                found = [type(out).__name__, str(list(getattr(out, "shape", [])))]
+                if isinstance(out, np.ndarray):
+                    found.append(out.dtype.str if out.dtype.byteorder == ">" else str(out.dtype))
+                    found += ["read-only"] * (not out.flags.writeable) + ["not C-contiguous"] * (not out.flags.c_contiguous)
+                code = "W22_ERR_BAD_SHAPE" if not isinstance(out, np.ndarray) or tuple(out.shape) != shape \
+                    else "W22_ERR_BAD_DTYPE" if out.dtype not in (np.float32, np.float16) else "W22_ERR_INVALID_ARG"
+                raise fail(code, f"out is {' '.join(found)}; expected a writable C-contiguous float32/float16 "
+                           f"(native byte order) ndarray {list(shape)}")
             vt, vptr = (_lib.DTYPE_F32 if out.dtype == np.float32 else _lib.DTYPE_F16), out.ctypes.data
         zstride = self._cfg.z_dim * T * h * w * int(lib().w22_dtype_size(zt))
         vstride = 3 * F * H * W * int(lib().w22_dtype_size(vt))

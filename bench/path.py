@@ -12,6 +12,9 @@ says what writing costs on top (issue 30's targets on the GPU: <= 1.15 for y4m/n
 Each CLI run is made with -v, and its own account of the time (the open, the decode, the decode's waits for the
 writer, the writer's last frames, the output's finish) goes into the JSON beside the process' time, so that a ratio
 over the target says where its time went. --trials N runs the kinds round robin N times and keeps the best.
+Before each CLI run the previous output of its kind is removed and the page cache synced (untimed, its time kept as
+sync_before_s): each run writes a new file to a quiet disk, as a user's first run does, instead of finishing behind
+the previous runs' gigabytes of write-out (session 31: a second trial's 5 GB .npy waited 3.3 s in its fsync).
 On the CPU (the CI machine: 2 cores) it runs at a small size so that a regression shows without a GPU; on the GPU
 at f121 / f481 (--T 31 / 121 at 44 x 78).
 
@@ -50,6 +53,18 @@ def cli_phases(stderr):
                     out[m.group(1)] = float(m.group(2))
             return out
     return {}
+
+
+def fresh_output(out):
+    """Removes a previous run's output (a file or a folder) and syncs the page cache to the disk, so that the next
+    timed run neither replaces a file nor waits behind earlier write-out; returns the sync's seconds."""
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    elif os.path.lexists(out):
+        os.remove(out)
+    t = time.perf_counter()
+    os.sync()
+    return time.perf_counter() - t
 
 
 def main():
@@ -118,13 +133,15 @@ def main():
         for trial in range(a.trials):
             for k in kinds:
                 out = os.path.join(tmp, "v." + k if not k.endswith("/") else "frames/")
-                t, err = run([cli, "decode", "-w", w, "-l", z, "-o", out, "--device", a.device, "-f", "-v"])
-                r = rec["outputs"].setdefault(k.rstrip("/"), {"trials_s": [], "phases": []})
+                synced = fresh_output(out)
+                t, err = run([cli, "decode", "-w", w, "-l", z, "-o", out, "--device", a.device, "-v"])
+                r = rec["outputs"].setdefault(k.rstrip("/"), {"trials_s": [], "phases": [], "sync_before_s": []})
                 r["trials_s"].append(t)
+                r["sync_before_s"].append(synced)
                 r["phases"].append(cli_phases(err))  # the CLI's own account of each trial (-v)
                 r["cli_s"] = min(r["trials_s"])
                 r["ratio"] = r["cli_s"] / base
-                print(k, trial, f"{t:.2f} s", json.dumps(r["phases"][-1]), flush=True)
+                print(k, trial, f"{t:.2f} s (sync before {synced:.2f} s)", json.dumps(r["phases"][-1]), flush=True)
         rec["date"] = time.strftime("%Y-%m-%d")
         with open(a.json, "w") as f:
             json.dump(rec, f, indent=1)

@@ -666,6 +666,21 @@ class PathPhases(unittest.TestCase):
         self.assertEqual((got["decode"], got["frames copied to the writer"], got["the writer busy"]), (9.6, 0.8, 2.9))
         self.assertEqual(path_bench.cli_phases("no such line"), {})
 
+    def test_fresh_output(self):
+        """Each timed run starts without the previous output: a file and a folder are removed, nothing else."""
+        with tempfile.TemporaryDirectory() as d:
+            f, g, keep = (os.path.join(d, x) for x in ("v.npy", "frames", "w.safetensors"))
+            for x in (f, keep):
+                with open(x, "w") as h:
+                    h.write("x")
+            os.mkdir(g)
+            with open(os.path.join(g, "f0.png"), "w") as h:
+                h.write("x")
+            self.assertGreaterEqual(path_bench.fresh_output(f), 0.0)
+            path_bench.fresh_output(g)
+            path_bench.fresh_output(os.path.join(d, "never.y4m"))  # a first run: nothing to remove
+            self.assertEqual(sorted(os.listdir(d)), ["w.safetensors"])
+
     @unittest.skipUnless(built_cli(), "no built wan22vae CLI")
     def test_the_cli(self):
         import subprocess

@@ -979,7 +979,8 @@ class Decoder:
                 found = [type(out).__name__, str(list(getattr(out, "shape", [])))]
                 if isinstance(out, np.ndarray):
                     found.append(out.dtype.str if out.dtype.byteorder == ">" else str(out.dtype))
-                    found += ["read-only"] * (not out.flags.writeable) + ["not C-contiguous"] * (not out.flags.c_contiguous)
+                    found += ["read-only"] * (not out.flags.writeable)
+                    found += ["not C-contiguous"] * (not out.flags.c_contiguous)
                 code = "W22_ERR_BAD_SHAPE" if not isinstance(out, np.ndarray) or tuple(out.shape) != shape \
                     else "W22_ERR_BAD_DTYPE" if out.dtype not in (np.float32, np.float16) else "W22_ERR_INVALID_ARG"
                 raise fail(code, f"out is {' '.join(found)}; expected a writable C-contiguous float32/float16 "

@@ -77,7 +77,12 @@ typedef struct w22_weights w22_weights;
 
 /* Loads and validates the decoder's weights from a safetensors file with diffusers' names: the decoder's own
  * (post_quant_conv.*, decoder.*), with or without a prefix ("vae."), or a whole-VAE file (encoder tensors are
- * ignored). fp32, bf16 and fp16 are accepted. The file stays mapped while the weights live. */
+ * ignored); or from a sharded index (a path ending in ".json": {"weight_map": {tensor: shard file}}, each
+ * shard inside the index's folder, each tensor in the shard the index names). fp32, bf16 and fp16 are accepted.
+ * The file(s) stay mapped while the weights live: replace a weight file by renaming a new one over it, not by
+ * writing over it in place. A file changed in place since the load is refused, W22_ERR_IO, by w22_decoder_open and
+ * w22_weights_save (a change during their own reads is not seen; it can kill the process with SIGBUS if the file
+ * shrinks, as with every reader of mapped files). */
 W22_API w22_status w22_weights_load(const char *path, const w22_config *cfg, w22_weights **out);
 /* Synthetic weights, deterministic from a seed (docs/synthetic.md specifies the generator). */
 W22_API w22_status w22_weights_synthetic(const w22_config *cfg, uint64_t seed, w22_weights **out);

@@ -53,6 +53,9 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
                         p->exact);
     if (p->device != W22_DEVICE_CPU && p->device != W22_DEVICE_CUDA)
         return w22_fail(W22_ERR_INVALID_ARG, "device %d, expected W22_DEVICE_CPU or W22_DEVICE_CUDA", p->device);
+    /* weights mapped from a file are read in place below: a file shrunk in place since the load would fault this
+     * process (SIGBUS) on the first read past its new end, one rewritten would hand over unchecked weights */
+    W22_TRY(w22_weights_unchanged(w, "before the decoder's open"));
     w22_decoder *d = calloc(1, sizeof *d);
     if (!d) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a decoder");
     pthread_mutex_init(&d->lock, NULL);
@@ -118,6 +121,8 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
     free(tmp);
     w22_weights_free(host);
     if (cuda) w22_backend_cuda_weights_done(d->backend);
+    /* and after: a change while the layouts read the file leaves a decoder of weights nobody checked */
+    if (s == W22_OK) s = w22_weights_unchanged(w, "during the decoder's open");
     if (s != W22_OK) {
         w22_decoder_free(d);
         return s;

@@ -1,7 +1,12 @@
 /* Loading, validating and saving weights on a narrow model (z_dim 4, base_dim 8): exact round trips, bf16/f16
  * rounding, the accepted file layouts (plain, prefixed, whole VAE, mixed dtypes), the rejected ones (a missing
- * tensor, a wrong shape, a tensor of another model variant), and the config inferred from a file. */
+ * tensor, a wrong shape, a tensor of another model variant), the config inferred from a file, and a file changed
+ * in place after its load (refused by the open and the save instead of a SIGBUS or unchecked weights). */
+#include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -573,6 +578,110 @@ static void test_from_device_without_gpu(void) {
     w22_weights_free(m);
 }
 
+static int open_fds(void) {
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* A copy of src at dst (the bytes; a fresh file). */
+static void copy_file(const char *src, const char *dst) {
+    FILE *i = fopen(src, "rb"), *o = fopen(dst, "wb");
+    char buf[1 << 16];
+    size_t n;
+    while (i && o && (n = fread(buf, 1, sizeof buf, i)) > 0) fwrite(buf, 1, n, o);
+    if (i) fclose(i);
+    if (o) fclose(o);
+}
+
+static w22_status open_cpu(const w22_weights *w, w22_decoder **d) {
+    w22_decoder_params p;
+    w22_decoder_params_init(&p);
+    p.device = W22_DEVICE_CPU;
+    p.threads = 1;
+    return w22_decoder_open(w, &p, d);
+}
+
+/* The weights stay mapped while they live and are read again by the decoder's open and by saving. A file changed
+ * in place in between: shrunk, a read past its new end would kill the process (SIGBUS, before this check: the test
+ * then dies); rewritten with the same size, the decoder would get weights nobody checked (a video of NaN with the
+ * bytes below). Both must be W22_ERR_IO naming the file; a file replaced by a rename is the old file to the mapping,
+ * so the open goes on; no descriptor outlives its weights. */
+static void test_changed_in_place(void) {
+    const void *data[W22_MAX_WEIGHTS];
+    for (int i = 0; i < nw; i++) data[i] = ref[i];
+    w22_weights *m = NULL, *w = NULL;
+    w22_decoder *d = NULL;
+    CHECK_OK(w22_weights_from_memory(&cfg, data, W22_DTYPE_F32, &m));
+    const char *orig = tmp_path("cip.safetensors"), *p = tmp_path("cip-live.safetensors");
+    const char *next = tmp_path("cip-next.safetensors"), *saved = tmp_path("cip-saved.safetensors");
+    CHECK_OK(w22_weights_save(m, orig, W22_DTYPE_BF16));
+    w22_weights_free(m);
+    struct stat st;
+    CHECK(stat(orig, &st) == 0 && st.st_size > 4096, "the saved file");
+    const int fds0 = open_fds();
+
+    /* shrunk in place (ftruncate, as `cp` over it or a crashed writer would) */
+    copy_file(orig, p);
+    CHECK_OK(w22_weights_load(p, &cfg, &w));
+    CHECK(truncate(p, st.st_size / 3) == 0, "truncate");
+    w22_status s = open_cpu(w, &d);
+    CHECK(s == W22_ERR_IO && d == NULL && strstr(w22_last_error(), p) && strstr(w22_last_error(), "changed in place") &&
+              strstr(w22_last_error(), "before the decoder's open"),
+          "a shrunk file: %s: %s", w22_status_string(s), w22_last_error());
+    s = w22_weights_save(w, saved, W22_DTYPE_F32);
+    CHECK(s == W22_ERR_IO && access(saved, F_OK) != 0, "saving from a shrunk file: %s: %s", w22_status_string(s),
+          w22_last_error());
+    w22_weights_free(w);
+    w = NULL;
+
+    /* rewritten in place, the same size: half the data turned to 0xff (NaN in bf16), a later modification time */
+    copy_file(orig, p);
+    CHECK_OK(w22_weights_load(p, &cfg, &w));
+    int fd = open(p, O_WRONLY);
+    char *junk = malloc((size_t)st.st_size / 2);
+    memset(junk, 0xff, (size_t)st.st_size / 2);
+    CHECK(fd >= 0 && pwrite(fd, junk, (size_t)st.st_size / 2, st.st_size / 2) == st.st_size / 2, "rewrite");
+    /* a modification time surely unlike the load's (the kernel's file clock moves in ticks of a few ms) */
+    struct timespec later[2] = {{0, UTIME_OMIT}, {st.st_mtim.tv_sec + 5, 0}};
+    CHECK(fd >= 0 && futimens(fd, later) == 0, "futimens");
+    if (fd >= 0) close(fd);
+    free(junk);
+    s = open_cpu(w, &d);
+    CHECK(s == W22_ERR_IO && d == NULL && strstr(w22_last_error(), "modified since"), "a rewritten file: %s: %s",
+          w22_status_string(s), w22_last_error());
+    w22_weights_free(w);
+    w = NULL;
+
+    /* replaced by a rename: the mapping keeps the old file, which is unchanged; the open and a save go on */
+    copy_file(orig, p);
+    CHECK_OK(w22_weights_load(p, &cfg, &w));
+    copy_file(orig, next);
+    CHECK(rename(next, p) == 0, "rename");
+    CHECK(truncate(p, 100) == 0, "truncate the new file"); /* not the mapped one */
+    s = open_cpu(w, &d);
+    CHECK(s == W22_OK && d, "a file replaced by a rename: %s: %s", w22_status_string(s), w22_last_error());
+    w22_decoder_free(d);
+    d = NULL;
+    unlink(saved);
+    CHECK_OK(w22_weights_save(w, saved, W22_DTYPE_BF16));
+    w22_weights_free(w);
+    w = NULL;
+    if (w22_weights_load(saved, &cfg, &w) == W22_OK) check_values(w, W22_DTYPE_BF16, "saved after a rename");
+    w22_weights_free(w);
+    w = NULL;
+
+    /* every load and free above closed what it opened */
+    const int fds1 = open_fds();
+    CHECK(fds0 >= 0 && fds1 == fds0, "open descriptors: %d before the loads, %d after", fds0, fds1);
+    unlink(p);
+    unlink(saved);
+    unlink(orig);
+}
+
 int main(void) {
     make_reference();
     test_from_device_without_gpu();
@@ -585,6 +694,7 @@ int main(void) {
     test_nonfinite_threads();
     test_config_text();
     test_parse_memory();
+    test_changed_in_place();
     for (int i = 0; i < nw; i++) free(ref[i]);
     return t_finish("test_weights");
 }

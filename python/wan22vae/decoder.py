@@ -324,83 +324,6 @@ def _find_weight_files(path, variant=None):
     raise fail("W22_ERR_IO", f"{folder}: no {stem}.safetensors (nor a sharded index) there")
 
 
-def _shard_path(index, folder, shard, tensor):
-    """The path of one weight_map entry's shard, refusing one that is absolute or resolves outside the index's
-    folder: the folder the shard is in, symlinks and '..' resolved, must be the index's folder or below it. The
-    shard file itself may be a symlink (the Hugging Face cache links snapshots/<rev>/vae/*.safetensors to blobs)."""
-    if not isinstance(shard, str) or not shard or "\x00" in shard:
-        raise fail("W22_ERR_FORMAT", f"{index}: weight_map['{tensor}'] is {shard!r}; expected the file name of a shard "
-                   "next to the index")
-    last = shard.replace("\\", "/").split("/")[-1]
-    if os.path.isabs(shard) or shard.startswith(("/", "\\")) or last in ("", ".", ".."):
-        raise fail("W22_ERR_FORMAT", f"{index}: weight_map['{tensor}'] is the shard path '{shard}', refused: expected "
-                   f"the relative path of a file inside the index's folder {folder}")
-    path = os.path.join(folder, shard)
-    folder_real, parent_real = os.path.realpath(folder), os.path.realpath(os.path.dirname(path))
-    if os.path.commonpath([folder_real, parent_real]) != folder_real:
-        raise fail("W22_ERR_FORMAT", f"{index}: weight_map['{tensor}'] is the shard path '{shard}', refused: it "
-                   f"resolves to {parent_real}, outside the index's folder {folder_real}")
-    return path
-
-
-def read_index(index):
-    """{tensor name: shard path} of a sharded safetensors index (diffusers' {"weight_map": {tensor: shard}}),
-    every shard path checked by _shard_path; wan22vae.Error naming the index for a file that is not such an index."""
-    what = 'a sharded safetensors index, JSON {"weight_map": {tensor name: shard file}}'
-    try:
-        with open(index, "rb") as f:
-            data = json.loads(f.read().decode("utf-8"))
-    except OSError as e:
-        raise _safetensors._open_error(index, e, what) from None
-    except (UnicodeDecodeError, ValueError) as e:
-        raise fail("W22_ERR_FORMAT", f"{index}: not JSON ({e}); expected {what}") from None
-    if not isinstance(data, dict) or "weight_map" not in data:
-        got = "a JSON object without weight_map" if isinstance(data, dict) else f"a JSON {type(data).__name__}"
-        raise fail("W22_ERR_FORMAT", f"{index}: {got}; expected {what}")
-    wmap = data["weight_map"]
-    if not isinstance(wmap, dict) or not wmap:
-        got = "empty" if isinstance(wmap, dict) else f"a JSON {type(wmap).__name__}"
-        raise fail("W22_ERR_FORMAT", f"{index}: weight_map is {got}; expected {what}")
-    folder = os.path.dirname(os.path.abspath(index))
-    return {tensor: _shard_path(index, folder, shard, tensor) for tensor, shard in wmap.items()}
-
-
-def _load_sharded(index, c):
-    """Weights from a sharded index: every shard present and well formed, every tensor in exactly one shard, and in
-    the one weight_map names. The C loader reads one file; the tensors go to it in memory."""
-    wmap = read_index(index)
-    shards = list(dict.fromkeys(wmap.values()))  # in the index's order, once each
-    owner, headers = {}, {}
-    for shard in shards:
-        if not os.path.isfile(shard):
-            tensor = next(t for t, s in wmap.items() if s == shard)
-            raise fail("W22_ERR_IO", f"{shard}: no such file; the index {index} names it as the shard of tensor "
-                       f"'{tensor}'")
-        headers[shard] = _safetensors.read_header(shard)[0]
-        for name in headers[shard]:
-            if name in owner:
-                raise fail("W22_ERR_FORMAT", f"{index}: tensor '{name}' is in two shards, {owner[name]} and {shard}; "
-                           "expected each tensor in one shard")
-            owner[name] = shard
-    for tensor, shard in wmap.items():
-        if tensor not in headers[shard]:
-            elsewhere = f" (it is in {owner[tensor]})" if tensor in owner else ""
-            raise fail("W22_ERR_MISSING_TENSOR", f"{index}: weight_map puts tensor '{tensor}' in {shard}, but that "
-                       f"shard does not hold it{elsewhere}; expected every weight_map entry in its shard")
-    arrays = {}
-    for shard in shards:
-        arrays.update(_safetensors.open_arrays(shard, {t for t, s in wmap.items() if s == shard}))
-    source = os.path.dirname(index)
-    if c is None:
-        pq, no = arrays.get("post_quant_conv.weight"), arrays.get("decoder.norm_out.gamma")
-        if pq is None or no is None or len(pq[1]) < 1 or len(no[1]) < 1:
-            missing = "post_quant_conv.weight" if pq is None or len(pq[1]) < 1 else "decoder.norm_out.gamma"
-            raise fail("W22_ERR_MISSING_TENSOR", f"{source}: tensor '{missing}' is missing from the shards (or has no "
-                       "dimensions); expected it to infer the config (or pass a config)")
-        c = make_config(z_dim=pq[1][0], base_dim=no[1][0])
-    return _weights_from_named(config_to_dict(c), {n: (a, dt) for n, (a, _, dt) in arrays.items()}, source=source)
-
-
 def _read_config_json(path):
     try:
         with open(path, "rb") as f:
@@ -429,8 +352,7 @@ def load_weights(path, config=None, variant=None):
         if os.path.isfile(cj):
             config = _read_config_json(cj)
     c = make_config(config) if config is not None else None
-    if kind == "index":
-        return _load_sharded(found, c)
+    # a file or a sharded index: the library maps and checks either (w22_weights_load)
     h = ctypes.c_void_p()
     check(lib().w22_weights_load(os.fsencode(found), ctypes.byref(c) if c is not None else None, ctypes.byref(h)))
     return Weights(h.value)

@@ -15,7 +15,6 @@ WanPipeline (diffusers 0.42, pipeline_wan.py), after the denoising loop:
 that is z * std + mean per channel. denormalize_latents makes the same operations in the same order and dtype (on a
 torch tensor: bit for bit what the pipeline hands vae.decode, for latents already in the VAE's dtype).
 """
-import json
 import os
 import sys
 from collections.abc import Mapping

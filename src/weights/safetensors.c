@@ -798,7 +798,34 @@ void w22_st_close(w22_st_file *f) {
     free(f->meta_values);
     free(f->metadata_json);
     if (f->mapped && f->map) munmap(f->map, f->size);
+    if (f->mapped) w22_st_unwatch(&f->watch);
     memset(f, 0, sizeof *f);
+    f->watch.fd = -1;
+}
+
+static int64_t mtime_ns(const struct stat *st) {
+#ifdef __linux__
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+#else
+    return (int64_t)st->st_mtime * 1000000000;
+#endif
+}
+
+w22_status w22_st_unchanged(const w22_st_watch *watch, const char *path, const char *when) {
+    if (!watch || watch->fd < 0) return W22_OK; /* nothing mapped from a file */
+    struct stat st;
+    if (fstat(watch->fd, &st) != 0)
+        return w22_fail(W22_ERR_IO, "%s: cannot stat the mapped file %s: %s", path, when, strerror(errno));
+    if ((int64_t)st.st_size == watch->size && mtime_ns(&st) == watch->mtime_ns) return W22_OK;
+    return w22_fail(W22_ERR_IO, "%s changed in place after it was mapped (%s: %lld bytes then, %lld now%s); the weights "
+                    "read from it can no longer be trusted: load it again (a file replaced by a rename is safe, one "
+                    "written over in place is not)", path, when, (long long)watch->size, (long long)st.st_size,
+                    (int64_t)st.st_size == watch->size ? ", modified since" : "");
+}
+
+void w22_st_unwatch(w22_st_watch *watch) {
+    if (watch && watch->fd >= 0) close(watch->fd);
+    if (watch) watch->fd = -1;
 }
 
 static w22_status parse_into(const void *buf, size_t size, const char *file, w22_st_file *f) {
@@ -814,6 +841,7 @@ static w22_status parse_into(const void *buf, size_t size, const char *file, w22
 w22_status w22_st_parse(const void *buf, size_t size, w22_st_file *f) {
     if (!f) return w22_fail(W22_ERR_INVALID_ARG, "w22_st_parse: f is NULL, expected a file object");
     memset(f, 0, sizeof *f);
+    f->watch.fd = -1; /* a buffer, no file */
     if (!buf && size) return w22_fail(W22_ERR_INVALID_ARG, "w22_st_parse: buf is NULL with size %zu", size);
     f->map = (void *)buf;
     f->size = size;
@@ -828,6 +856,7 @@ w22_status w22_st_parse(const void *buf, size_t size, w22_st_file *f) {
 w22_status w22_st_open(const char *path, w22_st_file *f) {
     if (!f) return w22_fail(W22_ERR_INVALID_ARG, "w22_st_open: f is NULL, expected a file object");
     memset(f, 0, sizeof *f);
+    f->watch.fd = -1;
     if (!path) return w22_fail(W22_ERR_INVALID_ARG, "w22_st_open: path is NULL");
     int fd;
     struct stat st;
@@ -838,15 +867,19 @@ w22_status w22_st_open(const char *path, w22_st_file *f) {
         return w22_fail(W22_ERR_FORMAT, "%s: the file has %zu bytes, expected at least 8 (the header length)",
                         path, size);
     }
-    /* MAP_PRIVATE + PROT_READ: the weights are read in place, and nobody can write through the mapping. */
+    /* MAP_PRIVATE + PROT_READ: the weights are read in place, and nobody can write through the mapping. The file
+     * stays open (f->watch) so that a later reader can see whether it changed in place (w22_st_unchanged). */
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
-    close(fd);
-    if (map == MAP_FAILED) return w22_fail(W22_ERR_IO, "%s: cannot map %zu bytes: %s", path, size, strerror(e));
-    w22_status s = parse_file(map, size, path, f);
+    if (map == MAP_FAILED) {
+        close(fd);
+        return w22_fail(W22_ERR_IO, "%s: cannot map %zu bytes: %s", path, size, strerror(e));
+    }
     f->map = map;
     f->size = size;
     f->mapped = 1;
+    f->watch = (w22_st_watch){fd, (int64_t)st.st_size, mtime_ns(&st)};
+    w22_status s = parse_file(map, size, path, f);
     if (s != W22_OK) w22_st_close(f);
     return s;
 }

@@ -193,7 +193,7 @@ w22_status w22_weights_locate(const char *path, const char *variant, w22_weights
             return w22_fail(W22_ERR_INVALID_ARG, "%s: a config, not weights; expected the weights (a .safetensors "
                             "file, an index) or the folder that holds both", path);
         snprintf(loc->found, sizeof loc->found, "%s", path);
-        loc->is_index = ends_with(path, ".index.json");
+        loc->is_index = ends_with(path, ".json"); /* as w22_weights_load: "x.safetensors.index.json", ".index.fp16.json" */
     } else {
         char folder[PATH_MAX];
         W22_TRY(join(folder, sizeof folder, path, "vae"));
@@ -491,7 +491,11 @@ w22_status w22_weights_load_index(const char *index, const w22_config *cfg, w22_
     *out = NULL;
     w22_json *j;
     w22_status s = w22_json_read(index, JSON_FILE_MAX, &j);
-    if (s != W22_OK) return w22_fail_context(s, "(expected %s) ", what);
+    if (s != W22_OK) { /* the reader's words ("<index>: JSON at byte 1: ..."), then what was expected */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", w22_last_error());
+        return w22_fail(s, "%s; expected %s", why, what);
+    }
     int root = w22_json_root(j), wm = w22_json_get(j, root, "weight_map");
     if (w22_json_kind_of(j, root) != W22_JSON_OBJECT || wm < 0) {
         s = w22_fail(W22_ERR_FORMAT, "%s: %s; expected %s", index, w22_json_kind_of(j, root) == W22_JSON_OBJECT ?
@@ -603,20 +607,20 @@ w22_status w22_weights_load_index(const char *index, const w22_config *cfg, w22_
     w22_weights *w = NULL;
     s = w22_weights_from_st(&merged, folder, cfg, &w);
     if (s != W22_OK) goto done;
-    w->shard_maps = calloc((size_t)nshards, sizeof *w->shard_maps);
-    w->shard_sizes = calloc((size_t)nshards, sizeof *w->shard_sizes);
-    if (!w->shard_maps || !w->shard_sizes) {
+    {
+        const char **names = calloc((size_t)nshards, sizeof *names);
+        for (int i = 0; names && i < nshards; i++) names[i] = shards[i];
+        /* the mappings move to the weights object */
+        s = names ? w22_weights_take_files(w, files, names, nshards)
+                  : w22_fail(W22_ERR_OUT_OF_MEMORY, "%s: out of memory", index);
+        free(names);
+    }
+    /* validation read every tensor: a shard changed in place meanwhile would leave checks that no longer hold */
+    if (s == W22_OK) s = w22_weights_unchanged(w, "while the weights were loaded and checked");
+    if (s != W22_OK) {
         w22_weights_free(w);
-        s = w22_fail(W22_ERR_OUT_OF_MEMORY, "%s: out of memory", index);
         goto done;
     }
-    for (int i = 0; i < nshards; i++) { /* the mappings move to the weights object */
-        w->shard_maps[i] = files[i].map;
-        w->shard_sizes[i] = files[i].size;
-        files[i].map = NULL;
-        files[i].mapped = 0;
-    }
-    w->nshards = nshards;
     *out = w;
     if (nshards_out) *nshards_out = nshards;
     if (ntensors_out) *ntensors_out = total;

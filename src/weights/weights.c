@@ -9,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include "common.h"
 #include "backend.h"
 #include "weights/safetensors.h"
+#include "weights/source.h"
 #include "weights/weights.h"
 
 /* The config as one line of text, kept in the file's __metadata__ (key "wan22vae_config") so that a saved file
@@ -242,18 +244,20 @@ w22_status w22_weights_load(const char *path, const w22_config *cfg, w22_weights
     *out = NULL;
     if (!path) return w22_fail(W22_ERR_INVALID_ARG, "w22_weights_load: path is NULL");
     if (cfg) W22_TRY(w22_config_check(cfg));
+    /* a sharded index (".index.json", diffusers' variant spelling ".index.fp16.json"): the same checks over its
+     * shards. A safetensors file never ends in .json. */
+    const size_t n = strlen(path);
+    if (n >= 5 && !strcmp(path + n - 5, ".json")) return w22_weights_load_index(path, cfg, out, NULL, NULL);
     w22_st_file f;
     W22_TRY(w22_st_open(path, &f));
     w22_weights *w = NULL;
     w22_status s = weights_from_file(&f, path, cfg, &w);
-    if (s == W22_OK) {
-        /* the mapping moves to the weights object; the tensor table is no longer needed */
-        w->map = f.map;
-        w->map_size = f.size;
-        f.map = NULL;
-        f.mapped = 0;
-        *out = w;
-    }
+    /* the mapping moves to the weights object; the tensor table is no longer needed */
+    if (s == W22_OK) s = w22_weights_take_files(w, &f, &path, 1);
+    /* validation read every tensor: a file changed in place meanwhile would leave checks that no longer hold */
+    if (s == W22_OK) s = w22_weights_unchanged(w, "while the weights were loaded and checked");
+    if (s == W22_OK) *out = w;
+    else w22_weights_free(w);
     w22_st_close(&f);
     return s;
 }
@@ -399,6 +403,7 @@ w22_status w22_weights_save(const w22_weights *w, const char *path, w22_dtype dt
         w22_weights_free(h);
         return s;
     }
+    W22_TRY(w22_weights_unchanged(w, "before saving the weights")); /* read in place below (w22_decoder_open) */
     const w22_model *m = &w->model;
     size_t conv_bytes = 0;
     for (int i = 0; i < m->nweights; i++)
@@ -432,16 +437,36 @@ w22_status w22_weights_save(const w22_weights *w, const char *path, w22_dtype dt
     w22_status s = w22_st_write(path, t, m->nweights, meta, 2, 0);
     free(conv);
     free(tmp);
+    if (s == W22_OK && (s = w22_weights_unchanged(w, "while the weights were saved")) != W22_OK)
+        unlink(path); /* written from a file that changed: not kept (path was new: saving never overwrites) */
     return s;
+}
+
+w22_status w22_weights_take_files(w22_weights *w, w22_st_file *files, const char *const *paths, int n) {
+    w->files = w22_calloc((size_t)n, sizeof *w->files, "the weights' file list");
+    if (!w->files) return W22_ERR_OUT_OF_MEMORY;
+    for (int i = 0; i < n; i++) {
+        w22_wfile *o = &w->files[i];
+        o->map = files[i].map, o->size = files[i].size, o->watch = files[i].watch;
+        snprintf(o->path, sizeof o->path, "%s", paths[i]);
+        files[i].map = NULL, files[i].mapped = 0, files[i].watch.fd = -1;
+    }
+    w->nfiles = n;
+    return W22_OK;
+}
+
+w22_status w22_weights_unchanged(const w22_weights *w, const char *when) {
+    for (int i = 0; w && i < w->nfiles; i++) W22_TRY(w22_st_unchanged(&w->files[i].watch, w->files[i].path, when));
+    return W22_OK;
 }
 
 void w22_weights_free(w22_weights *w) {
     if (!w) return;
-    if (w->map) munmap(w->map, w->map_size);
-    for (int i = 0; i < w->nshards; i++)
-        if (w->shard_maps[i]) munmap(w->shard_maps[i], w->shard_sizes[i]);
-    free(w->shard_maps);
-    free(w->shard_sizes);
+    for (int i = 0; i < w->nfiles; i++) {
+        if (w->files[i].map) munmap(w->files[i].map, w->files[i].size);
+        w22_st_unwatch(&w->files[i].watch);
+    }
+    free(w->files);
     free(w->owned);
     free(w);
 }

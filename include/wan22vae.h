@@ -135,9 +135,9 @@ typedef struct {
     w22_device device;
     int cuda_device;      /* the GPU's ordinal (CUDA) */
     int frames_per_pass;  /* latent frames decoded per pass; 0 picks a default. Does not change the output. */
-    int threads;          /* CPU threads; 0 = all cores. Each decoder keeps its own count. With OpenBLAS the video's
-                           * bits can depend on it (its products split their sums by thread); never on another
-                           * decoder's count (tests/test_sequence.c) */
+    int threads;          /* CPU threads, 1..4096; 0 = all cores. Each decoder keeps its own count. With OpenBLAS
+                           * the video's bits can depend on it (its products split their sums by thread); never
+                           * on another decoder's count (tests/test_sequence.c) */
     w22_comm *comm;       /* NULL: one rank; else this rank's handle of a group */
     int video_on_all_ranks; /* 0: the video ends on rank 0 only; 1: on every rank */
     w22_progress_fn progress;

@@ -51,6 +51,9 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
     if (p->exact != 0 && p->exact != 1)
         return w22_fail(W22_ERR_INVALID_ARG, "exact %d, expected 0 (Winograd where it applies) or 1 (every conv exact)",
                         p->exact);
+    /* the CLI's --threads range; each is a thread the CPU backend's products may start */
+    if (p->threads < 0 || p->threads > 4096)
+        return w22_fail(W22_ERR_INVALID_ARG, "threads %d, expected 0 (all cores) or 1..4096", p->threads);
     if (p->device != W22_DEVICE_CPU && p->device != W22_DEVICE_CUDA)
         return w22_fail(W22_ERR_INVALID_ARG, "device %d, expected W22_DEVICE_CPU or W22_DEVICE_CUDA", p->device);
     /* weights mapped from a file are read in place below: a file shrunk in place since the load would fault this

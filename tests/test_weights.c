@@ -682,6 +682,32 @@ static void test_changed_in_place(void) {
     unlink(orig);
 }
 
+/* w22_decoder_params out of range: W22_ERR_INVALID_ARG naming the field and its range, no decoder. */
+static void test_open_params(void) {
+    w22_weights *w = NULL;
+    CHECK_OK(w22_weights_synthetic(&cfg, 3, &w));
+    static const struct { int fpp, exact, device, threads; const char *words; } bad[] = {
+        {1025, 0, W22_DEVICE_CPU, 1, "frames_per_pass 1025"}, {-1, 0, W22_DEVICE_CPU, 1, "frames_per_pass -1"},
+        {0, 2, W22_DEVICE_CPU, 1, "exact 2"},                 {0, 0, 7, 1, "device 7"},
+        {0, 0, W22_DEVICE_CPU, -1, "threads -1, expected 0 (all cores) or 1..4096"},
+        {0, 0, W22_DEVICE_CPU, 4097, "threads 4097"},
+    };
+    for (size_t i = 0; w && i < sizeof bad / sizeof bad[0]; i++) {
+        w22_decoder_params p;
+        w22_decoder_params_init(&p);
+        p.frames_per_pass = bad[i].fpp, p.exact = bad[i].exact, p.device = bad[i].device, p.threads = bad[i].threads;
+        w22_decoder *d = NULL;
+        w22_status s = w22_decoder_open(w, &p, &d);
+        CHECK(s == W22_ERR_INVALID_ARG && !d && strstr(w22_last_error(), bad[i].words), "%s: %s: %s", bad[i].words,
+              w22_status_string(s), w22_last_error());
+        w22_decoder_free(d);
+    }
+    w22_decoder *d = NULL;
+    CHECK(w && open_cpu(w, &d) == W22_OK && d, "threads 1: %s", w22_last_error());
+    w22_decoder_free(d);
+    w22_weights_free(w);
+}
+
 int main(void) {
     make_reference();
     test_from_device_without_gpu();
@@ -695,6 +721,7 @@ int main(void) {
     test_config_text();
     test_parse_memory();
     test_changed_in_place();
+    test_open_params();
     for (int i = 0; i < nw; i++) free(ref[i]);
     return t_finish("test_weights");
 }

@@ -341,6 +341,21 @@ def test_from_pretrained_file_and_folders(tmp_path, weights, latents):
     assert e.value.status == "W22_ERR_MISSING_TENSOR" and names[50] in e.value.message
 
 
+def test_decoder_takes_a_path_and_checks_threads(tmp_path, weights, latents):
+    """Decoder(path) loads the weights (a str was taken for a sequence of 12 one-letter "tensors"); threads outside
+    0..4096 (the CLI's --threads range) is the library's W22_ERR_INVALID_ARG (10**9 was passed on to the products)."""
+    ref = wan22vae.Decoder(weights, device="cpu", threads=2)(latents)
+    weights.save(tmp_path / "w.safetensors", "f32")
+    for p in (str(tmp_path / "w.safetensors"), tmp_path / "w.safetensors", os.fsencode(tmp_path / "w.safetensors")):
+        np.testing.assert_array_equal(wan22vae.Decoder(p, device="cpu", threads=2)(latents), ref)
+    with pytest.raises(wan22vae.Error, match="W22_ERR_IO.*no such file"):
+        wan22vae.Decoder(str(tmp_path / "nothere"), device="cpu")
+    for t in (-1, 4097, 10**9):
+        with pytest.raises(wan22vae.Error,
+                           match=r"W22_ERR_INVALID_ARG: threads -?\d+, expected 0 \(all cores\) or 1..4096"):
+            wan22vae.Decoder(weights, device="cpu", threads=t)
+
+
 def test_from_pretrained_errors_from_c(tmp_path, weights):
     with pytest.raises(wan22vae.Error) as e:
         wan22vae.load_weights(tmp_path / "nothing-here")

@@ -622,6 +622,10 @@ class Decoder:
       tensor for a torch tensor; torch_dtype for a tensor, float16 too for numpy), or into out= (float32, bfloat16 or
       float16; numpy: float32 or float16).
 
+    weights: a Weights object (load_weights, synthetic_weights, weights_from_tensors), tensors in diffusers' order or
+    by name, or a path (a safetensors file, a sharded index, a VAE or pipeline folder: load_weights(path); a Hugging
+    Face repo id goes through Decoder.from_pretrained).
+
     B > 1 decodes the B latents one after another. Latents of 4 dims [z_dim, T, h, w] give a video of 4 dims.
     Validation errors are wan22vae.Error with the C library's message; the latent sizes are checked here (T in
     [1, MAX_T], h and w in [1, MAX_HW]) before anything is allocated or the library is called.
@@ -652,7 +656,9 @@ class Decoder:
         self._streams = set()  # the frames() iterators running (_stream.Stream)
         self._h = ctypes.c_void_p()
         self._hook = _progress.Hook()
-        if not isinstance(weights, Weights):
+        if isinstance(weights, (str, bytes, os.PathLike)):  # a path (a str is a sequence: never tensors)
+            weights = load_weights(os.fsdecode(weights))
+        elif not isinstance(weights, Weights):
             weights = weights_from_tensors(weights)
         self.config = weights.config
         self._cfg = make_config(self.config)

@@ -49,8 +49,8 @@ W22_API const char *w22_status_string(w22_status s);
 W22_API const char *w22_last_error(void);
 
 typedef enum { W22_DTYPE_F32 = 0, W22_DTYPE_BF16 = 1, W22_DTYPE_F16 = 2 } w22_dtype;
-W22_API size_t w22_dtype_size(w22_dtype t);
-W22_API const char *w22_dtype_name(w22_dtype t);
+W22_API size_t w22_dtype_size(w22_dtype t);      /* 4 or 2; 0 for a value that is not a w22_dtype */
+W22_API const char *w22_dtype_name(w22_dtype t); /* "F32", "BF16", "F16"; "?" for any other value */
 
 /* The decoder's structure (diffusers' AutoencoderKLWan config). Narrow variants (a smaller decoder_base_dim,
  * z_dim) keep the structure and are what the tests use; the default is Wan2.2 TI2V-5B. */
@@ -67,7 +67,7 @@ typedef struct {
 W22_API void w22_config_default(w22_config *cfg);
 /* Checks a config for the structure this library implements; W22_ERR_INVALID_ARG says which field is off. */
 W22_API w22_status w22_config_check(const w22_config *cfg);
-/* Frames and size of the video for latents of T frames at h x w. */
+/* Frames and size of the video for latents of T frames at h x w (all 0 for a NULL cfg). */
 W22_API void w22_video_shape(const w22_config *cfg, int T, int h, int w, int *frames, int *height, int *width);
 /* Floating-point operations (2 per multiply-add) of one decode of T latent frames at h x w. */
 W22_API double w22_decode_flops(const w22_config *cfg, int T, int h, int w);

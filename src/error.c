@@ -63,7 +63,7 @@ void *w22_calloc(size_t n, size_t size, const char *what) {
     return p;
 }
 
-size_t w22_dtype_size(w22_dtype t) { return t == W22_DTYPE_F32 ? 4 : 2; }
+size_t w22_dtype_size(w22_dtype t) { return t == W22_DTYPE_F32 ? 4 : t == W22_DTYPE_BF16 || t == W22_DTYPE_F16 ? 2 : 0; }
 
 const char *w22_dtype_name(w22_dtype t) {
     switch (t) {

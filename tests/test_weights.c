@@ -702,6 +702,23 @@ static void test_open_params(void) {
               w22_status_string(s), w22_last_error());
         w22_decoder_free(d);
     }
+    /* the void and value-returning calls take NULL too (w22_video_shape read through it) */
+    int F = -1, H = -1, W = -1;
+    w22_video_shape(NULL, 2, 3, 4, &F, &H, &W);
+    CHECK(F == 0 && H == 0 && W == 0, "w22_video_shape(NULL): %d %d %d", F, H, W);
+    w22_video_shape(&cfg, 2, 3, 4, &F, &H, &W);
+    CHECK(F == 5 && H == 48 && W == 64, "w22_video_shape: %d %d %d", F, H, W);
+    w22_video_shape(&cfg, 2, 3, 4, NULL, NULL, NULL);
+    CHECK(w22_decode_flops(NULL, 2, 3, 4) == 0 && w22_weight_count(NULL) == 0 && !w22_weight_name(NULL, 0) &&
+              w22_config_check(NULL) == W22_ERR_INVALID_ARG, "NULL configs");
+    CHECK(w22_dtype_size(W22_DTYPE_F32) == 4 && w22_dtype_size(W22_DTYPE_BF16) == 2 &&
+              w22_dtype_size(W22_DTYPE_F16) == 2 && w22_dtype_size((w22_dtype)9) == 0 &&
+              !strcmp(w22_dtype_name((w22_dtype)9), "?"), "dtype size and name of an unknown dtype");
+    /* each bad argument named as itself (a NULL array was reported as "world 2, expected 1..64") */
+    CHECK(w22_comm_local_group(2, NULL) == W22_ERR_INVALID_ARG && strstr(w22_last_error(), "comms is NULL"), "%s",
+          w22_last_error());
+    CHECK(w22_comm_nccl(NULL, 0, 1, 0, NULL) != W22_OK && !strstr(w22_last_error(), "expected 0 <= rank"), "%s",
+          w22_last_error());
     w22_decoder *d = NULL;
     CHECK(w && open_cpu(w, &d) == W22_OK && d, "threads 1: %s", w22_last_error());
     w22_decoder_free(d);

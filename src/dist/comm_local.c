@@ -178,7 +178,8 @@ static void local_destroy(w22_comm *c) {
 static const w22_comm_ops local_ops = {local_exchange, local_agree, local_abort, local_destroy};
 
 w22_status w22_comm_local_group(int world, w22_comm **comms) {
-    if (world < 1 || world > 64 || !comms)
+    if (!comms) return w22_fail(W22_ERR_INVALID_ARG, "w22_comm_local_group: comms is NULL, expected an array of world");
+    if (world < 1 || world > 64)
         return w22_fail(W22_ERR_INVALID_ARG, "w22_comm_local_group: world %d, expected 1..64", world);
     group *g = calloc(1, sizeof *g);
     if (!g) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a rank group");

@@ -173,7 +173,9 @@ w22_status w22_nccl_unique_id(unsigned char id[128]) {
 }
 
 w22_status w22_comm_nccl(const unsigned char id[128], int rank, int world, int cuda_device, w22_comm **out) {
-    if (!id || !out || world < 1 || rank < 0 || rank >= world)
+    if (!id || !out)
+        return w22_fail(W22_ERR_INVALID_ARG, "w22_comm_nccl: %s is NULL", !id ? "id" : "out");
+    if (world < 1 || rank < 0 || rank >= world)
         return w22_fail(W22_ERR_INVALID_ARG, "w22_comm_nccl: rank %d of world %d, expected 0 <= rank < world", rank,
                         world);
     *out = NULL;

@@ -258,6 +258,12 @@ void w22_model_stage_frames(const w22_model *m, int T, int frames[4]) {
 }
 
 void w22_video_shape(const w22_config *cfg, int T, int h, int w, int *frames, int *height, int *width) {
+    if (!cfg) { /* as w22_decode_flops: no config, no video (a void call cannot fail otherwise) */
+        if (frames) *frames = 0;
+        if (height) *height = 0;
+        if (width) *width = 0;
+        return;
+    }
     int f = T;
     for (int b = 0; b < 3; b++)
         if (cfg->temporal_up[b]) f = 2 * f - 1;

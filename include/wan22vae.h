@@ -100,6 +100,8 @@ W22_API w22_status w22_weights_from_device(const w22_config *cfg, const void *co
                                            int cuda_device, w22_weights **out);
 /* Writes the weights as a safetensors file (diffusers names), through a temporary file and a rename. */
 W22_API w22_status w22_weights_save(const w22_weights *w, const char *path, w22_dtype dtype);
+/* Frees the weights. Not while another thread's call reads them (w22_decoder_open, w22_weights_save: the caller
+ * orders these; the Python package's free() waits for them). Decoders opened from them do not need them. */
 W22_API void w22_weights_free(w22_weights *w);
 W22_API const w22_config *w22_weights_config(const w22_weights *w);
 

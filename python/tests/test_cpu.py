@@ -799,6 +799,46 @@ def test_threads_share_decoder_and_close_waits():
 
 
 # ---- batches, output dtype, progress, Ctrl-C (issue 31) ----
+def test_weights_free_waits_for_a_decoders_open(weights, monkeypatch):
+    """Weights.free() from another thread while a decoder opens from them: before, it unmapped the weights under the
+    open (a segfault with real TI2V-5B weights); now it waits for the open, which succeeds, and later uses of the
+    freed weights raise. The open is held inside the library call (a wrapper that waits) so that free() surely
+    comes during it."""
+    from wan22vae import decoder as dm
+    w = wan22vae.synthetic_weights(NARROW, seed=11)
+    real, inside, go = dm.lib(), threading.Event(), threading.Event()
+
+    class Slow:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def w22_decoder_open(self, *args):
+            inside.set()
+            go.wait(10)
+            return real.w22_decoder_open(*args)
+    monkeypatch.setattr(dm, "lib", lambda: Slow())
+    got, order = {}, []
+    opener = threading.Thread(target=lambda: got.setdefault("d", wan22vae.Decoder(w, device="cpu", threads=1)))
+    opener.start()
+    assert inside.wait(10)
+    freer = threading.Thread(target=lambda: (w.free(), order.append("freed")))
+    freer.start()
+    freer.join(0.3)
+    assert freer.is_alive() and not order  # free() waits while the open runs
+    order.append("open released")
+    go.set()
+    opener.join(10)
+    freer.join(10)
+    monkeypatch.undo()
+    assert order == ["open released", "freed"] and "d" in got
+    assert got["d"](wan22vae.synthetic_latents(NARROW, 3, 2, 3, 4)).shape == (1, 3, 5, 48, 64)
+    got["d"].close()
+    with pytest.raises(wan22vae.Error, match="freed"):
+        wan22vae.Decoder(w, device="cpu")
+    with pytest.raises(wan22vae.Error, match="freed"):
+        w.save("never.safetensors")
+
+
 def test_batch_decodes_each_latent(cpu_decoder):
     zs = [wan22vae.synthetic_latents(NARROW, seed=20 + i, T=2, h=3, w=4) for i in range(3)]
     z = np.concatenate(zs)

@@ -1,6 +1,6 @@
-"""A minimal safetensors reader over numpy memory maps (no torch, no safetensors package): the sharded diffusers
-folders the C loader does not take in one call, and the files w22_weights_save writes (for tests that move the
-library's synthetic weights into torch). BF16 tensors come back as raw uint16 arrays.
+"""A minimal safetensors reader over numpy memory maps (no torch, no safetensors package) for the files
+w22_weights_save writes: Weights.state_dict and numpy_dict read the library's weights back through one (weight
+files and sharded indexes are the library's to read: load_weights). BF16 tensors come back as raw uint16 arrays.
 
 Every problem with a file (absent, unreadable, a malformed header, offsets beyond the data) is a wan22vae.Error
 (W22_ERR_IO or W22_ERR_FORMAT) whose message names the file, what was found and what was expected."""

@@ -7,6 +7,7 @@ On the CPU (device="cpu", or "auto" where no GPU can be used) the decoder takes 
 and returns float32 video. torch is imported only where a torch tensor is involved, so the package works with numpy
 alone.
 """
+import contextlib
 import ctypes
 import glob
 import json
@@ -188,11 +189,29 @@ def decode_flops(config, T, h, w):
 
 # ---- weights ----
 class Weights:
-    """A w22_weights handle and whatever memory it borrows."""
+    """A w22_weights handle and whatever memory it borrows. Thread-safe: free() (and the garbage collector) waits
+    for the calls that read the weights (a decoder's open, save) to end; after it they raise wan22vae.Error."""
 
     def __init__(self, handle, keepalive=None):
         self._h = ctypes.c_void_p(handle)
         self._keep = keepalive
+        self._cv = threading.Condition()
+        self._users = 0  # calls into the library reading the weights now; free() waits for 0
+
+    @contextlib.contextmanager
+    def _use(self):
+        """The handle, held for the length of a library call that reads the weights (the call releases the GIL:
+        without this, free() from another thread unmapped them under the reader, a crash)."""
+        with self._cv:
+            if not self._h:
+                raise fail("W22_ERR_INVALID_ARG", "these weights were freed")
+            self._users += 1
+        try:
+            yield self._h
+        finally:
+            with self._cv:
+                self._users -= 1
+                self._cv.notify_all()
 
     @property
     def handle(self):
@@ -202,11 +221,14 @@ class Weights:
 
     @property
     def config(self):
-        return config_to_dict(lib().w22_weights_config(self.handle).contents)
+        with self._use() as h:
+            return config_to_dict(lib().w22_weights_config(h).contents)
 
     def save(self, path, dtype="bf16"):
         """Writes a safetensors file with diffusers' names (post_quant_conv.*, decoder.*)."""
-        check(lib().w22_weights_save(self.handle, os.fsencode(path), _dtype_code(dtype)))
+        code = _dtype_code(dtype)
+        with self._use() as h:
+            check(lib().w22_weights_save(h, os.fsencode(path), code))
 
     def state_dict(self, dtype="bf16"):
         """{diffusers name: torch CPU tensor} in diffusers' order (through a temporary safetensors file)."""
@@ -235,10 +257,16 @@ class Weights:
             return {n: (np.array(arrays[n][0]), arrays[n][1], arrays[n][2]) for n in order}
 
     def free(self):
-        if self._h:
-            lib().w22_weights_free(self._h)
-            self._h = ctypes.c_void_p()
-        self._keep = None
+        cv = getattr(self, "_cv", None)
+        if cv is None:  # __init__ did not finish
+            return
+        with cv:
+            while self._users:
+                cv.wait()
+            if self._h:
+                lib().w22_weights_free(self._h)
+                self._h = ctypes.c_void_p()
+            self._keep = None
 
     def __del__(self):
         try:
@@ -681,7 +709,8 @@ class Decoder:
         self._comm = comm
         self.rank = 0
         h = ctypes.c_void_p()
-        status = lib().w22_decoder_open(weights.handle, ctypes.byref(p), ctypes.byref(h))
+        with weights._use() as wh:  # weights.free() from another thread waits for the open
+            status = lib().w22_decoder_open(wh, ctypes.byref(p), ctypes.byref(h))
         if status != _lib.W22_OK:
             try:
                 check(status)

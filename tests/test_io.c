@@ -1176,6 +1176,20 @@ static void make_index(const char *src, const char *index, const char *shard_a, 
     w22_st_close(&f);
 }
 
+/* dir/sub holding file's tensors in diffusers' two shards (50 + the rest) and their index. */
+static void make_sharded_folder(const char *file, const char *sub) {
+    static const char *const shard[2] = {"diffusion_pytorch_model-00001-of-00002.safetensors",
+                                         "diffusion_pytorch_model-00002-of-00002.safetensors"};
+    char d[700], a[800], b[800], index[800];
+    snprintf(d, sizeof d, "%s/%s", dir, sub);
+    mkdir(d, 0755);
+    snprintf(a, sizeof a, "%s/%s", d, shard[0]);
+    snprintf(b, sizeof b, "%s/%s", d, shard[1]);
+    snprintf(index, sizeof index, "%s/" W22_DIFFUSERS_INDEX, d);
+    make_shards(file, a, b, 50, -1);
+    make_index(file, index, shard[0], shard[1], 50);
+}
+
 /* Every tensor of two weights objects equal (as float32). */
 static int same_weights(const w22_weights *x, const w22_weights *y) {
     if (x->model.nweights != y->model.nweights) return 0;
@@ -1246,12 +1260,7 @@ static void test_weight_sources(void) {
     CHECK(strstr(loc.found, ".bf16.") != NULL, "--variant bf16: %s", loc.found);
 
     /* a sharded index: the same weights from two shards, found first in a folder */
-    snprintf(d, sizeof d, "%s/sh", dir);
-    mkdir(d, 0755);
-    make_shards(file, tpath("sh/diffusion_pytorch_model-00001-of-00002.safetensors"),
-                tpath("sh/diffusion_pytorch_model-00002-of-00002.safetensors"), 50, -1);
-    make_index(file, tpath("sh/" W22_DIFFUSERS_INDEX), "diffusion_pytorch_model-00001-of-00002.safetensors",
-               "diffusion_pytorch_model-00002-of-00002.safetensors", 50);
+    make_sharded_folder(file, "sh");
     CHECK_OK(w22_weights_open_path(tpath("sh"), NULL, &w, &info));
     CHECK(w && info.loc.is_index && info.nfiles == 2 && info.file_tensors == 110 && same_weights(w, ref),
           "sharded: %d shards, %d tensors", info.nfiles, info.file_tensors);
@@ -1262,12 +1271,7 @@ static void test_weight_sources(void) {
     w22_weights_free(w);
     w22_weights_info_free(&info);
     /* a shard shrunk in place after the load: the decoder's open refuses, naming that shard (test_weights: a file) */
-    snprintf(d, sizeof d, "%s/shc", dir);
-    mkdir(d, 0755);
-    make_shards(file, tpath("shc/diffusion_pytorch_model-00001-of-00002.safetensors"),
-                tpath("shc/diffusion_pytorch_model-00002-of-00002.safetensors"), 50, -1);
-    make_index(file, tpath("shc/" W22_DIFFUSERS_INDEX), "diffusion_pytorch_model-00001-of-00002.safetensors",
-               "diffusion_pytorch_model-00002-of-00002.safetensors", 50);
+    make_sharded_folder(file, "shc");
     CHECK_OK(w22_weights_open_path(tpath("shc"), NULL, &w, &info));
     CHECK(truncate(tpath("shc/diffusion_pytorch_model-00002-of-00002.safetensors"), 64) == 0, "truncate a shard");
     {

@@ -34,7 +34,9 @@ static const char usage[] =
     "                         gives the config, else it is inferred from the tensors\n"
     "      --variant V        in a folder: diffusion_pytorch_model.V.safetensors (e.g. fp16)\n"
     "  -l, --latents Z        latents [1, C, T, h, w] or [C, T, h, w]: .safetensors (tensor 'latents' or the only\n"
-    "                         one; F32/BF16/F16) or .npy (<f4, <f2)\n"
+    "                         one; F32/BF16/F16) or .npy (<f4, <f2); '-' reads them from standard input (a pipe:\n"
+    "                         python make_latents.py | wan22vae decode -l - ...), as a FIFO or /dev/fd/N is read,\n"
+    "                         the format from the first bytes\n"
     "      --latents-normalized\n"
     "                         the latents are a diffusers pipeline's output (pipe(..., output_type=\"latent\")):\n"
     "                         de-normalize them first as the Wan pipeline does before vae.decode, per channel\n"
@@ -465,7 +467,8 @@ int cli_decode(int argc, char **argv) {
     const double t_checked = w22_now();
     w22_weights_location loc;
     if (w22_weights_locate(weights_path, variant, &loc) != W22_OK) return cli_fail("loading weights %s", weights_path);
-    if (w22_input_check(latents_path, "latents") != W22_OK) return cli_fail("loading latents %s", latents_path);
+    if (!w22_input_is_stream(latents_path) && w22_input_check(latents_path, "latents") != W22_OK)
+        return cli_fail("loading latents %s", latents_path);
 
     int rc = 1, info_loaded = 0, hb_started = 0;
     w22_weights *weights = NULL;

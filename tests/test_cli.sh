@@ -164,9 +164,6 @@ mkfifo fifo.safetensors fifo.npy
 run "a FIFO as --weights" 1 "found a FIFO" \
     timeout 20 "$BIN" decode --weights fifo.safetensors --latents z.npy --out f1.y4m
 nothing_left "a FIFO as --weights" f1.y4m
-run "a FIFO as --latents" 1 "found a FIFO" \
-    timeout 20 "$BIN" decode --weights w.safetensors --latents fifo.npy --out f2.y4m
-nothing_left "a FIFO as --latents" f2.y4m
 run "info: a FIFO" 1 "found a FIFO" timeout 20 "$BIN" info fifo.safetensors
 
 # ---- a signal mid-decode: the decode stops at its next step, says so, exits 1 and leaves nothing. SIGHUP and
@@ -321,6 +318,29 @@ cmp -s fromfifo.y4m v.y4m && ok "the FIFO's reader got the y4m" || bad "the FIFO
 [ -z "$(ls -d vidfifo.tmp-* 2>/dev/null)" ] && ok "a FIFO: no temporary" || bad "a FIFO: no temporary"
 run "a FIFO .npy: refused, no hang" 1 "expected a regular file, found a stream" \
     timeout 20 "$BIN" decode -w w.safetensors -l z.safetensors -o vid2.npy
+# ---- latents as a stream: standard input, a FIFO (its writer may come later), a shell's <(...): the same video
+run "--latents - (a pipe)" 0 "" sh -c 'cat z.safetensors | timeout 30 "$0" decode -w w.safetensors -l - -o st1.y4m' \
+    "$BIN"
+cmp -s st1.y4m v.y4m && ok "--latents -: the same video" || bad "--latents -: the same video"
+(sleep 1; timeout 30 cat z.safetensors >fifo.npy) & writer=$! # .npy by name, safetensors by bytes: the name wins
+run "--latents a FIFO .npy holding safetensors" 1 "fifo.npy: expected an .npy file" \
+    timeout 30 "$BIN" decode -w w.safetensors -l fifo.npy -o st2.y4m
+wait $writer
+nothing_left "--latents a FIFO of the wrong kind" st2.y4m
+mkfifo zfifo
+(sleep 1; timeout 30 cat z.safetensors >zfifo) & writer=$!
+run "--latents a FIFO, its writer a second late" 0 "" timeout 30 "$BIN" decode -w w.safetensors -l zfifo -o st3.y4m
+wait $writer
+cmp -s st3.y4m v.y4m && ok "--latents a FIFO: the same video" || bad "--latents a FIFO: the same video"
+if [ -e /dev/fd/0 ]; then
+    run "--latents <(...)" 0 "" bash -c '"$0" decode -w w.safetensors -l <(cat z.safetensors) -o st4.y4m' "$BIN"
+    cmp -s st4.y4m v.y4m && ok "--latents <(...): the same video" || bad "--latents <(...): the same video"
+fi
+run "--latents - from /dev/null" 1 "standard input: expected the latents, found an empty stream" \
+    sh -c 'timeout 30 "$0" decode -w w.safetensors -l - -o st5.y4m </dev/null' "$BIN"
+run "--latents - of zeros" 1 "expected the latents as a .npy stream" \
+    sh -c 'head -c 100000 /dev/zero | timeout 30 "$0" decode -w w.safetensors -l - -o st5.y4m' "$BIN"
+nothing_left "--latents of the wrong kind" st5.y4m
 if have ffmpeg && have ffprobe; then
     (timeout 60 cat vid.mkv >fromfifo.mkv) & reader=$!
     run "--out a FIFO named .mkv (through ffmpeg)" 0 "" timeout 60 "$BIN" decode -w w.safetensors -l z.safetensors \

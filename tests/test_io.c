@@ -715,28 +715,150 @@ static void test_odd_offsets(void) {
     free(buf);
 }
 
-/* A FIFO (or a directory) as an input is refused at once: a plain open() of a FIFO with no writer blocks forever,
- * so the alarm fails this test if any open still does. */
+/* Writes n bytes of b into path (a FIFO: the open waits for the reader) from a child process; its pid. */
+static pid_t feed_path(const char *path, const void *b, size_t n) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(path, O_WRONLY);
+        size_t off = 0;
+        while (fd >= 0 && off < n) {
+            ssize_t k = write(fd, (const char *)b + off, n - off);
+            if (k <= 0) break;
+            off += (size_t)k;
+        }
+        _exit(off == n ? 0 : 1);
+    }
+    return pid;
+}
+
+/* Standard input replaced by a pipe that a child fills with n bytes of b; the saved standard input (for
+ * restore_stdin) or -1. */
+static int feed_stdin(const void *b, size_t n, pid_t *pid) {
+    int p[2], saved = dup(0);
+    if (saved < 0 || pipe(p) != 0) return -1;
+    if ((*pid = fork()) == 0) {
+        close(p[0]);
+        size_t off = 0;
+        while (off < n) {
+            ssize_t k = write(p[1], (const char *)b + off, n - off);
+            if (k <= 0) break;
+            off += (size_t)k;
+        }
+        _exit(off == n ? 0 : 1);
+    }
+    close(p[1]);
+    dup2(p[0], 0);
+    close(p[0]);
+    return saved;
+}
+
+static void restore_stdin(int saved, pid_t pid) {
+    dup2(saved, 0);
+    close(saved);
+    waitpid(pid, NULL, 0);
+}
+
+/* Inputs that are not regular files. The weights must be one (they are read at known offsets): a FIFO or a
+ * directory is refused at once, without blocking (the alarm fails this test if an open blocks). Latents may be a
+ * stream: standard input ("-"), a FIFO (its open waits for the writer, as cat's does), /dev/fd/N; read to the end,
+ * the format from the name's extension or else the first bytes, the result the same as from the regular file. */
 static void test_fifo_inputs(void) {
-    const char *fifo_npy = tpath("fifo.npy"), *fifo_st = tpath("fifo.safetensors");
-    CHECK(mkfifo(fifo_npy, 0600) == 0 && mkfifo(fifo_st, 0600) == 0, "mkfifo");
+    char fifo_npy[700], fifo_st[700], fifo[700], npy[700], st[700]; /* tpath's buffers are reused */
+    snprintf(fifo_npy, sizeof fifo_npy, "%s", tpath("fifo.npy"));
+    snprintf(fifo_st, sizeof fifo_st, "%s", tpath("fifo.safetensors"));
+    snprintf(fifo, sizeof fifo, "%s", tpath("fifo"));
+    snprintf(npy, sizeof npy, "%s", tpath("stream.npy"));
+    snprintf(st, sizeof st, "%s", tpath("stream.safetensors"));
+    CHECK(mkfifo(fifo_npy, 0600) == 0 && mkfifo(fifo_st, 0600) == 0 && mkfifo(fifo, 0600) == 0, "mkfifo");
     alarm(20);
     float *z = NULL, *y = NULL;
     int T, h, w, c, nd;
     int64_t shp[W22_NPY_MAX_DIMS];
-    CHECK(w22_io_load_latents(fifo_npy, &z, &T, &h, &w, &c) == W22_ERR_IO && has("FIFO") && has("fifo.npy"), "%s",
-          w22_last_error());
-    CHECK(w22_io_load_latents(fifo_st, &z, &T, &h, &w, &c) == W22_ERR_IO && has("FIFO"), "%s", w22_last_error());
     CHECK(w22_npy_read(fifo_npy, 0, &y, &nd, shp) == W22_ERR_IO && has("FIFO"), "%s", w22_last_error());
     CHECK(w22_input_check(fifo_st, "weights") == W22_ERR_IO && has("expected the weights to be a regular file") &&
               has("FIFO"), "%s", w22_last_error());
-    alarm(0);
-    CHECK(z == NULL && y == NULL, "nothing loaded");
+    CHECK(w22_input_is_stream(fifo) && w22_input_is_stream("-") && w22_input_is_stream("/dev/stdin") &&
+              !w22_input_is_stream(tpath("absent.npy")), "which inputs are streams");
+    CHECK(y == NULL, "nothing loaded");
     CHECK(w22_input_check(dir, "weights") == W22_ERR_IO && has("a directory"), "%s", w22_last_error());
     CHECK(w22_input_check(tpath("absent.safetensors"), "weights") == W22_ERR_IO && has("cannot open the weights"),
           "%s", w22_last_error());
     CHECK_OK(w22_io_save_latents(tpath("reg.npy"), (float[1]){0}, 1, 1, 1, 1, 0));
     CHECK_OK(w22_input_check(tpath("reg.npy"), "latents"));
+
+    /* random latents [1, 5, 2, 3, 7] saved both ways, then streamed in every way */
+    enum { C = 5, TT = 2, H = 3, W = 7, N = C * TT * H * W };
+    float ref[N];
+    uint64_t s = 12345;
+    for (int i = 0; i < N; i++) ref[i] = (float)((s = s * 6364136223846793005ULL + 1) >> 40) / (1 << 24) * 4 - 2;
+    CHECK_OK(w22_io_save_latents(npy, ref, C, TT, H, W, 1));
+    CHECK_OK(w22_io_save_latents(st, ref, C, TT, H, W, 1));
+    unsigned char *bn = NULL, *bs = NULL;
+    size_t nn = 0, ns = 0;
+    CHECK_OK(w22_read_input(npy, "latents", &bn, &nn));
+    CHECK_OK(w22_read_input(st, "latents", &bs, &ns));
+    struct { const char *path; const unsigned char *b; size_t n; } fifos[] = {
+        {fifo_npy, bn, nn}, {fifo_st, bs, ns}, {fifo, bn, nn}, {fifo, bs, ns},
+    };
+    for (int k = 0; k < 4 && bn && bs; k++) {
+        pid_t pid = feed_path(fifos[k].path, fifos[k].b, fifos[k].n);
+        z = NULL;
+        w22_status r = w22_io_load_latents(fifos[k].path, &z, &T, &h, &w, &c);
+        int st_ = -1;
+        waitpid(pid, &st_, 0);
+        CHECK(r == W22_OK && c == C && T == TT && h == H && w == W && z && !memcmp(z, ref, sizeof ref) && st_ == 0,
+              "FIFO %d (%s): %s", k, fifos[k].path, r ? w22_last_error() : "the latents differ");
+        free(z);
+    }
+    for (int k = 0; k < 2 && bn && bs; k++) { /* standard input, then /dev/stdin */
+        pid_t pid;
+        int saved = feed_stdin(k ? bs : bn, k ? ns : nn, &pid);
+        z = NULL;
+        w22_status r = w22_io_load_latents(k ? "/dev/stdin" : "-", &z, &T, &h, &w, &c);
+        restore_stdin(saved, pid);
+        CHECK(saved >= 0 && r == W22_OK && c == C && T == TT && z && !memcmp(z, ref, sizeof ref), "stdin %d: %s", k,
+              r ? w22_last_error() : "the latents differ");
+        free(z);
+    }
+    /* nothing, a cut file, bytes of another kind: refused, with what was expected */
+    static const unsigned char zeros[4096];
+    struct { const void *b; size_t n; w22_status want; const char *says; } bad[] = {
+        {"", 0, W22_ERR_IO, "empty stream"},
+        {bn, nn ? nn - 9 : 0, W22_ERR_FORMAT, "standard input"},
+        {zeros, sizeof zeros, W22_ERR_FORMAT, "expected the latents as a .npy stream"},
+        {"{\"a\":1}", 7, W22_ERR_FORMAT, "expected the latents as a .npy stream"},
+    };
+    for (int k = 0; k < 4 && bn; k++) {
+        pid_t pid;
+        int saved = feed_stdin(bad[k].b, bad[k].n, &pid);
+        z = NULL;
+        w22_status r = w22_io_load_latents("-", &z, &T, &h, &w, &c);
+        restore_stdin(saved, pid);
+        CHECK(r == bad[k].want && z == NULL && has(bad[k].says), "bad stream %d: %d %s", k, r, w22_last_error());
+    }
+    /* the bound: a stream longer than max is refused, not read on */
+    {
+        pid_t pid;
+        int saved = feed_stdin(zeros, sizeof zeros, &pid);
+        unsigned char *b = NULL;
+        size_t n = 0;
+        w22_status r = w22_read_stream(0, "zeros", "latents", 1 << 20, NULL, &b, &n);
+        CHECK(r == W22_OK && n == sizeof zeros && b && !memcmp(b, zeros, n), "a stream within the bound: %s",
+              w22_last_error());
+        restore_stdin(saved, pid);
+        free(b);
+        unsigned char *big = calloc(3 << 20, 1);
+        saved = feed_stdin(big, 3 << 20, &pid);
+        b = NULL;
+        r = w22_read_stream(0, "zeros", "latents", 2 << 20, NULL, &b, &n);
+        CHECK(r == W22_ERR_IO && b == NULL && has("within 2097152 bytes"), "past the bound: %s", w22_last_error());
+        close(0); /* the writer sees EPIPE rather than wait for a reader */
+        restore_stdin(saved, pid);
+        free(big);
+    }
+    alarm(0);
+    free(bn);
+    free(bs);
 }
 
 static void test_fps(void) {

@@ -1,6 +1,7 @@
-/* Input files that must be regular files: weights and latents are read at known offsets and sizes, so a FIFO, a
- * device or a directory is refused with a message. The open is O_NONBLOCK so that a FIFO with no writer cannot
- * hang open() before fstat() says what it is. */
+/* Inputs. The weights are read at known offsets (mapped), so they must be a regular file: a FIFO, a device or a
+ * directory is refused with a message. The open is O_NONBLOCK so that a FIFO with no writer cannot hang open()
+ * before fstat() says what it is. Latents may also come as a stream (standard input, a pipe, a FIFO): read to its
+ * end into memory, within a bound. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -82,4 +83,73 @@ w22_status w22_read_input(const char *path, const char *what, unsigned char **bu
     *buf = b;
     *size = n;
     return W22_OK;
+}
+
+/* A stream's first bytes are checked as soon as this many have come (or at its end, if shorter): a stream of the
+ * wrong kind (/dev/zero, a terminal's typing) is refused before it fills memory up to the bound. */
+#define W22_STREAM_SNIFF 16
+
+w22_status w22_read_stream(int fd, const char *name, const char *what, size_t max,
+                           const char *(*first_bytes_ok)(const unsigned char *b, size_t n), unsigned char **buf,
+                           size_t *size) {
+    *buf = NULL;
+    *size = 0;
+    if (isatty(fd))
+        return w22_fail(W22_ERR_IO, "%s: expected the %s piped in (a .npy or .safetensors stream), found a terminal",
+                        name, what);
+    size_t cap = 1 << 20, got = 0;
+    int sniffed = 0;
+    unsigned char *b = w22_malloc(cap, name);
+    if (!b) return W22_ERR_OUT_OF_MEMORY;
+    for (;;) {
+        if (got == cap) {
+            if (cap >= max) {
+                free(b);
+                return w22_fail(W22_ERR_IO, "%s: expected the %s within %zu bytes, found more (a stream without "
+                                "end?)", name, what, max);
+            }
+            size_t ncap = cap > max / 2 ? max : cap * 2;
+            unsigned char *nb = realloc(b, ncap);
+            if (!nb) {
+                free(b);
+                return w22_fail(W22_ERR_OUT_OF_MEMORY, "%s: out of memory: %zu bytes for the %s", name, ncap, what);
+            }
+            b = nb;
+            cap = ncap;
+        }
+        ssize_t k = read(fd, b + got, cap - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) {
+            int e = errno;
+            free(b);
+            return w22_fail(W22_ERR_IO, "%s: reading the %s: %s (after %zu bytes)", name, what, strerror(e), got);
+        }
+        got += (size_t)k;
+        if (k == 0 && got == 0) {
+            free(b);
+            return w22_fail(W22_ERR_IO, "%s: expected the %s, found an empty stream (its writer wrote nothing)", name,
+                            what);
+        }
+        if (!sniffed && first_bytes_ok && (got >= W22_STREAM_SNIFF || k == 0)) {
+            sniffed = 1;
+            const char *why = first_bytes_ok(b, got);
+            if (why) {
+                free(b);
+                return w22_fail(W22_ERR_FORMAT, "%s: expected the %s as %s", name, what, why);
+            }
+        }
+        if (k == 0) break;
+    }
+    *buf = b;
+    *size = got;
+    return W22_OK;
+}
+
+int w22_input_is_stream(const char *path) {
+    if (!path) return 0;
+    /* /dev/stdin and /dev/fd/N are streams even where they lead to a regular file (a shell's "< file") */
+    if (strcmp(path, "-") == 0 || strncmp(path, "/dev/", 5) == 0 || strncmp(path, "/proc/self/fd/", 14) == 0)
+        return 1;
+    struct stat st;
+    return stat(path, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode) || S_ISSOCK(st.st_mode));
 }

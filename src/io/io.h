@@ -20,6 +20,16 @@
 w22_status w22_input_check(const char *path, const char *what);
 /* Reads a whole regular file (checked as w22_input_check does) into a malloc'd buffer. */
 w22_status w22_read_input(const char *path, const char *what, unsigned char **buf, size_t *size);
+/* Whether an input path names a stream: "-" (standard input), a path under /dev/ or /proc/self/fd/ (/dev/stdin,
+ * /dev/fd/N, a shell's <(...)), or a FIFO, socket or character device. Such an input is read to its end. */
+int w22_input_is_stream(const char *path);
+/* Reads fd to its end into a malloc'd buffer, at most max bytes (more is W22_ERR_IO). A terminal is refused.
+ * first_bytes_ok, when given, sees the first 16 bytes (all of them if fewer came) and returns NULL when they can
+ * start the input, else what was expected (W22_ERR_FORMAT): a wrong stream stops before it fills memory. name and
+ * what are for messages. fd is not closed. */
+w22_status w22_read_stream(int fd, const char *name, const char *what, size_t max,
+                           const char *(*first_bytes_ok)(const unsigned char *b, size_t n), unsigned char **buf,
+                           size_t *size);
 
 /* ---- npy ---- */
 
@@ -61,7 +71,8 @@ size_t w22_st_header_f32(const char *name, int ndim, const int64_t *shape, char 
 
 /* Loads latents [1, C, T, h, w] or [C, T, h, w] from .safetensors (the tensor "latents", or the file's only
  * tensor; F32, BF16 or F16) or .npy ('<f4', '<f2'), as malloc'd float32. Non-finite values are
- * W22_ERR_NONFINITE. The caller compares zdim with its config. */
+ * W22_ERR_NONFINITE. The caller compares zdim with its config. path "-" reads standard input; a stream
+ * (w22_input_is_stream) is read to its end, its format from its extension or else its first bytes. */
 w22_status w22_io_load_latents(const char *path, float **z, int *T, int *h, int *w, int *zdim);
 /* The same from a file's bytes in memory (buf[0, size), not kept); name's extension picks the format and names
  * the file in messages. The whole path from bytes to checked latents, which w22_io_load_latents takes too. */

@@ -1,9 +1,12 @@
 /* Latents in and out: loading from .safetensors or .npy with their shape and dtype checked, saving (for `wan22vae
  * synth latents` and the tests), and the NaN/Inf check that the decoder shares. */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "common.h"
 #include "io/io.h"
 #include "io/outfile.h"
@@ -143,20 +146,59 @@ static w22_status parse_npy(const void *buf, size_t size, const char *path, floa
     return W22_OK;
 }
 
+/* buf as the latents of one format: .npy (npy) or .safetensors. */
+static w22_status parse_as(int npy, const void *buf, size_t size, const char *name, float **z, int *T, int *h,
+                           int *w, int *zdim) {
+    if (npy) return parse_npy(buf ? buf : "", size, name, z, T, h, w, zdim);
+    return parse_safetensors(buf, size, name, z, T, h, w, zdim);
+}
+
 w22_status w22_io_parse_latents(const void *buf, size_t size, const char *name, float **z, int *T, int *h, int *w,
                                 int *zdim) {
     *z = NULL;
     if (!name) name = "latents";
     if (!buf && size) return w22_fail(W22_ERR_INVALID_ARG, "%s: expected the file's bytes, found NULL", name);
-    if (ends_with(name, ".safetensors")) return parse_safetensors(buf, size, name, z, T, h, w, zdim);
-    if (ends_with(name, ".npy")) return parse_npy(buf ? buf : "", size, name, z, T, h, w, zdim);
+    if (ends_with(name, ".safetensors") || ends_with(name, ".npy"))
+        return parse_as(ends_with(name, ".npy"), buf, size, name, z, T, h, w, zdim);
     return w22_fail(W22_ERR_INVALID_ARG, "%s: expected latents in a .safetensors or .npy file, found another "
                     "extension", name);
+}
+
+/* The most a latents stream may bring: float32 latents of a 4K clip of 121 frames [48, 121, 135, 240] are 0.75 GB. */
+#define W22_LATENTS_STREAM_MAX ((size_t)4 << 30)
+
+/* A stream's first bytes can start latents: .npy's magic, or a safetensors header (its 8-byte length, then '{'). */
+static const char *latents_first_bytes(const unsigned char *b, size_t n) {
+    if (n >= 6 && memcmp(b, "\x93NUMPY", 6) == 0) return NULL;
+    if (n >= 9 && b[8] == '{') return NULL;
+    return "a .npy stream (\"\\x93NUMPY\" first) or a .safetensors one (a header length, then '{')";
+}
+
+/* Latents from a stream (w22_input_is_stream): standard input, a pipe, a FIFO, /dev/fd/N. Read to the end, then
+ * parsed as a file's bytes; the format from the name's extension where it has one, else from the first bytes. A
+ * FIFO's open blocks until its writer opens it, as cat's does: a FIFO is read only where it is named as the latents. */
+static w22_status load_stream(const char *path, float **z, int *T, int *h, int *w, int *zdim) {
+    const int std_in = strcmp(path, "-") == 0;
+    const char *name = std_in ? "standard input" : path;
+    int fd = STDIN_FILENO;
+    if (!std_in && (fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)) < 0)
+        return w22_fail(W22_ERR_IO, "%s: cannot open the latents: %s", path, strerror(errno));
+    unsigned char *buf;
+    size_t size;
+    w22_status s = w22_read_stream(fd, name, "latents", W22_LATENTS_STREAM_MAX, latents_first_bytes, &buf, &size);
+    if (!std_in) close(fd);
+    if (s != W22_OK) return s;
+    /* the first bytes passed latents_first_bytes, so buf holds at least 6 */
+    int npy = ends_with(name, ".npy") ? 1 : ends_with(name, ".safetensors") ? 0 : buf[0] == 0x93;
+    s = parse_as(npy, buf, size, name, z, T, h, w, zdim);
+    free(buf);
+    return s;
 }
 
 w22_status w22_io_load_latents(const char *path, float **z, int *T, int *h, int *w, int *zdim) {
     *z = NULL;
     if (!path) return w22_fail(W22_ERR_INVALID_ARG, "latents: expected a path, found NULL");
+    if (w22_input_is_stream(path)) return load_stream(path, z, T, h, w, zdim);
     if (!ends_with(path, ".safetensors") && !ends_with(path, ".npy"))
         return w22_fail(W22_ERR_INVALID_ARG, "%s: expected latents in a .safetensors or .npy file, found another "
                         "extension", path);

@@ -719,6 +719,7 @@ static void test_odd_offsets(void) {
 static pid_t feed_path(const char *path, const void *b, size_t n) {
     pid_t pid = fork();
     if (pid == 0) {
+        alarm(20); /* a reader that never comes must not leave this child blocked in open() */
         int fd = open(path, O_WRONLY);
         size_t off = 0;
         while (fd >= 0 && off < n) {
@@ -737,6 +738,7 @@ static int feed_stdin(const void *b, size_t n, pid_t *pid) {
     int p[2], saved = dup(0);
     if (saved < 0 || pipe(p) != 0) return -1;
     if ((*pid = fork()) == 0) {
+        alarm(20);
         close(p[0]);
         size_t off = 0;
         while (off < n) {

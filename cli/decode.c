@@ -86,7 +86,26 @@ static const char usage[] =
     "\n" CLI_EXIT_CODES;
 
 static volatile sig_atomic_t interrupted;
-static void on_signal(int sig) { interrupted = sig; }
+static struct timespec interrupted_at; /* written by the handler only, with the handled signals blocked in it */
+
+/* The first signal asks the decode to stop. The same stop often comes twice at once: GNU timeout signals the process
+ * and then its process group, a terminal's Ctrl-C reaches every process of a pipeline, and the CLI's ffmpeg child
+ * shares the group. A repeat within REPEAT_S of the first is that one stop and is let go; a later one (a user
+ * pressing Ctrl-C again) kills at once, leaving the temporary output behind, as asked. */
+#define REPEAT_S 1.0
+static void on_signal(int sig) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe (POSIX) */
+    if (!interrupted) {
+        interrupted_at = now;
+        interrupted = sig;
+        return;
+    }
+    if ((double)(now.tv_sec - interrupted_at.tv_sec) + 1e-9 * (double)(now.tv_nsec - interrupted_at.tv_nsec) < REPEAT_S)
+        return;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
 
 /* The signals that stop a decode: each sets `interrupted`, the decode stops at its next callback, and the
  * temporary output is removed. A signal ignored when we started (SIGHUP under nohup; SIGINT and SIGQUIT in a
@@ -97,8 +116,8 @@ static void catch_signals(void) {
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
-    sa.sa_flags = (int)SA_RESETHAND; /* a second one kills at once */
     sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaddset(&sa.sa_mask, sigs[i]); /* one handler at a time */
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
         if (sigs[i] != SIGTERM && sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
         sigaction(sigs[i], &sa, NULL);

@@ -191,6 +191,30 @@ for sig in $sigs; do
     grep -q "interrupted by signal" err.txt && ok "SIG$sig: says so" || bad "SIG$sig: says so" "$(cat err.txt)"
     nothing_left "SIG$sig mid-decode" "sig$sig.y4m"
 done
+# The same stop twice at once, as GNU timeout sends it (the process, then its process group, which holds the
+# ffmpeg child of an .mp4 too) and as a terminal's Ctrl-C reaches a pipeline: one stop, the temporary removed
+# (before, the second copy killed the process at once and left the temporary behind, 2 runs in 10 of `timeout 3`).
+# setsid: the decode leads a group of its own, so that the group's signal reaches it and its children only.
+# signal_twice NAME SIG OUT
+signal_twice() {
+    local name=$1 sig=$2 out=$3 pid i rc
+    setsid env --default-signal=INT,QUIT "$BIN" decode --weights w.safetensors --latents zlong.npy --out "$out" \
+        --frames-per-pass 1 --threads 1 >/dev/null 2>err.txt &
+    pid=$!
+    for ((i = 0; i < 400; i++)); do ls "$out".tmp-* >/dev/null 2>&1 && break; sleep 0.05; done
+    kill -"$sig" "$pid" 2>/dev/null; kill -"$sig" -- -"$pid" 2>/dev/null
+    wait "$pid"; rc=$?
+    [ "$rc" -eq 1 ] && grep -q "interrupted by signal" err.txt && ok "$name: one stop, exit 1, says so" ||
+        bad "$name: one stop, exit 1, says so" "exit $rc; $(cat err.txt)"
+    nothing_left "$name" "$out"
+}
+if have setsid && env --default-signal=INT true 2>/dev/null; then
+    signal_twice "SIGTERM twice at once (timeout's way)" TERM twice.y4m
+    signal_twice "SIGINT twice at once" INT twiceint.y4m
+    have ffmpeg && signal_twice "SIGINT twice at once, to the decode and its ffmpeg" INT twice.mp4
+else
+    echo "skip: the same signal twice at once (no setsid or env --default-signal)"
+fi
 # SIGHUP ignored by who started us (nohup) stays ignored: the decode completes
 "$BIN" synth latents --out zmid.npy --z-dim 4 --frames 20 --height 8 --width 8 >/dev/null 2>&1
 nohup_decode() { (trap '' HUP; exec "$BIN" decode --weights w.safetensors --latents zmid.npy --out nohup.y4m \

@@ -599,6 +599,17 @@ class Nvml:
         ok = self.ok and self.lib.nvmlDeviceGetMemoryInfo(self.handle, ctypes.byref(m)) == 0
         return m.used if ok else None
 
+    def energy_mj(self):
+        """The GPU's total energy counter since the driver loaded, in mJ (Volta and later), or None."""
+        e = ctypes.c_ulonglong()
+        ok = self.ok and self.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle, ctypes.byref(e)) == 0
+        return e.value if ok else None
+
+    def power_mw(self):
+        mw = ctypes.c_uint()
+        ok = self.ok and self.lib.nvmlDeviceGetPowerUsage(self.handle, ctypes.byref(mw)) == 0
+        return mw.value if ok else None
+
     def driver(self):
         buf = ctypes.create_string_buffer(96)
         ok = self.ok and self.lib.nvmlSystemGetDriverVersion(buf, 96) == 0
@@ -606,8 +617,8 @@ class Nvml:
 
 
 class Sampler:
-    """(time.monotonic(), SM MHz, used bytes) every CLOCK_PERIOD_S on a thread of this process (ctypes and torch
-    release the GIL while they wait on the device, so the thread runs during a call)."""
+    """(time.monotonic(), SM MHz, used bytes, energy counter mJ, power mW) every CLOCK_PERIOD_S on a thread of this
+    process (ctypes and torch release the GIL while they wait on the device, so the thread runs during a call)."""
 
     def __init__(self, nvml):
         self.nvml, self.samples, self.done = nvml, [], threading.Event()
@@ -617,7 +628,8 @@ class Sampler:
 
     def _run(self):
         while not self.done.wait(CLOCK_PERIOD_S):
-            self.samples.append((time.monotonic(), self.nvml.clock(), self.nvml.used()))
+            self.samples.append((time.monotonic(), self.nvml.clock(), self.nvml.used(), self.nvml.energy_mj(),
+                                 self.nvml.power_mw()))
 
     def stop(self):
         self.done.set()
@@ -631,6 +643,28 @@ class Sampler:
         got = [s[1] for s in self.within(windows) if s[1]]
         return (statistics.mean(got) if got else None), (min(got) if got else None), (max(got) if got else None), \
             len(got)
+
+    def energy(self, windows):
+        """Issue 46's energy per call: the mean over the windows of the GPU's energy counter across each window (J),
+        the counter read at the window's ends by linear interpolation between the samples around them (every
+        CLOCK_PERIOD_S: under 1% of a decode of a second or more); and the mean power sampled inside them (W).
+        (None, None) where NVML gives no counter."""
+        pts = [(s[0], s[3]) for s in list(self.samples) if s[3] is not None]
+
+        def at(t):
+            for (t0, e0), (t1, e1) in zip(pts, pts[1:]):
+                if t0 <= t <= t1:
+                    return e0 + (e1 - e0) * ((t - t0) / (t1 - t0) if t1 > t0 else 0.0)
+            return None
+
+        joules = []
+        for a, b in windows:
+            ea, eb = at(a), at(b)
+            if ea is None or eb is None:
+                return None, None
+            joules.append((eb - ea) / 1e3)
+        watts = [s[4] / 1e3 for s in self.within(windows) if s[4] is not None]
+        return (statistics.mean(joules) if joules else None), (statistics.mean(watts) if watts else None)
 
     def peak_used(self, window):
         got = [s[2] for s in self.within([window]) if s[2] is not None]
@@ -915,6 +949,11 @@ def save_calibration(cache, key, calib):
     os.replace(path + ".tmp", path)
 
 
+def energy_text(joules, watts):
+    """', 1702 J a call at 693 W' or ''."""
+    return (f", {joules:.0f} J a call" + (f" at {watts:.0f} W" if watts else "")) if joules else ""
+
+
 def timed_call(fn):
     import torch
     torch.cuda.synchronize()
@@ -979,11 +1018,13 @@ def diffusers_phase(a, clips, names, weights, z_full, refs, calib, cache_key, sa
                     trials.append(1e3 * (e - s))
                     windows.append((s, e))
                 mhz = sampler.clock(windows)[0] if sampler else None
-                d |= {"trials": trials, "ms": statistics.mean(trials), "min_ms": min(trials), "clock_mhz": mhz}
+                joules, watts = sampler.energy(windows) if sampler else (None, None)
+                d |= {"trials": trials, "ms": statistics.mean(trials), "min_ms": min(trials), "clock_mhz": mhz,
+                      "energy_j": joules, "power_w": watts}
                 r["diffusers"] = d
                 log(f"{clip}: diffusers bf16 {d['ms']:.1f} ms (fastest {d['min_ms']:.1f}, warm-up "
                     f"{d['warmup_ms']:.0f}), peak {d['peak_gib']:.1f} GiB above the model"
-                    + (f", SM clock {mhz:.0f} MHz" if mhz else ""))
+                    + (f", SM clock {mhz:.0f} MHz" if mhz else "") + energy_text(joules, watts))
                 torch.cuda.empty_cache()
         except Exception as e:  # noqa: BLE001 - one clip's failure is reported and the run goes on
             r["diffusers_error"] = f"{type(e).__name__}: {e}"
@@ -1101,8 +1142,9 @@ def run_workload(a, clip, world, ours, weights, marks, pg, z_full, refs, calib, 
             agree(out, f"trial {k + 1}")
         questions.append(gpu_holders(uuid))
         mhz, lo, hi, n = sampler.clock(windows) if sampler else (None, None, None, 0)
+        joules, watts = sampler.energy(windows) if sampler else (None, None)
         res |= {"trials": trials, "ms": statistics.mean(trials), "min_ms": min(trials), "clock_mhz": mhz,
-                "clock_range_mhz": [lo, hi], "clock_samples": n}
+                "clock_range_mhz": [lo, hi], "clock_samples": n, "energy_j": joules, "power_w": watts}
         held = others_holding(questions, os.getpid())
         if held:
             res["shared"] = held
@@ -1166,7 +1208,7 @@ def run_workload(a, clip, world, ours, weights, marks, pg, z_full, refs, calib, 
 def show(name, r):
     line = f"{name:<7}"
     if r.get("ms"):
-        line += f" {r['ms']:9.1f} ms (fastest {r['min_ms']:.1f}{clock_text(r)})"
+        line += f" {r['ms']:9.1f} ms (fastest {r['min_ms']:.1f}{clock_text(r)}{energy_text(r.get('energy_j'), r.get('power_w'))})"
         if r.get("bound_ms"):
             line += f" bound {r['bound_ms']:.0f} ms, gap x{r['ms'] / r['bound_ms']:.2f}"
         d = r.get("diffusers") or {}

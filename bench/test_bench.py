@@ -287,6 +287,19 @@ class Worlds(unittest.TestCase):
         self.assertNotIn("world_clock_mhz", c)
         self.assertEqual(bench.clock_text({"clock_mhz": None}), "")
 
+    def test_energy(self):
+        s = bench.Sampler.__new__(bench.Sampler)  # no NVML, no thread: the samples as the thread would leave them
+        # a counter rising 700 J a second (700 W) from t = 0, sampled every 0.5 s, power read as 700000 mW
+        s.samples = [(0.5 * k, 1500, 0, 350000 * k, 700000) for k in range(9)]
+        joules, watts = s.energy([(0.25, 2.25), (1.0, 2.0)])       # ends between samples: interpolated
+        self.assertAlmostEqual(joules, (1400 + 700) / 2)
+        self.assertAlmostEqual(watts, 700)
+        self.assertEqual(s.energy([(3.9, 5.0)]), (None, None))     # past the last sample: no figure, not a guess
+        s.samples = [(0.5 * k, 1500, 0, None, None) for k in range(9)]
+        self.assertEqual(s.energy([(0.25, 2.25)]), (None, None))   # no counter (NVML without it)
+        self.assertEqual(bench.energy_text(1702.4, 693.2), ", 1702 J a call at 693 W")
+        self.assertEqual(bench.energy_text(None, 693.2), "")
+
     def test_peak(self):
         mem0 = {"nvml": 1000, "reserved_after_prepare": 100}
         samples = [(0.5, 5000), (1.5, 9000), (2.5, 7000), (3.5, 99999)]

@@ -1249,7 +1249,8 @@ static void run_cases(void) {
     attention_case(1024, 1, 6, 13, 0, 6, 1);
     attention_case(1024, 2, 6, 13, 2, 3, 1); /* a rank's rows */
     attention_case(1024, 1, 6, 13, 0, 6, 0);
-    attention_case(64, 2, 5, 7, 1, 3, 1);    /* P = 35: odd, scalar scores path */
+    attention_case(64, 2, 5, 7, 1, 3, 1);    /* P = 35: odd (the scores GEMM at N = Pp = 40, issue 46) */
+    attention_case(1024, 1, 5, 9, 0, 5, 1);  /* 5 x 9: odd x odd at the real C */
     attention_case(20, 1, 4, 6, 0, 4, 0);    /* C % 8 != 0 */
     attention_case(256, 1, 22, 39, 0, 22, 1); /* P = 858: several key tiles */
     /* rmsnorm */
@@ -1470,10 +1471,10 @@ static void perf_psum(int h, int w) {
     free(bh);
 }
 
-/* Times attention at the real frame (44 x 78, C = 1024), and rmsnorm's bandwidth at 256ch 352x624 x 4. */
-static void perf_other(void) {
-    if (!selected("attention")) return;
-    const int C = 1024, H = 44, W = 78, P = H * W;
+/* Times attention at one latent frame of H x W, C = 1024 (issue 46: odd x odd frames ran their scores on the scalar
+ * kernel, 45 x 45 about 80x slower a frame than 44 x 46). */
+static void perf_attention(int H, int W) {
+    const int C = 1024, P = H * W;
     void *qkv = NULL, *out = NULL;
     w22_status s = gpu->ops->alloc(gpu, (size_t)P * 3 * C * 2, &qkv);
     if (s == W22_OK) s = gpu->ops->alloc(gpu, (size_t)P * C * 2, &out);
@@ -1500,9 +1501,17 @@ static void perf_other(void) {
            4.0 * P * P * C / (ms / 3 * 1e-3) / 1e12, s == W22_OK ? "" : w22_last_error());
     gpu->ops->free(gpu, qkv);
     gpu->ops->free(gpu, out);
-
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
+}
+
+/* Times attention at the real frame (44 x 78) and at odd x odd and even sizes of about one area, and rmsnorm's
+ * bandwidth at 256ch 352x624 x 4. */
+static void perf_other(void) {
+    if (!selected("attention")) return;
+    perf_attention(44, 78);
+    perf_attention(45, 45);
+    perf_attention(44, 46);
 }
 
 /* RMS norm + SiLU of F frames h x w x c, bytes read + written per second (the copy's 4.24 TB/s is the ceiling) */

@@ -1,10 +1,14 @@
 /* Single-head attention per frame, the simplest way that runs on the tensor cores: for each frame,
  *   Vt = V^T (bf16 [C][Pp], zero columns past P)                      transpose kernel
- *   S  = Q K^T (fp32 [nq][Pp])                                         the conv GEMM, fp32 output
+ *   Kp = K (bf16 [Pp][C], dense, zero rows past P)                     pack kernel
+ *   S  = Q Kp^T (fp32 [nq][Pp])                                        the conv GEMM, fp32 output, N = Pp
  *   Pm = softmax(S / sqrt(C)) per row (fp32 math, bf16 [nq][Pp], zeros past P)
  *   O  = Pm Vt^T (bf16, into out)                                      the conv GEMM
  * nq = this rank's query pixels, P = the frame's pixels (3432 in the real model: 47 MB of fp32 scores), Pp = P
- * rounded up to 8 (the GEMM's K granularity). The scratch: the caller's free memory where it is given and large
+ * rounded up to 8 (the GEMM's K granularity). The scores' GEMM has N = Pp, even whatever the frame's size: with
+ * N = P an odd x odd latent frame (45 x 45: 720 x 720 video) sent Q K^T to the scalar kernel (route.h: N odd), 52 ms
+ * a frame against 0.6 ms (issue 46); the score columns past P are zeros' products, never read (softmax stops at P,
+ * the probabilities past P are written 0). The scratch: the caller's free memory where it is given and large
  * enough (a decode passes stage 0's, so that the workspace holds it: v22), else our own, kept and grown on demand. */
 #include "cuda_internal.h"
 #include "cuda_ops.h"
@@ -23,6 +27,16 @@ __global__ void w22_transpose_v_kernel(const bf16 *v, long vsh, long vsw, int vw
     for (int k = threadIdx.y; k < 32; k += blockDim.y) {
         const int c = c0 + k, p = p0 + threadIdx.x;
         if (c < C && p < Pp) vt[(long)c * Pp + p] = tile[threadIdx.x][k];
+    }
+}
+
+/* Kp[p][c] = k(p / kw, p % kw, c) for p < P, 0 for P <= p < Pp: the keys as one dense [Pp][C] block, so that the
+ * scores' GEMM has an even N (Pp) and reads B rows of one stride. */
+__global__ void w22_pack_k_kernel(const bf16 *k, long ksh, long ksw, int kw, int P, int C, bf16 *kp, int Pp) {
+    const long n = (long)Pp * C;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        const int p = (int)(i / C), c = (int)(i % C);
+        kp[i] = p < P ? k[(long)(p / kw) * ksh + (long)(p % kw) * ksw + c] : __float2bfloat16_rn(0.f);
     }
 }
 
@@ -73,16 +87,17 @@ w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v
     if (nq == 0 || q.f == 0 || C == 0) return W22_OK;
     if (P == 0) return w22_fail(W22_ERR_BAD_SHAPE, "cuda attention: k and v have no pixels");
     const size_t s_bytes = align256((size_t)nq * Pp * 4), p_bytes = align256((size_t)nq * Pp * 2),
-                 vt_bytes = align256((size_t)C * Pp * 2), need = s_bytes + p_bytes + vt_bytes;
+                 vt_bytes = align256((size_t)C * Pp * 2), need = s_bytes + p_bytes + 2 * vt_bytes; /* Vt, Kp */
     char *base = (char *)work; /* the caller's free memory where it holds the scratch (a decode's), else our own */
     if (!work || work_bytes < need || (uintptr_t)work % 256) {
         W22_TRY(w22_cuda_scratch(c, &c->attn_scratch, &c->attn_bytes, need,
-                                 "the attention scratch (scores, probabilities, V^T)"));
+                                 "the attention scratch (scores, probabilities, V^T, K)"));
         base = (char *)c->attn_scratch;
     }
     float *S = (float *)base;
     bf16 *Pm = (bf16 *)(base + s_bytes);
     bf16 *Vt = (bf16 *)(base + s_bytes + p_bytes);
+    bf16 *Kp = (bf16 *)(base + s_bytes + p_bytes + vt_bytes);
     const float scale_log2e = 1.4426950408889634f / sqrtf((float)C);
 
     for (int f = 0; f < q.f; f++) {
@@ -93,13 +108,17 @@ w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v
         dim3 tb(32, 8), tg((Pp + 31) / 32, (C + 31) / 32);
         w22_transpose_v_kernel<<<tg, tb, 0, c->stream>>>(vf, v.sh, v.sw, v.w, P, C, Vt, Pp);
         CU_LAUNCHED(c, "attention transpose V");
+        const long kn = (long)Pp * C;
+        const int kblocks = (int)(kn / 256 + 1 < 4096 ? kn / 256 + 1 : 4096);
+        w22_pack_k_kernel<<<kblocks, 256, 0, c->stream>>>(kf, k.sh, k.sw, k.w, P, C, Kp, Pp);
+        CU_LAUNCHED(c, "attention pack K");
 
         w22_mm g;
         memset(&g, 0, sizeof g);
-        g.M = nq, g.N = P, g.F = 1, g.H = q.h, g.W = q.w;
+        g.M = nq, g.N = Pp, g.F = 1, g.H = q.h, g.W = q.w;
         g.a = qf, g.a_sf = 0, g.a_sh = q.sh, g.a_sw = q.sw;
         g.cin = C, g.kt = 1, g.ks = 1;
-        g.b = kf, g.b_w = k.w, g.b_sh = k.sh, g.b_sw = k.sw;
+        g.b = Kp, g.b_w = Pp, g.b_sh = 0, g.b_sw = C;
         g.out = S, g.out_f32 = 1, g.o_sf = 0, g.o_sh = (long)q.w * Pp, g.o_sw = Pp;
         W22_TRY(w22_cuda_gemm(c, &g, "attention Q K^T"));
 

@@ -38,9 +38,17 @@ LIBS_PRIVATE += -lpng -lz
 endif
 CUDA ?= $(if $(shell command -v $(NVCC) 2>/dev/null),1,0)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(shell command -v $(NVCC) 2>/dev/null))
-NVFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo -Xptxas=--warn-on-spills \
-           -Xcompiler -fPIC -Iinclude -Isrc
+NVFLAGS ?= -O3 -std=c++17 -lineinfo -Xptxas=--warn-on-spills -Xcompiler -fPIC -Iinclude -Isrc
 NVFLAGS += -Xcompiler -fvisibility=hidden
+# One fat library (issue 45): the Hopper-only kernels (wgmma, TMA, clusters) as sm_90a SASS; every other kernel (the
+# portable path: mma.sync, cp.async, ldmatrix and the plain kernels) as SASS for each of CUDA_ARCHS plus compute_80
+# PTX, which the driver compiles for GPUs that come later. Which .cu is which: a file whose name holds "wgmma" or
+# ends in _sm90a.cu is Hopper-only (CU_HOPPER); every other .cu, in src/cuda or any other folder, is portable. The
+# backend never launches a Hopper-only kernel on another GPU (src/cuda/route.h: the path is taken at open).
+CUDA_ARCHS    ?= 80 86 89 90a 100 120
+NVARCH_ALL    := $(foreach a,$(CUDA_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a)) \
+                 -gencode=arch=compute_80,code=compute_80
+NVARCH_HOPPER := -gencode=arch=compute_90a,code=sm_90a
 ifeq ($(CUDA),1)
 CFLAGS += -DW22_HAVE_CUDA -I$(CUDA_HOME)/include
 LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt
@@ -57,6 +65,7 @@ endif
 
 LIB_C   := $(sort $(wildcard src/*.c src/model/*.c src/weights/*.c src/plan/*.c src/cpu/*.c src/dist/*.c src/io/*.c))
 LIB_CU  := $(if $(filter 1,$(CUDA)),$(sort $(wildcard src/cuda/*.cu)),)
+CU_HOPPER := $(filter %wgmma.cu %wgmma_tma.cu %_sm90a.cu,$(LIB_CU))
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.o)
 CLI_C   := $(sort $(wildcard cli/*.c))
 TEST_C  := $(sort $(wildcard tests/test_*.c))
@@ -72,7 +81,7 @@ all: $(BUILD)/libwan22vae.a $(BUILD)/libwan22vae.so $(BUILD)/wan22vae $(TESTS) $
 # The compile commands, kept in $(BUILD)/.flags: objects are rebuilt when they change (an option, a part detected).
 $(BUILD)/.flags: FORCE
 	@mkdir -p $(dir $@)
-	@printf '%s\n' '$(CC) $(CFLAGS)' '$(NVCC) $(NVFLAGS)' > $@.tmp
+	@printf '%s\n' '$(CC) $(CFLAGS)' '$(NVCC) $(NVFLAGS)' '$(NVARCH_ALL)' '$(NVARCH_HOPPER)' > $@.tmp
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; fi
 
 $(BUILD)/%.o: %.c $(BUILD)/.flags
@@ -85,9 +94,11 @@ $(BUILD)/%.o: %.c $(BUILD)/.flags
 $(BUILD)/src/io/pixels.o: CFLAGS += -ffp-contract=off -fno-trapping-math -ftree-vectorize
 $(BUILD)/src/io/video_y4m.o: CFLAGS += -ftree-vectorize
 
+NVARCH := $(NVARCH_ALL)
+$(CU_HOPPER:%.cu=$(BUILD)/%.o): NVARCH := $(NVARCH_HOPPER)
 $(BUILD)/%.o: %.cu $(BUILD)/.flags
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+	$(NVCC) $(NVFLAGS) $(NVARCH) -MMD -MP -c $< -o $@
 
 $(BUILD)/libwan22vae.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -114,7 +125,7 @@ DEV_CU := $(if $(filter 1,$(CUDA)),$(sort $(wildcard dev/*.cu)),)
 dev: $(DEV_CU:dev/%.cu=$(BUILD)/dev/%)
 $(BUILD)/dev/%: dev/%.cu $(BUILD)/libwan22vae.a
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -o $@ $^ $(filter-out -lcudart_static,$(LDLIBS))
+	$(NVCC) $(NVFLAGS) $(NVARCH_HOPPER) -o $@ $^ $(filter-out -lcudart_static,$(LDLIBS))
 
 # The CPU suite everywhere; the GPU suite too where a GPU answers.
 test: all

@@ -72,6 +72,8 @@ static const char usage[] =
     "      --frames-per-pass N  latent frames per pass (default 2; the output does not change)\n"
     "      --exact            CUDA: every conv in the direct arithmetic (default: the 3x3x3 convs of 512 channels and\n"
     "                         up as Winograd F(2x2, 3x3), ~2.2x their error, within the allowance; the CPU is exact)\n"
+    "      --kernels K        CUDA: auto (the default: a Hopper's sm_90a kernels, the portable ones on any other\n"
+    "                         GPU from sm_80 on) or portable (the portable kernels on a Hopper too); -v says which ran\n"
     "      --threads N        CPU threads of the decode and of the PNG encoders (default: all cores)\n"
     "  -f, --force            replace an existing output\n"
     "  -v, --verbose          say more on stderr: the weights and config read, the statistics used, the ffmpeg\n"
@@ -363,8 +365,9 @@ int cli_decode(int argc, char **argv) {
     long long fpp = 0, threads = 0, cuda_device = -1, crf = -1, dev_index = -1, png_level = -1;
     double fps = 24, interval = 0;
     int force = 0, progress = 0, verbose = 0, quiet = 0, normalized = 0, sync_write = 0, exact = 0;
+    int kernels = W22_KERNELS_AUTO;
     enum { O_CUDA = 256, O_FPP, O_THREADS, O_FPS, O_PROGRESS, O_VARIANT, O_NORM, O_CODEC, O_CRF, O_PIX, O_FFARGS,
-           O_INTERVAL, O_DEVICE, O_SYNC, O_PNG_LEVEL, O_EXACT };
+           O_INTERVAL, O_DEVICE, O_SYNC, O_PNG_LEVEL, O_EXACT, O_KERNELS };
     static const struct option opts[] = {
         {"weights", required_argument, 0, 'w'},      {"latents", required_argument, 0, 'l'},
         {"out", required_argument, 0, 'o'},          {"device", required_argument, 0, O_DEVICE},
@@ -376,7 +379,7 @@ int cli_decode(int argc, char **argv) {
         {"codec", required_argument, 0, O_CODEC},    {"crf", required_argument, 0, O_CRF},
         {"pix-fmt", required_argument, 0, O_PIX},    {"ffmpeg-args", required_argument, 0, O_FFARGS},
         {"progress-interval", required_argument, 0, O_INTERVAL}, {"png-level", required_argument, 0, O_PNG_LEVEL},
-        {"exact", no_argument, 0, O_EXACT},
+        {"exact", no_argument, 0, O_EXACT},          {"kernels", required_argument, 0, O_KERNELS},
         {"write-sync", no_argument, 0, O_SYNC}, /* hidden: write in the decode's callback (tests' A/B) */
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
@@ -409,6 +412,11 @@ int cli_decode(int argc, char **argv) {
             break;
         case 'f': force = 1; break;
         case O_EXACT: exact = 1; break;
+        case O_KERNELS:
+            if (!strcmp(optarg, "auto")) kernels = W22_KERNELS_AUTO;
+            else if (!strcmp(optarg, "portable")) kernels = W22_KERNELS_PORTABLE;
+            else return cli_usage_error("decode", "--kernels: expected auto or portable, found '%s'", optarg);
+            break;
         case 'v': verbose = 1; break;
         case 'q': quiet = 1; break;
         case O_PROGRESS: progress = 1; break;
@@ -543,6 +551,7 @@ int cli_decode(int argc, char **argv) {
     p.cuda_device = gpu;
     p.frames_per_pass = (int)fpp;
     p.exact = exact;
+    p.kernels = kernels;
     p.threads = (int)threads;
     p.progress = on_progress;
     p.progress_user = &c;
@@ -553,6 +562,7 @@ int cli_decode(int argc, char **argv) {
     w22_weights_free(weights); /* the decoder holds its own copy in its layout */
     weights = NULL;
     const double t_open = w22_now();
+    if (verbose && dev == W22_DEVICE_CUDA) fprintf(stderr, "wan22vae: kernels: %s\n", w22_decoder_path(dec));
 
     catch_signals(); /* before the temporary output exists, so that no signal can leave it behind */
     if (w22_video_open_opts(out, fmt, F, H, W, fps, force, &vopt, &c.vw) != W22_OK) {

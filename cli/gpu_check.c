@@ -1,6 +1,7 @@
-/* `wan22vae gpu-check`: exit 0 iff this build has the CUDA backend and a usable GPU (sm_90) answers; `make test`
+/* `wan22vae gpu-check`: exit 0 iff this build has the CUDA backend and a usable GPU (sm_80+) answers; `make test`
  * runs the GPU suite on that answer. cli_cuda_usable says why not, plainly, for `decode --device cuda` too. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "wan22vae.h"
 #include "cli.h"
@@ -40,20 +41,26 @@ int cli_cuda_usable(int device, char *why, size_t cap) {
         snprintf(why, cap, "GPU %d does not answer", device);
         return 0;
     }
-    if (prop.major != 9) {
-        snprintf(why, cap, "GPU %d (%s) is sm_%d%d; this build needs sm_90 (Hopper: H100, H200)", device, prop.name,
-                 prop.major, prop.minor);
+    if (prop.major < 8) {
+        snprintf(why, cap, "GPU %d (%s) is sm_%d%d; the CUDA backend needs sm_80 or later (Ampere, Ada, Hopper, "
+                 "Blackwell): the CPU backend (--device cpu) decodes on any machine", device, prop.name, prop.major,
+                 prop.minor);
         return 0;
     }
-    snprintf(why, cap, "GPU %d (%s, sm_90)", device, prop.name);
+    const char *kern = getenv("W22_KERNELS");
+    const int portable = prop.major != 9 || (kern && !strcmp(kern, "portable"));
+    snprintf(why, cap, "GPU %d (%s, sm_%d%d): %s", device, prop.name, prop.major, prop.minor,
+             portable ? "the portable kernels (mma.sync)" : "the Hopper kernels (sm_90a: wgmma, TMA)");
     return 1;
 #endif
 }
 
 int cli_gpu_check(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        puts("usage: wan22vae gpu-check\n\nSays whether this build has the CUDA backend and a usable GPU (sm_90) is "
-             "present, and why not.\n\nexit status: 0 a usable GPU; 1 none (or no CUDA backend); 2 a usage error.");
+        puts("usage: wan22vae gpu-check\n\nSays whether this build has the CUDA backend and a usable GPU (sm_80 or "
+             "later) is present, and why not, and which kernels it runs: a Hopper (sm_90) its sm_90a kernels, any other "
+             "GPU the portable ones (W22_KERNELS=portable: those on a Hopper too).\n\nexit status: 0 a usable GPU; 1 "
+             "none (or no CUDA backend); 2 a usage error.");
         return 0;
     }
     if (argc > 1) return cli_usage_error("gpu-check", "expected no arguments, found '%s'", argv[1]);
@@ -66,7 +73,8 @@ int cli_gpu_check(int argc, char **argv) {
     char why[512];
     int usable = cli_cuda_usable(0, why, sizeof why);
     printf("CUDA backend in this build: %s\n", built ? "yes" : "no");
-    if (ok) printf("usable GPU (sm_90): yes\n");
-    else printf("usable GPU (sm_90): no (%s)\n", usable ? "none is sm_90" : why);
+    if (ok && usable) printf("usable GPU (sm_80+): yes, %s\n", why);
+    else if (ok) printf("usable GPU (sm_80+): yes (GPU 0: %s)\n", why);
+    else printf("usable GPU (sm_80+): no (%s)\n", usable ? "none is sm_80 or later" : why);
     return ok ? 0 : 1;
 }

@@ -133,6 +133,11 @@ typedef enum { W22_DEVICE_CPU = 0, W22_DEVICE_CUDA = 1 } w22_device;
  * frames. Return nonzero to stop the decode (it then returns W22_ERR_INVALID_ARG, "stopped by the caller"). */
 typedef int (*w22_progress_fn)(void *user, int latent_done, int latent_total);
 
+/* CUDA: the kernel path (w22_decoder_params.kernels). AUTO takes W22_KERNELS from the environment (auto or portable),
+ * then the GPU's own: Hopper (sm_90) its sm_90a kernels (wgmma, TMA), every other GPU from sm_80 on (Ampere, Ada,
+ * Blackwell) the portable kernels (mma.sync); PORTABLE the portable kernels on any of them, a Hopper included. */
+typedef enum { W22_KERNELS_AUTO = 0, W22_KERNELS_PORTABLE = 1 } w22_kernels;
+
 typedef struct {
     w22_device device;
     int cuda_device;      /* the GPU's ordinal (CUDA) */
@@ -151,6 +156,7 @@ typedef struct {
                            * default, the 3x3x3 convs of 512 channels and up as Winograd F(2x2, 3x3): 12 of 27 MACs,
                            * about 2.2x the direct conv's error, within the allowance (docs/PERF.md v18). W22_WINOGRAD
                            * =N sets the threshold for decoders left at 0 (0: exact). The CPU backend is exact. */
+    int kernels;          /* CUDA: a w22_kernels, W22_KERNELS_AUTO by default (w22_decoder_path says which ran) */
 } w22_decoder_params;
 
 W22_API void w22_decoder_params_init(w22_decoder_params *p);
@@ -163,6 +169,9 @@ typedef struct w22_decoder w22_decoder;
  * first meet, in an agreement that every rank is ready. */
 W22_API w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w22_decoder **out);
 W22_API void w22_decoder_free(w22_decoder *d);
+/* The kernels a decoder runs on (a static string): "hopper" (CUDA, sm_90a kernels), "portable" (CUDA, the portable
+ * kernels) or "cpu". */
+W22_API const char *w22_decoder_path(const w22_decoder *d);
 /* Frees the decoder's workspace (its device memory beyond the weights: tens of GiB after a 4K decode); the next
  * decode makes it again for its size, the same as a fresh decoder's. Waits for a decode running in another thread. */
 W22_API w22_status w22_decoder_release_workspace(w22_decoder *d);

@@ -30,6 +30,11 @@ void w22_decoder_free(w22_decoder *d) {
     free(d);
 }
 
+const char *w22_decoder_path(const w22_decoder *d) {
+    if (!d || !d->backend) return "none";
+    return d->params.device == W22_DEVICE_CUDA ? w22_backend_cuda_path(d->backend) : "cpu";
+}
+
 w22_status w22_decoder_release_workspace(w22_decoder *d) {
     if (!d) return w22_fail(W22_ERR_INVALID_ARG, "w22_decoder_release_workspace: the decoder must not be NULL");
     pthread_mutex_lock(&d->lock);
@@ -54,6 +59,9 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
     /* the CLI's --threads range; each is a thread the CPU backend's products may start */
     if (p->threads < 0 || p->threads > 4096)
         return w22_fail(W22_ERR_INVALID_ARG, "threads %d, expected 0 (all cores) or 1..4096", p->threads);
+    if (p->kernels != W22_KERNELS_AUTO && p->kernels != W22_KERNELS_PORTABLE)
+        return w22_fail(W22_ERR_INVALID_ARG, "kernels %d, expected W22_KERNELS_AUTO (0) or W22_KERNELS_PORTABLE (1)",
+                        p->kernels);
     if (p->device != W22_DEVICE_CPU && p->device != W22_DEVICE_CUDA)
         return w22_fail(W22_ERR_INVALID_ARG, "device %d, expected W22_DEVICE_CPU or W22_DEVICE_CUDA", p->device);
     /* weights mapped from a file are read in place below: a file shrunk in place since the load would fault this
@@ -84,7 +92,7 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
     /* W22_PROFILE: where the open's time goes (issue 30: the open is the user's wait before the first frame) */
     const int prof = getenv("W22_PROFILE") != NULL;
     double t_create = w22_now(), t_f32 = 0, t_up = 0;
-    w22_status s = p->device == W22_DEVICE_CUDA ? w22_backend_cuda_create(p->cuda_device, &d->backend)
+    w22_status s = p->device == W22_DEVICE_CUDA ? w22_backend_cuda_create_kernels(p->cuda_device, p->kernels, &d->backend)
                                                 : w22_backend_cpu_create(p->threads, &d->backend);
     if (s != W22_OK) {
         free(d);

@@ -14,6 +14,7 @@ extern char **environ;
 static const char *const known[] = {
     /* the library's switches */
     "W22_CHECK", "W22_CHECK_TRACE", "W22_PROFILE", "W22_CUDA_DEBUG", "W22_WINOGRAD", "W22_NCCL_LIB", "W22_FFMPEG",
+    "W22_KERNELS", /* the CUDA kernel path: auto or portable (issue 45) */
     /* read by the Python package, its build, the tests and the bench, not by the library */
     "W22_LIB", "W22_ALLOW_FP32", "W22_BUILD", "W22_MAKE", "W22_SKIP_MAKE", "W22_BENCH_CACHE", "W22_ROOT", "W22_BIN",
     "W22_FIXTURES", "W22_KEEP_TMP", "W22_TEST_PROGRESS", "W22_TEST_TIMEOUT",

@@ -11,6 +11,12 @@ w22_status w22_backend_cuda_create(int device, w22_backend **out) {
     return w22_fail(W22_ERR_UNSUPPORTED, "this build of wan22vae has no CUDA backend (built without nvcc)");
 }
 
+w22_status w22_backend_cuda_create_kernels(int device, int kernels, w22_backend **out) {
+    (void)kernels;
+    return w22_backend_cuda_create(device, out);
+}
+const char *w22_backend_cuda_path(const w22_backend *b) { (void)b; return "none"; }
+
 void w22_backend_cuda_set_stream(w22_backend *b, void *stream) { (void)b; (void)stream; }
 void w22_backend_cuda_use_callers_stream(w22_backend *b, void *stream) { (void)b; (void)stream; }
 void w22_backend_cuda_set_exact(w22_backend *b, int exact) { (void)b; (void)exact; }

@@ -389,7 +389,7 @@ static const char *const epi_names[] = {"pairs", "vec", "overlapped", "tma-store
 static const char *const step_names[] = {"direct", "psum", "phases", "winograd"};
 /* the routes the cases took: kernels, and on the TMA conv its plans, epilogues, split tails, phases in one launch */
 static long seen_kernel[7], seen_plan[3], seen_epi[4], seen_split, seen_phases4, seen_step[4], seen_dup_fused,
-    seen_dup_separate;
+    seen_dup_separate, seen_wino_mma_batch;
 
 /* Set by a block of cases built for one step of the conv (the Winograd cases, W22_CONV_WINOGRAD, and one that must
  * fall back, W22_CONV_DIRECT); -1: any. */
@@ -417,6 +417,7 @@ static int check_route(const char *op, const char *shape) {
     }
     if (ok) {
         seen_kernel[r.kernel]++, seen_step[r.step]++;
+        seen_wino_mma_batch += r.step == W22_CONV_WINOGRAD && r.batch && r.kernel != W22_GEMM_TMA;
         if (r.step == W22_CONV_PHASES) r.dup_separate ? seen_dup_separate++ : seen_dup_fused++;
     }
     if (!ok) {
@@ -440,9 +441,12 @@ static int check_route(const char *op, const char *shape) {
     return ok;
 }
 
-/* Every route the cases were built for was taken at least once (a full run only: -o runs a subset). */
+/* Every route the cases were built for was taken at least once (a full run only: -o runs a subset), on the backend's
+ * kernel path (route.h): the Hopper path's TMA conv and its launches, or the portable path's mma.sync tiles (the
+ * widest route.h gives N 1024 there) and Winograd's batch as one mma launch; both the row kernels. */
 static void check_coverage(void) {
     if (selftest) return;
+    const int hopper = !strcmp(w22_backend_cuda_path(gpu), "hopper");
     printf("-- routes taken:");
     for (int k = 0; k < 7; k++) printf(" %s %ld,", kernel_names[k], seen_kernel[k]);
     printf("\n   TMA plans: tiles %ld, pairs %ld, pairs+tail %ld; epilogues: pairs %ld, vec %ld, overlapped %ld, "
@@ -451,16 +455,22 @@ static void check_coverage(void) {
            seen_epi[1], seen_epi[2], seen_epi[3], seen_split, seen_phases4, seen_step[0], seen_step[1], seen_step[2],
            seen_step[3], seen_dup_fused, seen_dup_separate);
     if (filter) return;
-    const struct { const char *what; long n; } need[] = {
-        {"the TMA conv", seen_kernel[W22_GEMM_TMA]},      {"the row kernel", seen_kernel[W22_GEMM_ROWS]},
-        {"the 2D row tiles", seen_kernel[W22_GEMM_ROWS2D]}, {"the mma.sync 128x256 tile", seen_kernel[W22_GEMM_MMA_BIG]},
-        {"the scalar kernel", seen_kernel[W22_GEMM_SCALAR]}, {"TMA tiles on the SMs", seen_plan[W22_TMA_TILES]},
-        {"TMA pairs, then a tail", seen_plan[W22_TMA_PAIRS_TAIL]}, {"the split tail", seen_split},
-        {"the TMA store", seen_epi[W22_EPI_TMA_STORE]},    {"the overlapped epilogue", seen_epi[W22_EPI_OVERLAP]},
-        {"four phases in one launch", seen_phases4},        {"the partial-sums conv", seen_step[W22_CONV_PSUM]},
-        {"the DupUp fused into the phases", seen_dup_fused}, {"Winograd F(2x2, 3x3)", seen_step[W22_CONV_WINOGRAD]}};
+    const w22_gemm_kernel wide = w22_route_mma_tile(1024, hopper); /* the mma.sync tile of the widest convs */
+    const struct { const char *what; long n; int path; } need[] = { /* path: 1 Hopper, 0 portable, -1 both */
+        {"the TMA conv", seen_kernel[W22_GEMM_TMA], 1},      {"the row kernel", seen_kernel[W22_GEMM_ROWS], -1},
+        {"the 2D row tiles", seen_kernel[W22_GEMM_ROWS2D], -1}, {"the mma.sync tile of N >= 256", seen_kernel[wide], -1},
+        {"the scalar kernel", seen_kernel[W22_GEMM_SCALAR], -1}, {"TMA tiles on the SMs", seen_plan[W22_TMA_TILES], 1},
+        {"TMA pairs, then a tail", seen_plan[W22_TMA_PAIRS_TAIL], 1}, {"the split tail", seen_split, 1},
+        {"the TMA store", seen_epi[W22_EPI_TMA_STORE], 1},    {"the overlapped epilogue", seen_epi[W22_EPI_OVERLAP], 1},
+        {"four phases in one launch", seen_phases4, 1},        {"the partial-sums conv", seen_step[W22_CONV_PSUM], -1},
+        {"the DupUp fused into the phases", seen_dup_fused, -1}, {"Winograd F(2x2, 3x3)", seen_step[W22_CONV_WINOGRAD], -1},
+        {"Winograd's 16 GEMMs as one mma.sync launch", seen_wino_mma_batch, 0}};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
-        CHECK(need[i].n > 0, "the cases took %s", need[i].what);
+        if (need[i].path < 0 || need[i].path == hopper) CHECK(need[i].n > 0, "the cases took %s", need[i].what);
+    if (!hopper) /* nothing of the Hopper path's own ran (its kernels have no image on other GPUs) */
+        CHECK(!seen_kernel[W22_GEMM_TMA] && !seen_kernel[W22_GEMM_MMA_BIG] && !seen_phases4,
+              "the portable path ran no Hopper kernel (TMA %ld, mma 128x256 %ld, phases4 %ld)",
+              seen_kernel[W22_GEMM_TMA], seen_kernel[W22_GEMM_MMA_BIG], seen_phases4);
 }
 
 static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, int kt, int ks, int upsample,
@@ -1620,7 +1630,7 @@ int main(int argc, char **argv) {
         return t_finish("cuda_ops --selftest-cpu");
     }
     if (!w22_cuda_available()) {
-        printf("cuda_ops: no usable sm_90 GPU here; this test runs only where one is\n");
+        printf("cuda_ops: no usable sm_80+ GPU here; this test runs only where one is\n");
         return 1;
     }
     /* conformance: every op synchronizes and checks its views against the allocations (src/cuda debug mode) */
@@ -1647,7 +1657,8 @@ int main(int argc, char **argv) {
         if (!perf) {
             gpu = made[i];
             gpu_wgmma = wg;
-            printf("-- conv kernel: %s; the TMA conv's clusters of 2: %d --\n",
+            printf("-- kernel path: %s (W22_KERNELS=%s); conv kernel: %s; the TMA conv's clusters of 2: %d --\n",
+                   w22_backend_cuda_path(gpu), getenv("W22_KERNELS") ? getenv("W22_KERNELS") : "",
                    wg ? "wgmma where the shape qualifies (the default)" : "mma", w22_backend_cuda_tma_clusters(gpu));
             run_cases();
             weight_layout_cases();

@@ -36,6 +36,83 @@ static void expect(const char *what, const w22_mm *g, int wgmma_on, w22_gemm_ker
     CHECK(k == want, "%s: routed to %s (%s), expected %s", what, names[k], why ? why : "-", names[want]);
 }
 
+/* ---- the portable path (issue 45: hopper 0; route.h section 0): the decoder's GEMMs at their real sizes, none on a
+ * Hopper-only kernel or the scalar one; the path by the compute capability; the tiles' shared memory ---- */
+static void portable_cases(void) {
+    /* the path: sm_90 Hopper unless the portable kernels are asked for; sm_80 .. sm_120 portable; below: none */
+    CHECK(w22_route_path(9, 0, 0) == 1 && w22_route_path(9, 0, 1) == 0, "sm_90: the Hopper path, or portable asked");
+    CHECK(w22_route_path(8, 0, 0) == 0 && w22_route_path(8, 6, 0) == 0 && w22_route_path(8, 9, 0) == 0 &&
+          w22_route_path(10, 0, 0) == 0 && w22_route_path(12, 0, 0) == 0, "sm_80/86/89/100/120: the portable path");
+    CHECK(w22_route_path(7, 5, 0) == -1 && w22_route_path(7, 0, 1) == -1, "sm_75, sm_70: no path (the CPU backend)");
+    /* the decoder's GEMMs at 704 x 1248 (latents 44 x 78): F frames of each stage's resolution. At the real sizes no
+     * GEMM falls to the scalar kernel, none is routed to a Hopper-only kernel, every N >= 256 on the 128x128 tile */
+    static const struct { const char *what; int F, H, W, cin, cout, kt, ks, hist; w22_gemm_kernel want; } dec[] = {
+        {"conv_in (cin 48)", 1, 44, 78, 48, 1024, 3, 3, 1, W22_GEMM_MMA_MID},
+        {"stage 0's 1024-channel 3x3x3 conv", 2, 44, 78, 1024, 1024, 3, 3, 1, W22_GEMM_MMA_MID},
+        {"the attention's to_qkv (1x1, N 3072)", 1, 44, 78, 1024, 3072, 1, 1, 0, W22_GEMM_MMA_MID},
+        {"stage 0's time_conv (3x1x1, N 2048)", 2, 44, 78, 1024, 2048, 3, 1, 0, W22_GEMM_MMA_MID},
+        {"stage 1's 3x3x3 conv, 1024 -> 1024 at 88 x 156", 2, 88, 156, 1024, 1024, 3, 3, 1, W22_GEMM_MMA_MID},
+        {"stage 2's 512-channel conv at 176 x 312", 2, 176, 312, 512, 512, 3, 3, 1, W22_GEMM_MMA_MID},
+        {"stage 2's shortcut-free 1024 -> 512", 2, 176, 312, 1024, 512, 3, 3, 1, W22_GEMM_MMA_MID},
+        {"stage 3's 256-channel conv at 352 x 624", 1, 352, 624, 256, 256, 3, 3, 1, W22_GEMM_MMA_MID},
+        {"stage 3's 512 -> 256", 1, 352, 624, 512, 256, 3, 3, 1, W22_GEMM_MMA_MID},
+        {"conv_out (N 12) at 352 rows: the 2D tiles", 1, 352, 624, 256, 12, 3, 3, 1, W22_GEMM_ROWS2D},
+        {"conv_out of 4 rows (a rank's edge): the row kernel", 1, 4, 624, 256, 12, 3, 3, 1, W22_GEMM_ROWS},
+        {"the head's partial-sums GEMM (N 36): the mma kernel", 1, 352, 624, 256, 36, 1, 3, 0, W22_GEMM_MMA_MID},
+        {"post_quant_conv (1x1, 48)", 2, 44, 78, 48, 48, 1, 1, 0, W22_GEMM_MMA_MID},
+        {"4K stage 3 (4 frames: past an int in all, not in a frame)", 4, 1080, 1920, 256, 256, 3, 3, 1,
+         W22_GEMM_MMA_MID},
+        {"4096 x 2160's conv_out", 4, 1080, 2048, 256, 12, 3, 3, 1, W22_GEMM_ROWS2D},
+    };
+    for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) {
+        w22_mm g = conv(dec[i].F, dec[i].H, dec[i].W, dec[i].cin, dec[i].cout, dec[i].kt, dec[i].ks, dec[i].hist);
+        expect(dec[i].what, &g, 0, dec[i].want);
+    }
+    /* the upsamplers' phase GEMMs (ks 2 on the low-resolution grid, pads 1 - py), four launches on this path */
+    for (int p = 0; p < 4; p++) {
+        w22_mm g = conv(1, 88, 156, 512, 512, 1, 3, 0);
+        g.ks = 2, g.pad_y = 1 - (p >> 1), g.pad_x = 1 - (p & 1), g.b_sw = 4L * 512;
+        expect("an upsample's phase GEMM (512 ch at 88 x 156)", &g, 0, W22_GEMM_MMA_MID);
+    }
+    /* the attention's Q K^T and P V */
+    w22_mm g = conv(1, 44, 78, 1024, 3432, 1, 1, 0);
+    g.b_w = 78, g.b_sh = 78L * 1024, g.b_sw = 1024, g.out_f32 = 1;
+    expect("attention Q K^T", &g, 0, W22_GEMM_MMA_MID);
+    /* the tile for N: 128 x 256 (192 KB) on the Hopper path alone */
+    CHECK(w22_route_mma_tile(1024, 1) == W22_GEMM_MMA_BIG && w22_route_mma_tile(1024, 0) == W22_GEMM_MMA_MID &&
+          w22_route_mma_tile(12, 0) == W22_GEMM_MMA_SMALL && w22_route_mma_tile(128, 0) == W22_GEMM_MMA_MID,
+          "the mma tile by N and path");
+    /* the 2D tiles: N <= 48 on the Hopper path, N <= 16 on the portable one */
+    g = conv(1, 352, 624, 256, 36, 1, 3, 0);
+    CHECK(w22_route_rows2d_takes(&g, 1) && !w22_route_rows2d_takes(&g, 0), "N 36: the 2D tiles on Hopper only");
+    /* Winograd's 16 component GEMMs as one mma.sync launch: stage 0's 1024-channel conv at 44 x 78 (22 x 39 tiles,
+     * 2 output frames, 4 input frames); outputs evenly spaced; not with uneven outputs or a residual */
+    w22_mm q;
+    memset(&q, 0, sizeof q);
+    bf16 *base = (bf16 *)(uintptr_t)0x7f0000000000ull;
+    const int F = 2, hh = 22, w2 = 39, ci = 1024, co = 1024;
+    q.F = F, q.H = hh, q.W = w2, q.M = F * hh * w2, q.N = co;
+    q.a = base, q.a_sf = (long)hh * w2 * ci, q.a_sh = (long)w2 * ci, q.a_sw = ci;
+    q.cin = ci, q.kt = 3, q.ks = 1;
+    q.b = base, q.b_w = co, q.b_sw = 3L * ci;
+    q.out = base, q.o_sf = (long)hh * w2 * co, q.o_sh = (long)w2 * co, q.o_sw = co;
+    q.batch = 16, q.a_frames = F + 2;
+    for (int xi = 0; xi < 16; xi++) q.ph_o[xi] = xi * (int)(F * q.o_sf);
+    const char *why = w22_route_mma_batch_blocker(&q);
+    CHECK(why == NULL, "Winograd's batch at 44 x 78 on one mma launch: %s", why ? why : "-");
+    q.ph_o[5] += 8;
+    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch with uneven outputs: 16 launches");
+    q.ph_o[5] -= 8, q.res = base;
+    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch with a residual: 16 launches");
+    q.res = NULL, q.a_frames = F + 1;
+    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch whose frames are under a GEMM's window: 16 launches");
+    /* shared memory: every kernel the portable path launches fits the smallest part's 99 KB (the kernels'
+     * static_asserts hold it at build time; the tile table here) */
+    CHECK(3 * (128 + 128) * 128 <= W22_PORTABLE_SMEM && 4 * (128 + 32) * 128 <= W22_PORTABLE_SMEM &&
+          4 * (130 + 48) * 128 <= W22_PORTABLE_SMEM && 2 * (612 * 64 + 9 * 16 * 64) <= W22_PORTABLE_SMEM &&
+          W22_PORTABLE_SMEM == 101376, "the portable tiles within 99 KB (101376 bytes)");
+}
+
 /* ---- the TMA conv's launch (route.h section 3) on an H200's counts: 132 SMs, 66 clusters of 2 ---- */
 static const w22_route_gpu h200 = {132, 66, 0};
 
@@ -138,7 +215,7 @@ int main(void) {
     /* 704 x 1248 (latents 44 x 78): the stages' 3x3x3 convs with history, the upsamplers' time convs, conv_in */
     w22_mm g = conv(1, 44, 78, 1024, 1024, 3, 3, 1);
     expect("stage 0's 1024-channel 3x3x3 conv", &g, 1, W22_GEMM_TMA);
-    expect("the same without the wgmma conv", &g, 0, W22_GEMM_MMA_BIG);
+    expect("the same on the portable path", &g, 0, W22_GEMM_MMA_MID);
     g = conv(1, 352, 624, 256, 256, 3, 3, 1);
     expect("stage 3's 256-channel conv", &g, 1, W22_GEMM_TMA);
     g = conv(2, 88, 156, 1024, 2048, 3, 1, 0);
@@ -159,9 +236,12 @@ int main(void) {
     expect("attention Q K^T", &g, 1, W22_GEMM_MMA_BIG);
     /* 4K (3840 x 2160: latents 135 x 240; stage 3 at 1080 x 1920, 256 channels): four frames of it exceed an int */
     g = conv(4, 1080, 1920, 256, 256, 3, 3, 1);
-    CHECK(w22_route_int_blocker(&g) != NULL, "4K stage 3: expected input offsets past an int");
+    CHECK(g.a_sf * (g.F + g.kt) > INT_MAX && w22_route_int_blocker(&g) == NULL,
+          "4K stage 3: its input past an int in all, each frame's within (the mma kernel's frames are 64-bit bases)");
     expect("4K stage 3's conv (issue 27's cliff)", &g, 1, W22_GEMM_TMA);
-    expect("4K stage 3 without the wgmma conv: the int check sends it to scalar", &g, 0, W22_GEMM_SCALAR);
+    expect("4K stage 3 on the portable path: 64-bit frame bases, the mma kernel", &g, 0, W22_GEMM_MMA_MID);
+    g = conv(1, 4320, 2160, 256, 256, 3, 3, 1); /* one frame of 2.4 G elements: past an int within the frame */
+    expect("a frame past an int on the portable path: scalar", &g, 0, W22_GEMM_SCALAR);
     g = conv(4, 1080, 2048, 256, 12, 3, 3, 1);
     expect("4096 x 2160's conv_out (64-bit frame bases)", &g, 1, W22_GEMM_ROWS2D);
     /* what must fall back */
@@ -175,6 +255,7 @@ int main(void) {
     g = conv(1, 8, 8, 64, 128, 3, 3, 1);
     g.upsample = 1, g.H = 16, g.W = 16, g.M = 256;
     expect("an upsample read (no phases)", &g, 1, W22_GEMM_MMA_MID);
+    portable_cases();
     tma_launch_cases();
     epilogue_cases();
     step_cases();

@@ -686,20 +686,34 @@ static void test_changed_in_place(void) {
 static void test_open_params(void) {
     w22_weights *w = NULL;
     CHECK_OK(w22_weights_synthetic(&cfg, 3, &w));
-    static const struct { int fpp, exact, device, threads; const char *words; } bad[] = {
-        {1025, 0, W22_DEVICE_CPU, 1, "frames_per_pass 1025"}, {-1, 0, W22_DEVICE_CPU, 1, "frames_per_pass -1"},
-        {0, 2, W22_DEVICE_CPU, 1, "exact 2"},                 {0, 0, 7, 1, "device 7"},
-        {0, 0, W22_DEVICE_CPU, -1, "threads -1, expected 0 (all cores) or 1..4096"},
-        {0, 0, W22_DEVICE_CPU, 4097, "threads 4097"},
+    static const struct { int fpp, exact, device, threads, kernels; const char *words; } bad[] = {
+        {1025, 0, W22_DEVICE_CPU, 1, 0, "frames_per_pass 1025"}, {-1, 0, W22_DEVICE_CPU, 1, 0, "frames_per_pass -1"},
+        {0, 2, W22_DEVICE_CPU, 1, 0, "exact 2"},                 {0, 0, 7, 1, 0, "device 7"},
+        {0, 0, W22_DEVICE_CPU, -1, 0, "threads -1, expected 0 (all cores) or 1..4096"},
+        {0, 0, W22_DEVICE_CPU, 4097, 0, "threads 4097"},
+        {0, 0, W22_DEVICE_CPU, 1, 2, "kernels 2, expected W22_KERNELS_AUTO (0) or W22_KERNELS_PORTABLE (1)"},
+        {0, 0, W22_DEVICE_CUDA, 1, -1, "kernels -1"},
     };
     for (size_t i = 0; w && i < sizeof bad / sizeof bad[0]; i++) {
         w22_decoder_params p;
         w22_decoder_params_init(&p);
         p.frames_per_pass = bad[i].fpp, p.exact = bad[i].exact, p.device = bad[i].device, p.threads = bad[i].threads;
+        p.kernels = bad[i].kernels;
         w22_decoder *d = NULL;
         w22_status s = w22_decoder_open(w, &p, &d);
         CHECK(s == W22_ERR_INVALID_ARG && !d && strstr(w22_last_error(), bad[i].words), "%s: %s: %s", bad[i].words,
               w22_status_string(s), w22_last_error());
+        w22_decoder_free(d);
+    }
+    /* kernels is CUDA's: a CPU decoder takes W22_KERNELS_PORTABLE and runs the CPU backend, and says so */
+    {
+        w22_decoder_params p;
+        w22_decoder_params_init(&p);
+        p.kernels = W22_KERNELS_PORTABLE, p.threads = 1;
+        w22_decoder *d = NULL;
+        CHECK_OK(w && w22_decoder_open(w, &p, &d) == W22_OK ? W22_OK : W22_ERR_INTERNAL);
+        CHECK(d && !strcmp(w22_decoder_path(d), "cpu"), "a CPU decoder's path: %s", d ? w22_decoder_path(d) : "-");
+        CHECK(!strcmp(w22_decoder_path(NULL), "none"), "w22_decoder_path(NULL): %s", w22_decoder_path(NULL));
         w22_decoder_free(d);
     }
     /* the void and value-returning calls take NULL too (w22_video_shape read through it) */

@@ -11,6 +11,7 @@ import threading
 W22_OK = 0
 DTYPE_F32, DTYPE_BF16, DTYPE_F16 = 0, 1, 2
 DEVICE_CPU, DEVICE_CUDA = 0, 1
+KERNELS_AUTO, KERNELS_PORTABLE = 0, 1  # w22_kernels
 NCCL_ID_BYTES = 128
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,6 +68,7 @@ class DecoderParams(ctypes.Structure):
         ("progress_user", ctypes.c_void_p),
         ("check", ctypes.c_int),
         ("exact", ctypes.c_int),
+        ("kernels", ctypes.c_int),  # w22_kernels: KERNELS_AUTO or KERNELS_PORTABLE
         # w22_decoder_params_init writes the whole C struct: room for fields a newer library adds at its end, so
         # that a library newer than this file never writes past the Python struct (init gives them defaults).
         ("_reserved", ctypes.c_char * 256),
@@ -104,6 +106,7 @@ _SIGNATURES = {
     "w22_decoder_params_init": (None, [ctypes.POINTER(DecoderParams)]),
     "w22_decoder_open": (_c_int, [_c_void_p, ctypes.POINTER(DecoderParams), _pp]),
     "w22_decoder_free": (None, [_c_void_p]),
+    "w22_decoder_path": (_c_char_p, [_c_void_p]),
     "w22_decoder_release_workspace": (_c_int, [_c_void_p]),
     "w22_decode": (_c_int, [_c_void_p, _c_void_p, _c_int, _c_int, _c_int, _c_int, _c_void_p, _c_int]),
     "w22_decode_device": (_c_int, [_c_void_p, _c_void_p, _c_int, _c_int, _c_int, _c_void_p, _c_void_p]),

@@ -490,7 +490,7 @@ def weights_from_tensors(tensors, config=None):
 
 # ---- availability ----
 def cuda_available():
-    """Whether this build of libwan22vae has the CUDA backend and a usable GPU (sm_90) is present. False (not an
+    """Whether this build of libwan22vae has the CUDA backend and a usable GPU (sm_80 or later) is present. False (not an
     exception) when the library itself cannot be loaded; cuda_unavailable_reason() says why."""
     try:
         return bool(lib().w22_cuda_available())
@@ -500,7 +500,7 @@ def cuda_available():
 
 def cuda_unavailable_reason(plain=False):
     """Why the CUDA path cannot be used here (None when it can): the library's own message (no GPU, a GPU that is
-    not sm_90, a build without CUDA). plain: only the reason in words, without the status name and advice."""
+    older than sm_80, a build without CUDA). plain: only the reason in words, without the status name and advice."""
     try:
         if lib().w22_cuda_available():
             return None
@@ -510,7 +510,7 @@ def cuda_unavailable_reason(plain=False):
             Decoder(w, device="cuda", progress_hook=False).close()
         finally:
             w.free()
-        return "w22_cuda_available() found no usable GPU (sm_90)"
+        return "w22_cuda_available() found no usable GPU (sm_80 or later)"
     except Error as e:
         return (getattr(e, "why", None) or e.message) if plain else str(e)
 
@@ -662,7 +662,10 @@ class Decoder:
     INFO), "cpu", "cuda", "cuda:N" or a torch.device. torch_dtype: the video's dtype (None: bf16 on the GPU, float32
     on the CPU). exact=True (CUDA): every conv in the direct arithmetic (bf16 products, fp32 sums); the default runs the
     3x3x3 convs of 512 channels and up as Winograd F(2x2, 3x3) (12 of 27 MACs, about 2.2x the direct conv's error, within
-    the bench's allowance). The CPU backend is exact either way.
+    the bench's allowance). The CPU backend is exact either way. kernels (CUDA): "auto" (the default: W22_KERNELS from
+    the environment, else a Hopper's sm_90a kernels and the portable ones on any other GPU from sm_80 on) or
+    "portable" (the portable kernels, a Hopper included); dec.path says which the decoder runs ("hopper", "portable"
+    or "cpu").
 
     Progress: dec(z, progress=True) shows a tqdm bar (lines on stderr without tqdm), dec(z, progress=fn) calls
     fn(latent_frames_done, latent_frames_total) after every pass (frames_per_pass latent frames, 2 by default); an
@@ -679,7 +682,7 @@ class Decoder:
     frames)."""
 
     def __init__(self, weights, device="auto", cuda_device=None, frames_per_pass=0, threads=0, comm=None,
-                 video_on_all_ranks=False, torch_dtype=None, progress_hook=True, exact=False):
+                 video_on_all_ranks=False, torch_dtype=None, progress_hook=True, exact=False, kernels="auto"):
         self._lock = threading.Lock()
         self._streams = set()  # the frames() iterators running (_stream.Stream)
         self._h = ctypes.c_void_p()
@@ -703,6 +706,11 @@ class Decoder:
         p.video_on_all_ranks = int(bool(video_on_all_ranks))
         p.exact = int(bool(exact))  # CUDA: every conv direct (else the 3x3x3 convs of 512 channels up as Winograd)
         self.exact = bool(exact)
+        kinds = {"auto": _lib.KERNELS_AUTO, "portable": _lib.KERNELS_PORTABLE}
+        if not isinstance(kernels, str) or kernels not in kinds:
+            raise fail("W22_ERR_INVALID_ARG", f"kernels={kernels!r}; expected 'auto' or 'portable'")
+        p.kernels = kinds[kernels]
+        self.kernels = kernels
         if progress_hook:
             p.progress = self._hook.cfunc  # the decoder's one callback; each call points it at its reporter
         self.progress_hook = bool(progress_hook)
@@ -773,6 +781,12 @@ class Decoder:
     @property
     def closed(self):
         return not self._h
+
+    @property
+    def path(self):
+        """The kernels this decoder runs on: "hopper" (CUDA, the sm_90a kernels), "portable" (CUDA, the portable
+        kernels: any sm_80+ GPU, or a Hopper asked for them) or "cpu"."""
+        return lib().w22_decoder_path(self.handle).decode()
 
     @property
     def is_cuda(self):

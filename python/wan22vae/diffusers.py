@@ -5,8 +5,9 @@
     video = pipe(...).frames                       # decodes through the library
     wan22vae.diffusers.status(pipe.vae)            # {"path": "kernel" | "diffusers", "reason": ...}
 
-The kernel path applies to the Wan2.2 TI2V-5B config with float32, bfloat16 or float16 weights on a Hopper GPU
-(sm_90) and a build of the library with CUDA, when no tiling is asked for, for latents [B, 48, T, h, w] of the
+The kernel path applies to the Wan2.2 TI2V-5B config with float32, bfloat16 or float16 weights on an NVIDIA GPU of
+sm_80 or later (a Hopper's sm_90a kernels, the portable kernels on Ampere, Ada, Blackwell; enable(vae,
+kernels="portable") those on a Hopper too) and a build of the library with CUDA, when no tiling is asked for, for latents [B, 48, T, h, w] of the
 VAE's dtype on the VAE's GPU. Anything else goes to diffusers' own decode, and the reason is said once
 (warnings.warn, and the "wan22vae" logger). The output is what diffusers returns: a DecoderOutput, or a tuple with
 return_dict=False, holding video clamped to [-1, 1] in the VAE's dtype; batches are decoded one latent at a time.
@@ -68,6 +69,7 @@ class _State:
         self.allow_fp32 = True
         self.frames_per_pass = 0
         self.exact = False
+        self.kernels = "auto"
         self.flag = None            # [1] int32 on the GPU: the per-decode agreement over the group
         self.warned = set()
         self.last = {"path": None, "reason": None}
@@ -135,8 +137,8 @@ def _gpu_reason(vae):
                "needs them on one GPU (CPU offload is not supported)"
     dev = next(iter(devices))
     cap = torch.cuda.get_device_capability(dev)
-    if cap != (9, 0):
-        return f"{dev} ({torch.cuda.get_device_name(dev)}) is sm_{cap[0]}{cap[1]}; the kernel path needs sm_90 (Hopper)"
+    if cap < (8, 0):
+        return f"{dev} ({torch.cuda.get_device_name(dev)}) is sm_{cap[0]}{cap[1]}; the kernel path needs sm_80 or later"
     if not cuda_available():
         return f"libwan22vae cannot use the GPU: {cuda_unavailable_reason()}"
     return None
@@ -172,7 +174,9 @@ def arithmetic_note(st):
     if st.device.type == "cuda":
         weights = "its decoder weights converted once to bfloat16" if dt != "bfloat16" else \
             "its bfloat16 decoder weights copied once"
-        note = (f"wan22vae: AutoencoderKLWan.decode runs on wan22vae's CUDA kernels on {st.device} for this {st.dtype} "
+        kind = f" ({st.decoder.path})" if st.decoder is not None and not st.decoder.closed else ""
+        note = (f"wan22vae: AutoencoderKLWan.decode runs on wan22vae's CUDA kernels{kind} on {st.device} for this "
+                f"{st.dtype} "
                 f"VAE ({weights}, kept by the library); arithmetic: bf16 storage, fp32 accumulation, "
                 f"{_winograd_words(st.exact)}; accuracy: {ACCURACY}; the video is returned in {st.dtype}")
     else:
@@ -192,25 +196,27 @@ def _note(st, reason):
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
-def enable(vae, group=None, frames_per_pass=0, allow_fp32=None, exact=False):
+def enable(vae, group=None, frames_per_pass=0, allow_fp32=None, exact=False, kernels="auto"):
     """Routes vae.decode through the library where it applies. Returns True when the kernel path can be taken
     (per decode, the latents and use_tiling still decide), False when every decode falls back (status() says
     why). group: a torch.distributed process group to split each decode over (every rank calls enable).
     allow_fp32: whether a float32 or float16 VAE takes the kernel path (its weights converted once to bf16, the
     video returned in its dtype); None: True unless W22_ALLOW_FP32=0; False: only a bf16 VAE does. exact: every conv
-    in the direct arithmetic (Decoder's exact; the default takes Winograd for the 3x3x3 convs of 512 channels up)."""
+    in the direct arithmetic (Decoder's exact; the default takes Winograd for the 3x3x3 convs of 512 channels up).
+    kernels: "auto" or "portable" (Decoder's kernels: the portable kernels on a Hopper too)."""
     import torch
     allow = _allow_fp32(allow_fp32)
     old = getattr(vae, _ATTR, None)
     if old is not None:
         if (group is None and old.group is None and old.decoder is not None and old.reason is None
                 and old.frames_per_pass == frames_per_pass and old.allow_fp32 == allow and old.exact == bool(exact)
+                and old.kernels == kernels
                 and old.fingerprint == _fingerprint(vae)):
             logger.info("wan22vae: enable(): the VAE's decoder weights are unchanged; the library keeps its copy")
             return True  # the weights the library holds are still the VAE's: no second conversion
         disable(vae)
     st = _State(vae, group)
-    st.allow_fp32, st.frames_per_pass, st.exact = allow, frames_per_pass, bool(exact)
+    st.allow_fp32, st.frames_per_pass, st.exact, st.kernels = allow, frames_per_pass, bool(exact), kernels
     weights = None
     try:
         reason = _static_reason(vae, allow)
@@ -228,7 +234,8 @@ def enable(vae, group=None, frames_per_pass=0, allow_fp32=None, exact=False):
     if st.world == 1:
         if reason is None:
             try:
-                st.decoder = Decoder(weights, device=st.device, frames_per_pass=frames_per_pass, exact=st.exact)
+                st.decoder = Decoder(weights, device=st.device, frames_per_pass=frames_per_pass, exact=st.exact,
+                                     kernels=st.kernels)
             except Error as e:
                 reason = str(e)
     else:
@@ -242,7 +249,7 @@ def enable(vae, group=None, frames_per_pass=0, allow_fp32=None, exact=False):
             try:
                 st.comm = _dist.nccl_comm(group, st.rank, st.world, st.device.index)
                 st.decoder = Decoder(weights, device=st.device, frames_per_pass=frames_per_pass, comm=st.comm,
-                                     video_on_all_ranks=True, exact=st.exact)
+                                     video_on_all_ranks=True, exact=st.exact, kernels=st.kernels)
             except Error as e:
                 ok, mine = False, str(e)
             failed = _dist.first_failure(_dist.agree(group, ok, mine, gpu))

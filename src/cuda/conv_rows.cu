@@ -34,6 +34,7 @@
 #define CR_B_BYTES (3 * CR_BN * CR_ROW)        /* 6144 */
 #define CR_STAGE_BYTES (CR_A_BYTES + CR_B_BYTES)
 #define CR_SMEM (CR_STAGES * CR_STAGE_BYTES)   /* 91136: two blocks per SM */
+static_assert(CR_SMEM <= W22_PORTABLE_SMEM, "the row kernel exceeds the portable path's shared memory (99 KB)");
 
 __global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_mm g, int xtiles, int iters) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -140,7 +141,6 @@ __global__ void __launch_bounds__(CR_THREADS, 2) w22_conv_rows_kernel(const w22_
 
 /* The 2D tiles (conv_rows2d.cu) where they take the GEMM, else the row tiles: the row kernel for all (v7's) and the
  * mma.sync kernel for conv_out measured slower (docs/PERF.md v7, v14). */
-const char *w22_cuda_rows_blocker(const w22_mm *g) { return w22_route_rows_blocker(g); } /* route.h */
 
 w22_status w22_cuda_rows_init(w22_cuda *c) {
     if (c->smem_optin < CR_SMEM)
@@ -152,7 +152,7 @@ w22_status w22_cuda_rows_init(w22_cuda *c) {
 }
 
 w22_status w22_cuda_gemm_rows(w22_cuda *c, const w22_mm *g, const char *what) {
-    if (w22_rows2d_takes(g)) return w22_cuda_gemm_rows2d(c, g, what);
+    if (w22_route_rows2d_takes(g, c->hopper)) return w22_cuda_gemm_rows2d(c, g, what); /* route.h */
     const int xtiles = (g->W + CR_BM - 1) / CR_BM;
     const long tiles = (long)g->F * g->H * xtiles;
     const int iters = g->kt * 3 * (g->cin / 64);

@@ -42,17 +42,24 @@
 
 /* NB 16-channel blocks per warp: 1 for N <= 16, 3 for N <= 48 (the psum conv_out's 36). The B stage grows with NB;
  * at NB = 3 four stages (267264 B) exceed the 227 KB a block may have, so three: two stages in flight while one is
- * consumed, and each stage's 3x MMAs give the loads more time to land. */
-template <int NB> struct r2_cfg {
+ * consumed, and each stage's 3x MMAs give the loads more time to land. ST stages: the Hopper path's 4 (NB 1) and 3
+ * (NB 3); the portable path's NB 1 on 2 (96768 B within W22_PORTABLE_SMEM: one stage loads while one is consumed;
+ * NB 3's single stage of 65 KB would leave none in flight, so N > 16 goes to the mma kernel there, route.h). */
+template <int NB, int ST> struct r2_cfg {
     static constexpr int BN = 16 * NB;                               /* output channels, padded */
-    static constexpr int STAGES = NB == 1 ? 4 : 3;
+    static constexpr int STAGES = ST;
     static constexpr int B_BYTES = 9 * BN * R2_ROW;                  /* 9216 NB */
     static constexpr int STAGE_BYTES = R2_A_BYTES + B_BYTES;         /* 48384; 66816 at NB = 3 */
     static constexpr int SMEM = STAGES * STAGE_BYTES;                /* 193536; 200448 at NB = 3 */
     static constexpr int BJ = (9 * BN * 4 + R2_THREADS - 1) / R2_THREADS; /* B chunks per loader thread: 3; 7 */
     static_assert(R2_A_BYTES % 128 == 0 && STAGE_BYTES % 128 == 0, "the swizzle's slots assume 128-byte tiles");
     static_assert(SMEM <= 227 * 1024, "the ring exceeds the sm_90 shared-memory limit");
+    static_assert(STAGES >= 2, "a ring of one stage has no load in flight");
 };
+typedef r2_cfg<1, 4> r2_hopper1;
+typedef r2_cfg<3, 3> r2_hopper3;
+typedef r2_cfg<1, 2> r2_portable1;
+static_assert(r2_portable1::SMEM <= W22_PORTABLE_SMEM, "the portable 2D tiles exceed its shared memory (99 KB)");
 
 static_assert(R2_TH == 4 * R2_WR && R2_TW == 2 * 16 && R2_THREADS == 8 * 32, "8 warps: 4 x 2 of 4 rows x 16 columns");
 
@@ -110,9 +117,9 @@ template <int NB> static __device__ __forceinline__ void r2_zero(float (&acc)[R2
                 for (int e = 0; e < 4; e++) acc[o][jb][j][e] = 0.f;
 }
 
-template <int NB>
+template <int NB, int ST>
 __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w22_mm g, int xtiles, int tiles) {
-    typedef r2_cfg<NB> C;
+    typedef r2_cfg<NB, ST> C;
     constexpr int BN = C::BN, STAGES = C::STAGES, STAGE_BYTES = C::STAGE_BYTES, BJ = C::BJ;
     extern __shared__ __align__(128) unsigned char smem[];
     const uint32_t smem0 = (uint32_t)__cvta_generic_to_shared(smem);
@@ -261,17 +268,21 @@ __global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w2
     cp_async_wait<0>();
 }
 
-int w22_rows2d_takes(const w22_mm *g) { return w22_route_rows2d_takes(g); } /* route.h */
-
 w22_status w22_cuda_rows2d_init(w22_cuda *c) {
-    const int need = r2_cfg<1>::SMEM > r2_cfg<3>::SMEM ? r2_cfg<1>::SMEM : r2_cfg<3>::SMEM;
+    const int need = c->hopper ? (r2_hopper1::SMEM > r2_hopper3::SMEM ? r2_hopper1::SMEM : r2_hopper3::SMEM)
+                               : r2_portable1::SMEM;
     if (c->smem_optin < need)
         return w22_fail(W22_ERR_UNSUPPORTED, "2D row conv: the GPU allows %d bytes of shared memory per block; the "
                         "kernel needs %d", c->smem_optin, need);
-    CU_TRY(cudaFuncSetAttribute(w22_conv_rows2d_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                r2_cfg<1>::SMEM));
-    CU_TRY(cudaFuncSetAttribute(w22_conv_rows2d_kernel<3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                r2_cfg<3>::SMEM));
+    if (c->hopper) {
+        CU_TRY(cudaFuncSetAttribute(w22_conv_rows2d_kernel<1, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    r2_hopper1::SMEM));
+        CU_TRY(cudaFuncSetAttribute(w22_conv_rows2d_kernel<3, 3>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    r2_hopper3::SMEM));
+    } else {
+        CU_TRY(cudaFuncSetAttribute(w22_conv_rows2d_kernel<1, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    r2_portable1::SMEM));
+    }
     return W22_OK;
 }
 
@@ -279,14 +290,19 @@ w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_mm *g, const char *what) 
     const int xtiles = (g->W + R2_TW - 1) / R2_TW;
     const int tiles = g->F * ((g->H + R2_TH - 1) / R2_TH) * xtiles;
     const int grid = tiles < c->sms ? tiles : c->sms;
-    if (g->N <= 16) {
+    c->route.ran_kernel = W22_GEMM_ROWS2D;
+    if (g->N <= 16 && !c->hopper) {
+        c->last_path = "rows2d 16x32x16 (2 stages)";
+        w22_conv_rows2d_kernel<1, 2><<<grid, R2_THREADS, r2_portable1::SMEM, c->stream>>>(*g, xtiles, tiles);
+    } else if (g->N <= 16) {
         c->last_path = "rows2d 16x32x16";
-        c->route.ran_kernel = W22_GEMM_ROWS2D;
-        w22_conv_rows2d_kernel<1><<<grid, R2_THREADS, r2_cfg<1>::SMEM, c->stream>>>(*g, xtiles, tiles);
-    } else {
+        w22_conv_rows2d_kernel<1, 4><<<grid, R2_THREADS, r2_hopper1::SMEM, c->stream>>>(*g, xtiles, tiles);
+    } else if (c->hopper) {
         c->last_path = "rows2d 16x32x48";
-        c->route.ran_kernel = W22_GEMM_ROWS2D;
-        w22_conv_rows2d_kernel<3><<<grid, R2_THREADS, r2_cfg<3>::SMEM, c->stream>>>(*g, xtiles, tiles);
+        w22_conv_rows2d_kernel<3, 3><<<grid, R2_THREADS, r2_hopper3::SMEM, c->stream>>>(*g, xtiles, tiles);
+    } else {
+        return w22_fail(W22_ERR_INTERNAL, "%s: the 2D tiles of N %d on the portable path (route.h sends N > 16 to "
+                        "the mma kernel)", what, g->N);
     }
     CU_LAUNCHED(c, what);
     return W22_OK;

@@ -1,7 +1,10 @@
 /* The conv (and every other matrix product of the backend) as an implicit GEMM on the tensor cores, with the
  * warp-level mma.sync.m16n8k16 bf16 instructions (fp32 accumulators), ldmatrix fragment loads, and cp.async
- * 16-byte copies into a multi-stage shared-memory ring: portable Ampere-style instructions on sm_90a. The GEMMs
- * the wgmma kernel takes (conv_sm90_wgmma.cu: the heavy convs) go there; this one keeps the rest.
+ * 16-byte copies into a multi-stage shared-memory ring: portable Ampere-style instructions, built for every listed
+ * GPU (sm_80 .. sm_120). On the Hopper path the GEMMs the wgmma kernel takes (conv_sm90_wgmma.cu: the heavy convs)
+ * go there and this one keeps the rest; on the portable path (route.h, issue 45) it runs them all but conv_out's,
+ * on its tiles of at most W22_PORTABLE_SMEM, and Winograd's 16 component GEMMs as one launch (w22_mm.batch: grid.y
+ * the GEMM).
  *
  * GEMM: M = output pixels (t, y, x), N = output channels, K = taps (dt, dy, dx) x cin, then the optional 1x1
  * shortcut's sc_cin as extra K iterations over a second A source (exact fp32 accumulation in the same registers).
@@ -40,6 +43,10 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     const int cc = tid & 7, r0 = tid >> 3;
     const int HW = g.H * g.W;
     const int ash = (int)g.a_sh, asw = (int)g.a_sw;
+    /* A batch (route.h's w22_route_mma_batch_blocker): GEMM blockIdx.y reads A frames from blockIdx.y a_frames on
+     * (no history: its frame index carries it), B rows from blockIdx.y N on (in b_off: an int there) and writes
+     * blockIdx.y ph_o[1] further (the epilogue); 0 without a batch. No register lives through the loop for it. */
+    const int bat = blockIdx.y;
 
     /* Loader state: per A row its pixel offset (y, x halved in upsample mode) and parity/valid bits; per B row
      * its row offset. Host guarantees every offset fits in int. */
@@ -54,14 +61,14 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
             int t = m / HW, rem = m - t * HW, y = rem / g.W, x = rem - y * g.W;
             int yy = g.upsample ? (y >> 1) : y, xx = g.upsample ? (x >> 1) : x;
             a_off[j] = yy * ash + xx * asw; /* within its frame: the frame (t + dt) comes per tap */
-            a_bits[j] = 4 | (g.upsample ? ((y & 1) | ((x & 1) << 1)) : 0) | (t << 3);
+            a_bits[j] = 4 | (g.upsample ? ((y & 1) | ((x & 1) << 1)) : 0) | ((t + bat * (int)g.a_frames) << 3);
             s_off[j] = t * (int)g.sc_sf + y * (int)g.sc_sh + x * (int)g.sc_sw;
         }
     }
 #pragma unroll
     for (int j = 0; j < B_CH; j++) {
         int n = n0 + r0 + j * RSTEP;
-        b_off[j] = n < g.N ? (int)(n / g.b_w) * (int)g.b_sh + (int)(n % g.b_w) * (int)g.b_sw : -1;
+        b_off[j] = n < g.N ? (int)(n / g.b_w) * (int)g.b_sh + (int)(n % g.b_w + bat * g.N) * (int)g.b_sw : -1;
     }
 
     /* The load cursor: stages are loaded strictly in K order, so the tap (dt, dy, dx) and channel offset c0 of
@@ -186,6 +193,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
             if (m >= g.M) continue;
             long orow, rrow;
             w22_epilogue_row(g, m, HW, &orow, &rrow);
+            orow += (long)bat * g.ph_o[1];
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 const int n = n0 + wn * TN + j * 8 + tq * 2;
@@ -203,12 +211,13 @@ template <int BM, int BN, int WM, int WN, int STAGES, int MINB> struct tile_cfg 
     static constexpr int threads = WM * WN * 32;
     static constexpr int smem = STAGES * (BM + BN) * ROW_BYTES;
     static void *kernel() { return (void *)w22_conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB>; }
-    static w22_status launch(w22_cuda *c, const w22_mm *g, int main_iters, int iters, const char *what) {
+    /* batch: the GEMMs of w22_mm.batch (grid.y), 1 without */
+    static w22_status launch(w22_cuda *c, const w22_mm *g, int main_iters, int iters, int batch, const char *what) {
         const int tiles_n = (g->N + BN - 1) / BN;
         const long tiles = (long)((g->M + BM - 1) / BM) * tiles_n;
         if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
         w22_conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB>
-            <<<(unsigned)tiles, threads, smem, c->stream>>>(*g, main_iters, iters, tiles_n);
+            <<<dim3((unsigned)tiles, (unsigned)batch), threads, smem, c->stream>>>(*g, main_iters, iters, tiles_n);
         return W22_OK;
     }
 };
@@ -219,24 +228,64 @@ typedef tile_cfg<W22_TILE_SMALL> cfg_small;
 static_assert(cfg_big::smem <= 227 * 1024, "big tile exceeds the sm_90 shared-memory limit");
 static_assert(cfg_mid::smem * 2 <= 228 * 1024, "mid tile: 2 blocks per SM must fit");
 static_assert(cfg_small::smem * 2 <= 228 * 1024, "small tile: 2 blocks per SM must fit");
+/* the portable path launches mid and small (route.h's w22_route_mma_tile), never big */
+static_assert(cfg_mid::smem <= W22_PORTABLE_SMEM, "mid tile exceeds the portable path's shared memory (99 KB)");
+static_assert(cfg_small::smem <= W22_PORTABLE_SMEM, "small tile exceeds the portable path's shared memory (99 KB)");
 
 w22_status w22_cuda_gemm_init(w22_cuda *c) {
-    if (c->smem_optin < cfg_big::smem)
-        return w22_fail(W22_ERR_UNSUPPORTED, "the GPU allows %d bytes of shared memory per block; the conv needs %d",
-                        c->smem_optin, cfg_big::smem);
-    CU_TRY(cudaFuncSetAttribute(cfg_big::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_big::smem));
+    /* the tiles this path launches (route.h): the attribute is set on no kernel the path does not run */
+    const int need = c->hopper ? cfg_big::smem : cfg_mid::smem;
+    if (c->smem_optin < need)
+        return w22_fail(W22_ERR_UNSUPPORTED, "the GPU allows %d bytes of shared memory per block; the %s path's conv "
+                        "needs %d", c->smem_optin, c->hopper ? "Hopper" : "portable", need);
+    if (c->hopper)
+        CU_TRY(cudaFuncSetAttribute(cfg_big::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_big::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_mid::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_mid::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_small::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_small::smem));
-    /* Qualifying GEMMs run on the wgmma conv (conv_sm90_wgmma.cu, conv_sm90_wgmma_tma.cu) */
-    W22_TRY(w22_cuda_wgmma_init(c));
+    /* Qualifying GEMMs run on the wgmma conv (conv_sm90_wgmma.cu, conv_sm90_wgmma_tma.cu): sm_90a code, the Hopper
+     * path's alone (its kernels have no image for another GPU) */
+    if (c->hopper) W22_TRY(w22_cuda_wgmma_init(c));
     W22_TRY(w22_cuda_rows_init(c));
     return W22_OK;
+}
+
+/* The launch of g on the mma tile k (route.h), batch GEMMs (grid.y; 1: none). */
+static w22_status mma_launch(w22_cuda *c, const w22_mm *g, w22_gemm_kernel k, int batch, const char *what) {
+    const int cpt = (g->cin + BK - 1) / BK;
+    const int main_iters = g->kt * g->ks * g->ks * cpt;
+    const int iters = main_iters + (g->sc ? (g->sc_cin + BK - 1) / BK : 0);
+    w22_status s;
+    if (k == W22_GEMM_MMA_SMALL) {
+        c->last_path = "mma 128x32", c->route.ran_kernel = W22_GEMM_MMA_SMALL;
+        s = cfg_small::launch(c, g, main_iters, iters, batch, what);
+    } else if (k == W22_GEMM_MMA_MID) {
+        c->last_path = "mma 128x128", c->route.ran_kernel = W22_GEMM_MMA_MID;
+        s = cfg_mid::launch(c, g, main_iters, iters, batch, what);
+    } else if (k == W22_GEMM_MMA_BIG && c->hopper) {
+        c->last_path = "mma 128x256", c->route.ran_kernel = W22_GEMM_MMA_BIG;
+        s = cfg_big::launch(c, g, main_iters, iters, batch, what);
+    } else {
+        return w22_fail(W22_ERR_INTERNAL, "%s: mma tile %d on the %s path", what, (int)k,
+                        c->hopper ? "Hopper" : "portable");
+    }
+    if (s != W22_OK) return s;
+    CU_LAUNCHED(c, what);
+    return W22_OK;
+}
+
+/* A batch GEMM (w22_mm.batch, route.h's w22_route_mma_batch_blocker passed) as one launch of the mma kernel. */
+w22_status w22_cuda_gemm_mma_batch(w22_cuda *c, const w22_mm *g, const char *what) {
+    const char *why = w22_route_mma_batch_blocker(g);
+    if (why) return w22_fail(W22_ERR_INTERNAL, "%s: the batch on the mma kernel: %s", what, why);
+    const w22_gemm_kernel k = w22_route_mma_tile(g->N, c->hopper);
+    c->route.kernel = k, c->route.why = NULL, c->route.launches = 0, c->route.batch = g->batch;
+    return mma_launch(c, g, k, g->batch, what);
 }
 
 w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
     if (g->M <= 0 || g->N <= 0) return W22_OK;
     const char *why;
-    const w22_gemm_kernel k = w22_route_gemm(g, c->use_wgmma && w22_cuda_wgmma_tma_on(c), &why); /* route.h */
+    const w22_gemm_kernel k = w22_route_gemm(g, c->hopper && c->use_wgmma && w22_cuda_wgmma_tma_on(c), &why); /* route.h */
     c->route.kernel = k, c->route.why = why, c->route.launches = 0, c->route.ran_kernel = W22_GEMM_SCALAR;
     if (k == W22_GEMM_TMA) return w22_cuda_gemm_wgmma(c, g, what);
     if (k == W22_GEMM_ROWS2D || k == W22_GEMM_ROWS) return w22_cuda_gemm_rows(c, g, what);
@@ -245,27 +294,11 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
         c->route.ran_kernel = W22_GEMM_SCALAR;
         return w22_cuda_gemm_scalar(c, g, what);
     }
-    const int cpt = (g->cin + BK - 1) / BK;
-    const int main_iters = g->kt * g->ks * g->ks * cpt;
-    const int iters = main_iters + (g->sc ? (g->sc_cin + BK - 1) / BK : 0);
-    w22_status s;
-    if (k == W22_GEMM_MMA_SMALL) {
-        c->last_path = "mma 128x32", c->route.ran_kernel = W22_GEMM_MMA_SMALL;
-        s = cfg_small::launch(c, g, main_iters, iters, what);
-    } else if (k == W22_GEMM_MMA_MID) {
-        c->last_path = "mma 128x128", c->route.ran_kernel = W22_GEMM_MMA_MID;
-        s = cfg_mid::launch(c, g, main_iters, iters, what);
-    } else {
-        c->last_path = "mma 128x256", c->route.ran_kernel = W22_GEMM_MMA_BIG;
-        s = cfg_big::launch(c, g, main_iters, iters, what);
-    }
-    if (s != W22_OK) return s;
-    CU_LAUNCHED(c, what);
-    return W22_OK;
+    return mma_launch(c, g, k, 1, what);
 }
 
 w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_mm q[4], const char *what) {
-    int one = c->use_wgmma; /* every phase on the wgmma kernel, as w22_cuda_gemm would route it */
+    int one = c->hopper && c->use_wgmma; /* every phase on the wgmma kernel, as w22_cuda_gemm would route it */
     for (int p = 0; p < 4 && one; p++)
         one = q[p].M > 0 && q[p].N > 0 && !w22_route_layout_blocker(&q[p]) && !w22_route_wgmma_blocker(&q[p]);
     if (one && !w22_cuda_wgmma_phases_blocker(c, q)) {

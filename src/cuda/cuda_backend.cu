@@ -1,8 +1,10 @@
-/* The CUDA backend (bf16 activations, sm_90): creation, the op table, device memory with byte accounting,
+/* The CUDA backend (bf16 activations, sm_80 and up: the Hopper path on sm_90, the portable path elsewhere, route.h):
+ * creation, the op table, device memory with byte accounting,
  * weight upload into the kernels' layouts, byte copies, and the CUDA error plumbing. The ops themselves live in
  * conv.cu, attention.cu, norm.cu, move.cu, dupup.cu. */
 #include "cuda_internal.h"
 #include "cuda_ops.h"
+#include <stdio.h>
 #include <stdlib.h>
 
 w22_status w22_cuda_after_launch(w22_cuda *c, const char *what, const char *file, int line) {
@@ -376,12 +378,38 @@ extern "C" int w22_cuda_available(void) {
             (void)cudaGetLastError();
             continue;
         }
-        if (major == 9) return 1;
+        if (w22_route_path(major, 0, 0) >= 0) return 1; /* sm_80 and up: a path of this build runs there */
     }
     return 0;
 }
 
+/* Whether the portable path is asked for: `kernels` (w22_decoder_params.kernels) or, left at W22_KERNELS_AUTO, the
+ * environment's W22_KERNELS (auto or portable; read at each create, as W22_WINOGRAD is). */
+static w22_status kernels_asked(int kernels, int *portable) {
+    *portable = 0;
+    if (kernels == W22_KERNELS_PORTABLE) {
+        *portable = 1;
+        return W22_OK;
+    }
+    if (kernels != W22_KERNELS_AUTO)
+        return w22_fail(W22_ERR_INVALID_ARG, "kernels %d, expected W22_KERNELS_AUTO (0) or W22_KERNELS_PORTABLE (1)",
+                        kernels);
+    const char *e = getenv("W22_KERNELS");
+    if (!e || !e[0] || !strcmp(e, "auto")) return W22_OK;
+    if (!strcmp(e, "portable")) {
+        *portable = 1;
+        return W22_OK;
+    }
+    return w22_fail(W22_ERR_INVALID_ARG, "W22_KERNELS=%s, expected auto or portable", e);
+}
+
+const char *w22_cuda_path_words(const w22_cuda *c) { return c->path_words; }
+
 extern "C" w22_status w22_backend_cuda_create(int device, w22_backend **out) {
+    return w22_backend_cuda_create_kernels(device, W22_KERNELS_AUTO, out);
+}
+
+extern "C" w22_status w22_backend_cuda_create_kernels(int device, int kernels, w22_backend **out) {
     w22_env_check();
     *out = NULL;
     int n = 0;
@@ -392,10 +420,14 @@ extern "C" w22_status w22_backend_cuda_create(int device, w22_backend **out) {
     }
     if (device < 0 || device >= n)
         return w22_fail(W22_ERR_INVALID_ARG, "CUDA device %d does not exist (%d present)", device, n);
+    int portable = 0;
+    W22_TRY(kernels_asked(kernels, &portable));
     cudaDeviceProp prop;
     CU_TRY(cudaGetDeviceProperties(&prop, device));
-    if (prop.major != 9)
-        return w22_fail(W22_ERR_UNSUPPORTED, "GPU %d (%s) is sm_%d%d; this build needs sm_90 (Hopper)", device,
+    const int path = w22_route_path(prop.major, prop.minor, portable); /* route.h */
+    if (path < 0)
+        return w22_fail(W22_ERR_UNSUPPORTED, "GPU %d (%s) is sm_%d%d; the CUDA backend needs sm_80 or later (Ampere, "
+                        "Ada, Hopper, Blackwell): the CPU backend (device cpu) decodes on any machine", device,
                         prop.name, prop.major, prop.minor);
     CU_TRY(cudaSetDevice(device));
     w22_backend *b = (w22_backend *)calloc(1, sizeof *b);
@@ -410,7 +442,14 @@ extern "C" w22_status w22_backend_cuda_create(int device, w22_backend **out) {
     b->impl = c;
     c->device = device;
     c->wino_min = w22_cuda_winograd_min_cin(); /* W22_WINOGRAD, default 512: a decoder may set exact */
+    c->hopper = path == 1;
+    c->cc_major = prop.major, c->cc_minor = prop.minor;
+    /* the portable path within the smallest of its GPUs' shared memory, on a Hopper too (route.h) */
     c->smem_optin = (int)prop.sharedMemPerBlockOptin;
+    if (!c->hopper && c->smem_optin > W22_PORTABLE_SMEM) c->smem_optin = W22_PORTABLE_SMEM;
+    snprintf(c->path_words, sizeof c->path_words, "%s (GPU %d: %s, sm_%d%d%s)",
+             c->hopper ? "the Hopper path (sm_90a: wgmma, TMA)" : "the portable path (mma.sync)", device, prop.name,
+             prop.major, prop.minor, !c->hopper && prop.major == 9 ? ", portable path asked for" : "");
     c->sms = prop.multiProcessorCount;
     const char *dbg = getenv("W22_CUDA_DEBUG");
     c->debug = dbg && dbg[0] && dbg[0] != '0';
@@ -477,6 +516,10 @@ extern "C" void w22_backend_cuda_weight_bufs(const w22_bweight *bw, const void *
     bytes[1] = (size_t)16 * w->cout * w->cin * 2;
     bytes[2] = (size_t)16 * w->cout * 3 * w->cin * 2;
     *host_direct = w->host_direct;
+}
+
+extern "C" const char *w22_backend_cuda_path(const w22_backend *b) {
+    return ((const w22_cuda *)b->impl)->hopper ? "hopper" : "portable";
 }
 
 /* Not in backend.h (tests and logs only): the kernel the last GEMM ran on ("mma 128x256", "scalar: ..."). */

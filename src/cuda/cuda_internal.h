@@ -50,6 +50,12 @@ typedef struct {
     /* 1 after w22_cuda_wgmma_init: qualifying GEMMs run on the wgmma conv (conv_sm90_wgmma.cu), whose tensor maps
      * are made by the driver's cuTensorMapEncodeTiled (entry point fetched through cudart). */
     int use_wgmma;
+    /* The kernel path (route.h, w22_route_path), taken at create: 1 the Hopper path (sm_90: the sm_90a kernels), 0 the
+     * portable one (any sm_80+ GPU, or a Hopper asked for it: w22_decoder_params.kernels, W22_KERNELS=portable).
+     * Only the Hopper path sets up or launches a Hopper-only kernel (they have no image for another GPU). */
+    int hopper;
+    int cc_major, cc_minor; /* the GPU's compute capability */
+    char path_words[160];   /* the path in words, for W22_PROFILE's table (w22_cuda_path_words) */
     int wino_min; /* the 3x3x3 convs with cin and cout >= wino_min get Winograd weights at upload (winograd.cu); 0:
                    * none (exact). From W22_WINOGRAD at create; w22_backend_cuda_set_exact before the uploads */
     void *tmap_encode;
@@ -145,15 +151,11 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what);
  * them (w22_cuda_wgmma_phases_blocker), else four w22_cuda_gemm calls. */
 w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_mm q[4], const char *what);
 w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_mm *g, const char *what);
-/* conv_rows.cu: the 3x3(x3) conv with N <= 16 (conv_out) on row tiles or, where w22_rows2d_takes, on the 2D tiles
- * of conv_rows2d.cu, N <= 48 on the 2D tiles alone; the blocker is NULL when one of them takes
- * g, else why not */
-const char *w22_cuda_rows_blocker(const w22_mm *g);
+/* conv_rows.cu: the 3x3(x3) conv with N <= 16 (conv_out) on row tiles or, where route.h's w22_route_rows2d_takes,
+ * on the 2D tiles of conv_rows2d.cu, N <= 48 on the 2D tiles alone (the Hopper path's) */
 w22_status w22_cuda_rows_init(w22_cuda *c);
 w22_status w22_cuda_gemm_rows(w22_cuda *c, const w22_mm *g, const char *what);
-/* conv_rows2d.cu: whether its 2D tiles take a GEMM the blocker passed (N <= 48, H >= 6, offsets), its init and
- * launch */
-int w22_rows2d_takes(const w22_mm *g);
+/* conv_rows2d.cu: its init and launch (for the path's tiles) */
 w22_status w22_cuda_rows2d_init(w22_cuda *c);
 w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_mm *g, const char *what);
 /* conv_psum.cu: the conv op with w22_conv_args.psum (the causal history as partial sums): a GEMM of the three
@@ -164,6 +166,9 @@ w22_status w22_cuda_conv_psum(w22_backend *b, const w22_conv_args *a);
 int w22_cuda_winograd_min_cin(void);
 const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w);
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_mm *g);
+/* The batch GEMM (w22_mm.batch) as one launch of the mma.sync kernel (route.h's w22_route_mma_batch_blocker passed;
+ * conv_sm90_mma.cu) */
+w22_status w22_cuda_gemm_mma_batch(w22_cuda *c, const w22_mm *g, const char *what);
 /* The batch GEMM (w22_mm.batch) on the TMA wgmma kernel; NULL from the blocker: it can run */
 const char *w22_cuda_wgmma_tma_batch_blocker(const w22_mm *g);
 w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_mm *g, const char *what);
@@ -178,6 +183,7 @@ w22_status w22_cuda_gemm_init(w22_cuda *c);
 /* The op table (cuda_backend.cu), and W22_PROFILE=1's timed one that wraps it (profile.cu). */
 extern const w22_backend_ops w22_cuda_ops_plain;
 w22_status w22_cuda_prof_init(w22_backend *b);
+const char *w22_cuda_path_words(const w22_cuda *c);
 /* W22_PROFILE=2's parts of an op: begin returns a handle (0 when parts are off: end then does nothing), end records
  * the part under its key (printf-style) with its FLOPs and bytes */
 int w22_cuda_prof_part_begin(w22_cuda *c);

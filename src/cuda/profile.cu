@@ -222,7 +222,8 @@ static void prof_report(w22_cuda *c) {
     }
     qsort(p->rows, p->nrows, sizeof *p->rows, prof_row_cmp);
     fprintf(stderr, "w22 profile (W22_PROFILE=%d): %ld syncs; ops %.1f ms of %.1f ms from the first event to the last "
-            "(%.1f ms between ops)\n", p->parts ? 2 : 1, p->syncs, p->op_ms, p->span_ms, p->span_ms - p->op_ms);
+            "(%.1f ms between ops); kernels: %s\n", p->parts ? 2 : 1, p->syncs, p->op_ms, p->span_ms,
+            p->span_ms - p->op_ms, w22_cuda_path_words(c));
     fprintf(stderr, "%10s %6s %7s %9s %8s %7s  %s\n", "ms", "share", "calls", "us/call", "TFLOP/s", "GB/s", "op");
     for (int i = 0; i < p->nrows; i++) {
         const prof_row *r = &p->rows[i];

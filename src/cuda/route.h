@@ -6,11 +6,19 @@
  *   1. The conv's step (w22_route_conv_step): the causal history as partial sums (psum), an upsample as four 2x2
  *      phase GEMMs (one launch of the TMA conv where it takes them), Winograd F(2x2, 3x3) for the 3x3x3 convs of the
  *      backend's threshold (w22_route_winograd_blocker), else the direct implicit GEMM.
+ *   0. The kernel path, taken by the backend at open from the GPU's compute capability (w22_route_path; issue 45):
+ *      sm_90 the Hopper path (hopper 1: the sm_90a kernels, wgmma + TMA + clusters, and the mma.sync tiles of up
+ *      to 227 KB), any other sm_80+ GPU the portable path (hopper 0: mma.sync, cp.async and ldmatrix only, every
+ *      launched kernel within W22_PORTABLE_SMEM of shared memory, built as SASS for sm_80 .. sm_120). A Hopper runs
+ *      the portable path when asked (w22_decoder_params.kernels, W22_KERNELS=portable). Every function below that
+ *      takes `hopper` answers for that path; the Hopper-only kernels are never the answer with hopper 0.
  *   2. The GEMM's kernel (w22_route_gemm), in this order, and why:
  *      a. the layout every tensor-core kernel needs (alignment, strides, even N, int weight offsets), else scalar;
- *      b. the TMA wgmma conv where it takes the GEMM (64-bit tensor maps: no limit on the input's offsets);
- *      c. the row kernels (N <= 48, centred 3x3(x3); 64-bit frame bases): the 2D tiles from 6 rows on, else rows;
- *      d. the mma.sync kernel, whose input offsets must fit an int (else scalar), tile by N (conv_tiles.h).
+ *      b. the TMA wgmma conv where it takes the GEMM (64-bit tensor maps: no limit on the input's offsets); Hopper;
+ *      c. the row kernels (centred 3x3(x3); 64-bit frame bases): the 2D tiles from 6 rows on (N <= 48 on the Hopper
+ *         path; N <= 16 on the portable one, whose 99 KB hold no 48-channel tile's stages), else rows (N <= 16);
+ *      d. the mma.sync kernel, whose in-frame offsets must fit an int (else scalar), tile by N (conv_tiles.h): the
+ *         128 x 256 tile (192 KB) on the Hopper path only; the portable path's N >= 256 on 128 x 128 (96 KB).
  *   3. The TMA conv's launch (w22_route_tma_launch): its tile (the table below), tiles or pairs of M tiles in
  *      clusters of 2 or pairs and a tail, the split tail; and its epilogue (w22_route_tma_epilogue).
  * Each heuristic carries the measurement that chose it (docs/PERF.md's version rows). */
@@ -30,7 +38,18 @@
 #define W22_R2_TH 16    /* the 2D tiles' output rows and columns per tile (conv_rows2d.cu's R2_TH, R2_TW) */
 #define W22_R2_TW 32
 #define W22_R2_MIN_H 6  /* below: 18 input rows per 16-row tile cost more than the row kernel's 3 per output row */
-#define W22_R2_MAX_N 48 /* three 16-channel blocks */
+#define W22_R2_MAX_N 48 /* three 16-channel blocks (the Hopper path; the portable path's 2D tiles: one) */
+/* The shared memory per block every kernel the portable path launches fits (static_asserts at each kernel): the
+ * smallest opt-in of its GPUs, 99 KB on sm_86, sm_89 and sm_120 (sm_80, sm_90 and sm_100 allow 227 KB). */
+#define W22_PORTABLE_SMEM (99 * 1024)
+
+/* The kernel path for a GPU of compute capability major.minor, `portable` asked for (w22_decoder_params.kernels or
+ * W22_KERNELS): 1 the Hopper path, 0 the portable one, -1 none (below sm_80: the CPU backend is the one left). */
+static inline int w22_route_path(int major, int minor, int portable) {
+    (void)minor;
+    if (major < 8) return -1;
+    return major == 9 && !portable ? 1 : 0;
+}
 
 typedef enum {
     W22_GEMM_SCALAR,    /* conv_scalar.cu: what no tensor-core kernel takes */
@@ -74,13 +93,14 @@ static inline const char *w22_route_layout_blocker(const w22_mm *g) {
     return NULL;
 }
 
-/* NULL when every input offset the mma.sync kernel forms fits its int (border included), else why not. Past 4K UHD
- * (a 256-channel frame of 1080 x 1920 is 532 M elements) they do not; those GEMMs must reach the TMA conv, not the
- * scalar kernel (issue 27: 105 s for one 3840 x 2160 frame when this check came first). */
+/* NULL when every input offset the mma.sync kernel forms in an int fits (border included), else why not. Its frames
+ * are 64-bit bases (w22_gemm_frame), so only a frame's own offsets count: a 256-channel frame of 1080 x 1920 is
+ * 532 M elements, and 4K UHD's GEMMs of several frames (past an int in all) reach it on the portable path, not the
+ * scalar kernel (issue 27: 105 s for one 3840 x 2160 frame there). */
 static inline const char *w22_route_int_blocker(const w22_mm *g) {
     const int ih = g->upsample ? g->H / 2 + 1 : g->H, iw = g->upsample ? g->W / 2 + 1 : g->W;
-    if (!w22_fits_int(g->a_sf * (g->F + g->kt) + g->a_sh * (ih + 2) + g->a_sw * (iw + 2) + g->cin))
-        return "scalar: input offsets exceed int";
+    if (!w22_fits_int(g->a_sh * (ih + 2) + g->a_sw * (iw + 2) + g->cin))
+        return "scalar: input offsets within a frame exceed int";
     if (g->sc && !w22_fits_int(g->sc_sf * g->F + g->sc_sh * g->H + g->sc_sw * g->W + g->sc_cin))
         return "scalar: shortcut offsets exceed int";
     return NULL;
@@ -133,38 +153,72 @@ static inline const char *w22_route_tma_blocker(const w22_mm *g) {
     return NULL;
 }
 
-static inline int w22_route_rows2d_takes(const w22_mm *g) {
-    return g->N <= W22_R2_MAX_N && g->H >= W22_R2_MIN_H && g->a_sh * ((W22_R2_TH + 2) + 1) + g->a_sw * (W22_R2_TW + 2) < INT_MAX &&
+/* Whether the 2D tiles take g (which the row blocker passed): up to 3 channel blocks on the Hopper path, 1 on the
+ * portable one (conv_rows2d.cu: its 48-channel stage is 65 KB). */
+static inline int w22_route_rows2d_takes(const w22_mm *g, int hopper) {
+    return g->N <= (hopper ? W22_R2_MAX_N : W22_ROWS_BN) && g->H >= W22_R2_MIN_H && g->a_sh * ((W22_R2_TH + 2) + 1) + g->a_sw * (W22_R2_TW + 2) < INT_MAX &&
            (long)g->F * ((g->H + W22_R2_TH - 1) / W22_R2_TH) * ((g->W + W22_R2_TW - 1) / W22_R2_TW) < INT_MAX;
 }
 
-static inline const char *w22_route_rows_blocker(const w22_mm *g) {
+static inline const char *w22_route_rows_blocker(const w22_mm *g, int hopper) {
     if (g->upsample || g->sc) return "upsample or shortcut";
     if (g->ks != 3 || (g->kt != 1 && g->kt != 3) || g->pad_y != 1 || g->pad_x != 1) return "not a centred 3x3(x3)";
     if (g->N % 2) return "N odd";
     /* N <= 16: either kernel; 16 < N <= 48: the 2D tiles' three channel blocks alone (w22_rows2d_takes checks
      * N <= 48 and H >= 6), else the mma kernel */
-    if (g->N > W22_ROWS_BN && !w22_route_rows2d_takes(g))
-        return "N > 16 and not on the 2D tiles (N > 48 or H < 6)";
+    if (g->N > W22_ROWS_BN && !w22_route_rows2d_takes(g, hopper))
+        return hopper ? "N > 16 and not on the 2D tiles (N > 48 or H < 6)" : "N > 16 (the portable path)";
     if (g->cin % 64) return "cin % 64";
     if (g->b_w < g->N) return "weights not one [N][K] block";
     if ((long)g->F * g->H * ((g->W + W22_ROWS_BM - 1) / W22_ROWS_BM) > 0x7fffffffL) return "too many tiles";
     return NULL;
 }
 
+/* The mma.sync kernel's tile for N output channels on a path: 128 x 256 (192 KB) on the Hopper path only. */
+static inline w22_gemm_kernel w22_route_mma_tile(int N, int hopper) {
+    return N <= 32 ? W22_GEMM_MMA_SMALL : N < 256 || !hopper ? W22_GEMM_MMA_MID : W22_GEMM_MMA_BIG;
+}
+
 /* The kernel for g, and why not a faster one where it falls back (*why: a static string, or NULL). wgmma_on: the
- * backend has the wgmma conv (w22_cuda.use_wgmma and the TMA's im2col encoder). */
+ * Hopper path (w22_route_path 1: the backend has the wgmma conv, w22_cuda.use_wgmma and the TMA's im2col encoder);
+ * 0 the portable path. */
 static inline w22_gemm_kernel w22_route_gemm(const w22_mm *g, int wgmma_on, const char **why) {
     *why = w22_route_layout_blocker(g);
     if (!*why) {
         /* 64-bit addressing first (the TMA conv, the row kernels: disjoint, N % 128 against N <= 48), then what
          * needs int offsets */
         if (wgmma_on && !w22_route_wgmma_blocker(g) && !w22_route_tma_blocker(g)) return W22_GEMM_TMA;
-        if (!w22_route_rows_blocker(g)) return w22_route_rows2d_takes(g) ? W22_GEMM_ROWS2D : W22_GEMM_ROWS;
+        if (!w22_route_rows_blocker(g, wgmma_on))
+            return w22_route_rows2d_takes(g, wgmma_on) ? W22_GEMM_ROWS2D : W22_GEMM_ROWS;
         *why = w22_route_int_blocker(g);
     }
     if (*why) return W22_GEMM_SCALAR;
-    return g->N <= 32 ? W22_GEMM_MMA_SMALL : g->N < 256 ? W22_GEMM_MMA_MID : W22_GEMM_MMA_BIG;
+    return w22_route_mma_tile(g->N, wgmma_on);
+}
+
+/* NULL when a batch GEMM (w22_mm.batch: Winograd's 16 components) runs as one launch of the mma.sync kernel (grid.y
+ * the GEMM: the portable path's, and the Hopper path's where the TMA conv does not take it), else why not: then
+ * as `batch` launches. GEMM p reads A frames from p a_frames on (frame indices: 28 bits of its row state), B rows
+ * from p N on (int offsets) and writes out + p ph_o[1] (evenly spaced outputs: the kernel indexes no parameter
+ * array by its block). */
+static inline const char *w22_route_mma_batch_blocker(const w22_mm *g) {
+    if (g->batch < 2 || g->batch > W22_GEMM_BATCH) return "batch: not 2-16 GEMMs";
+    if (g->phases || g->hist_n || g->sc || g->res || g->split_c || g->upsample)
+        return "batch: phases, history, shortcut, residual or split output";
+    if (g->H <= 0 || g->W <= 0 || g->a_frames < (long)g->M / ((long)g->H * g->W) + g->kt - 1)
+        return "batch: a_frames under a GEMM's window";
+    if (g->b_w != g->N || g->b_sh) return "batch: weights not one [N][K] block per GEMM";
+    if (!w22_fits_int((long)g->batch * g->N * g->b_sw) || (long)g->batch * g->a_frames >= (1L << 27))
+        return "batch: weight rows or frames past the kernel's int";
+    for (int p = 0; p < g->batch; p++)
+        if (g->ph_o[p] != (long)p * g->ph_o[1]) return "batch: outputs not evenly spaced";
+    const char *why = NULL;
+    w22_mm one = *g;
+    one.batch = 0;
+    const w22_gemm_kernel k = w22_route_gemm(&one, 0, &why); /* the mma.sync kernel's own checks */
+    if (k == W22_GEMM_SCALAR) return why;
+    if (k < W22_GEMM_MMA_SMALL) return "batch: a row kernel's shape";
+    return NULL;
 }
 
 /* ---- 1. the conv's step ---- */
@@ -176,7 +230,9 @@ typedef enum {
     W22_CONV_WINOGRAD  /* F(2x2, 3x3) per frame tap: transforms + one batch GEMM of 16 (winograd.cu) */
 } w22_conv_step;
 
-/* NULL when a conv runs as Winograd F(2x2, 3x3), else why not. has_wino: the backend made Winograd weights for this
+/* NULL when a conv runs as Winograd F(2x2, 3x3), else why not. Both paths: its 16 component GEMMs are one launch of
+ * the TMA conv on the Hopper path and one of the mma.sync kernel on the portable path (w22_route_mma_batch_blocker;
+ * the transforms are plain kernels), so that path keeps its 12 of 27 MACs too. has_wino: the backend made Winograd weights for this
  * conv at upload (its threshold, 512 channels and up: v18's A/B -11.0% against the direct conv; none in exact
  * mode); row_bytes: the scratch of one tile row (winograd.cu). Every size: with 16 launches the 44 x 78 convs (28
  * tiles) ran 2x slower than the direct conv (v17); as one launch of 16 x 28 they gain too (v18). */

@@ -209,7 +209,8 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_mm 
     }
     w22_cuda_prof_part_end(c, part, 0, 2.0 * FI * hh * w2 * ci * (4 + 16), "winograd input transform c%d %dx%d f%d", ci,
                            2 * hh, 2 * w2, FI);
-    /* the 16 GEMMs: one launch where the TMA conv takes the batch (v18; 16 launches where it does not) */
+    /* the 16 GEMMs: one launch where the TMA conv takes the batch (v18; the Hopper path), else one launch of the
+     * mma.sync kernel (the portable path, route.h's w22_route_mma_batch_blocker), else 16 launches */
     w22_mm q;
     memset(&q, 0, sizeof q);
     q.F = F, q.H = hh, q.W = w2, q.M = F * hh * w2, q.N = co;
@@ -221,8 +222,10 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_mm 
     const int fits = mcs * 16 < INT_MAX;
     for (int xi = 0; xi < 16 && fits; xi++) q.ph_o[xi] = (int)(xi * mcs);
     part = w22_cuda_prof_part_begin(c);
-    if (fits && !w22_cuda_wgmma_tma_batch_blocker(&q)) {
+    if (fits && c->hopper && !w22_cuda_wgmma_tma_batch_blocker(&q)) {
         W22_TRY(w22_cuda_gemm_wgmma_batch(c, &q, "conv (winograd components, one launch)"));
+    } else if (fits && !w22_route_mma_batch_blocker(&q)) {
+        W22_TRY(w22_cuda_gemm_mma_batch(c, &q, "conv (winograd components, one mma launch)"));
     } else {
         q.batch = 0, q.a_frames = 0;
         memset(q.ph_o, 0, sizeof q.ph_o);

@@ -63,8 +63,8 @@ $(info wan22vae: BLAS=$(BLAS) PNG=$(PNG) CUDA=$(CUDA)$(if $(filter 1,$(CUDA)), (
 FFMPEG=$(if $(shell command -v ffmpeg 2>/dev/null),yes,no))
 endif
 
-LIB_C   := $(sort $(wildcard src/*.c src/model/*.c src/weights/*.c src/plan/*.c src/cpu/*.c src/dist/*.c src/io/*.c))
-LIB_CU  := $(if $(filter 1,$(CUDA)),$(sort $(wildcard src/cuda/*.cu)),)
+LIB_C   := $(sort $(wildcard src/*.c src/model/*.c src/weights/*.c src/plan/*.c src/cpu/*.c src/dist/*.c src/io/*.c src/dit/*.c))
+LIB_CU  := $(if $(filter 1,$(CUDA)),$(sort $(wildcard src/cuda/*.cu src/dit/*.cu)),)
 CU_HOPPER := $(filter %wgmma.cu %wgmma_tma.cu %_sm90a.cu,$(LIB_CU))
 LIB_OBJ := $(LIB_C:%.c=$(BUILD)/%.o) $(LIB_CU:%.cu=$(BUILD)/%.o)
 CLI_C   := $(sort $(wildcard cli/*.c))

@@ -212,6 +212,76 @@ W22_API size_t w22_decoder_device_bytes(const w22_decoder *d);
 /* Whether this build has the CUDA backend, and a usable GPU (sm_90) is present. */
 W22_API int w22_cuda_available(void);
 
+/* ---- DiT: fused passes of Wan's transformer blocks (diffusers' WanTransformerBlock, transformer_wan.py) ----
+ *
+ * The passes around a block's GEMMs and attention, each one read and one write of the activations (the GEMMs and
+ * the attention stay the caller's: cuBLAS, SDPA). A block of hidden states h [B, L, dim] is, in diffusers 0.42.1
+ * (mod(c) = scale_shift_table[c] + temb[.., c, :], float32; LN a LayerNorm in float32, eps 1e-6):
+ *
+ *   n1 = LN(h) * (1 + mod(1)) + mod(0)             resnorm: y NULL, mod, shift_chunk 0
+ *   q, k = RMSNorm(to_q(n1)), RMSNorm(to_k(n1))     qknorm with RoPE (cos, sin)
+ *   a = attn1(q, k, v)
+ *   h = h + a * mod(2); n2 = norm2(h)               resnorm: y a, gate chunk 2, the affine norm (norm_weight/bias)
+ *   q, k = RMSNorm(to_q(n2)), RMSNorm(to_k(text))   qknorm without RoPE
+ *   h = h + attn2(..); n3 = LN(h)*(1+mod(4))+mod(3) resnorm: y the attention's output, no gate, mod, shift_chunk 3
+ *   h = h + ffn(n3) * mod(5)                        resnorm: y ffn's output, gate chunk 5, out NULL
+ *
+ * Two versions of each: *_cpu on host float32 memory (the reference, what diffusers' float32 block computes), and
+ * *_cuda on device memory, activations bf16 with float32 arithmetic where diffusers computes in float32 and bf16
+ * roundings where it rounds (the new h is rounded to bf16 before its norm; RMSNorm rounds once, RoPE once), queued
+ * on a cudaStream_t (NULL: the legacy default stream); the call returns after the launch. Small float32 operands
+ * (tables, norm weights, RoPE tables) are float32 in device memory. Every pointer of a *_cuda call is device memory. */
+
+/* The modulation of one block: chunk c (0..5) of token (b, l) is table[c, :] + temb[b, l, c, :] (per_token: TI2V-5B's
+ * temb [B, L, 6, dim]) or table[c, :] + temb[b, c, :] (Wan2.1 / Wan2.2 A14B: temb [B, 6, dim]), summed in float32. */
+typedef struct {
+    const float *table;    /* the block's scale_shift_table [6, dim], float32 */
+    const void *temb;      /* the transformer's timestep_proj, dense, [B, L, 6, dim] or [B, 6, dim] */
+    int per_token;         /* 1: temb [B, L, 6, dim]; 0: [B, 6, dim] */
+    w22_dtype temb_dtype;  /* W22_DTYPE_F32 or (_cuda only) W22_DTYPE_BF16 */
+} w22_dit_mod;
+
+/* A residual update followed by a LayerNorm (the block's norm1, norm2, norm3), dense [B, L, dim] rows:
+ *   with y:    h_out = h + y * mod(gate_chunk) (gate non-NULL) or h + y (gate NULL)   [the new h]
+ *   with out:  out = LN(new h, eps) [* norm_weight [+ norm_bias]] [* (1 + mod(shift_chunk + 1)) + mod(shift_chunk)]
+ * Without y the new h is h (h_out must be NULL). h_out may be h (in place); out may be y, never h or h_out. */
+typedef struct {
+    int batch, len, dim;            /* B >= 1, L >= 1, 1 <= dim <= 32768 */
+    float eps;                      /* the LayerNorm's eps (1e-6 in Wan), finite and >= 0 */
+    const void *h;                  /* [B, L, dim] */
+    void *h_out;                    /* [B, L, dim] with y; NULL without */
+    const void *y;                  /* [B, L, dim] or NULL */
+    const w22_dit_mod *gate;        /* NULL: h + y */
+    int gate_chunk;                 /* 0..5 (2: gate_msa, 5: c_gate_msa) */
+    void *out;                      /* [B, L, dim] or NULL: no norm */
+    const float *norm_weight;       /* [dim] float32 or NULL (norm2's affine weight) */
+    const float *norm_bias;         /* [dim] float32 or NULL; only with norm_weight */
+    const w22_dit_mod *mod;         /* NULL: no modulation */
+    int shift_chunk;                /* 0..4: shift = mod(shift_chunk), scale = mod(shift_chunk + 1) */
+} w22_dit_resnorm;
+
+W22_API w22_status w22_dit_resnorm_cpu(const w22_dit_resnorm *a);
+W22_API w22_status w22_dit_resnorm_cuda(const w22_dit_resnorm *a, void *cuda_stream);
+
+/* RMSNorm across all heads (torch.nn.RMSNorm(heads * head_dim, eps) of norm_q / norm_k / norm_added_k), then, with
+ * cos and sin, RoPE within each head as diffusers' WanAttnProcessor applies WanRotaryPosEmbed's tables: for the
+ * pair (x1, x2) = (n[2i], n[2i + 1]) of a head at token l, out[2i] = x1 cos[l, 2i] - x2 sin[l, 2i + 1] and
+ * out[2i + 1] = x1 sin[l, 2i + 1] + x2 cos[l, 2i]. Rows (tokens) of x and out are `stride` elements apart (a view of
+ * a fused QKV projection: 3 * dim); out may be x with the same stride (in place), else the two must not overlap. */
+typedef struct {
+    int batch, len, heads, head_dim;   /* x [B, L, heads * head_dim]; head_dim even with RoPE */
+    float eps;                         /* RMSNorm's eps (1e-6 in Wan), finite and >= 0 */
+    const void *x;
+    long long x_stride;                /* elements from one token to the next, >= heads * head_dim */
+    void *out;
+    long long out_stride;
+    const float *weight;               /* [heads * head_dim] float32, or NULL (no affine) */
+    const float *cos, *sin;            /* [L, head_dim] float32 each, or both NULL: no RoPE */
+} w22_dit_qknorm;
+
+W22_API w22_status w22_dit_qknorm_cpu(const w22_dit_qknorm *a);
+W22_API w22_status w22_dit_qknorm_cuda(const w22_dit_qknorm *a, void *cuda_stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,6 +4,8 @@
     wan22vae.diffusers.enable(pipe.vae)            # or enable(pipe.vae, group=pg) to split each decode over pg
     video = pipe(...).frames                       # decodes through the library
     wan22vae.diffusers.status(pipe.vae)            # {"path": "kernel" | "diffusers", "reason": ...}
+    wan22vae.diffusers.enable(pipe)                # a pipeline: the VAE and the transformers' fused DiT passes
+                                                   # (enable_transformer(pipe.transformer) alone: wan22vae/dit.py)
 
 The kernel path applies to the Wan2.2 TI2V-5B config with float32, bfloat16 or float16 weights on an NVIDIA GPU of
 sm_80 or later (a Hopper's sm_90a kernels, the portable kernels on Ampere, Ada, Blackwell; enable(vae,
@@ -36,6 +38,7 @@ import warnings
 
 from . import _dist
 from ._lib import Error
+from .dit import disable_transformer, enable_transformer, transformer_status  # noqa: F401 (the DiT's switch)
 from .decoder import (MAX_HW, MAX_T, Decoder, config_from_diffusers, cuda_available, cuda_unavailable_reason,
                       video_shape, weights_from_tensors)
 
@@ -196,14 +199,36 @@ def _note(st, reason):
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 
+def _is_pipeline(obj):
+    return hasattr(obj, "vae") and hasattr(obj, "transformer") and not hasattr(obj, "decoder")
+
+
+def _enable_pipeline(pipe, group, frames_per_pass, allow_fp32, exact, kernels):
+    """enable(pipe): the VAE's decode and every Wan transformer's fused passes (pipe.transformer, and
+    pipe.transformer_2 where the pipeline has two, as Wan2.2 A14B does). True when every part can take our path."""
+    ok = True
+    if getattr(pipe, "vae", None) is not None:
+        ok = enable(pipe.vae, group=group, frames_per_pass=frames_per_pass, allow_fp32=allow_fp32, exact=exact,
+                    kernels=kernels) and ok
+    for name in ("transformer", "transformer_2"):
+        t = getattr(pipe, name, None)
+        if t is not None:
+            ok = enable_transformer(t) and ok
+    return ok
+
+
 def enable(vae, group=None, frames_per_pass=0, allow_fp32=None, exact=False, kernels="auto"):
-    """Routes vae.decode through the library where it applies. Returns True when the kernel path can be taken
+    """Routes vae.decode through the library where it applies. Given a pipeline (an object with .vae and
+    .transformer, e.g. WanPipeline), does that for pipe.vae and turns on the transformers' fused DiT passes
+    (enable_transformer) too; returns True when every part can take the library's path. Returns True when the kernel path can be taken
     (per decode, the latents and use_tiling still decide), False when every decode falls back (status() says
     why). group: a torch.distributed process group to split each decode over (every rank calls enable).
     allow_fp32: whether a float32 or float16 VAE takes the kernel path (its weights converted once to bf16, the
     video returned in its dtype); None: True unless W22_ALLOW_FP32=0; False: only a bf16 VAE does. exact: every conv
     in the direct arithmetic (Decoder's exact; the default takes Winograd for the 3x3x3 convs of 512 channels up).
     kernels: "auto" or "portable" (Decoder's kernels: the portable kernels on a Hopper too)."""
+    if _is_pipeline(vae):
+        return _enable_pipeline(vae, group, frames_per_pass, allow_fp32, exact, kernels)
     import torch
     allow = _allow_fp32(allow_fp32)
     old = getattr(vae, _ATTR, None)

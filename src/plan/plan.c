@@ -26,10 +26,11 @@ static int want_rotate(const w22_decoder *d) { return !(d->test && d->test->rota
 static int want_psum(const w22_decoder *d) { return !(d->test && d->test->psum_off); }
 
 /* Bytes of the head's conv_out buffers in T1 with partial sums: its output (cout channels, elements of es), then
- * from the next 256-byte boundary the fp32 Ys of its three temporal taps (3 cout channels): exec.c's head_conv_psum. */
+ * from the next 256-byte boundary the fp32 Ys of its three temporal taps (3 cout channels, rounded up to even:
+ * w22_psum_tmp_channels): exec.c's head_conv_psum. */
 size_t w22_head_psum_bytes(int f, int h, int w, int cout, size_t es, size_t *tmp_off) {
     *tmp_off = align_up(w22_frames_bytes(f, h, w, cout, 0, es));
-    return *tmp_off + w22_frames_bytes(f, h, w, 3 * cout, 0, 4);
+    return *tmp_off + w22_frames_bytes(f, h, w, w22_psum_tmp_channels(cout), 0, 4);
 }
 
 /* The channels of the fresh input of cache k of layer L when that input goes through norm_conv (exec.c: a norm

@@ -1,6 +1,7 @@
-/* wan22vae: the Wan2.2 (TI2V-5B) video VAE decoder, on the CPU (float32) and on Hopper GPUs (bf16).
+/* wan22vae: the Wan video VAE decoders (Wan2.2 TI2V-5B's and the Wan2.1 VAE), on the CPU (float32) and on Hopper
+ * GPUs (bf16).
  *
- * Decodes latents z [1, z_dim, T, h, w] into video [1, 3, 4T-3, 16h, 16w], clamped to [-1, 1], computing what
+ * Decodes latents z [1, z_dim, T, h, w] into video [1, 3, 4T-3, 16h, 16w] (TI2V-5B; the Wan2.1 VAE: 8h, 8w), clamped to [-1, 1], computing what
  * diffusers' AutoencoderKLWan(...).decode(z).sample computes. Tensors are dense, row-major, in diffusers' NCDHW
  * order. Every call returns a status; on failure w22_last_error() says what failed and what was expected. */
 #ifndef WAN22VAE_H
@@ -53,7 +54,8 @@ W22_API size_t w22_dtype_size(w22_dtype t);      /* 4 or 2; 0 for a value that i
 W22_API const char *w22_dtype_name(w22_dtype t); /* "F32", "BF16", "F16"; "?" for any other value */
 
 /* The decoder's structure (diffusers' AutoencoderKLWan config). Narrow variants (a smaller decoder_base_dim,
- * z_dim) keep the structure and are what the tests use; the default is Wan2.2 TI2V-5B. */
+ * z_dim) keep the structure and are what the tests use; the default is Wan2.2 TI2V-5B, w22_config_wan21 the
+ * Wan2.1 VAE. */
 typedef struct {
     int z_dim;           /* latent channels: 48 */
     int base_dim;        /* decoder_base_dim: 256 */
@@ -62,9 +64,16 @@ typedef struct {
     int temporal_up[3];  /* temperal_downsample reversed: [1, 1, 0] */
     int out_channels;    /* 12 (3 x patch_size^2) */
     int patch_size;      /* 2 */
+    int is_residual;     /* 1: Wan2.2 TI2V-5B's decoder (residual up blocks with DupUp shortcuts, upsamplers that keep
+                          * the channels); 0: the Wan2.1 VAE's (diffusers' WanUpBlock: no DupUp, upsample convs that
+                          * halve the channels), which Wan2.1, Wan2.2 A14B, Qwen-Image and their kin decode with */
 } w22_config;
 
+/* Wan2.2 TI2V-5B: z_dim 48, base_dim 256, patch_size 2, is_residual 1 (latents [1, 48, T, h, w] -> video 16x). */
 W22_API void w22_config_default(w22_config *cfg);
+/* The Wan2.1 VAE (diffusers' AutoencoderKLWan defaults): z_dim 16, base_dim 96, out_channels 3, patch_size 1,
+ * is_residual 0 (latents [1, 16, T, h, w] -> video [1, 3, 4T-3, 8h, 8w]). */
+W22_API void w22_config_wan21(w22_config *cfg);
 /* Checks a config for the structure this library implements; W22_ERR_INVALID_ARG says which field is off. */
 W22_API w22_status w22_config_check(const w22_config *cfg);
 /* Frames and size of the video for latents of T frames at h x w (all 0 for a NULL cfg). */
@@ -180,7 +189,8 @@ W22_API w22_status w22_decoder_release_workspace(w22_decoder *d);
  * nonzero to stop the decode. */
 typedef int (*w22_frames_fn)(void *user, const float *frames, int frame0, int nframes, int height, int width);
 
-/* Decodes host latents z [1, z_dim, T, h, w] (dtype zt) into host video [1, 3, 4T-3, 16h, 16w] (dtype vt).
+/* Decodes host latents z [1, z_dim, T, h, w] (dtype zt) into host video [1, 3, 4T-3, H, W] (dtype vt;
+ * w22_video_shape gives them).
  * On ranks other than 0 video may be NULL unless video_on_all_ranks. */
 W22_API w22_status w22_decode(w22_decoder *d, const void *z, w22_dtype zt, int T, int h, int w, void *video,
                               w22_dtype vt);

@@ -53,7 +53,8 @@ typedef struct {
      *     out(t) = Y_2(t) + A + bias;  A = Y_1(t) + B;  B = Y_0(t)     (fp32, summed in this order)
      * so out(t) = bias + Y_2(t) + Y_1(t - 1) + Y_0(t - 2), the causal conv. psum: f 2 (frame 0 is A, frame 1 is B),
      * out's h, w and c, es 4 (fp32 on every backend), updated in place; zero before a decode's first frame is the
-     * causal zero padding. psum_tmp: fp32 scratch (es 4) of in.f x h x w x 3 cout for the Ys (channel o * 3 + dt),
+     * causal zero padding. psum_tmp: fp32 scratch (es 4) of in.f x h x w x w22_psum_tmp_channels(cout) for the Ys
+     * (channel o * 3 + dt; the last channel beyond 3 cout where cout is odd: the Wan2.1 VAE's conv_out, 3 outputs),
      * for a backend that stages them in memory (CUDA); others ignore it. */
     const w22_view *psum;
     w22_view psum_tmp;
@@ -193,6 +194,11 @@ w22_status w22_cuda_first_nonfinite(int device, const void *x, w22_dtype t, size
 /* CUDA, for W22_PROFILE: seconds of the open so far: [0] the layouts on the GPU, [1] the source copies, and of [0]
  * [2] cudaMalloc and [3] the Winograd convs' direct weights to the host. */
 void w22_backend_cuda_open_times(const w22_backend *b, double t[4]);
+
+/* The channels of the head's partial-sum scratch (w22_conv_args.psum_tmp): 3 cout rounded up to even, since the
+ * CUDA backend's tensor-core GEMMs take an even N only (the Wan2.1 VAE's conv_out has cout 3: N 9 -> 10, its tenth
+ * weight row zero; without it the GEMM would land on the scalar kernel, tests/test_route.c). */
+static inline int w22_psum_tmp_channels(int cout) { return (3 * cout + 1) & ~1; }
 
 /* Element (f, y, x, c) of v, as a byte pointer. */
 static inline void *w22_view_at(w22_view v, long f, long y, long x, long c) {

@@ -3,7 +3,9 @@
  * Checks: every element written (video poisoned with NaN first) and finite, within [-1, 1]; the error against the
  * CPU's float32 decode within a bf16 budget; latents unchanged; two calls bitwise equal; frames per pass 1 and 4
  * and simulated ranks (threads, each its own CUDA backend on this GPU, the in-memory exchange) give the same video.
- * Then times the standard clip f121 (T = 31 at 44 x 78) and reports the peak device memory.
+ * The same for the Wan2.1 VAE (is_residual 0: its real config and a narrow one; `cuda_decode wan21` runs only those).
+ * --time times the standard clip f121 (T = 31 at 44 x 78), --time-wan21 the Wan2.1 VAE at 1280x720x81, and report
+ * the peak device memory.
  *
  * Tolerance: bf16 storage between layers rounds each activation by up to 2^-9 relative; through ~40 layers with
  * norms in between the output's relative rms error stays near 1e-2 (diffusers' own bf16 decode shows 0.0049 rms on
@@ -175,41 +177,68 @@ int main(int argc, char **argv) {
         printf("cuda_decode: no usable GPU\n0 passed, 1 failed\n");
         return 1;
     }
-    w22_config narrow, real;
+    w22_config narrow, real, wan21, narrow21;
     w22_config_default(&real);
     narrow = real;
     narrow.z_dim = 16;
     narrow.base_dim = 32;
+    /* the Wan2.1 VAE (is_residual 0): the real config (384, 384, 384, 192, 96 channels, 16 latent, 3 out, 8x) and a
+     * narrow one of its structure (z 16, base 32: 128, 128, 128, 64, 32; upsample convs 128 -> 64, 64 -> 32) */
+    w22_config_wan21(&wan21);
+    narrow21 = wan21;
+    narrow21.base_dim = 32;
+    /* argv: --time [T] [fpp] (TI2V-5B's f121), --time-wan21 [T] [h] [w] [fpp] (the Wan2.1 VAE at 1280x720 by
+     * default: T 21 at 90 x 160), wan21 (only the Wan2.1 cases), ti2v (only TI2V-5B's) */
     const int timing = argc > 1 && strcmp(argv[1], "--time") == 0;
-    if (!timing) {
+    const int timing21 = argc > 1 && strcmp(argv[1], "--time-wan21") == 0;
+    const int only21 = argc > 1 && strcmp(argv[1], "wan21") == 0, only_ti2v = argc > 1 && strcmp(argv[1], "ti2v") == 0;
+    if (!timing && !timing21 && !only21) {
     one_case("narrow T=1 4x4", narrow, 1, 4, 4, 1);
     one_case("narrow T=2 3x5", narrow, 2, 3, 5, 3);
     one_case("narrow T=5 5x3", narrow, 5, 5, 3, 2);
     one_case("ti2v5b T=2 2x3", real, 2, 2, 3, 2);
     one_case("ti2v5b T=3 4x6", real, 3, 4, 6, 1);
     }
-    if (timing) {
-        /* only the standard clip f121: T = 31 at 44 x 78, device to device, at 1 and 2 latent frames per pass
-         * (--time [T] [fpp]: another T, one frames-per-pass value) */
+    if (!timing && !timing21 && !only_ti2v) {
+        one_case("wan21 narrow T=1 4x4", narrow21, 1, 4, 4, 1);
+        one_case("wan21 narrow T=2 3x5", narrow21, 2, 3, 5, 3);
+        one_case("wan21 narrow T=5 5x3", narrow21, 5, 5, 3, 2);
+        one_case("wan21 T=2 2x3", wan21, 2, 2, 3, 2);
+        one_case("wan21 T=3 4x6", wan21, 3, 4, 6, 1);
+        one_case("wan21 T=4 9x16", wan21, 4, 9, 16, 2);
+    }
+    if (timing || timing21) {
+        /* TI2V-5B: the standard clip f121: T = 31 at 44 x 78, device to device, at 1 and 2 latent frames per pass
+         * (--time [T] [fpp]: another T, one frames-per-pass value); Wan2.1: 1280x720x81 (--time-wan21 [T] [h] [w]
+         * [fpp]) */
+        const w22_config *cfg = timing21 ? &wan21 : &real;
         w22_weights *w = NULL;
-        CHECK_OK(w22_weights_synthetic(&real, 1, &w));
-        const int T = argc > 2 ? atoi(argv[2]) : 31, h = 44, wd = 78;
-        size_t nz = (size_t)48 * T * h * wd;
+        CHECK_OK(w22_weights_synthetic(cfg, 1, &w));
+        const int T = argc > 2 ? atoi(argv[2]) : timing21 ? 21 : 31;
+        const int h = timing21 && argc > 3 ? atoi(argv[3]) : timing21 ? 90 : 44;
+        const int wd = timing21 && argc > 4 ? atoi(argv[4]) : timing21 ? 160 : 78;
+        const int fpp_arg = timing21 ? 5 : 3;
+        size_t nz = (size_t)cfg->z_dim * T * h * wd;
         float *zf = malloc(nz * 4);
         uint16_t *z = malloc(nz * 2);
-        CHECK_OK(w22_latents_synthetic(&real, 5, T, h, wd, zf));
+        CHECK_OK(w22_latents_synthetic(cfg, 5, T, h, wd, zf));
         for (size_t i = 0; i < nz; i++) z[i] = w22_f32_to_bf16(zf[i]);
         int F, H, W;
-        w22_video_shape(&real, T, h, wd, &F, &H, &W);
+        w22_video_shape(cfg, T, h, wd, &F, &H, &W);
         size_t nv = (size_t)3 * F * H * W;
-        const int fpp_lo = argc > 3 ? atoi(argv[3]) : 1, fpp_hi = argc > 3 ? fpp_lo : 2;
+        const int fpp_lo = argc > fpp_arg ? atoi(argv[fpp_arg]) : 1, fpp_hi = argc > fpp_arg ? fpp_lo : 2;
         for (int fpp = fpp_lo; fpp <= fpp_hi; fpp++) {
             double ms[2];
             size_t peak = 0;
             for (int i = 0; i < 2; i++) CHECK_OK(decode_gpu(w, NULL, fpp, z, T, h, wd, NULL, nv, &ms[i], &peak));
-            double tf = w22_decode_flops(&real, T, h, wd) / 1e12;
-            printf("f%d (T=%d) frames/pass %d: %.1f ms, %.1f ms; %.0f TFLOP/s; peak workspace+weights %.2f GiB\n",
-                   F, T, fpp, ms[0], ms[1], tf / (ms[1] / 1e3), peak / 1073741824.0);
+            double tf = w22_decode_flops(cfg, T, h, wd) / 1e12;
+            if (timing21)
+                printf("wan2.1 %dx%dx%d (T=%d at %dx%d) frames/pass %d: %.1f ms, %.1f ms; %.0f TFLOP/s; peak "
+                       "workspace+weights %.2f GiB\n", W, H, F, T, h, wd, fpp, ms[0], ms[1], tf / (ms[1] / 1e3),
+                       peak / 1073741824.0);
+            else
+                printf("f%d (T=%d) frames/pass %d: %.1f ms, %.1f ms; %.0f TFLOP/s; peak workspace+weights %.2f GiB\n",
+                       F, T, fpp, ms[0], ms[1], tf / (ms[1] / 1e3), peak / 1073741824.0);
         }
         free(zf); free(z);
         w22_weights_free(w);

@@ -328,6 +328,13 @@ static void weight_layout_case(const char *name, w22_weight_kind kind, const int
             w22_layout_conv_bf16(f, cout, cin, vol, ref);
             ok = same_bytes("direct", dev[0], hd, ref, bytes[0]);
             const int wino = vol == 27 && cin >= 512 && cout >= 512;
+            if (vol == 27 && (cout & 1) && !wino) { /* the zero row after an odd cout's taps (conv_psum.cu) */
+                const size_t pad = (size_t)9 * cin * 2;
+                unsigned char *z = malloc(pad), *zero = calloc(1, pad);
+                ok &= cudaMemcpy(z, (const char *)dev[0] + bytes[0], pad, cudaMemcpyDeviceToHost) == cudaSuccess &&
+                      memcmp(z, zero, pad) == 0;
+                free(z), free(zero);
+            }
             CHECK(wino == (dev[2] != NULL) && wino == (hd != NULL), "Winograd components for 512 channels and up");
             if (wino) {
                 w22_layout_winograd_bf16(f, cout, cin, ref);
@@ -351,7 +358,7 @@ static void weight_layout_case(const char *name, w22_weight_kind kind, const int
 
 static void weight_layout_cases(void) {
     static const int64_t direct[] = {96, 64, 3, 3, 3}, wino[] = {512, 512, 3, 3, 3}, two_d[] = {48, 64, 3, 3},
-                         pw[] = {40, 48, 1, 1, 1}, vec[] = {1000};
+                         pw[] = {40, 48, 1, 1, 1}, vec[] = {1000}, odd[] = {3, 96, 3, 3, 3};
     /* the decoder's default threshold (this program runs with W22_WINOGRAD=0, see main) */
     const int old = w22_backend_cuda_swap_winograd_min(gpu, 512);
     for (int dt = 0; dt < 3; dt++)
@@ -361,6 +368,7 @@ static void weight_layout_cases(void) {
             weight_layout_case("conv 3x3x3 512->512 (Winograd)", W22_WK_CONV, wino, 5, t, on_gpu);
             weight_layout_case("conv 3x3 64->48 (phases)", W22_WK_CONV, two_d, 4, t, on_gpu);
             weight_layout_case("conv 1x1x1 48->40", W22_WK_CONV, pw, 5, t, on_gpu);
+            weight_layout_case("conv 3x3x3 96->3 (odd cout: a zero row after)", W22_WK_CONV, odd, 5, t, on_gpu);
             weight_layout_case("vector 1000", W22_WK_VECTOR, vec, 1, t, on_gpu);
         }
     w22_backend_cuda_swap_winograd_min(gpu, old);
@@ -775,7 +783,9 @@ static void psum_case(const char *tag, int cin, int cout, int F, int h, int w, i
         CHECK(0, "psum setup %s", shape);
         return;
     }
-    const size_t nst = (size_t)2 * h * w * cout, ntmp = (size_t)F * h * w * 3 * cout;
+    /* the Ys' scratch: 3 cout channels, one more where cout is odd (backend.h's w22_psum_tmp_channels) */
+    const int ntc = w22_psum_tmp_channels(cout);
+    const size_t nst = (size_t)2 * h * w * cout, ntmp = (size_t)F * h * w * ntc;
     float *init = malloc(nst * 4), *nan = malloc(ntmp * 4);
     t_fill_uniform(init, nst, seed++, -1, 1);
     t_fill_nan(nan, ntmp);
@@ -785,7 +795,7 @@ static void psum_case(const char *tag, int cin, int cout, int F, int h, int w, i
         return;
     }
     w22_view sc = make_view(st.c, 4, 2, h, w, cout, 0), sg = make_view(st.g, 4, 2, h, w, cout, 0);
-    w22_view tg = make_view(tmp.g, 4, F, h, w, 3 * cout, 0);
+    w22_view tg = make_view(tmp.g, 4, F, h, w, ntc, 0);
     w22_status s1 = W22_OK, s2 = W22_OK;
     char cerr[512] = "";
     int path_ok = 1;
@@ -834,14 +844,14 @@ static void psum_case(const char *tag, int cin, int cout, int F, int h, int w, i
 
 /* Unpatchify into a video buffer larger than the frames written ([3][VF][VH][VW], or frames-major when
  * frames_major), at an offset: every element must match exactly, those outside stay NaN. */
-static void unpatchify_case(w22_dtype dt, int f, int h, int w, int frames_major) {
+static void unpatchify_case(w22_dtype dt, int f, int h, int w, int frames_major, int p) {
     char shape[160];
-    const int p = 2, VF = f + 2, VH = 2 * h + 4, VW = 2 * w + 6;
-    snprintf(shape, sizeof shape, "%dx%dx%dx12 -> %s video%s", f, h, w, w22_dtype_name(dt),
+    const int VF = f + 2, VH = p * h + 4, VW = p * w + 6, nc = 3 * p * p; /* p 1: the Wan2.1 VAE's 3 channels */
+    snprintf(shape, sizeof shape, "%dx%dx%dx%d -> %s video%s", f, h, w, nc, w22_dtype_name(dt),
              frames_major ? " [F][3][H][W]" : " [3][F][H][W]");
     if (!selected("unpatchify")) return;
     tens in;
-    if (!tens_new(&in, f, h, w, 12, 1, FILL_RANDOM, -1.5f, 1.5f)) return; /* beyond [-1, 1]: the clamp is tested */
+    if (!tens_new(&in, f, h, w, nc, 1, FILL_RANDOM, -1.5f, 1.5f)) return; /* beyond [-1, 1]: the clamp is tested */
     const size_t n = (size_t)3 * VF * VH * VW, es = w22_dtype_size(dt);
     void *init = malloc(n * es);
     for (size_t i = 0; i < n; i++) {
@@ -878,7 +888,7 @@ static void unpatchify_case(w22_dtype dt, int f, int h, int w, int frames_major)
             if (!isnan(r) && fabsf(r) > 1) bad++; /* the clamp */
             if (isnan(r)) nan_inside++;
         }
-        const size_t expect_nan = n - (size_t)3 * f * 2 * h * 2 * w;
+        const size_t expect_nan = n - (size_t)3 * f * p * h * p * w;
         const int pass = ok && bad == 0 && nan_inside == expect_nan;
         printf("%-10s %-46s mismatches %zu, untouched %zu of %zu expected %s\n", "unpatchify", shape, bad, nan_inside,
                expect_nan, pass ? "ok" : "FAIL");
@@ -1118,6 +1128,21 @@ static void run_cases(void) {
     conv_case("conv_in", 48, 1024, 1, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
     conv_case("conv_out", 256, 12, 2, 16, 24, 3, 3, 0, 0, RES_NONE, 0);
     conv_case("post_quant", 48, 48, 2, 8, 12, 1, 1, 0, 0, RES_NONE, 0);
+    /* the Wan2.1 VAE's shapes (tests/test_route.c lists which kernel each takes at 720p): 16 latent channels, the
+     * 384-channel convs on the TMA conv's 128-channel tiles, 192 and 96 on mma.sync, upsample convs that halve the
+     * channels, the 192 -> 384 shortcut, its conv_out (odd cout: scalar in the direct form; the psum form is the
+     * decode's, below) */
+    conv_case("w21 post_quant", 16, 16, 2, 8, 12, 1, 1, 0, 0, RES_NONE, 0);
+    conv_case("w21 conv_in", 16, 384, 2, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("w21 res384", 384, 384, 2, 8, 12, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_case("w21 conv1 192->384", 192, 384, 2, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("w21 shortcut", 384, 384, 2, 12, 20, 3, 3, 0, 0, RES_NONE, 192);
+    conv_case("w21 time_conv", 384, 768, 2, 8, 12, 3, 1, 0, 1, RES_NONE, 0);
+    conv_case("w21 upsample3d", 384, 192, 3, 4, 6, 1, 3, 1, 0, RES_NONE, 0);
+    conv_case("w21 upsample2d", 192, 96, 2, 8, 12, 1, 3, 1, 0, RES_NONE, 0);
+    conv_case("w21 res192", 192, 192, 2, 16, 24, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_case("w21 res96", 96, 96, 1, 32, 48, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_case("w21 conv_out", 96, 3, 2, 16, 24, 3, 3, 0, 0, RES_NONE, 0);
     conv_case("time_conv", 1024, 2048, 2, 8, 12, 3, 1, 0, 1, RES_NONE, 0);
     conv_case("upsample3d", 1024, 1024, 3, 4, 6, 1, 3, 1, 0, RES_NONE, 0);
     conv_case("upsample2d", 512, 512, 1, 8, 12, 1, 3, 1, 0, RES_NONE, 0);
@@ -1232,6 +1257,9 @@ static void run_cases(void) {
     psum_case("edge", 64, 16, 4, 5, 7, 3);
     psum_case("edge", 4, 12, 3, 3, 5, 1);
     psum_case("edge", 32, 3, 2, 4, 6, 1);
+    /* the Wan2.1 VAE's conv_out (96 -> 3): N 9 run as 10 on its zero weight row (conv_psum.cu), mma.sync */
+    psum_case("w21 conv_out", 96, 3, 5, 16, 24, 1);
+    psum_case("w21 conv_out", 96, 3, 4, 9, 40, 2);
     /* the upsample conv with the DupUp fused (w22_conv_args.dup_in): the model's two maps (ft 2, cd = C: channel o;
      * ft 1, cd = 2C: channel 2o + py) at reduced size, first_single on and off, on each kernel the phase GEMMs reach,
      * frames of 45 pixels (tiles span frames: the frame map per row), a strided DupUp input; and a map that runs
@@ -1263,6 +1291,8 @@ static void run_cases(void) {
     attention_case(1024, 1, 5, 9, 0, 5, 1);  /* 5 x 9: odd x odd at the real C */
     attention_case(20, 1, 4, 6, 0, 4, 0);    /* C % 8 != 0 */
     attention_case(256, 1, 22, 39, 0, 22, 1); /* P = 858: several key tiles */
+    attention_case(384, 1, 9, 16, 0, 9, 1);   /* the Wan2.1 VAE's mid block */
+    attention_case(384, 2, 9, 16, 3, 4, 1);
     /* rmsnorm */
     rmsnorm_case(48, 2, 5, 7, 0, 0);
     rmsnorm_case(256, 2, 9, 11, 1, 0);
@@ -1283,10 +1313,12 @@ static void run_cases(void) {
     dupup_case(1024, 512, 1, 0, 2, 4, 6);
     dupup_case(12, 6, 1, 0, 1, 3, 5); /* scalar path */
     /* unpatchify */
-    unpatchify_case(W22_DTYPE_BF16, 2, 5, 7, 0);
-    unpatchify_case(W22_DTYPE_F32, 3, 4, 6, 0);
-    unpatchify_case(W22_DTYPE_F32, 1, 3, 5, 1);
-    unpatchify_case(W22_DTYPE_BF16, 2, 6, 13, 1);
+    unpatchify_case(W22_DTYPE_BF16, 2, 5, 7, 0, 2);
+    unpatchify_case(W22_DTYPE_F32, 3, 4, 6, 0, 2);
+    unpatchify_case(W22_DTYPE_F32, 1, 3, 5, 1, 2);
+    unpatchify_case(W22_DTYPE_BF16, 2, 6, 13, 1, 2);
+    unpatchify_case(W22_DTYPE_BF16, 2, 10, 14, 0, 1); /* the Wan2.1 VAE: 3 channels, no patch */
+    unpatchify_case(W22_DTYPE_F32, 1, 7, 9, 1, 1);
     /* latents in */
     latents_case(W22_DTYPE_F32, 48, 3, 6, 13, 0, 0, 3, 6);
     latents_case(W22_DTYPE_BF16, 48, 4, 6, 13, 1, 2, 2, 3);

@@ -1,4 +1,5 @@
-/* Every call right on the GPU, whatever came before it (issue 27): the full TI2V-5B config (synthetic weights),
+/* Every call right on the GPU, whatever came before it (issue 27): the full TI2V-5B config (synthetic weights; the
+ * Wan2.1 VAE's with a fourth argument "wan21"),
  * bf16 latents and video in device memory, outputs poisoned with NaN before every call.
  *  1. A seeded random sequence of calls on ONE decoder: T 1..8, latent h and w 1..96 (odd, multiples of 8 and 16,
  *     portrait and landscape), frames per pass 1..3, a failed call (stopped by its progress callback) now and then.
@@ -13,7 +14,8 @@
  * `cuda_sequence probe I DIR` looks into one call that differs (probe(), below).
  * The bits must match exactly: the same kernels on the same shapes sum in the same order (the split tail's pieces
  * too: wg_split_sum's fixed order). Usage: cuda_sequence [N calls (default 60)] [max latent size (default 96)]
- * [parts (default 1234): which of the four above run, e.g. 34; the references are made for what they need]. Each part
+ * [parts (default 1234): which of the four above run, e.g. 34; the references are made for what they need] [model:
+ * ti2v (default) or wan21]. Each part
  * prints its wall time (an H200 at 60 calls, session 31: references and parts 1-2 about 40 s, part 3 about 200 s,
  * 5-28 s a checked call; part 4 a few seconds). */
 #include <stdio.h>
@@ -202,6 +204,12 @@ int main(int argc, char **argv) {
     const int probing = argc > 3 && !strcmp(argv[1], "probe");
     const int N = probing ? 60 : argc > 1 ? atoi(argv[1]) : 60, MAXS = probing ? 96 : argc > 2 ? atoi(argv[2]) : 96;
     const char *parts = !probing && argc > 3 ? argv[3] : "1234";
+    /* the model: TI2V-5B's (default) or the Wan2.1 VAE's real config (argv[4] "wan21") */
+    const int wan21 = !probing && argc > 4 && !strcmp(argv[4], "wan21");
+    if (!probing && argc > 4 && !wan21 && strcmp(argv[4], "ti2v")) {
+        fprintf(stderr, "usage: %s [N calls] [max latent size] [parts] [model: ti2v or wan21]\n", argv[0]);
+        return 2;
+    }
     const int p1 = strchr(parts, '1') != NULL, p2 = strchr(parts, '2') != NULL, p3 = strchr(parts, '3') != NULL,
               p4 = strchr(parts, '4') != NULL;
     if (N < 1 || MAXS < 1 || !(p1 || p2 || p3 || p4)) {
@@ -210,7 +218,9 @@ int main(int argc, char **argv) {
     }
     double t0 = t_now();
     w22_config cfg;
-    w22_config_default(&cfg);
+    if (wan21) w22_config_wan21(&cfg);
+    else w22_config_default(&cfg);
+    printf("model: %s\n", wan21 ? "the Wan2.1 VAE" : "Wan2.2 TI2V-5B");
     w22_weights *w = NULL;
     CHECK_OK(w22_weights_synthetic(&cfg, 1, &w));
     if (!w) return t_finish("cuda_sequence");

@@ -73,8 +73,16 @@ static void run_fixture(const char *dir, const char *file) {
                   meta_int(&f, "T", &T) && meta_int(&f, "h", &h) && meta_int(&f, "w", &w);
     CHECK(meta_ok, "%s: __metadata__ needs integer z_dim, base_dim, weights_seed, latents_seed, T, h, w", name);
     if (!meta_ok) goto done;
+    /* is_residual 0: the Wan2.1 VAE's structure (absent: a TI2V-5B fixture, made before the key existed) */
+    long long residual = 1;
+    if (w22_st_meta(&f, "is_residual")) {
+        meta_ok = meta_int(&f, "is_residual", &residual) && (residual == 0 || residual == 1);
+        CHECK(meta_ok, "%s: __metadata__ is_residual is '%s', expected 0 or 1", name, w22_st_meta(&f, "is_residual"));
+        if (!meta_ok) goto done;
+    }
     w22_config cfg;
-    w22_config_default(&cfg);
+    if (residual) w22_config_default(&cfg);
+    else w22_config_wan21(&cfg);
     cfg.z_dim = (int)zdim;
     cfg.base_dim = (int)base;
     int F, H, W;
@@ -126,8 +134,8 @@ static void run_fixture(const char *dir, const char *file) {
                 if (c.max_abs > chunk_max) chunk_max = c.max_abs;
                 free(v2);
             }
-            printf("%-16s z%-3d base%-4d T%lld %lldx%lld -> %dx%dx%d: max abs %.2e  rms %.2e  (video rms %.3f)  "
-                   "chunkings max %.1e  weights %.1f s, decode %.2f s (fpp %d)", name, cfg.z_dim, cfg.base_dim,
+            printf("%-16s %-6s z%-3d base%-4d T%lld %lldx%lld -> %dx%dx%d: max abs %.2e  rms %.2e  (video rms %.3f)  "
+                   "chunkings max %.1e  weights %.1f s, decode %.2f s (fpp %d)", name, residual ? "ti2v" : "wan2.1", cfg.z_dim, cfg.base_dim,
                    T, h, w, F, H, W, d.max_abs, d.rms, d.ref_rms, chunk_max, t_weights, secs[0], fpps[0]);
             for (int k = 1; k < nf; k++) printf(", %.2f s (fpp %d)", secs[k], fpps[k]);
             printf("\n");

@@ -109,11 +109,21 @@ static void check_same(const char *what, const float *a, const float *ref, size_
     CHECK(df.max_abs <= tol, "%s: max|d| %.3g > %.3g", what, df.max_abs, tol);
 }
 
-int main(void) {
-    w22_config cfg = narrow();
+/* The Wan2.1 VAE's structure, narrow (no DupUp: its stages 1 and 2 interleave with any block input; upsample convs
+ * that halve the channels). */
+static w22_config narrow21(void) {
+    w22_config c;
+    w22_config_wan21(&c);
+    c.z_dim = 4;
+    c.base_dim = 8;
+    return c;
+}
+
+static void run_model(w22_config cfg, int wan21) {
     w22_weights *w = NULL;
     CHECK_OK(w22_weights_synthetic(&cfg, 7, &w));
-    if (!w) return t_finish("test_plan");
+    if (!w) return;
+    printf("%s\n", wan21 ? "the Wan2.1 structure (narrow):" : "the TI2V-5B structure (narrow):");
     const int T = 5, h = 5, wd = 3;
     int F, H, W;
     w22_video_shape(&cfg, T, h, wd, &F, &H, &W);
@@ -222,7 +232,7 @@ int main(void) {
         }
 
     /* A rank that fails makes the others fail, not hang: rank 1 gets NaN latents. */
-    {
+    if (!wan21) {
         w22_comm *comms[2];
         CHECK_OK(w22_comm_local_group(2, comms));
         float *bad = malloc(nz * 4);
@@ -243,5 +253,10 @@ int main(void) {
     free(ref);
     free(out);
     w22_weights_free(w);
+}
+
+int main(void) {
+    run_model(narrow(), 0);
+    run_model(narrow21(), 1);
     return t_finish("test_plan");
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "cuda/route.h"
+#include "model/model.h"
 #include "testutil.h"
 
 /* A conv's GEMM as conv.cu builds it: F frames of H x W output pixels, cin -> cout, kt x ks x ks taps, channels-last
@@ -29,11 +30,12 @@ static w22_mm conv(int F, int H, int W, int cin, int cout, int kt, int ks, int h
     return g;
 }
 
+static const char *const kernel_names[] = {"scalar", "tma", "rows2d", "rows", "mma small", "mma mid", "mma big"};
+
 static void expect(const char *what, const w22_mm *g, int wgmma_on, w22_gemm_kernel want) {
     const char *why = NULL;
     const w22_gemm_kernel k = w22_route_gemm(g, wgmma_on, &why);
-    static const char *const names[] = {"scalar", "tma", "rows2d", "rows", "mma small", "mma mid", "mma big"};
-    CHECK(k == want, "%s: routed to %s (%s), expected %s", what, names[k], why ? why : "-", names[want]);
+    CHECK(k == want, "%s: routed to %s (%s), expected %s", what, kernel_names[k], why ? why : "-", kernel_names[want]);
 }
 
 /* ---- the portable path (issue 45: hopper 0; route.h section 0): the decoder's GEMMs at their real sizes, none on a
@@ -211,7 +213,97 @@ static void step_cases(void) {
     CHECK(w22_route_conv_step(&a, 0, "psum") == W22_CONV_PSUM, "step: the history as partial sums");
 }
 
+/* One GEMM of the Wan2.1 decoder: never the scalar kernel, and the kernel the table below pins (want < 0: any
+ * tensor-core one). */
+static void wan21_gemm(const char *layer, const char *what, const w22_mm *g, int want) {
+    const char *why = NULL;
+    const w22_gemm_kernel k = w22_route_gemm(g, 1, &why);
+    printf("  %-40s %-22s M %8d N %4d cin %3d: %s\n", layer, what, g->M, g->N, g->cin, kernel_names[k]);
+    CHECK(k != W22_GEMM_SCALAR, "Wan2.1 %s %s (N %d, cin %d): the scalar kernel (%s)", layer, what, g->N, g->cin,
+          why ? why : "-");
+    if (want >= 0)
+        CHECK((int)k == want, "Wan2.1 %s %s: routed to %s, expected %s", layer, what, kernel_names[k],
+              kernel_names[want]);
+}
+
+/* The Wan2.1 VAE's decoder (w22_config_wan21) at 1280 x 720 (latents 90 x 160), every GEMM its layers make as exec.c
+ * and conv.cu lower them, walked from the model's layer list (not restated): stage 0 in one-frame passes, stages 1
+ * and 2 in chunks of 2, stage 3 of 1 (plan.c's default chunks). Its channels (96, 192, 384) are not multiples of 128
+ * or 256 where they are narrowest: the 384-channel convs take the TMA conv (128-channel tiles), the 192- and
+ * 96-channel ones the mma.sync kernel; the head's partial-sums GEMM runs N = 10 (3 x 3 rounded up to even: an odd N
+ * goes to the scalar kernel, which its N 9 would). */
+static void wan21_cases(void) {
+    w22_config cfg;
+    w22_config_wan21(&cfg);
+    static w22_model m;
+    w22_model_build(&cfg, &m);
+    const int h = 90, w = 160, chunk[4] = {1, 2, 2, 1};
+    printf("Wan2.1 at 1280x720 (latents 90x160):\n");
+    for (int i = 0; i < m.nlayers; i++) {
+        const w22_layer *L = &m.layers[i];
+        const int H = h << L->level, W = w << L->level, F = chunk[L->level], ci = L->cin, co = L->cout;
+        w22_mm g;
+        switch (L->kind) {
+        case W22_L_POST_QUANT:
+            g = conv(F, H, W, ci, co, 1, 1, 0);
+            wan21_gemm(L->prefix, "1x1x1", &g, W22_GEMM_MMA_SMALL);
+            break;
+        case W22_L_CONV_IN:
+            g = conv(F, H, W, ci, co, 3, 3, 1);
+            wan21_gemm(L->prefix, "3x3x3 (cin 16)", &g, W22_GEMM_MMA_BIG);
+            break;
+        case W22_L_RESBLOCK: {
+            const int tma = ci % 64 == 0 && co % 128 == 0;
+            g = conv(F, H, W, ci, co, 3, 3, 1);
+            wan21_gemm(L->prefix, "conv1", &g, tma ? W22_GEMM_TMA : W22_GEMM_MMA_MID);
+            g = conv(F, H, W, co, co, 3, 3, 1);
+            if (ci != co) { /* the 1x1 shortcut as extra K (exec.c's run_resblock passes it to conv2) */
+                g.sc = g.a, g.sc_cin = ci, g.sc_sw = ci, g.sc_sh = (long)W * ci, g.sc_sf = (long)H * g.sc_sh;
+                g.scb = g.b;
+            }
+            g.res = ci == co ? g.out : NULL, g.r_sw = g.o_sw, g.r_sh = g.o_sh, g.r_sf = g.o_sf;
+            wan21_gemm(L->prefix, ci != co ? "conv2 + shortcut" : "conv2 + residual", &g,
+                       tma ? W22_GEMM_TMA : W22_GEMM_MMA_MID);
+            break;
+        }
+        case W22_L_ATTN:
+            g = conv(1, H, W, ci, 3 * ci, 1, 1, 0);
+            wan21_gemm(L->prefix, "to_qkv", &g, W22_GEMM_TMA);
+            g = conv(1, H, W, ci, H * W, 1, 1, 0); /* Q K^T: N = the frame's pixels, B = K's pixels */
+            g.b_w = W, g.b_sh = (long)W * ci, g.b_sw = ci, g.out_f32 = 1;
+            wan21_gemm(L->prefix, "Q K^T", &g, -1);
+            g = conv(1, H, W, ci, ci, 1, 1, 0);
+            wan21_gemm(L->prefix, "proj", &g, W22_GEMM_TMA);
+            break;
+        case W22_L_UPSAMPLE:
+            if (L->temporal) { /* time_conv C -> 2C, its output split over two frames */
+                g = conv(F, H, W, ci, 2 * ci, 3, 1, 1);
+                g.split_c = ci, g.o_sw = ci, g.o_sh = (long)W * ci, g.o_sf = (long)H * g.o_sh;
+                wan21_gemm(L->prefix, "time_conv", &g, W22_GEMM_TMA);
+            }
+            /* nearest 2x + 3x3 as four 2x2 phase GEMMs on the low-resolution grid (conv.cu), C -> C / 2 */
+            g = conv((L->temporal ? 2 : 1) * F, H, W, ci, co, 1, 3, 0);
+            g.ks = 2, g.b_sw = 4L * ci, g.o_sh *= 4, g.o_sw *= 2;
+            wan21_gemm(L->prefix, "upsample phase", &g, W22_GEMM_MMA_MID);
+            break;
+        case W22_L_HEAD: {
+            const int n = w22_psum_tmp_channels(co);
+            CHECK(n == 10, "the head's partial sums for 3 outputs: %d channels, expected 10", n);
+            g = conv(F, H, W, ci, n, 1, 3, 0); /* conv_psum.cu: the three temporal taps as one 3x3 GEMM, fp32 */
+            g.b_sw = 9L * ci, g.out_f32 = 1;
+            wan21_gemm(L->prefix, "conv_out partial sums", &g, W22_GEMM_MMA_SMALL);
+            g.N = g.b_w = 3 * co, g.o_sw = 3 * co, g.o_sh = (long)W * g.o_sw, g.o_sf = (long)H * g.o_sh;
+            const char *why = NULL;
+            CHECK(w22_route_gemm(&g, 1, &why) == W22_GEMM_SCALAR, "N 9 (no padding): expected the scalar kernel");
+            break;
+        }
+        default: break;
+        }
+    }
+}
+
 int main(void) {
+    wan21_cases();
     /* 704 x 1248 (latents 44 x 78): the stages' 3x3x3 convs with history, the upsamplers' time convs, conv_in */
     w22_mm g = conv(1, 44, 78, 1024, 1024, 3, 3, 1);
     expect("stage 0's 1024-channel 3x3x3 conv", &g, 1, W22_GEMM_TMA);

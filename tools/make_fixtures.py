@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Golden fixtures from diffusers: decodes synthetic latents with diffusers' AutoencoderKLWan loaded with synthetic
 decoder weights (docs/synthetic.md), in float32 with TF32 off, and writes tests/fixtures/<case>.safetensors with
-"latents" [1, z, T, h, w] and "video" [1, 3, 4T-3, 16h, 16w] (float32) and the case in __metadata__.
+"latents" [1, z, T, h, w] and "video" [1, 3, 4T-3, 16h, 16w] (TI2V-5B's structure; the Wan2.1 VAE's: 8h, 8w)
+(float32) and the case in __metadata__ (is_residual says which structure).
 tests/test_fixtures.c decodes the same latents with this library's CPU backend and compares. docs/fixtures.md
 says how the committed fixtures were made.
 
@@ -24,6 +25,8 @@ import synth  # noqa: E402
 # upsamples, DupUp with ft=2 and with channel pairs (up_blocks.2: 64 -> 32), the mid attention.
 NARROW = synth.NARROW
 WIDE = dict(synth.NARROW, z_dim=16, base_dim=32)
+NARROW21 = synth.NARROW21
+WIDE21 = dict(synth.NARROW21, z_dim=16, base_dim=16)
 CASES = {
     "narrow_t1_4x4": (NARROW, 1, 101, 1, 4, 4),      # one frame: the first-frame paths only
     "narrow_t2_4x6": (NARROW, 2, 102, 2, 4, 6),      # non-square, the first later frame
@@ -33,6 +36,15 @@ CASES = {
     "narrow_t4_2x2": (NARROW, 6, 106, 4, 2, 2),
     "wide_t3_3x4": (WIDE, 7, 107, 3, 3, 4),          # z_dim 16, base 32: another channel split of DupUp
     "ti2v5b_t3_2x3": (synth.TI2V_5B, 8, 108, 3, 2, 3),  # the real config, tiny latents
+    # The Wan2.1 VAE's structure (is_residual False): the narrow config (z_dim 4, base 8: 32, 32, 32, 16, 8
+    # channels) keeps its features: upsample convs that halve the channels (32 -> 16, 16 -> 8), the 16 -> 32
+    # conv_shortcut that opens up_blocks.1, two temporal upsamplers, 3 output channels without unpatchify.
+    "wan21n_t1_4x4": (NARROW21, 11, 111, 1, 4, 4),   # one frame
+    "wan21n_t2_5x3": (NARROW21, 12, 112, 2, 5, 3),   # the first later frame, odd, taller than wide
+    "wan21n_t5_3x4": (NARROW21, 13, 113, 5, 3, 4),   # causal caches over 4 later frames
+    "wan21n_t2_1x1": (NARROW21, 14, 114, 2, 1, 1),   # one latent pixel
+    "wan21w_t3_3x5": (WIDE21, 15, 115, 3, 3, 5),     # z_dim 16 as the real one, base 16
+    "wan21_t3_2x3": (synth.WAN21, 16, 116, 3, 2, 3),  # the real config (base 96: 384, 384, 384, 192, 96)
 }
 
 
@@ -40,10 +52,12 @@ def diffusers_config(cfg):
     """AutoencoderKLWan's arguments for a w22 config (the encoder is built too; its base_dim is irrelevant to
     decoding, so the narrow configs use the decoder's to keep it small)."""
     real = cfg == synth.TI2V_5B
+    res = bool(cfg.get("is_residual", 1))
     return dict(base_dim=160 if real else cfg["base_dim"], decoder_base_dim=cfg["base_dim"], z_dim=cfg["z_dim"],
                 dim_mult=list(cfg["dim_mult"]), num_res_blocks=cfg["num_res_blocks"], attn_scales=[],
-                temperal_downsample=[bool(t) for t in cfg["temporal_up"][::-1]], is_residual=True,
-                in_channels=cfg["out_channels"], out_channels=cfg["out_channels"], patch_size=cfg["patch_size"],
+                temperal_downsample=[bool(t) for t in cfg["temporal_up"][::-1]], is_residual=res,
+                in_channels=cfg["out_channels"], out_channels=cfg["out_channels"],
+                patch_size=cfg["patch_size"] if cfg["patch_size"] != 1 else None,
                 scale_factor_temporal=4, scale_factor_spatial=8 * cfg["patch_size"])
 
 
@@ -93,7 +107,8 @@ def make_case(name, case, out_dir, f64_check=False):
     if not np.isfinite(video).all():
         raise SystemExit(f"{name}: the video has non-finite values")
 
-    meta = dict(z_dim=cfg["z_dim"], base_dim=cfg["base_dim"], weights_seed=wseed, latents_seed=zseed, T=T, h=h,
+    meta = dict(z_dim=cfg["z_dim"], base_dim=cfg["base_dim"], is_residual=int(cfg.get("is_residual", 1)),
+                weights_seed=wseed, latents_seed=zseed, T=T, h=h,
                 w=w, diffusers_version=diffusers.__version__, torch_version=torch.__version__)
     path = os.path.join(out_dir, name + ".safetensors")
     save_file({"latents": z, "video": np.ascontiguousarray(video)}, path,

@@ -18,10 +18,14 @@ STREAM_WEIGHTS = 1
 STREAM_LATENTS = 2
 CHUNK = 1 << 22  # elements per numpy pass: bounds the temporaries (8 bytes each) to a few tens of MB
 
-# The configs of the tests: TI2V-5B, and the narrow one that keeps every structural feature.
+# The configs of the tests: TI2V-5B, and the narrow one that keeps every structural feature; the Wan2.1 VAE
+# (is_residual 0: diffusers' AutoencoderKLWan defaults) and its narrow version.
 TI2V_5B = dict(z_dim=48, base_dim=256, dim_mult=(1, 2, 4, 4), num_res_blocks=2, temporal_up=(1, 1, 0),
-               out_channels=12, patch_size=2)
+               out_channels=12, patch_size=2, is_residual=1)
 NARROW = dict(TI2V_5B, z_dim=8, base_dim=16)
+WAN21 = dict(z_dim=16, base_dim=96, dim_mult=(1, 2, 4, 4), num_res_blocks=2, temporal_up=(1, 1, 0),
+             out_channels=3, patch_size=1, is_residual=0)
+NARROW21 = dict(WAN21, z_dim=4, base_dim=8)
 
 
 def mix_int(z):
@@ -89,16 +93,20 @@ def weight_table(cfg):
     conv(ap + ".proj", c0, c0, (1, 1))
     resblock("decoder.mid_block.resnets.0", c0, c0)
     resblock("decoder.mid_block.resnets.1", c0, c0)
+    res = cfg.get("is_residual", 1)
     for b in range(4):
         cin, cout = dims[b], dims[b + 1]
+        if b > 0 and not res:
+            cin //= 2  # Wan2.1: the previous upsampler halved the channels
         c = cin
         for r in range(cfg["num_res_blocks"] + 1):
             resblock(f"decoder.up_blocks.{b}.resnets.{r}", c, cout)
             c = cout
         if b != 3:
-            conv(f"decoder.up_blocks.{b}.upsampler.resample.1", cout, cout, (3, 3))
+            up = "upsampler" if res else "upsamplers.0"
+            conv(f"decoder.up_blocks.{b}.{up}.resample.1", cout if res else cout // 2, cout, (3, 3))
             if cfg["temporal_up"][b]:
-                conv(f"decoder.up_blocks.{b}.upsampler.time_conv", 2 * cout, cout, (3, 1, 1))
+                conv(f"decoder.up_blocks.{b}.{up}.time_conv", 2 * cout, cout, (3, 1, 1))
     gamma("decoder.norm_out", dims[4])
     conv("decoder.conv_out", cfg["out_channels"], dims[4], (3, 3, 3))
     return t

@@ -41,6 +41,7 @@ class Config(ctypes.Structure):
         ("temporal_up", ctypes.c_int * 3),
         ("out_channels", ctypes.c_int),
         ("patch_size", ctypes.c_int),
+        ("is_residual", ctypes.c_int),
     ]
 
 
@@ -85,6 +86,7 @@ _SIGNATURES = {
     "w22_last_error": (_c_char_p, []),
     "w22_dtype_size": (_c_size_t, [_c_int]),
     "w22_config_default": (None, [_cfg_p]),
+    "w22_config_wan21": (None, [_cfg_p]),
     "w22_config_check": (_c_int, [_cfg_p]),
     "w22_video_shape": (None, [_cfg_p, _c_int, _c_int, _c_int, ctypes.POINTER(_c_int), ctypes.POINTER(_c_int),
                                ctypes.POINTER(_c_int)]),

@@ -9,6 +9,10 @@
  * for all three dt. (2) A combine kernel per pixel and output channel walks the call's frames in order:
  * out = Y_2 + A + bias (rounded to bf16 once), A = Y_1 + B, B = Y_0.
  *
+ * An odd cout (the Wan2.1 VAE's conv_out: 96 -> 3) makes N = 3 cout odd, which only the scalar kernel takes: the
+ * GEMM runs N + 1 (w22_psum_tmp_channels), its last row of B the zero row that weights_gpu.cu puts after every
+ * 3x3x3 conv weight of odd cout, its last output channel in the scratch never read.
+ *
  * Which kernel runs (1): N = 36 is not a multiple of 128 (no wgmma) and above the row conv's 16 (conv_rows.cu), so
  * the 2D tiles' three-channel-block variant (conv_rows2d.cu, `rows2d 16x32x48`: each input pixel loaded once per
  * 32-channel slice for all nine taps, fp32 stores) from 6 rows on; under 6 rows, the mma.sync kernel's 128 x 128 tile (conv_sm90_mma.cu), which gathers A per tap. */
@@ -76,7 +80,7 @@ w22_status w22_cuda_conv_psum(w22_backend *b, const w22_conv_args *a) {
     EXPECT("psum_tmp.f", tmp->f, a->in.f);
     EXPECT("psum_tmp.h", tmp->h, a->out.h);
     EXPECT("psum_tmp.w", tmp->w, a->out.w);
-    EXPECT("psum_tmp.c (3 x cout)", tmp->c, 3L * w->cout);
+    EXPECT("psum_tmp.c (3 x cout, rounded up to even)", tmp->c, w22_psum_tmp_channels(w->cout));
     if (!tmp->ptr) return w22_fail(W22_ERR_INVALID_ARG, "cuda conv (partial sums): psum_tmp has no memory");
     const w22_cuda_weight *bias = (const w22_cuda_weight *)a->bias;
     if (bias) {
@@ -92,7 +96,7 @@ w22_status w22_cuda_conv_psum(w22_backend *b, const w22_conv_args *a) {
     memset(&g, 0, sizeof g);
     g.F = a->in.f, g.H = a->out.h, g.W = a->out.w;
     g.M = g.F * g.H * g.W;
-    g.N = 3 * w->cout;
+    g.N = tmp->c; /* 3 cout, or one more where cout is odd: a zero weight row (weights_gpu.cu), an even N */
     g.a = (const bf16 *)a->in.ptr;
     g.a_sf = a->in.sf, g.a_sh = a->in.sh, g.a_sw = a->in.sw;
     g.cin = w->cin, g.kt = 1, g.ks = 3, g.pad_y = g.pad_x = 1;

@@ -189,15 +189,19 @@ w22_status w22_cuda_weight_make(w22_cuda *c, w22_cuda_weight *w, const w22_wsrc 
     /* the direct layout: into the weight's own buffer, or (Winograd convs) into raw's place, then to the host, where
      * it waits until a direct conv needs it (at even sizes on one rank none does: 1.0 GB of device memory less) */
     void *dst = raw;
+    /* a 3x3x3 conv of odd cout (the Wan2.1 VAE's conv_out) gets one zero row of 9 cin after its weights: the head's
+     * partial-sums GEMM reads its taps as 3 cout rows and runs one more for an even N (conv_psum.cu) */
+    const size_t pad = !wino && vol == 27 && (w->cout & 1) ? (size_t)9 * w->cin * 2 : 0;
     if (!wino) {
-        W22_TRY(made(c, &w->dev, direct, "a conv weight"));
+        W22_TRY(made(c, &w->dev, direct + pad, "a conv weight"));
         dst = w->dev;
+        if (pad) CU_TRY(cudaMemsetAsync((char *)w->dev + direct, 0, pad, c->stream));
     }
     w22_wt_conv<<<grid_for(n), 256, 0, c->stream>>>(f, w->cout, w->cin, vol, (uint16_t *)dst);
     CU_LAUNCHED(c, "w22_wt_conv");
     if (!wino) {
-        w->bytes = direct;
-        W22_TRY(mark_constant(c, w->dev, direct, sum));
+        w->bytes = direct + pad;
+        W22_TRY(mark_constant(c, w->dev, direct + pad, sum));
         if (phases) { /* a 2D 3x3 conv: its upsample phases */
             const size_t pn = (size_t)4 * w->cout * 4 * w->cin;
             W22_TRY(made(c, &w->dev_phase, pn * 2, "phase weights"));

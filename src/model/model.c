@@ -1,5 +1,8 @@
 /* The decoder's description built from its config: the weight table in diffusers' named_parameters() order and
- * the layer list in execution order. Mirrors diffusers' WanDecoder3d (is_residual=True) and AutoencoderKLWan. */
+ * the layer list in execution order. Mirrors diffusers' WanDecoder3d and AutoencoderKLWan, both structures:
+ * is_residual=True (Wan2.2 TI2V-5B: WanResidualUpBlock, its DupUp3D avg_shortcut, upsamplers that keep the
+ * channels) and is_residual=False (the Wan2.1 VAE: WanUpBlock, no shortcut around the block, upsamplers.0 whose
+ * conv halves the channels, so each later block starts at half the previous block's width). */
 #include <stdio.h>
 #include <string.h>
 #include "model/model.h"
@@ -14,11 +17,26 @@ void w22_config_default(w22_config *c) {
     c->temporal_up[0] = 1; c->temporal_up[1] = 1; c->temporal_up[2] = 0;
     c->out_channels = 12;
     c->patch_size = 2;
+    c->is_residual = 1;
 }
+
+void w22_config_wan21(w22_config *c) {
+    memset(c, 0, sizeof *c);
+    c->z_dim = 16;
+    c->base_dim = 96;
+    c->dim_mult[0] = 1; c->dim_mult[1] = 2; c->dim_mult[2] = 4; c->dim_mult[3] = 4;
+    c->num_res_blocks = 2;
+    c->temporal_up[0] = 1; c->temporal_up[1] = 1; c->temporal_up[2] = 0;
+    c->out_channels = 3;
+    c->patch_size = 1;
+    c->is_residual = 0;
+}
+
+const char *w22_model_name(const w22_config *c) { return c->is_residual ? "Wan2.2 TI2V-5B" : "Wan2.1"; }
 
 int w22_config_equal(const w22_config *a, const w22_config *b) {
     if (a->z_dim != b->z_dim || a->base_dim != b->base_dim || a->num_res_blocks != b->num_res_blocks ||
-        a->out_channels != b->out_channels || a->patch_size != b->patch_size)
+        a->out_channels != b->out_channels || a->patch_size != b->patch_size || a->is_residual != b->is_residual)
         return 0;
     for (int i = 0; i < 4; i++) if (a->dim_mult[i] != b->dim_mult[i]) return 0;
     for (int i = 0; i < 3; i++) if (a->temporal_up[i] != b->temporal_up[i]) return 0;
@@ -31,15 +49,21 @@ static void config_dims(const w22_config *c, int dims[5]) {
     for (int i = 0; i < 4; i++) dims[i + 1] = c->base_dim * c->dim_mult[3 - i];
 }
 
+/* The channels of up block b's input: the previous block's upsampler output (diffusers: in_dim // 2 for i > 0 when
+ * not is_residual). */
+static int block_in(const w22_config *c, const int dims[5], int b) {
+    return b > 0 && !c->is_residual ? dims[b] / 2 : dims[b];
+}
+
 /* cfg must be within w22_config_check's bounds (the counts are then far from int's range). */
 void w22_model_counts(const w22_config *c, int *nlayers, int *nweights) {
     int dims[5], r = c->num_res_blocks;
     config_dims(c, dims);
     int w = 4 + 5 + 12 + 4 * (r + 1) * 6 + 3;
     for (int b = 0; b < 4; b++)
-        if (dims[b] != dims[b + 1]) w += 2; /* the block's first resnet has a conv_shortcut */
+        if (block_in(c, dims, b) != dims[b + 1]) w += 2; /* the block's first resnet has a conv_shortcut */
     for (int b = 0; b < 3; b++) w += c->temporal_up[b] ? 4 : 2;
-    *nlayers = W22_LAYERS_FOR(r);
+    *nlayers = W22_LAYERS_FOR(r) - (c->is_residual ? 0 : 6); /* Wan2.1: no block begin, no DupUp */
     *nweights = w;
 }
 
@@ -59,15 +83,23 @@ w22_status w22_config_check(const w22_config *c) {
         if (c->temporal_up[i] != 0 && c->temporal_up[i] != 1)
             return w22_fail(W22_ERR_INVALID_ARG, "config: temporal_up[%d] = %d, expected 0 or 1", i,
                             c->temporal_up[i]);
+    if (c->is_residual != 0 && c->is_residual != 1)
+        return w22_fail(W22_ERR_INVALID_ARG, "config: is_residual %d, expected 1 (Wan2.2 TI2V-5B) or 0 (Wan2.1)",
+                        c->is_residual);
     if (c->patch_size != 1 && c->patch_size != 2)
         return w22_fail(W22_ERR_INVALID_ARG, "config: patch_size %d, expected 1 or 2", c->patch_size);
     if (c->out_channels != 3 * c->patch_size * c->patch_size)
         return w22_fail(W22_ERR_INVALID_ARG, "config: out_channels %d, expected 3 x patch_size^2 = %d",
                         c->out_channels, 3 * c->patch_size * c->patch_size);
-    /* DupUp3D needs out * ft * 4 to be a multiple of in for every up block with an upsampler. */
+    /* DupUp3D needs out * ft * 4 to be a multiple of in for every up block with an upsampler; Wan2.1's upsample
+     * convs halve the channels, which must leave one. */
     int dims[5];
     config_dims(c, dims);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3 && !c->is_residual; i++)
+        if (dims[i + 1] < 2)
+            return w22_fail(W22_ERR_INVALID_ARG, "config: up block %d has %d channels; its upsampler halves them, "
+                            "expected at least 2", i, dims[i + 1]);
+    for (int i = 0; i < 3 && c->is_residual; i++) {
         int ft = c->temporal_up[i] ? 2 : 1;
         if ((dims[i + 1] * ft * 4) % dims[i] != 0)
             return w22_fail(W22_ERR_INVALID_ARG,
@@ -192,10 +224,12 @@ void w22_model_build(const w22_config *cfg, w22_model *m) {
     }
 
     int level = 0, tscale = 1;
+    const int res = cfg->is_residual;
+    m->stage_cin[0] = z;
     for (int b = 0; b < 4; b++) {
-        int cin = m->dims[b], cout = m->dims[b + 1];
+        int cin = block_in(cfg, m->dims, b), cout = m->dims[b + 1];
         int up = b != 3, temporal = up && cfg->temporal_up[b];
-        if (up) {
+        if (up && res) {
             snprintf(p, sizeof p, "decoder.up_blocks.%d", b);
             w22_layer *bb = new_layer(m, W22_L_BLOCK_BEGIN, cin, cin, level, tscale, p);
             bb->block = b;
@@ -208,15 +242,20 @@ void w22_model_build(const w22_config *cfg, w22_model *m) {
             c = cout;
         }
         if (up) {
-            snprintf(p, sizeof p, "decoder.up_blocks.%d.upsampler", b);
-            w22_layer *u = new_layer(m, W22_L_UPSAMPLE, cout, cout, level, tscale, p);
+            /* TI2V-5B: "upsampler", its conv cout -> cout; Wan2.1: "upsamplers.0", its conv cout -> cout / 2 */
+            const char *up_name = res ? "upsampler" : "upsamplers.0";
+            const int uout = res ? cout : cout / 2;
+            snprintf(p, sizeof p, "decoder.up_blocks.%d.%s", b, up_name);
+            w22_layer *u = new_layer(m, W22_L_UPSAMPLE, cout, uout, level, tscale, p);
             u->block = b;
             u->temporal = temporal;
-            snprintf(p, sizeof p, "decoder.up_blocks.%d.upsampler.resample.1", b);
-            u->w[W22_WS_CONV1_W] = add_conv(m, p, cout, cout, 1, 3, 1);
+            u->stage_end = !res;
+            m->stage_cin[b + 1] = uout;
+            snprintf(p, sizeof p, "decoder.up_blocks.%d.%s.resample.1", b, up_name);
+            u->w[W22_WS_CONV1_W] = add_conv(m, p, uout, cout, 1, 3, 1);
             u->w[W22_WS_CONV1_B] = u->w[W22_WS_CONV1_W] + 1;
             if (temporal) {
-                snprintf(p, sizeof p, "decoder.up_blocks.%d.upsampler.time_conv", b);
+                snprintf(p, sizeof p, "decoder.up_blocks.%d.%s.time_conv", b, up_name);
                 /* time_conv is (3,1,1): shape [2C, C, 3, 1, 1] */
                 char name[W22_NAME_MAX];
                 snprintf(name, sizeof name, "%s.weight", p);
@@ -229,10 +268,13 @@ void w22_model_build(const w22_config *cfg, w22_model *m) {
             }
             level++;
             if (temporal) tscale *= 2;
-            snprintf(p, sizeof p, "decoder.up_blocks.%d.avg_shortcut", b);
-            w22_layer *d = new_layer(m, W22_L_DUPUP, cin, cout, level, tscale, p);
-            d->block = b;
-            d->temporal = temporal;
+            if (res) {
+                snprintf(p, sizeof p, "decoder.up_blocks.%d.avg_shortcut", b);
+                w22_layer *d = new_layer(m, W22_L_DUPUP, cin, cout, level, tscale, p);
+                d->block = b;
+                d->temporal = temporal;
+                d->stage_end = 1;
+            }
         }
     }
     int cl = m->dims[4];
@@ -240,6 +282,7 @@ void w22_model_build(const w22_config *cfg, w22_model *m) {
     l->w[W22_WS_NORM1] = add_gamma(m, "decoder.norm_out", cl, 0);
     l->w[W22_WS_CONV1_W] = add_conv(m, "decoder.conv_out", cfg->out_channels, cl, 3, 3, 0);
     l->w[W22_WS_CONV1_B] = l->w[W22_WS_CONV1_W] + 1;
+    l->stage_end = 1;
 }
 
 int w22_model_find(const w22_model *m, const char *name) {
@@ -268,7 +311,7 @@ void w22_video_shape(const w22_config *cfg, int T, int h, int w, int *frames, in
     for (int b = 0; b < 3; b++)
         if (cfg->temporal_up[b]) f = 2 * f - 1;
     if (frames) *frames = f;
-    if (height) *height = h * 8 * cfg->patch_size;
+    if (height) *height = h * 8 * cfg->patch_size; /* 3 upsamplers (8x), then the unpatchify */
     if (width) *width = w * 8 * cfg->patch_size;
 }
 

@@ -7,7 +7,7 @@
 
 /* The table sizes follow from w22_config_check's bound on num_res_blocks (R), so that every config it accepts fits.
  * Layers: post_quant, conv_in, mid (resnet, attention, resnet), 3 up blocks of (begin, R + 1 resnets, upsample,
- * dupup), the last block's R + 1 resnets, the head. Weights at most: 2 + 2 (post_quant, conv_in), 5 (attention),
+ * dupup), the last block's R + 1 resnets, the head (the Wan2.1 decoder, is_residual 0, has no begin and dupup). Weights at most: 2 + 2 (post_quant, conv_in), 5 (attention),
  * 12 (mid resnets), 4 blocks x (R + 1) resnets x 6, 3 shortcuts x 2, 3 upsamplers x (2 + 2 time_conv), 3 (head). */
 #define W22_MAX_RES_BLOCKS 8
 #define W22_LAYERS_FOR(R) (19 + 4 * (R))
@@ -22,7 +22,8 @@ typedef enum {
     W22_L_RESBLOCK,    /* x + conv2(silu(rms2(conv1(silu(rms1(x)))))), shortcut 1x1x1 when cin != cout */
     W22_L_ATTN,        /* per-frame single-head attention over the frame's pixels, plus x */
     W22_L_BLOCK_BEGIN, /* an up block with a DupUp shortcut starts: its input is kept for W22_L_DUPUP */
-    W22_L_UPSAMPLE,    /* [time_conv (3,1,1) C -> 2C, frames interleaved] then nearest 2x + 3x3 conv2d */
+    W22_L_UPSAMPLE,    /* [time_conv (3,1,1) C -> 2C, frames interleaved] then nearest 2x + 3x3 conv2d C -> cout
+                        * (TI2V-5B: cout = C; Wan2.1: C / 2) */
     W22_L_DUPUP,       /* x += DupUp(block input): repeat channels, to frames ft x and space 2x */
     W22_L_HEAD,        /* norm_out -> SiLU -> causal 3x3x3 conv_out C -> out_channels */
 } w22_layer_kind;
@@ -42,6 +43,8 @@ typedef struct {
     int tscale;    /* frames per latent frame (after the first) at the layer's input: 1, 2 or 4 */
     int temporal;  /* upsample, dupup: 1 when time doubles */
     int block;     /* up block index, -1 outside */
+    int stage_end; /* the last layer of a plan stage (one per spatial level): TI2V-5B's DupUps, Wan2.1's upsamplers,
+                    * and the head */
     int w[W22_WS_COUNT];
     char prefix[W22_NAME_MAX]; /* "decoder.up_blocks.0.resnets.1" */
 } w22_layer;
@@ -61,7 +64,8 @@ typedef struct {
     w22_weight_desc weights[W22_MAX_WEIGHTS];
     int nlayers;
     w22_layer layers[W22_MAX_LAYERS];
-    int dims[5];      /* channels: conv_in/mid, then after each up block */
+    int dims[5];      /* channels: conv_in/mid, then each up block's resnets' output (diffusers' dims) */
+    int stage_cin[4]; /* channels of each stage's input: z_dim, then each upsampler's output */
 } w22_model;
 
 /* The layer and weight counts of cfg's model (what w22_model_build makes), without building it. */
@@ -72,6 +76,9 @@ void w22_model_build(const w22_config *cfg, w22_model *m);
 int w22_model_find(const w22_model *m, const char *name);
 /* Frames at each stage for T latent frames: frames[level] for level 0..3 (level 3 == the video's frames). */
 void w22_model_stage_frames(const w22_model *m, int T, int frames[4]);
+/* Which VAE's structure cfg has: "Wan2.2 TI2V-5B" (is_residual 1) or "Wan2.1" (is_residual 0; the Wan2.1 VAE that
+ * Wan2.1, Wan2.2 A14B and Qwen-Image decode with). */
+const char *w22_model_name(const w22_config *cfg);
 /* Whether two configs describe the same model. */
 int w22_config_equal(const w22_config *a, const w22_config *b);
 

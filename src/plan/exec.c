@@ -396,7 +396,8 @@ static w22_status head_conv_psum(chunk_ctx *k, int li, w22_view o) {
     w22_view st = mkview(d->cache[li][0].ptr, 2, k->H, k->W, L->cout, 0, 4);
     w22_conv_args a = {.in = fresh, .out = o, .weight = d->wt[L->w[W22_WS_CONV1_W]],
                        .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 3, .ks = 3, .psum = &st,
-                       .psum_tmp = mkview((char *)o.ptr + tmp_off, k->m, k->H, k->W, 3 * L->cout, 0, 4)};
+                       .psum_tmp = mkview((char *)o.ptr + tmp_off, k->m, k->H, k->W,
+                                          w22_psum_tmp_channels(L->cout), 0, 4)};
     return conv_with_halo(k, &a);
 }
 

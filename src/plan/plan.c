@@ -26,10 +26,11 @@ static int want_rotate(const w22_decoder *d) { return !(d->test && d->test->rota
 static int want_psum(const w22_decoder *d) { return !(d->test && d->test->psum_off); }
 
 /* Bytes of the head's conv_out buffers in T1 with partial sums: its output (cout channels, elements of es), then
- * from the next 256-byte boundary the fp32 Ys of its three temporal taps (3 cout channels): exec.c's head_conv_psum. */
+ * from the next 256-byte boundary the fp32 Ys of its three temporal taps (3 cout channels, rounded up to even:
+ * w22_psum_tmp_channels): exec.c's head_conv_psum. */
 size_t w22_head_psum_bytes(int f, int h, int w, int cout, size_t es, size_t *tmp_off) {
     *tmp_off = align_up(w22_frames_bytes(f, h, w, cout, 0, es));
-    return *tmp_off + w22_frames_bytes(f, h, w, 3 * cout, 0, 4);
+    return *tmp_off + w22_frames_bytes(f, h, w, w22_psum_tmp_channels(cout), 0, 4);
 }
 
 /* The channels of the fresh input of cache k of layer L when that input goes through norm_conv (exec.c: a norm
@@ -260,17 +261,17 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum) 
     d->h = h;
     d->w = w;
 
-    /* Stages: cut the layer list after each DupUp. */
+    /* Stages: cut the layer list after each stage end (model.h: TI2V-5B's DupUps, Wan2.1's upsamplers). */
     int s = 0, start = 0;
     for (int l = 0; l < m->nlayers && s < W22_STAGES; l++) {
-        if (m->layers[l].kind == W22_L_DUPUP || l == m->nlayers - 1) {
+        if (m->layers[l].stage_end) {
             w22_stage *st = &d->stages[s];
             memset(st, 0, sizeof *st);
             st->layer0 = start;
             st->layer1 = l + 1;
             st->level = s;
-            st->cin = s == 0 ? m->cfg.z_dim : m->dims[s];
-            st->temporal = m->layers[l].kind == W22_L_DUPUP && m->layers[l].temporal;
+            st->cin = m->stage_cin[s];
+            st->temporal = m->layers[l].kind != W22_L_HEAD && m->layers[l].temporal;
             start = l + 1;
             s++;
         }
@@ -288,7 +289,9 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum) 
          * its queue: stage 0's block starts after the mid block, its input in a scratch slot that the later
          * stages' chunks overwrite, so stage 0 (more than one latent frame per pass) hands on its whole output. */
         const int block_in_queue = m->layers[p->layer0].kind == W22_L_BLOCK_BEGIN;
-        p->interleave = c < made && (!p->temporal || c % 2 == 0) && block_in_queue;
+        /* Wan2.1 (no DupUp): nothing of the stage is read after its upsample input is made; stage 0 still hands on
+         * its whole output, as TI2V-5B's (its frames are the smallest; one rule for both models there) */
+        p->interleave = c < made && (!p->temporal || c % 2 == 0) && (block_in_queue || (!m->cfg.is_residual && s > 1));
         st->in_cap = p->interleave ? c : made;
         st->chunk = c < st->in_cap ? c : st->in_cap;
     }

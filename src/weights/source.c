@@ -301,19 +301,16 @@ static w22_status parse_diffusers(const cfgctx *c, int root, w22_config *cfg) {
     size_t k = 0;
     int isr = w22_json_get(j, root, "is_residual"), attn = w22_json_get(j, root, "attn_scales"),
         ps = w22_json_get(j, root, "patch_size");
-    if (isr < 0 || !truthy(j, isr))
-        k += (size_t)snprintf(problems + k, sizeof problems - k, "is_residual is False (the Wan2.1 VAE); expected "
-                              "True (Wan2.2)");
     if (attn >= 0 && truthy(j, attn)) {
         char t[64];
         w22_json_text(j, attn, t, sizeof t);
         k += (size_t)snprintf(problems + k, k < sizeof problems ? sizeof problems - k : 0, "%sattn_scales %s, "
                               "expected []", k ? "; " : "", t);
     }
-    if (ps < 0 || w22_json_kind_of(j, ps) == W22_JSON_NULL)
-        k += (size_t)snprintf(problems + k, k < sizeof problems ? sizeof problems - k : 0, "%spatch_size is None, "
-                              "expected 2", k ? "; " : "");
     if (k) return w22_fail(W22_ERR_INVALID_ARG, "%s: diffusers config: %s", c->name, problems);
+    /* is_residual chooses the decoder's structure: True Wan2.2 TI2V-5B's, False (diffusers' default) the Wan2.1
+     * VAE's; patch_size None (the default) is no patchify, 1 here */
+    cfg->is_residual = isr >= 0 && truthy(j, isr);
     /* diffusers' defaults for absent fields (AutoencoderKLWan.__init__) */
     cfg->z_dim = 16;
     cfg->base_dim = 96;
@@ -333,17 +330,19 @@ static w22_status parse_diffusers(const cfgctx *c, int root, w22_config *cfg) {
     if ((n = w22_json_get(j, root, "num_res_blocks")) >= 0)
         W22_TRY(cfg_int(c, n, "num_res_blocks", &cfg->num_res_blocks));
     if ((n = w22_json_get(j, root, "out_channels")) >= 0) W22_TRY(cfg_int(c, n, "out_channels", &cfg->out_channels));
-    return cfg_int(c, ps, "patch_size", &cfg->patch_size);
+    cfg->patch_size = 1;
+    if (ps >= 0 && w22_json_kind_of(j, ps) != W22_JSON_NULL) W22_TRY(cfg_int(c, ps, "patch_size", &cfg->patch_size));
+    return W22_OK;
 }
 
 static w22_status parse_own(const cfgctx *c, int root, w22_config *cfg) {
     static const char *const keys[] = {"z_dim", "base_dim", "dim_mult", "num_res_blocks", "temporal_up",
-                                       "out_channels", "patch_size"};
+                                       "out_channels", "patch_size", "is_residual"};
     w22_config_default(cfg);
     for (int e = w22_json_first(c->j, root); e >= 0; e = w22_json_next(c->j, e)) {
         const char *key = w22_json_key(c->j, e, NULL);
         int i = 0;
-        while (i < 7 && strcmp(key, keys[i])) i++;
+        while (i < 8 && strcmp(key, keys[i])) i++;
         switch (i) {
         case 0: W22_TRY(cfg_int(c, e, key, &cfg->z_dim)); break;
         case 1: W22_TRY(cfg_int(c, e, key, &cfg->base_dim)); break;
@@ -352,10 +351,11 @@ static w22_status parse_own(const cfgctx *c, int root, w22_config *cfg) {
         case 4: W22_TRY(cfg_ints(c, e, key, 3, cfg->temporal_up, 0, 0)); break;
         case 5: W22_TRY(cfg_int(c, e, key, &cfg->out_channels)); break;
         case 6: W22_TRY(cfg_int(c, e, key, &cfg->patch_size)); break;
+        case 7: W22_TRY(cfg_int(c, e, key, &cfg->is_residual)); break;
         default:
             return w22_fail(W22_ERR_INVALID_ARG, "%s: config: unknown key '%.100s'; expected a diffusers "
                             "AutoencoderKLWan config (with temperal_downsample) or some of z_dim, base_dim, dim_mult, "
-                            "num_res_blocks, temporal_up, out_channels, patch_size", c->name, key);
+                            "num_res_blocks, temporal_up, out_channels, patch_size, is_residual", c->name, key);
         }
     }
     return W22_OK;

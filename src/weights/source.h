@@ -37,8 +37,9 @@ typedef struct {
 } w22_vae_config;
 
 /* Parses a config.json held in text[0, n) (name: for messages) as the Python package does: the diffusers form
- * (it has temperal_downsample or decoder_base_dim; is_residual true, attn_scales empty, patch_size set) or this
- * library's keys (z_dim, base_dim, dim_mult, num_res_blocks, temporal_up, out_channels, patch_size; nothing else),
+ * (it has temperal_downsample or decoder_base_dim; attn_scales empty; is_residual true: TI2V-5B, false or absent: the
+ * Wan2.1 VAE; patch_size None: 1) or this library's keys (z_dim, base_dim, dim_mult, num_res_blocks, temporal_up,
+ * out_channels, patch_size, is_residual; nothing else),
  * then w22_config_check. Unusable statistics do not fail the parse (nstats -1 and stats_problem say why). */
 w22_status w22_vae_config_parse(const void *text, size_t n, const char *name, w22_vae_config *vc);
 w22_status w22_vae_config_read(const char *path, w22_vae_config *vc);

@@ -17,13 +17,14 @@
 #include "weights/weights.h"
 
 /* The config as one line of text, kept in the file's __metadata__ (key "wan22vae_config") so that a saved file
- * says which model it holds: z_dim,base_dim,dim_mult x4,num_res_blocks,temporal_up x3,out_channels,patch_size. */
-#define CONFIG_FIELDS 12
+ * says which model it holds: z_dim,base_dim,dim_mult x4,num_res_blocks,temporal_up x3,out_channels,patch_size,
+ * is_residual. Files saved before is_residual existed hold the first 12 (TI2V-5B's structure, is_residual 1). */
+#define CONFIG_FIELDS 13
 
 static void config_text(const w22_config *c, char *buf, size_t cap) {
-    snprintf(buf, cap, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", c->z_dim, c->base_dim, c->dim_mult[0], c->dim_mult[1],
-             c->dim_mult[2], c->dim_mult[3], c->num_res_blocks, c->temporal_up[0], c->temporal_up[1],
-             c->temporal_up[2], c->out_channels, c->patch_size);
+    snprintf(buf, cap, "%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", c->z_dim, c->base_dim, c->dim_mult[0],
+             c->dim_mult[1], c->dim_mult[2], c->dim_mult[3], c->num_res_blocks, c->temporal_up[0], c->temporal_up[1],
+             c->temporal_up[2], c->out_channels, c->patch_size, c->is_residual);
 }
 
 /* One decimal int of the config text at *s (an optional '-', digits): strict, since sscanf's %d is undefined
@@ -46,12 +47,13 @@ static int parse_field(const char **s, int *v) {
 }
 
 static int config_parse(const char *s, w22_config *c) {
-    int v[CONFIG_FIELDS];
-    for (int i = 0; i < CONFIG_FIELDS; i++) {
-        if (i && *s++ != ',') return 0;
-        if (!parse_field(&s, &v[i])) return 0;
+    int v[CONFIG_FIELDS], n = 0;
+    v[CONFIG_FIELDS - 1] = 1; /* 12 fields: a file saved before is_residual, TI2V-5B's structure */
+    for (; n < CONFIG_FIELDS && (n == 0 || *s == ','); n++) {
+        if (n) s++;
+        if (!parse_field(&s, &v[n])) return 0;
     }
-    if (*s) return 0;
+    if (*s || n < CONFIG_FIELDS - 1) return 0;
     c->z_dim = v[0];
     c->base_dim = v[1];
     for (int i = 0; i < 4; i++) c->dim_mult[i] = v[2 + i];
@@ -59,6 +61,7 @@ static int config_parse(const char *s, w22_config *c) {
     for (int i = 0; i < 3; i++) c->temporal_up[i] = v[7 + i];
     c->out_channels = v[10];
     c->patch_size = v[11];
+    c->is_residual = v[12];
     return 1;
 }
 
@@ -101,8 +104,8 @@ static w22_status find_prefix(const w22_st_file *f, const char *path, char *pref
     }
     return w22_fail(W22_ERR_MISSING_TENSOR,
                     "%s: no post_quant_conv.weight or decoder.conv_in.weight (with or without a prefix such as "
-                    "\"vae.\"); expected a Wan2.2 VAE decoder in diffusers naming, found %d tensors%s%s%s (an "
-                    "original Wan2.2_VAE.pth needs tools/convert_pth.py)", path, f->ntensors,
+                    "\"vae.\"); expected a Wan VAE decoder (Wan2.2 TI2V-5B's or the Wan2.1 VAE) in diffusers naming, "
+                    "found %d tensors%s%s%s (an original Wan2.2_VAE.pth or Wan2.1_VAE.pth needs tools/convert_pth.py)", path, f->ntensors,
                     f->ntensors ? ", the first '" : "", f->ntensors ? f->tensors[0].name : "",
                     f->ntensors ? "'" : "");
 }
@@ -117,24 +120,31 @@ static int dim_as_int(const w22_st_tensor *t, int d) {
     return d < t->ndim && t->shape[d] > 0 && t->shape[d] <= 1 << 20 ? (int)t->shape[d] : -1;
 }
 
-/* Without a config from the caller: the one saved in the file's metadata, else z_dim from post_quant_conv and
- * base_dim from norm_out (dim_mult[0] is 1, so norm_out has base_dim channels), the rest Wan2.2's defaults. */
+/* Without a config from the caller: the one saved in the file's metadata, else from the tensors: the structure
+ * from the upsampler's name (TI2V-5B's up blocks have "upsampler", Wan2.1's "upsamplers.0"), z_dim from
+ * post_quant_conv, base_dim from norm_out (dim_mult[0] is 1, so norm_out has base_dim channels), out_channels from
+ * conv_out (3 x patch_size^2), the rest the defaults both VAEs share. */
 static w22_status infer_config(const w22_st_file *f, const char *path, const char *prefix, w22_config *cfg) {
     w22_config_default(cfg);
     const char *meta = w22_st_meta(f, "wan22vae_config");
     if (meta) {
         if (!config_parse(meta, cfg))
-            return w22_fail(W22_ERR_FORMAT, "%s: __metadata__ wan22vae_config is '%.100s', expected %d "
-                            "comma-separated integers", path, meta, CONFIG_FIELDS);
+            return w22_fail(W22_ERR_FORMAT, "%s: __metadata__ wan22vae_config is '%.100s', expected %d (or %d) "
+                            "comma-separated integers", path, meta, CONFIG_FIELDS, CONFIG_FIELDS - 1);
     } else {
         const w22_st_tensor *pq = find_named(f, prefix, "post_quant_conv.weight");
         const w22_st_tensor *no = find_named(f, prefix, "decoder.norm_out.gamma");
-        if (!pq || !no)
+        const w22_st_tensor *co = find_named(f, prefix, "decoder.conv_out.weight");
+        if (!pq || !no || !co)
             return w22_fail(W22_ERR_MISSING_TENSOR, "%s: tensor '%s%s' is missing; expected it to infer the "
                             "config (or pass a config)", path, prefix,
-                            !pq ? "post_quant_conv.weight" : "decoder.norm_out.gamma");
+                            !pq ? "post_quant_conv.weight" : !no ? "decoder.norm_out.gamma" : "decoder.conv_out.weight");
+        if (find_named(f, prefix, "decoder.up_blocks.0.upsamplers.0.resample.1.weight"))
+            w22_config_wan21(cfg);
         cfg->z_dim = dim_as_int(pq, 0);
         cfg->base_dim = dim_as_int(no, 0);
+        cfg->out_channels = dim_as_int(co, 0);
+        cfg->patch_size = cfg->out_channels == 3 ? 1 : 2;
     }
     w22_status s = w22_config_check(cfg);
     if (s != W22_OK)
@@ -159,19 +169,30 @@ static w22_status bind_tensors(w22_weights *w, const w22_st_file *f, const char 
     const w22_model *m = &w->model;
     const w22_st_tensor *found[W22_MAX_WEIGHTS];
     char got[256], want[256];
+    /* the other VAE's decoder (the up blocks' upsampler names tell them apart): say so, not which tensor is missing */
+    const int file_wan21 = find_named(f, prefix, "decoder.up_blocks.0.upsamplers.0.resample.1.weight") != NULL;
+    const int file_ti2v = find_named(f, prefix, "decoder.up_blocks.0.upsampler.resample.1.weight") != NULL;
+    if ((file_wan21 && m->cfg.is_residual) || (file_ti2v && !m->cfg.is_residual))
+        return w22_fail(W22_ERR_FORMAT, "%s: the file holds %s decoder (%sdecoder.up_blocks.0.%s.*); the config is "
+                        "%s's (is_residual %d); expected a config of the file's model (or none: it is then "
+                        "recognised from the tensors)", path, file_wan21 ? "the Wan2.1 VAE's" : "Wan2.2 TI2V-5B's",
+                        prefix, file_wan21 ? "upsamplers.0" : "upsampler", w22_model_name(&m->cfg),
+                        m->cfg.is_residual);
     for (int i = 0; i < m->nweights; i++) {
         const w22_weight_desc *d = &m->weights[i];
         w22_shape_text(want, sizeof want, d->ndim, d->shape);
         const w22_st_tensor *t = find_named(f, prefix, d->name);
         if (!t)
-            return w22_fail(W22_ERR_MISSING_TENSOR, "%s: tensor '%s%s' is missing; expected shape %s (config "
-                            "z_dim %d, base_dim %d)", path, prefix, d->name, want, m->cfg.z_dim, m->cfg.base_dim);
+            return w22_fail(W22_ERR_MISSING_TENSOR, "%s: tensor '%s%s' is missing; expected shape %s (config %s, "
+                            "z_dim %d, base_dim %d)", path, prefix, d->name, want, w22_model_name(&m->cfg),
+                            m->cfg.z_dim, m->cfg.base_dim);
         int same = t->ndim == d->ndim;
         for (int k = 0; same && k < d->ndim; k++) same = t->shape[k] == d->shape[k];
         if (!same) {
             w22_shape_text(got, sizeof got, t->ndim, t->shape);
-            return w22_fail(W22_ERR_BAD_SHAPE, "%s: tensor '%s' has shape %s, expected %s (config z_dim %d, "
-                            "base_dim %d)", path, t->name, got, want, m->cfg.z_dim, m->cfg.base_dim);
+            return w22_fail(W22_ERR_BAD_SHAPE, "%s: tensor '%s' has shape %s, expected %s (config %s, z_dim %d, "
+                            "base_dim %d)", path, t->name, got, want, w22_model_name(&m->cfg), m->cfg.z_dim,
+                            m->cfg.base_dim);
         }
         found[i] = t;
     }
@@ -182,9 +203,10 @@ static w22_status bind_tensors(w22_weights *w, const w22_st_file *f, const char 
         const char *rest = name + plen;
         if (strncmp(rest, "decoder.", 8) != 0 && strncmp(rest, "post_quant_conv.", 16) != 0) continue;
         if (w22_model_find(m, rest) < 0)
-            return w22_fail(W22_ERR_FORMAT, "%s: tensor '%s' is not part of this model (config z_dim %d, base_dim "
-                            "%d, num_res_blocks %d, temporal_up [%d, %d, %d]); expected exactly the decoder's %d "
-                            "tensors (a different model variant?)", path, name, m->cfg.z_dim, m->cfg.base_dim,
+            return w22_fail(W22_ERR_FORMAT, "%s: tensor '%s' is not part of this model (config %s, z_dim %d, "
+                            "base_dim %d, num_res_blocks %d, temporal_up [%d, %d, %d]); expected exactly the decoder's "
+                            "%d tensors (a different model variant?)", path, name, w22_model_name(&m->cfg),
+                            m->cfg.z_dim, m->cfg.base_dim,
                             m->cfg.num_res_blocks, m->cfg.temporal_up[0], m->cfg.temporal_up[1],
                             m->cfg.temporal_up[2], m->nweights);
     }

@@ -145,9 +145,13 @@ test-tsan:
 	$(MAKE) BUILD=build-tsan SAN=thread CUDA=0 BLAS=none OPT=-O1 all
 	@BUILD=build-tsan tests/tsan.sh
 
-# Disassembly of the CUDA kernels: HGMMA/HMMA should be there.
+# Disassembly of the CUDA kernels: HGMMA/HMMA should be there; per arch, its kernels and their HMMA/HGMMA lines (the
+# portable ones on every arch of CUDA_ARCHS, the Hopper ones on sm_90a alone; tests/test_fat_build.sh checks the
+# archs without cuobjdump). Spills: ptxas warns at build time (-Xptxas=--warn-on-spills).
 sass: $(LIB_CU:%.cu=$(BUILD)/%.o)
 	for o in $^; do cuobjdump --dump-sass $$o; done > $(BUILD)/kernels.sass; grep -c -E 'HGMMA|HMMA' $(BUILD)/kernels.sass
+	@awk '/^arch = / {a = $$3} /Function : / {k[a]++} /HMMA|HGMMA/ {m[a]++} \
+	    END {for (x in k) printf "%s: %d kernels, %d HMMA/HGMMA lines\n", x, k[x], m[x]}' $(BUILD)/kernels.sass | sort
 
 # make install [PREFIX=/usr/local] [DESTDIR=staging]: the header, libwan22vae.so.$(VERSION) with its links
 # (SONAME $(SONAME)), libwan22vae.a, the CLI and lib/pkgconfig/wan22vae.pc (Libs.private: what the .a needs here).

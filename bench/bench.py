@@ -60,6 +60,12 @@ Running it (bench/README.md has the device command lines)
     python3 bench/bench.py --workload f241 --merge bench/results/r.json --json $OUT/r.json
     python3 bench/bench.py --workload f121 f241 f481 --no-check          timing only (skips the fp32 decodes)
     python3 bench/bench.py --workload f481x1 f481x2 f481x4               worlds 1, 2, 4 (needs 4 GPUs)
+    python3 bench/bench.py --workload f121 f481 --portable               + the portable kernels on the same GPU
+
+--portable (issue 45): after the GPU's own path, world 1's workloads run again on the portable kernels (a decoder
+opened with W22_KERNELS=portable: mma.sync within 99 KB of shared memory, as on Ampere, Ada and Blackwell), checked
+and timed the same way against the same references and diffusers' times; each workload's record holds them under
+"portable" (its "path" says which kernels the decoder ran, its "speedup" diffusers ms / its ms).
 
 diffusers' fp32 decode takes about 2.3 s per latent frame on an H200 (280 s at T=121), so a full run is split
 into commands of under 10 minutes that merge into one JSON (--merge). References and calibration are cached under
@@ -1550,6 +1556,58 @@ def free_port():
         return s.getsockname()[1]
 
 
+def decoder_paths():
+    """The kernel paths of the decoders the package's protocol holds open ("hopper", "portable")."""
+    from wan22vae import protocol
+    return sorted({e.decoder.path for e in list(protocol._DECODERS.values())})
+
+
+def portable_pass(a, order1, ours, weights, pg, z_full, refs, calib, sampler, mem0, our_names, uuid, report, save):
+    """--portable: world 1's workloads again on a decoder of the portable kernels (W22_KERNELS=portable at its open,
+    issue 45), beside the GPU's own path's in the same run: the same check, trials, audit and memory; each record
+    under the workload's "portable", with the path the decoder took and the speedup over diffusers' bf16."""
+    import torch
+    ours.release()  # the default path's decoder goes first: one decoder's memory at a time
+    torch.cuda.empty_cache()
+    old = os.environ.get("W22_KERNELS")
+    os.environ["W22_KERNELS"] = "portable"
+    try:
+        weights_run = ours.prepare(weights, 0, 1, pg)
+        torch.cuda.synchronize()
+        paths = decoder_paths()
+        log(f"portable: the decoder runs {', '.join(paths)}")
+        marks = fingerprint(weights_run)
+        for c, w in order1:
+            name = workload_name(c, w)
+            try:
+                r = run_workload(a, c, w, ours, weights_run, marks, pg, z_full, refs, calib, sampler, mem0,
+                                 our_names, uuid)
+            except Exception as e:  # noqa: BLE001 - the workload fails, the next one runs
+                r = {"error": f"{type(e).__name__}: {e}"}
+                log(f"{name} portable: FAILED: {traceback.format_exc(limit=6)}")
+            r["path"] = ",".join(paths)
+            rec = report["workloads"][name]
+            d = rec.get("diffusers") or {}
+            if r.get("ms") and d.get("ms"):
+                r["speedup"] = d["ms"] / r["ms"]
+            if r.get("ms") and rec.get("ms"):
+                r["vs_default_path"] = r["ms"] / rec["ms"]
+            rec["portable"] = r
+            torch.cuda.empty_cache()
+            final = save()
+            show(f"{name}:p", {**final["workloads"][name]["portable"], "timed": rec.get("timed"),
+                               "diffusers": d})
+            if r.get("vs_default_path"):
+                log(f"{name}: portable {r['ms']:.1f} ms, x{r['vs_default_path']:.2f} the default path's "
+                    f"{rec['ms']:.1f} ms" + (f", x{r['speedup']:.2f} over diffusers bf16" if r.get("speedup") else ""))
+    finally:
+        ours.release()
+        if old is None:
+            os.environ.pop("W22_KERNELS", None)
+        else:
+            os.environ["W22_KERNELS"] = old
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", nargs="*", default=list(WORKLOADS),
@@ -1573,6 +1631,8 @@ def main(argv=None):
     p.add_argument("--json", help="results file (default bench/results/<date>-<gpu>.json)")
     p.add_argument("--merge", help="a results JSON of an earlier command of the same run to merge into this one")
     p.add_argument("--kernels", action="store_true", help="list the audited calls' kernels")
+    p.add_argument("--portable", action="store_true",
+                   help="world 1 also on the portable kernels (W22_KERNELS=portable), recorded under 'portable'")
     p.add_argument("--start-timeout", type=float, default=SESSION_START_SEC,
                    help="worlds > 1: seconds for the ranks to start (NCCL, weights, prepare) before they are stopped")
     p.add_argument("--workload-timeout", type=float, default=WORKLOAD_SEC,
@@ -1711,6 +1771,7 @@ def main(argv=None):
             weights_run = ours.prepare(weights, 0, 1, pg)
             torch.cuda.synchronize()
             setup["prepare_s"] = time.monotonic() - start
+            setup["kernels_path"] = ",".join(decoder_paths())  # "hopper" or "portable" (W22_KERNELS, the GPU)
             mem0["reserved_after_prepare"] = torch.cuda.memory_reserved()
             used = nvml.used()
             mem0["prepare_gib"] = (used - mem0["nvml"]) / GIB if used is not None and mem0["nvml"] else None
@@ -1742,6 +1803,9 @@ def main(argv=None):
             if a.kernels and r.get("audit"):
                 for g, n, k, ms in r["audit"]["kernels"][:25]:
                     log(f"   [{g:<6}] {ms:9.2f} ms x{k:<6} {n[:110]}")
+        if ours and a.portable:
+            portable_pass(a, order1, ours, weights, pg, z_full, refs, calib, sampler, mem0, our_names, uuid, report,
+                          save)
         if ours and worlds:
             ours.release()  # world 1's decoder leaves GPU 0 before rank 0 comes
         if pg is not None:

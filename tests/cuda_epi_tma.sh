@@ -9,6 +9,10 @@
 set -u
 B=${BUILD:-build}
 pass=0; fail=0
+if [ "${W22_KERNELS:-}" = portable ]; then # the TMA store is the Hopper path's; the portable path has no TMA
+    echo "cuda_epi_tma: W22_KERNELS=portable: the TMA conv is the Hopper path's, nothing to check"
+    echo "cuda_epi_tma: 0 passed, 0 failed"; exit 0
+fi
 for v in ""; do
     out=$(env $v "$B/tests/cuda_ops" -o conv 2>&1)
     onp=$(printf '%s\n' "$out" | grep -E '^conv .*\[wgmma[^]]*tma-store[^]]*\] ok$')

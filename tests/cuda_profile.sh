@@ -16,6 +16,11 @@ dec "$tmp/plain.npy" > "$tmp/plain.log" 2>&1 || { cat "$tmp/plain.log"; exit 1; 
 W22_PROFILE=1 dec "$tmp/prof.npy" > "$tmp/prof.log" 2>&1 || { cat "$tmp/prof.log"; exit 1; }
 if cmp -s "$tmp/plain.npy" "$tmp/prof.npy"; then ok "same output with W22_PROFILE=1"; else bad "same output with W22_PROFILE=1"; fi
 if grep -q '^w22 profile (W22_PROFILE=1)' "$tmp/prof.log"; then ok "report printed"; else bad "report printed"; fi
+# the table names the kernel path the backend took (issue 45): the portable one under W22_KERNELS=portable
+want='kernels: the (Hopper|portable) path'
+[ "${W22_KERNELS:-}" = portable ] && want='kernels: the portable path'
+if grep -E "^w22 profile .*$want" "$tmp/prof.log" >/dev/null; then ok "report names the kernel path"; else
+    bad "report names the kernel path"; fi
 if grep -q '^w22 profile' "$tmp/plain.log"; then bad "no report without W22_PROFILE"; else ok "no report without W22_PROFILE"; fi
 # rows: ms, share, calls, us/call, [TFLOP/s], [GB/s], op; a conv row has a rate and the kernel path in brackets
 if grep -E '^ +[0-9.]+ +[0-9.]+% +[1-9][0-9]* +[0-9.]+ +[0-9]+ +conv .*\[.+\]$' "$tmp/prof.log" >/dev/null; then

@@ -567,6 +567,8 @@ run "--crf for a .y4m" 2 "--crf is for outputs written through ffmpeg" dec --out
 run "--codec for standard output" 2 "--codec is for outputs written through ffmpeg" dec --out - --codec libx264
 run "--ffmpeg-args with an unclosed quote" 2 "quote is not closed" dec --out o13.mkv --ffmpeg-args "-metadata 'x"
 run "-v with -q" 2 "expected one of them" dec --out o14.y4m -v -q
+run "bad --kernels" 2 "--kernels: expected auto or portable, found 'hopper'" dec --out o14.y4m --kernels hopper
+run "help decode: --kernels" 0 "--kernels K" "$BIN" help decode
 for o in o8.y4m o9.y4m o11.png o11.notavideo o12.y4m o13.mkv o14.y4m; do nothing_left "usage errors" "$o"; done
 
 # The writer thread (issue 30): the decode hands each frame over and goes on while a thread writes; the files must

@@ -8,7 +8,14 @@
  * 44 x 78 frame at C = 1024, each rounded to 256 bytes: src/cuda/attention.cu) lies in what stage 0 leaves free
  * past its own slots (since v22), which must hold it. With one latent frame per pass and with two (the default since
  * v24) the workspace must fit the rest, and with two it must not grow against the copy design (rotate_off,
- * psum_off), which is printed beside it. */
+ * psum_off), which is printed beside it.
+ *
+ * Issue 45's 24 GB cards: at 1280 x 704 (latents 44 x 80; T = 31 or any other: the plan never sees T) the portable
+ * path's device memory, this workspace plus the weights in the CUDA backend's layouts (weights_gpu.cu: vectors fp32,
+ * convs bf16 direct, the upsamplers' 2D 3x3 convs their phases too, the Winograd convs of 512 channels and up their 16
+ * components alone), at most 6 GiB. The portable path adds no scratch of its own beyond them: no split-tail partials
+ * or TMA identities (the Hopper path's), the attention's scratch and Winograd's V and M inside the stages' free
+ * spans (above), and at these even sizes no Winograd conv needs its direct weights on the device. */
 #include <stdlib.h>
 #include <string.h>
 #include "plan/plan_internal.h"
@@ -40,6 +47,47 @@ static w22_decoder *plan(w22_backend *b, const w22_config *cfg, int fpp, int cop
     CHECK_OK(w22_plan_prepare(d, 44, 78));
     CHECK(counted == d->workspace_bytes, "counted %zu, the plan says %zu", counted, d->workspace_bytes);
     return d;
+}
+
+/* The weights' device bytes on the CUDA backend (weights_gpu.cu's layouts, W22_WINOGRAD's default 512). */
+static size_t cuda_weight_bytes(const w22_model *m) {
+    size_t n = 0;
+    for (int i = 0; i < m->nweights; i++) {
+        const w22_weight_desc *w = &m->weights[i];
+        if (w->is_gamma || w->ndim == 1) {
+            n += (size_t)w->numel * 4;
+            continue;
+        }
+        const int64_t cout = w->shape[0], cin = w->shape[1];
+        const int wino = w->ndim == 5 && w->shape[2] == 3 && w->shape[3] == 3 && w->shape[4] == 3 && cin >= 512 &&
+                         cout >= 512;
+        if (wino) {
+            n += (size_t)16 * cout * 3 * cin * 2;
+            continue;
+        }
+        n += (size_t)w->numel * 2;
+        if (w->ndim == 4 && w->shape[2] == 3 && w->shape[3] == 3) n += (size_t)16 * cout * cin * 2; /* phases */
+    }
+    return n;
+}
+
+/* 1280 x 704 on the portable path (the comment above): the default two latent frames per pass, and one. */
+static void portable_24gb_case(w22_backend *b, const w22_config *cfg) {
+    const double GiB = 1073741824.0;
+    for (int fpp = 2; fpp >= 1; fpp--) {
+        w22_decoder *d = calloc(1, sizeof *d);
+        w22_model_build(cfg, &d->model);
+        d->backend = b, d->rank = 0, d->world = 1, d->frames_per_pass = fpp;
+        counted = 0;
+        CHECK_OK(w22_plan_prepare(d, 44, 80));
+        const size_t ws = counted, wt = cuda_weight_bytes(&d->model);
+        printf("1280x704, frames per pass %d, the portable path: workspace %.4f GiB + weights %.4f GiB = %.4f GiB "
+               "(the target: 6 GiB, %+.1f MiB)\n", fpp, ws / GiB, wt / GiB, (ws + wt) / GiB,
+               ((double)(ws + wt) - 6 * GiB) / 1048576.0);
+        CHECK(ws + wt <= ((size_t)6 << 30), "1280x704 fpp %d: workspace + weights %.3f GiB, above 6 GiB", fpp,
+              (ws + wt) / GiB);
+        free(d);
+    }
 }
 
 int main(void) {
@@ -166,5 +214,6 @@ int main(void) {
         free(old);
         free(d);
     }
+    portable_24gb_case(&b, &cfg);
     return t_finish("test_workspace");
 }

@@ -356,6 +356,18 @@ def test_decoder_takes_a_path_and_checks_threads(tmp_path, weights, latents):
             wan22vae.Decoder(weights, device="cpu", threads=t)
 
 
+def test_decoder_kernels_and_path(weights):
+    """kernels= is CUDA's kernel path (issue 45): "auto" or "portable", anything else refused before the library is
+    called; a CPU decoder takes either and says it runs on the CPU (Decoder.path)."""
+    for k in ("auto", "portable"):
+        d = wan22vae.Decoder(weights, device="cpu", threads=1, kernels=k)
+        assert d.path == "cpu" and d.kernels == k
+        d.close()
+    for k in ("hopper", "", None, 1):
+        with pytest.raises(wan22vae.Error, match=r"W22_ERR_INVALID_ARG: kernels=.*expected 'auto' or 'portable'"):
+            wan22vae.Decoder(weights, device="cpu", kernels=k)
+
+
 def test_from_pretrained_errors_from_c(tmp_path, weights):
     with pytest.raises(wan22vae.Error) as e:
         wan22vae.load_weights(tmp_path / "nothing-here")

@@ -264,6 +264,39 @@ def test_exact_arithmetic(z_bf16, ref):
     assert rms_e <= rms_w * 1.05, f"exact rms {rms_e:.4g} against Winograd's {rms_w:.4g}"
 
 
+def test_portable_kernels(z_bf16, ref, vae16, monkeypatch):
+    """kernels="portable" (issue 45): the portable kernels on this GPU (a Hopper's own path otherwise), said by
+    Decoder.path; its video within the allowance of diffusers' fp32 decode, like the default path's, every call the
+    same; exact=True with it too; enable(vae, kernels="portable") decodes on it. Under W22_KERNELS=portable (the suite
+    run on the portable path) "auto" is the portable path too."""
+    cap = torch.cuda.get_device_capability(z_bf16.device)
+    forced = os.environ.get("W22_KERNELS") == "portable"
+    w = wan22vae.synthetic_weights(None, SEED_W)
+    try:
+        with wan22vae.Decoder(w, device=z_bf16.device) as d:
+            assert d.path == ("hopper" if cap[0] == 9 and not forced else "portable"), (d.path, cap, forced)
+            default = d(z_bf16)
+        with wan22vae.Decoder(w, device=z_bf16.device, kernels="portable") as d:
+            assert d.path == "portable" and d.kernels == "portable"
+            got = d(z_bf16)
+            assert torch.equal(d(z_bf16), got), "the portable path's second call differs from its first"
+        with wan22vae.Decoder(w, device=z_bf16.device, kernels="portable", exact=True) as d:
+            exact = d(z_bf16)
+    finally:
+        w.free()
+    mx, rms = within(got, ref)
+    print(f"portable: max|d| {mx:.4g}, rms {rms:.4g} (allowed {ref[1]:.4g}, {ref[2]:.4g}); the default path: "
+          f"{within(default, ref)}")
+    within(exact, ref)
+    monkeypatch.delenv("W22_KERNELS", raising=False)
+    with torch.no_grad():
+        assert wan22vae.diffusers.enable(vae16, kernels="portable") is True
+        ours = vae16.decode(z_bf16).sample
+        assert wan22vae.diffusers.status(vae16)["path"] == "kernel"
+        assert getattr(vae16, wan22vae.diffusers._ATTR).decoder.path == "portable"
+    within(ours, ref)
+
+
 def test_weights_on_gpu(tmp_path, weights_bf16, z_bf16):
     """Weights in GPU memory (w22_weights_from_device, what prepare and enable() pass): laid out on the GPU, never
     through the host, into the same bytes as host weights (the same video, bitwise), from bf16 and from float32

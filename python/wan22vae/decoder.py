@@ -490,8 +490,8 @@ def weights_from_tensors(tensors, config=None):
 
 # ---- availability ----
 def cuda_available():
-    """Whether this build of libwan22vae has the CUDA backend and a usable GPU (sm_80 or later) is present. False (not an
-    exception) when the library itself cannot be loaded; cuda_unavailable_reason() says why."""
+    """Whether this build of libwan22vae has the CUDA backend and a usable GPU (sm_80 or later) is present. False (not
+    an exception) when the library itself cannot be loaded; cuda_unavailable_reason() says why."""
     try:
         return bool(lib().w22_cuda_available())
     except Error:

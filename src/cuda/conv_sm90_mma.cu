@@ -285,7 +285,8 @@ w22_status w22_cuda_gemm_mma_batch(w22_cuda *c, const w22_mm *g, const char *wha
 w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
     if (g->M <= 0 || g->N <= 0) return W22_OK;
     const char *why;
-    const w22_gemm_kernel k = w22_route_gemm(g, c->hopper && c->use_wgmma && w22_cuda_wgmma_tma_on(c), &why); /* route.h */
+    const int hopper = c->hopper && c->use_wgmma && w22_cuda_wgmma_tma_on(c);
+    const w22_gemm_kernel k = w22_route_gemm(g, hopper, &why); /* route.h */
     c->route.kernel = k, c->route.why = why, c->route.launches = 0, c->route.ran_kernel = W22_GEMM_SCALAR;
     if (k == W22_GEMM_TMA) return w22_cuda_gemm_wgmma(c, g, what);
     if (k == W22_GEMM_ROWS2D || k == W22_GEMM_ROWS) return w22_cuda_gemm_rows(c, g, what);

@@ -120,6 +120,7 @@ static void test_checks(void) {
     QBAD((q.head_dim = 3, q.heads = 2, q.x_stride = 6, q.out_stride = 6), W22_ERR_BAD_SHAPE, "odd");
     QBAD(q.x_stride = 7, W22_ERR_BAD_SHAPE, "x_stride 7");
     QBAD(q.out_stride = 1ll << 41, W22_ERR_BAD_SHAPE, "2^40");
+    QBAD((q.batch = 1 << 29, q.len = 2, q.x_stride = q.out_stride = 1ll << 39), W22_ERR_BAD_SHAPE, "2^60");
     QBAD(q.out = x, W22_ERR_INVALID_ARG, "in place");
     QBAD(q.out = x + 2, W22_ERR_INVALID_ARG, "overlaps");
     QBAD(q.eps = NAN, W22_ERR_INVALID_ARG, "eps");

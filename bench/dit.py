@@ -4,7 +4,8 @@ from_pretrained(torch_dtype=bf16) keeps them: the _keep_in_fp32_modules in float
 
     eager     diffusers 0.42.1's own forward
     fused     the same with wan22vae.diffusers.enable_transformer (src/dit/: norms, modulation, RoPE, residuals)
-    compile   torch.compile of diffusers' transformer (the second anchor; its compile time reported), where it runs
+    compile   torch.compile of diffusers' transformer (the second anchor; its compile time reported), where it runs:
+              regional (diffusers' compile_repeated_blocks, the default) or --compile-mode full
 
 per size (704x1280x121: 31 x 22 x 40 = 27,280 tokens; 480x832x81: 21 x 15 x 26 = 8,190), each: the median of
 --iters timed forwards (CUDA events, after a warm-up), the peak memory (torch.cuda.max_memory_allocated over a
@@ -246,6 +247,9 @@ def main(argv=None):
     p.add_argument("--iters", type=int, default=None, help="timed forwards per mode (default 3; --quick 1)")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     p.add_argument("--compile", action="store_true", help="run torch.compile in --quick too")
+    p.add_argument("--compile-mode", choices=("regional", "full"), default="regional",
+                   help="regional: diffusers' compile_repeated_blocks (each block compiled once; the default); "
+                   "full: torch.compile of the whole transformer")
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--check-fp32", action="store_true", help="errors against a float32 transformer (first size)")
     p.add_argument("--commit", help="the git commit measured (the device copy has no .git)")
@@ -275,10 +279,19 @@ def main(argv=None):
           f"{cfg['num_layers']} blocks, copy {setup['copy_gbps']:.0f} GB/s, commit {setup['commit']}", flush=True)
     model = make_transformer(torch, cfg, torch.bfloat16, 0)
     results = []
+    doc = {"setup": setup, "results": results}
+
+    def save(doc):  # after every mode: a run cut short by a time limit keeps what it measured
+        if a.json:
+            os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
+            with open(a.json + ".tmp", "w") as fh:
+                json.dump(doc, fh, indent=1)
+            os.replace(a.json + ".tmp", a.json)
     for si, size in enumerate(sizes):
         inputs = make_inputs(torch, cfg, size, torch.bfloat16, 1 + si)
         L = inputs[3]
         rec = {"size": "x".join(map(str, size)), "tokens": L, "modes": {}}
+        results.append(rec)
         outs = {}
         with torch.no_grad():
             for mode in ("eager", "fused", "compile"):
@@ -296,7 +309,12 @@ def main(argv=None):
                     fn = (lambda: forward(model, inputs)) if mode != "compile" else None
                     if mode == "compile":
                         wd.disable_transformer(model)
-                        cm = torch.compile(model)
+                        torch._dynamo.reset()  # each size's compile from scratch: its time is the size's own
+                        if a.compile_mode == "full":
+                            cm = torch.compile(model)
+                        else:  # diffusers' regional compilation: each WanTransformerBlock compiled once
+                            model.compile_repeated_blocks(fullgraph=True)
+                            cm = model
                         fn = lambda: forward(cm, inputs)  # noqa: E731
                         t0 = time.perf_counter()
                         fn()
@@ -321,7 +339,13 @@ def main(argv=None):
                 finally:
                     if mode == "fused":
                         wd.disable_transformer(model)
+                    if mode == "compile":  # back to eager for the next size
+                        for mod in model.modules():
+                            if getattr(mod, "_compiled_call_impl", None) is not None:
+                                mod._compiled_call_impl = None
+                        r["compile_mode"] = a.compile_mode
                 rec["modes"][mode] = r
+                save(doc)
                 msg = f"  {rec['size']} ({L} tokens) {mode:8s}: " + (
                     f"{r['ms']:9.1f} ms, peak +{r['peak_over_base_gib']:.2f} GiB" if "ms" in r else r.get("error", ""))
                 if "profile" in r:
@@ -346,6 +370,7 @@ def main(argv=None):
             del outs
             torch.cuda.empty_cache()
             m32 = make_transformer(torch, cfg, torch.float32, 0)
+            m32.load_state_dict({k: v.float() for k, v in model.state_dict().items()})  # the bf16 model's weights
             x, ts, enc, _ = inputs
             with torch.no_grad():
                 ref = forward(m32, (x.float(), ts, enc.float(), L))
@@ -363,7 +388,7 @@ def main(argv=None):
                   f"{ef['max_abs']:.3g} rms {ef['rms']:.3g} (ratios {rec['check_fp32']['ratio_max']:.2f}, "
                   f"{rec['check_fp32']['ratio_rms']:.2f})", flush=True)
             del ref, eager, fused
-        results.append(rec)
+        save(doc)
         f = rec["modes"].get("fused", {})
         if "speedup_vs_eager" in f:
             print(f"  {rec['size']}: fused {f['speedup_vs_eager']:.3f}x eager" +
@@ -373,11 +398,8 @@ def main(argv=None):
                    if "compile" in rec["modes"] else ""), flush=True)
         del inputs
         torch.cuda.empty_cache()
-    doc = {"setup": setup, "results": results}
+    save(doc)
     if a.json:
-        os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
-        with open(a.json, "w") as fh:
-            json.dump(doc, fh, indent=1)
         print(f"wrote {a.json}")
     return doc
 

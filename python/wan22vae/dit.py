@@ -220,7 +220,7 @@ class _State:
         self.last = {"path": None, "reason": None}
         self.f32 = {}           # id(param) -> (param, version, float32 copy)
         self.rope = None        # (cos source, sin source, cos float32 [L, hd], sin float32 [L, hd])
-        self.device = None
+        self.gpus = {}          # device index -> why the kernels cannot run there (None: they can)
 
 
 def _note(st, reason):
@@ -306,7 +306,20 @@ def _block_reason(block):
     return None
 
 
-def _call_reason(block, hidden, enc, temb, rotary_emb):
+def _gpu_reason(dev):
+    """Why the kernels cannot run on this GPU (None: they can): the library's CUDA build is for sm_90 (Hopper)."""
+    torch = _torch()
+    from .decoder import cuda_available, cuda_unavailable_reason
+    if not cuda_available():
+        return f"libwan22vae cannot use the GPU: {cuda_unavailable_reason(plain=True)}"
+    cap = torch.cuda.get_device_capability(dev)
+    if cap != (9, 0):
+        return f"{dev} ({torch.cuda.get_device_name(dev)}) is sm_{cap[0]}{cap[1]}; the fused passes are built for " \
+               "sm_90 (Hopper)"
+    return None
+
+
+def _call_reason(st, block, hidden, enc, temb, rotary_emb):
     """Why this call cannot take the fused path (None: it can)."""
     torch = _torch()
     from diffusers.models.transformers.transformer_wan import WanAttnProcessor
@@ -321,9 +334,10 @@ def _call_reason(block, hidden, enc, temb, rotary_emb):
         return "autograd is on (run under torch.no_grad() or torch.inference_mode(); the passes have no backward)"
     dev = hidden.device
     if dev.type == "cuda":
-        from .decoder import cuda_available, cuda_unavailable_reason
-        if not cuda_available():
-            return f"libwan22vae cannot use the GPU: {cuda_unavailable_reason(plain=True)}"
+        if dev.index not in st.gpus:
+            st.gpus[dev.index] = _gpu_reason(dev)
+        if st.gpus[dev.index]:
+            return st.gpus[dev.index]
         if hidden.dtype != torch.bfloat16:
             return f"hidden states are {hidden.dtype}; on the GPU the fused passes take torch.bfloat16"
         if temb.dtype not in (torch.bfloat16, torch.float32):
@@ -434,11 +448,15 @@ def _make_forward(st, block):
     original = WanTransformerBlock.forward
 
     def forward(hidden_states, encoder_hidden_states, temb, rotary_emb):
-        reason = st.reason or _call_reason(block, hidden_states, encoder_hidden_states, temb, rotary_emb)
+        reason = st.reason or _call_reason(st, block, hidden_states, encoder_hidden_states, temb, rotary_emb)
+        if not reason:
+            try:  # the passes never write the caller's tensors: diffusers' forward can still run after a refusal
+                out = _fused_forward(st, block, hidden_states, encoder_hidden_states, temb, rotary_emb)
+            except Error as e:
+                reason = f"the library refused the call: {e}"
         if reason:
             _note(st, reason)
             return original(block, hidden_states, encoder_hidden_states, temb, rotary_emb)
-        out = _fused_forward(st, block, hidden_states, encoder_hidden_states, temb, rotary_emb)
         st.last = {"path": "fused", "reason": None}
         return out
 

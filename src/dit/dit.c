@@ -115,6 +115,10 @@ w22_status w22_dit_qknorm_check(const w22_dit_qknorm *a, int device, const char 
         return w22_fail(W22_ERR_BAD_SHAPE, "%s: x_stride %lld, out_stride %lld; expected >= heads x head_dim = %lld "
                         "(and < 2^40)", fn, a->x_stride, a->out_stride, dim);
     long long rows = (long long)a->batch * a->len;
+    long long smax = a->x_stride > a->out_stride ? a->x_stride : a->out_stride;
+    if (rows > 1 && smax > ((1ll << 60) - dim) / (rows - 1))
+        return w22_fail(W22_ERR_BAD_SHAPE, "%s: %lld rows %lld elements apart span more than 2^60 elements", fn, rows,
+                        smax);
     size_t el = device ? 2 : 4;
     span x = span_of(a->x, rows, a->x_stride, dim, el), o = span_of(a->out, rows, a->out_stride, dim, el);
     if (a->out == a->x) {

@@ -1284,6 +1284,26 @@ def test_diffusers_kernel_path_wan21_on_the_cpu_backend(monkeypatch, dtype_name)
         wd.disable(vae)
 
 
+def test_wan21_from_pretrained_folder_on_the_cpu(tmp_path):
+    """A small AutoencoderKLWan of the Wan2.1 structure saved by diffusers (save_pretrained: config.json with
+    is_residual False, patch_size None; the whole VAE's weights): Decoder.from_pretrained recognises it and decodes
+    to diffusers' float32 video within float32 rounding (tests/test_fixtures.c's bound)."""
+    torch = pytest.importorskip("torch")
+    diffusers = pytest.importorskip("diffusers")
+    torch.manual_seed(0)
+    vae = diffusers.AutoencoderKLWan(**SMALL_WAN21).eval()
+    vae.save_pretrained(tmp_path / "vae")
+    z = _small_latents(torch.float32, B=1)
+    with torch.no_grad():
+        ref = vae.decode(z).sample.numpy()
+    dec = wan22vae.Decoder.from_pretrained(tmp_path, subfolder="vae", device="cpu")
+    assert dec.config["is_residual"] == 0 and dec.config["patch_size"] == 1 and dec.config["out_channels"] == 3
+    got = dec(z.numpy())
+    assert got.shape == ref.shape == (1, 3, 5, 24, 32)
+    assert float(np.abs(got - ref).max()) <= 1e-4
+    dec.close()
+
+
 def test_diffusers_fallback_said_once(small_vae, capfd):
     """Issue 47 item 5: a fallback's reason is one message (a RuntimeWarning; the logger's record is DEBUG, which
     logging's last-resort handler does not print), once per reason, not once per decode."""

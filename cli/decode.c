@@ -27,7 +27,9 @@
 static const char usage[] =
     "usage: wan22vae decode -w WEIGHTS -l LATENTS -o OUT [options]\n"
     "\n"
-    "  -w, --weights W        the VAE's weights: a .safetensors file (diffusers names; a whole-VAE file too), a\n"
+    "  -w, --weights W        the VAE's weights, Wan2.2 TI2V-5B's or the Wan2.1 VAE's (Wan2.1, Wan2.2 A14B,\n"
+    "                         Qwen-Image), told apart by their tensors: a .safetensors file (diffusers names; a\n"
+    "                         whole-VAE file too), a\n"
     "                         sharded index (*.safetensors.index.json), a diffusers VAE folder (config.json +\n"
     "                         diffusion_pytorch_model.safetensors), or a pipeline folder holding vae/ (such as a\n"
     "                         download of Wan-AI/Wan2.2-TI2V-5B-Diffusers); a config.json next to the weights\n"
@@ -41,8 +43,9 @@ static const char usage[] =
     "                         the latents are a diffusers pipeline's output (pipe(..., output_type=\"latent\")):\n"
     "                         de-normalize them first as the Wan pipeline does before vae.decode, per channel\n"
     "                         z / (1 / latents_std) + latents_mean (= z * std + mean), with latents_mean and\n"
-    "                         latents_std from the weights' config.json, else Wan2.2 TI2V-5B's built in (48\n"
-    "                         channels); without it the latents go to the decoder as they are (vae.decode's input)\n"
+    "                         latents_std from the weights' config.json, else the built-in ones of the weights'\n"
+    "                         VAE (Wan2.2 TI2V-5B's 48 channels, the Wan2.1 VAE's 16); without it the latents go\n"
+    "                         to the decoder as they are (vae.decode's input)\n"
     "  -o, --out OUT          the video, by its extension:\n"
     "                           .y4m         YUV4MPEG2, 4:4:4 BT.601 limited range; '-' writes it to standard\n"
     "                                        output (for pipes: wan22vae decode ... -o - | ffplay -)\n"
@@ -330,7 +333,8 @@ static int parse_device(const char *s, w22_device *dev, long long *index) {
     return cli_usage_error("decode", "--device: expected cpu, cuda or cuda:N (N a GPU number), found '%s'", s);
 }
 
-/* The latents' statistics for --latents-normalized: the config.json's, else the built-in TI2V-5B ones. */
+/* The latents' statistics for --latents-normalized: the config.json's, else the built-in ones of the weights' VAE
+ * (TI2V-5B's 48, the Wan2.1 VAE's 16). */
 static int pick_stats(const w22_weights_info *info, int zdim, const char *weights_path, const float **mean,
                       const float **std, char *from, size_t cap) {
     if (info->has_config && info->vae.nstats > 0) {
@@ -343,9 +347,16 @@ static int pick_stats(const w22_weights_info *info, int zdim, const char *weight
         fprintf(stderr, "wan22vae: --latents-normalized: %s\n", info->vae.stats_problem);
         return 1;
     }
+    if (zdim == W22_WAN21_STATS) {
+        *mean = w22_wan21_latents_mean;
+        *std = w22_wan21_latents_std;
+        snprintf(from, cap, "the Wan2.1 VAE's built-in latents_mean/latents_std (diffusers' AutoencoderKLWan "
+                 "defaults, as Wan-AI/Wan2.1-T2V-14B-Diffusers' vae/config.json)");
+        return 0;
+    }
     if (zdim != W22_WAN22_STATS) {
         fprintf(stderr, "wan22vae: --latents-normalized: the weights %s have z_dim %d, and %s; the built-in "
-                "statistics are Wan2.2 TI2V-5B's (%d channels): expected a config.json next to the weights with "
+                "statistics are Wan2.2 TI2V-5B's (%d channels) and the Wan2.1 VAE's (16): expected a config.json next to the weights with "
                 "latents_mean and latents_std of %d numbers each\n", weights_path, zdim, info->has_config ?
                 "their config.json has no latents_mean/latents_std" : "no config.json is next to them",
                 W22_WAN22_STATS, zdim);
@@ -525,9 +536,10 @@ int cli_decode(int argc, char **argv) {
     const double t_weights = w22_now();
     const w22_config *cfg = w22_weights_config(weights);
     if (verbose) {
-        fprintf(stderr, "wan22vae: weights: %s (%s; %d tensors), config from %s: z_dim %d, base_dim %d\n",
+        fprintf(stderr, "wan22vae: weights: %s (%s; %d tensors), config from %s: %s, z_dim %d, base_dim %d\n",
                 info.loc.found, info.loc.is_index ? "a sharded index" : "a safetensors file", info.file_tensors,
-                info.has_config ? info.loc.config_json : "the file", cfg->z_dim, cfg->base_dim);
+                info.has_config ? info.loc.config_json : "the file",
+                cfg->is_residual ? "Wan2.2 TI2V-5B" : "the Wan2.1 VAE", cfg->z_dim, cfg->base_dim);
         fprintf(stderr, "wan22vae: latents: %s [1, %d, %d, %d, %d]\n", latents_path, zdim, T, h, w);
     }
     if (zdim != cfg->z_dim) {

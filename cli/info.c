@@ -14,9 +14,11 @@
 static const char usage[] =
     "usage: wan22vae info [--variant V] WEIGHTS\n"
     "\n"
-    "Validates the weights (every tensor the decoder needs, with its shape and dtype) and prints the config, its\n"
-    "source, the tensors, dtypes, parameters and bytes, the name prefix, the latents' statistics, and the FLOPs of\n"
-    "decoding the standard clip (T=31 latent frames of 44x78: 121 frames of 704x1248). WEIGHTS is a .safetensors\n"
+    "Validates the weights (every tensor the decoder needs, with its shape and dtype) and prints which VAE they\n"
+    "hold (Wan2.2 TI2V-5B's, or the Wan2.1 VAE of Wan2.1, Wan2.2 A14B and Qwen-Image), the config, its source,\n"
+    "the tensors, dtypes, parameters and bytes, the name prefix, the latents' statistics, and the FLOPs of\n"
+    "decoding a standard clip (TI2V-5B: T=31 latent frames of 44x78, 121 frames of 704x1248; Wan2.1: T=21 of\n"
+    "90x160, 81 frames of 1280x720). WEIGHTS is a .safetensors\n"
     "file, a sharded index (*.safetensors.index.json), a diffusers VAE folder (config.json +\n"
     "diffusion_pytorch_model.safetensors) or a pipeline folder holding vae/; a config.json next to the weights\n"
     "gives the config, else it is inferred from the tensors.\n"
@@ -46,8 +48,14 @@ int cli_info(int argc, char **argv) {
     w22_weights_info info;
     if (w22_weights_open_path(path, variant, &w, &info) != W22_OK) return cli_fail("%s: invalid weights", path);
     const w22_config *c = w22_weights_config(w);
-    w22_config def;
+    w22_config def, wan21;
     w22_config_default(&def);
+    w22_config_wan21(&wan21);
+    /* the VAE (the structure: is_residual), and whether the config is that VAE's own or a narrow variant of it */
+    const int is21 = !c->is_residual;
+    const char *vae = is21 ? "the Wan2.1 VAE (Wan2.1, Wan2.2 A14B, Qwen-Image)" : "Wan2.2 TI2V-5B";
+    const int real = w22_config_equal(c, is21 ? &wan21 : &def);
+    const int sT = is21 ? 21 : 31, sh = is21 ? 90 : 44, sw = is21 ? 160 : 78; /* the standard clip */
 
     int64_t params = 0, bytes = 0, by_dtype[3] = {0};
     for (int i = 0; i < w->model.nweights; i++) {
@@ -64,19 +72,20 @@ int cli_info(int argc, char **argv) {
                                   w22_dtype_name((w22_dtype)t), (long long)by_dtype[t]);
 
     int F, H, W;
-    w22_video_shape(c, 31, 44, 78, &F, &H, &W);
-    double flops = w22_decode_flops(c, 31, 44, 78);
+    w22_video_shape(c, sT, sh, sw, &F, &H, &W);
+    double flops = w22_decode_flops(c, sT, sh, sw);
 
     if (info.loc.is_index) printf("index:       %s (%d shards)\n", info.loc.found, info.nfiles);
     else printf("file:        %s\n", info.loc.found);
     if (info.has_config)
         printf("config.json: %s (%s)\n", info.loc.config_json,
                info.vae.diffusers ? "diffusers AutoencoderKLWan" : "wan22vae keys");
+    printf("model:       %s%s\n", vae, real ? "" : ", a narrow variant of its structure");
     printf("config:      z_dim %d, base_dim %d, dim_mult [%d, %d, %d, %d], num_res_blocks %d, temporal_up [%d, %d, "
-           "%d], out_channels %d, patch_size %d%s\n", c->z_dim, c->base_dim, c->dim_mult[0], c->dim_mult[1],
+           "%d], out_channels %d, patch_size %d, is_residual %d%s\n", c->z_dim, c->base_dim, c->dim_mult[0], c->dim_mult[1],
            c->dim_mult[2], c->dim_mult[3], c->num_res_blocks, c->temporal_up[0], c->temporal_up[1],
-           c->temporal_up[2], c->out_channels, c->patch_size,
-           w22_config_equal(c, &def) ? " (Wan2.2 TI2V-5B)" : " (a narrow variant)");
+           c->temporal_up[2], c->out_channels, c->patch_size, c->is_residual,
+           real ? (is21 ? " (the Wan2.1 VAE)" : " (Wan2.2 TI2V-5B)") : " (a narrow variant)");
     printf("tensors:     %d used by the decoder", w->model.nweights);
     if (info.file_tensors >= 0)
         printf(" (of %d in the %s)", info.file_tensors, info.loc.is_index ? "shards" : "file");
@@ -91,11 +100,13 @@ int cli_info(int argc, char **argv) {
         printf("latents:     unusable statistics: %s\n", info.vae.stats_problem);
     else if (c->z_dim == W22_WAN22_STATS)
         printf("latents:     no statistics in a config.json (--latents-normalized: Wan2.2 TI2V-5B's built in)\n");
+    else if (c->z_dim == W22_WAN21_STATS)
+        printf("latents:     no statistics in a config.json (--latents-normalized: the Wan2.1 VAE's built in)\n");
     else
         printf("latents:     no statistics in a config.json (--latents-normalized needs them for z_dim %d)\n",
                c->z_dim);
-    printf("FLOPs:       %.4g (%.2f TFLOP) to decode T=31 latent frames of 44x78 into %d frames of %dx%d\n", flops,
-           flops / 1e12, F, W, H);
+    printf("FLOPs:       %.4g (%.2f TFLOP) to decode T=%d latent frames of %dx%d into %d frames of %dx%d\n", flops,
+           flops / 1e12, sT, sh, sw, F, W, H);
     w22_weights_free(w);
     w22_weights_info_free(&info);
     return 0;

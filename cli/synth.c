@@ -6,19 +6,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "common.h"
 #include "io/io.h"
 #include "cli.h"
 
 static const char usage[] =
-    "usage: wan22vae synth weights -o|--out W.safetensors [--seed S] [--dtype bf16|f32|f16] [--z-dim N]\n"
-    "                              [--base-dim N] [-f|--force]\n"
-    "       wan22vae synth latents -o|--out Z.safetensors|Z.npy --frames T --height h --width w [--seed S]\n"
-    "                              [--z-dim N] [-f|--force]\n"
+    "usage: wan22vae synth weights -o|--out W.safetensors [--model M] [--seed S] [--dtype bf16|f32|f16]\n"
+    "                              [--z-dim N] [--base-dim N] [-f|--force]\n"
+    "       wan22vae synth latents -o|--out Z.safetensors|Z.npy --frames T --height h --width w [--model M]\n"
+    "                              [--seed S] [--z-dim N] [-f|--force]\n"
     "\n"
-    "Deterministic from the seed (default 0). The config is Wan2.2 TI2V-5B's (z_dim 48, base_dim 256) with\n"
-    "--z-dim / --base-dim overriding; latents are float32 [1, z_dim, T, h, w].\n"
+    "Deterministic from the seed (default 0). The config is --model's: ti2v-5b (the default: Wan2.2 TI2V-5B,\n"
+    "z_dim 48, base_dim 256) or wan2.1 (the Wan2.1 VAE of Wan2.1, Wan2.2 A14B and Qwen-Image: z_dim 16,\n"
+    "base_dim 96), with --z-dim / --base-dim overriding; latents are float32 [1, z_dim, T, h, w].\n"
     "\n" CLI_EXIT_CODES;
+
+/* --model's value: ti2v-5b (and its spellings) or wan2.1; 0 on success, else a usage error (2). */
+static int cli_model(const char *cmd, const char *s, int *wan21) {
+    static const char *const ti2v[] = {"ti2v-5b", "ti2v5b", "wan2.2-ti2v-5b", "ti2v"}, *const w21[] = {"wan2.1",
+                                                                                                      "wan21"};
+    for (size_t i = 0; i < sizeof ti2v / sizeof ti2v[0]; i++)
+        if (!strcasecmp(s, ti2v[i])) return *wan21 = 0, 0;
+    for (size_t i = 0; i < sizeof w21 / sizeof w21[0]; i++)
+        if (!strcasecmp(s, w21[i])) return *wan21 = 1, 0;
+    return cli_usage_error(cmd, "--model: expected ti2v-5b (Wan2.2 TI2V-5B) or wan2.1 (the Wan2.1 VAE), found '%s'",
+                           s);
+}
 
 int cli_synth(int argc, char **argv) {
     if (argc < 2) return cli_usage_error("synth", "expected 'weights' or 'latents'");
@@ -30,14 +44,14 @@ int cli_synth(int argc, char **argv) {
 
     const char *out = NULL, *dtype_s = "bf16";
     long long seed = 0, zdim = -1, base = -1, T = -1, h = -1, w = -1;
-    int force = 0;
+    int force = 0, wan21 = 0;
     static const struct option opts[] = {
         {"out", required_argument, 0, 'o'},    {"seed", required_argument, 0, 's'},
         {"dtype", required_argument, 0, 'd'},  {"z-dim", required_argument, 0, 'z'},
         {"base-dim", required_argument, 0, 'b'}, {"frames", required_argument, 0, 'T'},
         {"height", required_argument, 0, 'H'}, {"width", required_argument, 0, 'W'},
         {"force", no_argument, 0, 'f'},        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"model", required_argument, 0, 'm'},  {0, 0, 0, 0},
     };
     const char *cmd = is_weights ? "synth weights" : "synth latents";
     opterr = 0;
@@ -52,6 +66,9 @@ int cli_synth(int argc, char **argv) {
         case 'H': if (cli_int(cmd, "--height", optarg, 1, 65536, &h)) return 2; break;
         case 'W': if (cli_int(cmd, "--width", optarg, 1, 65536, &w)) return 2; break;
         case 'f': force = 1; break;
+        case 'm':
+            if (cli_model(cmd, optarg, &wan21)) return 2;
+            break;
         case 'h': return fputs(usage, stdout), 0;
         default: return cli_bad_option(cmd, argv + 1, optopt);
         }
@@ -60,7 +77,8 @@ int cli_synth(int argc, char **argv) {
     if (!out) return cli_usage_error(cmd, "expected --out");
 
     w22_config cfg;
-    w22_config_default(&cfg);
+    if (wan21) w22_config_wan21(&cfg);
+    else w22_config_default(&cfg);
     if (zdim > 0) cfg.z_dim = (int)zdim;
     if (base > 0) cfg.base_dim = (int)base;
     if (w22_config_check(&cfg) != W22_OK) return cli_fail("%s: config", cmd);
@@ -83,8 +101,8 @@ int cli_synth(int argc, char **argv) {
         w22_status s = w22_weights_save(wt, out, dt);
         w22_weights_free(wt);
         if (s != W22_OK) return cli_fail("writing %s", out);
-        fprintf(stderr, "wan22vae: wrote %s: synthetic weights, seed %lld, z_dim %d, base_dim %d, %s\n", out, seed,
-                cfg.z_dim, cfg.base_dim, w22_dtype_name(dt));
+        fprintf(stderr, "wan22vae: wrote %s: synthetic weights (%s), seed %lld, z_dim %d, base_dim %d, %s\n", out,
+                wan21 ? "the Wan2.1 VAE" : "Wan2.2 TI2V-5B", seed, cfg.z_dim, cfg.base_dim, w22_dtype_name(dt));
         return 0;
     }
     if (T < 0 || h < 0 || w < 0)

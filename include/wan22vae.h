@@ -114,7 +114,8 @@ W22_API w22_status w22_weights_save(const w22_weights *w, const char *path, w22_
 W22_API void w22_weights_free(w22_weights *w);
 W22_API const w22_config *w22_weights_config(const w22_weights *w);
 
-/* The model's weight table, in diffusers' named_parameters() order (110 tensors for any config). */
+/* The model's weight table, in diffusers' named_parameters() order (110 tensors for TI2V-5B's structure, 108 for
+ * the Wan2.1 VAE's, whatever the channel counts). */
 W22_API int w22_weight_count(const w22_config *cfg);
 W22_API const char *w22_weight_name(const w22_config *cfg, int i); /* a pointer into a static table per call */
 W22_API int w22_weight_shape(const w22_config *cfg, int i, int64_t shape[5]); /* returns ndim */

@@ -82,6 +82,22 @@ run "info" 0 "z_dim 4, base_dim 8" "$BIN" info w.safetensors
 grep -q "tensors:     110" out.txt && grep -q "dtypes:      BF16 x 110" out.txt && grep -q "FLOPs:" out.txt &&
     ok "info: tensors, dtypes, FLOPs" || bad "info: tensors, dtypes, FLOPs" "$(cat out.txt)"
 
+# ---- the Wan2.1 VAE (issue 44): synth --model wan2.1, info says which VAE, decode takes it (8x, 3 channels)
+run "synth weights --model wan2.1" 0 "the Wan2.1 VAE" \
+    "$BIN" synth weights --model wan2.1 --out w21.safetensors --z-dim 4 --base-dim 8 --seed 1
+run "synth latents --model wan2.1" 0 "[1, 4, 2, 3, 4]" \
+    "$BIN" synth latents --model wan2.1 --out z21.npy --z-dim 4 --frames 2 --height 3 --width 4
+run "synth --model: unknown" 2 "expected ti2v-5b" "$BIN" synth weights --model wan3 --out x.safetensors
+run "info: the Wan2.1 VAE" 0 "model:       the Wan2.1 VAE" "$BIN" info w21.safetensors
+grep -q "tensors:     108" out.txt && grep -q "is_residual 0" out.txt && grep -q "90x160 into 81 frames of 1280x720" \
+    out.txt && ok "info: Wan2.1's tensors, config, standard clip" || bad "info: Wan2.1" "$(cat out.txt)"
+run "info: TI2V-5B" 0 "model:       Wan2.2 TI2V-5B, a narrow variant" "$BIN" info w.safetensors
+if run "decode the Wan2.1 VAE" 0 "" "$BIN" decode -w w21.safetensors -l z21.npy -o v21.npy; then
+    grep -qa "'shape': (1, 3, 5, 24, 32)" v21.npy && ok "Wan2.1 video: [1, 3, 5, 24, 32] (8x)" ||
+        bad "Wan2.1 video shape" "$(head -c 100 v21.npy | tail -c 90)"
+fi
+run "Wan2.1 weights with TI2V latents" 1 "expected 4 channels" "$BIN" decode -w w21.safetensors -l z8.npy -o v21b.npy
+
 # ---- decoding into each format
 dec() { "$BIN" decode --weights w.safetensors --latents z.safetensors "$@"; }
 if run "decode .y4m" 0 "" dec --out v.y4m; then

@@ -739,6 +739,64 @@ static void test_open_params(void) {
     w22_weights_free(w);
 }
 
+/* A copy of the safetensors file src without its __metadata__, renaming tensor `from` to `to` when given (NULL: none):
+ * the config must then come from the tensors. */
+static void strip_copy(const char *src, const char *dst, const char *from, const char *to) {
+    w22_st_file f;
+    CHECK_OK(w22_st_open(src, &f));
+    w22_st_write_tensor *t = calloc((size_t)f.ntensors, sizeof *t);
+    for (int i = 0; i < f.ntensors; i++) {
+        const w22_st_tensor *x = &f.tensors[i];
+        t[i] = (w22_st_write_tensor){x->name, x->dtype, x->ndim, x->shape, x->data};
+        if (from && !strcmp(x->name, from)) t[i].name = to;
+    }
+    CHECK_OK(w22_st_write(dst, t, f.ntensors, NULL, 0, 1));
+    free(t);
+    w22_st_close(&f);
+}
+
+/* Issue 44: files of the Wan2.1 VAE (is_residual 0) are recognised from their tensors (no metadata) and from their
+ * metadata, and a file of one VAE loaded with the other's config is refused naming both. */
+static void test_wan21_files(void) {
+    w22_config c21;
+    w22_config_wan21(&c21);
+    c21.z_dim = 4;
+    c21.base_dim = 8;
+    CHECK(w22_weight_count(&c21) == 108, "Wan2.1 weight count %d, expected 108", w22_weight_count(&c21));
+    w22_weights *w = NULL, *r = NULL;
+    CHECK_OK(w22_weights_synthetic(&c21, 5, &w));
+    if (!w) return;
+    const char *p = tmp_path("wan21.safetensors"), *q = tmp_path("wan21_bare.safetensors");
+    CHECK_OK(w22_weights_save(w, p, W22_DTYPE_F32));
+    strip_copy(p, q, NULL, NULL);
+    const char *files[2] = {p, q};
+    for (int k = 0; k < 2; k++) {
+        r = NULL;
+        CHECK_OK(w22_weights_load(files[k], NULL, &r));
+        if (r) CHECK(w22_config_equal(w22_weights_config(r), &c21), "%s: the Wan2.1 config %s", files[k],
+                     k ? "from the tensors" : "from the metadata");
+        w22_weights_free(r);
+    }
+    /* the other VAE's config: refused, saying which VAE the file holds and which the config is */
+    r = (w22_weights *)1;
+    w22_status s = w22_weights_load(q, &cfg, &r);
+    CHECK(s == W22_ERR_FORMAT && r == NULL && strstr(w22_last_error(), "holds the Wan2.1 VAE's decoder") &&
+          strstr(w22_last_error(), "Wan2.2 TI2V-5B"), "a Wan2.1 file with TI2V-5B's config: %s: %s",
+          w22_status_string(s), w22_last_error());
+    s = w22_weights_load(tmp_path("plain.safetensors"), &c21, &r);
+    CHECK(s == W22_ERR_FORMAT && strstr(w22_last_error(), "holds Wan2.2 TI2V-5B's decoder") &&
+          strstr(w22_last_error(), "Wan2.1"), "a TI2V-5B file with Wan2.1's config: %s: %s", w22_status_string(s),
+          w22_last_error());
+    /* a missing tensor of the Wan2.1 table names it and the model */
+    strip_copy(p, q, "decoder.up_blocks.1.resnets.0.conv_shortcut.weight", "decoder.unrelated");
+    s = w22_weights_load(q, NULL, &r);
+    CHECK(s == W22_ERR_MISSING_TENSOR && strstr(w22_last_error(), "conv_shortcut.weight") &&
+          strstr(w22_last_error(), "Wan2.1"), "a Wan2.1 file without a shortcut: %s: %s", w22_status_string(s),
+          w22_last_error());
+    w22_weights_free(w);
+    printf("  Wan2.1 files: recognised from tensors and metadata; mismatches named\n");
+}
+
 int main(void) {
     make_reference();
     test_from_device_without_gpu();
@@ -753,6 +811,7 @@ int main(void) {
     test_parse_memory();
     test_changed_in_place();
     test_open_params();
+    test_wan21_files();
     for (int i = 0; i < nw; i++) free(ref[i]);
     return t_finish("test_weights");
 }

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Converts the original Wan2.2 VAE checkpoint (Wan2.2_VAE.pth, the Wan2.2 repo's naming) to a safetensors file
-with diffusers' AutoencoderKLWan names, which `w22_weights_load` and `wan22vae` read.
+"""Converts an original Wan VAE checkpoint (Wan2.2_VAE.pth of TI2V-5B, or Wan2.1_VAE.pth of Wan2.1, Wan2.2 A14B
+and their kin; the Wan repos' naming) to a safetensors file with diffusers' AutoencoderKLWan names, which
+`w22_weights_load` and `wan22vae` read. Which of the two a file is comes from its keys: Wan2.2's decoder nests its
+blocks (decoder.upsamples.B.upsamples.R), Wan2.1's is one flat list (decoder.upsamples.I).
 
     python3 tools/convert_pth.py Wan2.2_VAE.pth wan22_vae.safetensors [--dtype bf16] [--decoder-only]
+    python3 tools/convert_pth.py Wan2.1_VAE.pth wan21_vae.safetensors
 
 The name mapping is `convert_names`, a pure function (no torch needed) that follows diffusers'
 scripts/convert_wan_to_diffusers.py, function convert_vae_22(), rule for rule:
@@ -16,6 +19,13 @@ scripts/convert_wan_to_diffusers.py, function convert_vae_22(), rule for rule:
   decoder.upsamples.B.upsamples.R.resample / .time_conv -> decoder.up_blocks.B.upsampler.resample / .time_conv
 and the same for the encoder (encoder.downsamples.B.downsamples.R -> encoder.down_blocks.B.resnets.R /
 .downsampler). Keys no rule matches are kept as they are, as in diffusers.
+
+Wan2.1_VAE.pth: `convert_names_21`, after diffusers' loaders/single_file_utils.py convert_wan_vae_to_diffusers():
+the same fixed names (middle, head, conv1/conv2), and the decoder's flat list of 15 (3 resnets and an upsampler
+per block, the last block without one) regrouped:
+  decoder.upsamples.I.residual.* / .shortcut.*  -> decoder.up_blocks.(I // 4).resnets.(I % 4).*
+  decoder.upsamples.I.resample.* / .time_conv.* -> decoder.up_blocks.(I // 4).upsamplers.0.*   (I = 3, 7, 11)
+  encoder.downsamples.I.*                        -> encoder.down_blocks.I.* (residual names as above)
 
 Needs torch and safetensors only to convert a file (not for the name mapping or its test).
 """
@@ -87,11 +97,54 @@ def convert_key(key):
     return key
 
 
+_RES21 = [".residual.0.gamma", ".residual.2.bias", ".residual.2.weight", ".residual.3.gamma", ".residual.6.bias",
+          ".residual.6.weight", ".shortcut.bias", ".shortcut.weight"]
+
+
+def convert_key_21(key):
+    """The diffusers name of one original Wan2.1 VAE key (convert_wan_vae_to_diffusers' rules)."""
+    if key in _FIXED:
+        return _FIXED[key]
+    if key.startswith("encoder.downsamples."):
+        new = key.replace("encoder.downsamples.", "encoder.down_blocks.")
+        for src in _RES21:  # the first that matches, as diffusers' if/elif chain
+            if src in new:
+                return new.replace(src, _RESIDUAL[src])
+        return new
+    if key.startswith("decoder.upsamples."):
+        parts = key.split(".")
+        if len(parts) < 4 or not parts[2].isdigit():
+            return key
+        i = int(parts[2])
+        block, r = i // 4, i % 4
+        rest = "." + ".".join(parts[3:])
+        if r < 3 and block < 4:
+            for src in _RES21:
+                if rest.startswith(src):
+                    return f"decoder.up_blocks.{block}.resnets.{r}{_RESIDUAL[src]}"
+        if r == 3 and block < 3 and (rest.startswith(".resample.") or rest.startswith(".time_conv.")):
+            return f"decoder.up_blocks.{block}.upsamplers.0{rest}"
+        return key.replace("decoder.upsamples.", "decoder.up_blocks.")
+    return key
+
+
+def is_wan21(state_dict_keys):
+    """Whether the keys are Wan2.1_VAE.pth's (a flat decoder.upsamples.I.residual / .resample list) rather than
+    Wan2.2_VAE.pth's (decoder.upsamples.B.upsamples.R)."""
+    keys = list(state_dict_keys)
+    nested = any(k.startswith("decoder.upsamples.") and ".upsamples." in k[len("decoder.upsamples."):] for k in keys)
+    flat = any(k.startswith("decoder.upsamples.") and k.split(".")[3:4] in (["residual"], ["resample"]) for k in keys)
+    return flat and not nested
+
+
 def convert_names(state_dict_keys):
-    """{original key: diffusers key} for every key; raises ValueError if two keys map to one name."""
+    """{original key: diffusers key} for every key (Wan2.2's or Wan2.1's naming, told apart by is_wan21); raises
+    ValueError if two keys map to one name."""
+    state_dict_keys = list(state_dict_keys)
+    conv = convert_key_21 if is_wan21(state_dict_keys) else convert_key
     out, seen = {}, {}
     for k in state_dict_keys:
-        n = convert_key(k)
+        n = conv(k)
         if n in seen:
             raise ValueError(f"keys {seen[n]!r} and {k!r} both map to {n!r}; expected a one-to-one mapping")
         seen[n] = k
@@ -107,7 +160,7 @@ def parse_args(argv=None):
     """The command line: -f/--force replaces an existing output, as in the wan22vae CLI (--overwrite, the old
     spelling, still works but is no longer listed)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("input", help="Wan2.2_VAE.pth (original naming)")
+    ap.add_argument("input", help="Wan2.2_VAE.pth or Wan2.1_VAE.pth (original naming)")
     ap.add_argument("output", help="the .safetensors file to write (diffusers naming)")
     ap.add_argument("--dtype", choices=["keep", "fp32", "bf16", "fp16"], default="keep")
     ap.add_argument("--decoder-only", action="store_true", help="write only post_quant_conv.* and decoder.*")
@@ -143,12 +196,13 @@ def main(argv=None):
         out[n] = (v.to(dtype) if dtype is not None else v).contiguous()
     missing = [n for n in ("post_quant_conv.weight", "decoder.conv_in.weight", "decoder.norm_out.gamma") if n not in out]
     if missing:
-        sys.exit(f"convert_pth.py: {args.input}: no {', '.join(missing)} after conversion; expected a Wan2.2 VAE "
+        sys.exit(f"convert_pth.py: {args.input}: no {', '.join(missing)} after conversion; expected a Wan2.2 or Wan2.1 VAE "
                  f"checkpoint (found {len(sd)} keys, e.g. {next(iter(sd), None)!r})")
     tmp = args.output + ".tmp"
     save_file(out, tmp, metadata={"format": "pt"})
     os.replace(tmp, args.output)
-    print(f"wrote {args.output}: {len(out)} tensors ({sum(1 for n in out if is_decoder_name(n))} of the decoder)")
+    print(f"wrote {args.output}: {'the Wan2.1 VAE' if is_wan21(sd.keys()) else 'Wan2.2 TI2V-5B'}, {len(out)} tensors "
+          f"({sum(1 for n in out if is_decoder_name(n))} of the decoder)")
 
 
 if __name__ == "__main__":

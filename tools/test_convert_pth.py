@@ -114,6 +114,62 @@ class NameMapping(unittest.TestCase):
             convert_pth.convert_names(["conv2.weight", "post_quant_conv.weight"])
 
 
+def original_decoder_keys_21():
+    """Wan2.1's Decoder3d (wan/modules/vae.py: dim 96, dim_mult [1,2,4,4], num_res_blocks 2, temperal_upsample
+    [True, True, False]): upsamples is one flat Sequential: per block 3 ResidualBlocks then a Resample (blocks 0-2;
+    time_conv in 0 and 1), a shortcut where in_dim != out_dim (index 4: 192 -> 384)."""
+    keys = ["conv2.weight", "conv2.bias", "decoder.conv1.weight", "decoder.conv1.bias"]
+    keys += [f"decoder.middle.0.{r}" for r in RESIDUAL]
+    keys += [f"decoder.middle.1.{a}" for a in ATTN]
+    keys += [f"decoder.middle.2.{r}" for r in RESIDUAL]
+    i = 0
+    for b in range(4):
+        for r in range(3):
+            keys += [f"decoder.upsamples.{i}.{x}" for x in RESIDUAL]
+            if b == 1 and r == 0:
+                keys += [f"decoder.upsamples.{i}.shortcut.{x}" for x in ("weight", "bias")]
+            i += 1
+        if b < 3:
+            keys += [f"decoder.upsamples.{i}.resample.1.{x}" for x in ("weight", "bias")]
+            if b < 2:
+                keys += [f"decoder.upsamples.{i}.time_conv.{x}" for x in ("weight", "bias")]
+            i += 1
+    keys += ["decoder.head.0.gamma", "decoder.head.2.weight", "decoder.head.2.bias"]
+    return keys
+
+
+class Wan21Names(unittest.TestCase):
+    """Wan2.1_VAE.pth: its keys map to exactly the Wan2.1 decoder's 108 names (tools/synth.py's table, the one
+    make_fixtures.py checks against diffusers' named_parameters()), and to what diffusers' own converter gives."""
+
+    def test_decoder_names(self):
+        import synth
+        keys = original_decoder_keys_21()
+        self.assertTrue(convert_pth.is_wan21(keys))
+        self.assertFalse(convert_pth.is_wan21(original_decoder_keys()))
+        names = convert_pth.convert_names(keys)
+        want = sorted(n for n, _, _, _ in synth.weight_table(synth.WAN21))
+        self.assertEqual(len(want), 108)
+        self.assertEqual(sorted(names.values()), want)
+        self.assertEqual(names["decoder.upsamples.4.shortcut.weight"],
+                         "decoder.up_blocks.1.resnets.0.conv_shortcut.weight")
+        self.assertEqual(names["decoder.upsamples.7.time_conv.bias"], "decoder.up_blocks.1.upsamplers.0.time_conv.bias")
+        self.assertEqual(names["decoder.upsamples.11.resample.1.weight"],
+                         "decoder.up_blocks.2.upsamplers.0.resample.1.weight")
+        self.assertEqual(names["decoder.upsamples.14.residual.6.bias"], "decoder.up_blocks.3.resnets.2.conv2.bias")
+
+    def test_same_as_diffusers(self):
+        try:
+            from diffusers.loaders.single_file_utils import convert_wan_vae_to_diffusers
+        except ImportError as e:
+            self.skipTest(f"diffusers not installed ({e})")
+        keys = original_decoder_keys_21() + ["encoder.downsamples.2.residual.0.gamma",
+                                             "encoder.downsamples.4.shortcut.weight", "encoder.conv1.weight"]
+        theirs = convert_wan_vae_to_diffusers({k: i for i, k in enumerate(keys)})
+        ours = convert_pth.convert_names(keys)
+        self.assertEqual({ours[k]: i for i, k in enumerate(keys)}, theirs)
+
+
 class CommandLine(unittest.TestCase):
     """One overwrite flag across the tools: -f/--force, as the wan22vae CLI; --overwrite is a hidden alias."""
 

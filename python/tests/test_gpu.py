@@ -734,3 +734,107 @@ def test_decode_device_frames_c_contract(frames_dec, z_bf16):
         assert _lib.status_name(status) == "W22_ERR_INVALID_ARG" and "frames callback" in message, message
     torch.cuda.synchronize()
     assert torch.equal(frames_dec(z_bf16), video)
+
+
+# ---- the Wan2.1 VAE (issue 44): Wan2.1, Wan2.2 A14B, Qwen-Image ----
+# diffusers' AutoencoderKLWan defaults (is_residual False, no patchify, 8x); latents [1, 16, 2, 6, 10] -> video
+# [1, 3, 5, 48, 80]
+WAN21 = dict(base_dim=96, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, temperal_downsample=[False, True, True],
+             is_residual=False)
+T21, H21, W21 = 2, 6, 10
+
+
+@pytest.fixture(scope="module")
+def wan21_state():
+    """The library's synthetic Wan2.1 weights as float32 torch CPU tensors, in diffusers' order."""
+    w = wan22vae.synthetic_weights(wan22vae.wan21_config(), SEED_W)
+    try:
+        return w.state_dict("f32")
+    finally:
+        w.free()
+
+
+def _vae21(state, dtype, device):
+    diffusers = pytest.importorskip("diffusers")
+    with torch.device(device):
+        vae = diffusers.AutoencoderKLWan(**WAN21)
+    missing, unexpected = vae.load_state_dict(state, strict=False)
+    assert not unexpected and all(k.startswith(("encoder.", "quant_conv.")) for k in missing)
+    return vae.to(device, dtype).eval()
+
+
+@pytest.fixture(scope="module")
+def wan21_z(device):
+    z = wan22vae.synthetic_latents(wan22vae.wan21_config(), SEED_Z, T21, H21, W21)
+    return torch.from_numpy(z).to(device, torch.bfloat16)
+
+
+@pytest.fixture(scope="module")
+def wan21_ref(wan21_state, wan21_z, device):
+    """diffusers' fp32 decode (TF32 off) of the Wan2.1 latents and its own bf16 decode's error: (ref, max, rms)."""
+    vae = _vae21(wan21_state, torch.float32, device)
+    tf = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            r = vae.decode(wan21_z.float()).sample
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf
+    vae = vae.to(torch.bfloat16)
+    with torch.no_grad():
+        b = vae.decode(wan21_z).sample
+    del vae
+    d = b.float() - r
+    assert r.shape == (1, 3, 4 * T21 - 3, 8 * H21, 8 * W21)
+    return r, min(2.0, 3 * float(d.abs().max())), 3 * float(d.square().mean().sqrt())
+
+
+def test_wan21_decoder_matches_diffusers(wan21_z, wan21_ref, device):
+    """The library's CUDA decode of the Wan2.1 VAE (synthetic weights) within 3x diffusers' bf16 error of its fp32
+    decode; frames per pass do not change it beyond bf16 noise; exact=True is the same arithmetic here (no conv of
+    512 channels)."""
+    w = wan22vae.synthetic_weights(wan22vae.wan21_config(), SEED_W)
+    try:
+        with wan22vae.Decoder(w, device=device) as d:
+            video = d(wan21_z)
+        with wan22vae.Decoder(w, device=device, frames_per_pass=1, exact=True) as d:
+            one = d(wan21_z)
+    finally:
+        w.free()
+    assert video.dtype == torch.bfloat16 and video.shape == wan21_ref[0].shape
+    mx, rms = within(video, wan21_ref)
+    print(f"wan2.1 Decoder: max|d| {mx:.4g}, rms {rms:.4g} (allowed {wan21_ref[1]:.4g}, {wan21_ref[2]:.4g})")
+    within(one, wan21_ref)
+
+
+def test_wan21_from_pretrained_folder(tmp_path, wan21_state, wan21_z, wan21_ref, device):
+    """Decoder.from_pretrained on a Wan2.1 diffusers VAE folder (save_pretrained: config.json with is_residual
+    False, patch_size None) recognises the model and decodes it."""
+    vae = _vae21(wan21_state, torch.bfloat16, "cpu")
+    vae.save_pretrained(tmp_path / "vae")
+    del vae
+    dec = wan22vae.Decoder.from_pretrained(tmp_path, subfolder="vae", device=device)
+    assert dec.config["is_residual"] == 0 and dec.config["z_dim"] == 16, dec.config
+    within(dec(wan21_z), wan21_ref)
+    dec.close()
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "bfloat16", "float16"])
+def test_wan21_diffusers_enable(wan21_state, wan21_z, wan21_ref, device, dtype_name):
+    """enable() takes a Wan2.1 AutoencoderKLWan in float32, bfloat16 and float16 (no fallback), the video in its
+    dtype within the allowance."""
+    dtype = getattr(torch, dtype_name)
+    vae = _vae21(wan21_state, dtype, device)
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            assert wan22vae.diffusers.enable(vae) is True, wan22vae.diffusers.status(vae)
+            with torch.no_grad():
+                out = vae.decode(wan21_z.to(dtype)).sample
+        assert not [w for w in seen if "wan22vae" in str(w.message)], [str(w.message) for w in seen]
+        assert wan22vae.diffusers.status(vae)["path"] == "kernel"
+        assert out.dtype == dtype
+        mx, rms = within(out, wan21_ref)
+        print(f"wan2.1 enable() {dtype_name}: max|d| {mx:.4g}, rms {rms:.4g}")
+    finally:
+        wan22vae.diffusers.disable(vae)

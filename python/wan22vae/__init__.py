@@ -1,4 +1,5 @@
-"""wan22vae: the Wan2.2 (TI2V-5B) VAE decoder of libwan22vae, from Python (ctypes; torch optional).
+"""wan22vae: the Wan VAE decoders of libwan22vae (Wan2.2 TI2V-5B's; the Wan2.1 VAE of Wan2.1, Wan2.2 A14B and
+Qwen-Image: z [B, 16, T, h, w] -> [B, 3, 4T-3, 8h, 8w]), from Python (ctypes; torch optional).
 
     import wan22vae
     dec = wan22vae.Decoder.from_pretrained("Wan2.2-TI2V-5B-Diffusers", subfolder="vae")   # GPU if usable, else CPU
@@ -17,8 +18,8 @@ needs neither torch nor a GPU; the library (libwan22vae.so) is loaded on first u
 """
 from ._lib import Error
 from .decoder import (Decoder, Weights, config_from_diffusers, cuda_available, cuda_unavailable_reason,
-                      decode_flops, default_config, load_weights, synthetic_latents, synthetic_weights, video_shape,
-                      weight_table, weights_from_tensors)
+                      decode_flops, default_config, load_weights, model_name, synthetic_latents, synthetic_weights,
+                      video_shape, wan21_config, weight_table, weights_from_tensors)
 from .frames import to_uint8_frames
 from .latents import TI2V_5B_LATENTS_MEAN, TI2V_5B_LATENTS_STD, denormalize_latents, latents_statistics
 from .protocol import prepare, run
@@ -35,4 +36,5 @@ def library_path():
 __all__ = ["Error", "Decoder", "Weights", "config_from_diffusers", "cuda_available", "cuda_unavailable_reason",
            "decode_flops", "default_config", "load_weights", "synthetic_latents", "synthetic_weights", "video_shape",
            "weight_table", "weights_from_tensors", "to_uint8_frames", "prepare", "run", "library_path",
-           "denormalize_latents", "latents_statistics", "TI2V_5B_LATENTS_MEAN", "TI2V_5B_LATENTS_STD"]
+           "denormalize_latents", "latents_statistics", "TI2V_5B_LATENTS_MEAN", "TI2V_5B_LATENTS_STD",
+           "wan21_config", "model_name"]

@@ -29,7 +29,8 @@ from .frames import to_uint8_frames, torch_convert
 
 logger = logging.getLogger("wan22vae")
 
-CONFIG_KEYS = ("z_dim", "base_dim", "dim_mult", "num_res_blocks", "temporal_up", "out_channels", "patch_size")
+CONFIG_KEYS = ("z_dim", "base_dim", "dim_mult", "num_res_blocks", "temporal_up", "out_channels", "patch_size",
+               "is_residual")
 
 # The latent sizes the library decodes (src/decoder.c, check_shape): checked here before any allocation or C call.
 MAX_T = 100000
@@ -77,15 +78,30 @@ def default_config():
     return config_to_dict(c)
 
 
+def wan21_config():
+    """The Wan2.1 VAE's decoder config as a dict (z_dim 16, base_dim 96, out_channels 3, patch_size 1, is_residual 0):
+    the VAE of Wan2.1, Wan2.2 A14B, Qwen-Image and their kin."""
+    c = _lib.Config()
+    lib().w22_config_wan21(ctypes.byref(c))
+    return config_to_dict(c)
+
+
+def model_name(config):
+    """"Wan2.2 TI2V-5B" or "Wan2.1": which VAE's structure a config (dict or Config) has."""
+    r = config.is_residual if isinstance(config, _lib.Config) else dict(config).get("is_residual", 1)
+    return "Wan2.2 TI2V-5B" if r else "Wan2.1"
+
+
 def config_to_dict(c):
     return {"z_dim": c.z_dim, "base_dim": c.base_dim, "dim_mult": list(c.dim_mult),
             "num_res_blocks": c.num_res_blocks, "temporal_up": list(c.temporal_up),
-            "out_channels": c.out_channels, "patch_size": c.patch_size}
+            "out_channels": c.out_channels, "patch_size": c.patch_size, "is_residual": c.is_residual}
 
 
 def make_config(config=None, **overrides):
-    """A checked w22_config from a dict of CONFIG_KEYS (missing keys: the default's), a diffusers
-    AutoencoderKLWan config (it has 'temperal_downsample'), or None (the default); overrides win."""
+    """A checked w22_config from a dict of CONFIG_KEYS (missing keys: the default's, TI2V-5B's; with is_residual 0
+    the Wan2.1 VAE's), a diffusers AutoencoderKLWan config (it has 'temperal_downsample'), or None (the default);
+    overrides win."""
     c = _lib.Config()
     lib().w22_config_default(ctypes.byref(c))
     try:
@@ -96,6 +112,8 @@ def make_config(config=None, **overrides):
     if "temperal_downsample" in d or "decoder_base_dim" in d:
         d = config_from_diffusers(d)
     d.update(overrides)
+    if not d.get("is_residual", 1):  # missing keys from the Wan2.1 VAE's defaults
+        lib().w22_config_wan21(ctypes.byref(c))
     unknown = sorted(set(d) - set(CONFIG_KEYS))
     if unknown:
         raise fail("W22_ERR_INVALID_ARG", f"config: unknown keys {unknown}; expected some of {list(CONFIG_KEYS)}")
@@ -121,19 +139,16 @@ def _small_int(x):
 
 
 def config_from_diffusers(cfg):
-    """Our config dict from a diffusers AutoencoderKLWan config (dict or FrozenDict); raises wan22vae.Error for
-    structure this library does not implement (is_residual False, attention scales, a missing field)."""
+    """Our config dict from a diffusers AutoencoderKLWan config (dict or FrozenDict): is_residual True is Wan2.2
+    TI2V-5B's structure, False (diffusers' default) the Wan2.1 VAE's; patch_size None is 1. Raises wan22vae.Error for
+    structure this library does not implement (attention scales, a field that is not a number)."""
     try:
         cfg = dict(cfg)
     except (TypeError, ValueError):
         raise fail("W22_ERR_INVALID_ARG", f"diffusers config is a {type(cfg).__name__}, expected a dict") from None
     problems = []
-    if not cfg.get("is_residual", False):
-        problems.append("is_residual is False (the Wan2.1 VAE); expected True (Wan2.2)")
     if cfg.get("attn_scales"):
         problems.append(f"attn_scales {cfg.get('attn_scales')}, expected []")
-    if cfg.get("patch_size") is None:
-        problems.append("patch_size is None, expected 2")
     if problems:
         raise fail("W22_ERR_INVALID_ARG", "diffusers config: " + "; ".join(problems))
     down = cfg.get("temperal_downsample", [False, True, True])
@@ -153,7 +168,8 @@ def _diffusers_fields(cfg, down):
             "num_res_blocks": int(cfg.get("num_res_blocks", 2)),
             "temporal_up": [int(bool(x)) for x in down[::-1]],
             "out_channels": int(cfg.get("out_channels", 3)),
-            "patch_size": int(cfg["patch_size"])}
+            "patch_size": int(cfg.get("patch_size") or 1),
+            "is_residual": int(bool(cfg.get("is_residual", False)))}
 
 
 def weight_table(config=None):

@@ -7,11 +7,13 @@
     wan22vae.diffusers.enable(pipe)                # a pipeline: the VAE and the transformers' fused DiT passes
                                                    # (enable_transformer(pipe.transformer) alone: wan22vae/dit.py)
 
-The kernel path applies to the Wan2.2 TI2V-5B config with float32, bfloat16 or float16 weights on an NVIDIA GPU of
-sm_80 or later (a Hopper's sm_90a kernels, the portable kernels on Ampere, Ada, Blackwell; enable(vae,
-kernels="portable") those on a Hopper too) and a build of the library with CUDA, when no tiling is asked for, for
-latents [B, 48, T, h, w] of the VAE's dtype on the VAE's GPU. Anything else goes to diffusers' own decode, and the
-reason is said once (warnings.warn, and the "wan22vae" logger). The output is what diffusers returns: a DecoderOutput, or a tuple with
+The kernel path applies to the two Wan VAE configs, Wan2.2 TI2V-5B's and the Wan2.1 VAE's (diffusers'
+AutoencoderKLWan defaults: the VAE of Wan2.1, Wan2.2 A14B and Qwen-Image), with float32, bfloat16 or float16 weights
+on an NVIDIA GPU of sm_80 or later (a Hopper's sm_90a kernels, the portable kernels on Ampere, Ada, Blackwell;
+enable(vae, kernels="portable") those on a Hopper too) and a build of the library with CUDA, when no tiling is asked
+for, for latents [B, z_dim, T, h, w] (48 or 16 channels) of the VAE's dtype on the VAE's GPU. Anything else goes to
+diffusers' own decode, and the reason is said once, as one RuntimeWarning (warnings.warn; the "wan22vae" logger
+records it at DEBUG only, so that it is not printed twice). The output is what diffusers returns: a DecoderOutput, or a tuple with
 return_dict=False, holding video clamped to [-1, 1] in the VAE's dtype; batches are decoded one latent at a time.
 
 The arithmetic is the library's whatever the VAE's dtype: bf16 storage (weights and activations) with fp32
@@ -44,10 +46,19 @@ from .decoder import (MAX_HW, MAX_T, Decoder, config_from_diffusers, cuda_availa
 
 logger = logging.getLogger("wan22vae")
 
-# The one config the kernel path takes: diffusers' AutoencoderKLWan config of Wan2.2 TI2V-5B (decoder side).
+# The configs the kernel path takes: diffusers' AutoencoderKLWan config (decoder side) of Wan2.2 TI2V-5B, and of the
+# Wan2.1 VAE (diffusers' defaults; Wan2.1's, Wan2.2 A14B's and Qwen-Image's VAE folders say so).
 TI2V_5B = {"decoder_base_dim": 256, "z_dim": 48, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
            "temperal_downsample": [False, True, True], "is_residual": True, "patch_size": 2, "out_channels": 12,
            "attn_scales": []}
+WAN21 = {"decoder_base_dim": 96, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
+         "temperal_downsample": [False, True, True], "is_residual": False, "patch_size": None, "out_channels": 3,
+         "attn_scales": []}
+_CONFIGS = (("Wan2.2 TI2V-5B", TI2V_5B), ("the Wan2.1 VAE", WAN21))
+# diffusers' AutoencoderKLWan defaults, for a config that leaves a field out
+_DEFAULTS = {"base_dim": 96, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
+             "temperal_downsample": [False, True, True], "is_residual": False, "patch_size": None, "out_channels": 3,
+             "attn_scales": []}
 _ATTR = "_wan22vae"
 # The weight dtypes the kernel path takes (converted to bf16 at enable() when not bf16).
 _DTYPES = ("float32", "bfloat16", "float16")
@@ -96,20 +107,32 @@ def _allow_fp32(value):
     return env not in ("0", "false", "no", "off")
 
 
-def _config_reason(cfg):
-    cfg = dict(cfg)
+def _config_off(cfg, want_cfg):
+    """The fields of cfg that differ from want_cfg's, as "key got (expected want)"."""
     off = []
-    for key, want in TI2V_5B.items():
-        got = cfg.get(key)
+    for key, want in want_cfg.items():
+        got = cfg.get(key, _DEFAULTS.get(key))
         if key == "decoder_base_dim" and got is None:
-            got = cfg.get("base_dim")
+            got = cfg.get("base_dim", _DEFAULTS["base_dim"])
         if isinstance(want, list):
             got = list(got) if got is not None else got
+        if key == "is_residual":
+            got = bool(got)
         if got != want:
             off.append(f"{key} {got!r} (expected {want!r})")
-    if off:
-        return "the VAE's config is not Wan2.2 TI2V-5B's: " + ", ".join(off)
-    return None
+    return off
+
+
+def _config_reason(cfg):
+    """None when cfg is one of the two Wan VAE configs, else the fields that differ from the nearer one (the one of
+    its is_residual: the field that tells the two structures apart)."""
+    cfg = dict(cfg)
+    offs = [(name, _config_off(cfg, want)) for name, want in _CONFIGS]
+    if any(not off for _, off in offs):
+        return None
+    name, off = offs[0] if cfg.get("is_residual", False) else offs[1]
+    return f"the VAE's config is not a supported Wan VAE's (the nearest, {name}'s, differs in: " + ", ".join(off) + \
+        "); the kernel path takes Wan2.2 TI2V-5B's and the Wan2.1 VAE's"
 
 
 def _structure_reason(vae, allow_fp32=True):
@@ -132,9 +155,12 @@ def _structure_reason(vae, allow_fp32=True):
 
 
 def _gpu_reason(vae):
-    """Why this VAE's GPU (or its absence) rules the kernel path out, or None."""
+    """Why this VAE's GPU (or its absence) rules the kernel path out, or None: no GPU at all is said as such (not as
+    the VAE's device)."""
     torch = sys.modules["torch"]
     devices = {p.device for p in _decoder_params(vae)}
+    if not torch.cuda.is_available():
+        return "no CUDA GPU is available (torch.cuda.is_available() is False); the kernel path runs on a GPU"
     if len(devices) != 1 or next(iter(devices)).type != "cuda":
         return f"the VAE's decoder weights are on {', '.join(sorted(str(d) for d in devices))}; the kernel path " \
                "needs them on one GPU (CPU offload is not supported)"
@@ -191,11 +217,13 @@ def arithmetic_note(st):
 
 
 def _note(st, reason):
+    """The fallback's reason, said once per reason: one RuntimeWarning (the logger's record at DEBUG: a WARNING record
+    would print it a second time through logging's last-resort handler)."""
     st.last = {"path": "diffusers", "reason": reason}
     if reason not in st.warned:
         st.warned.add(reason)
         msg = f"wan22vae: AutoencoderKLWan.decode falls back to diffusers' own decode: {reason}"
-        logger.warning(msg)
+        logger.debug(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
 
 

@@ -3,8 +3,9 @@
     prepare(weights, rank, world, pg) -> list[Tensor]     once per process, not timed
     run(z, weights, rank, world, pg, out)                 the timed call
 
-weights are the decoder's 110 bf16 tensors on the rank's GPU in diffusers' order; z [1, z_dim, T, h, w] bf16 on
-every rank; out the video [1, 3, 4T-3, 16h, 16w] bf16 on rank 0 (an empty tensor elsewhere). prepare copies the
+weights are the decoder's 110 bf16 tensors on the rank's GPU in diffusers' order (the Wan2.1 VAE's: 108); z
+[1, z_dim, T, h, w] bf16 on every rank; out the video [1, 3, 4T-3, 16h, 16w] (Wan2.1: 8h, 8w) bf16 on rank 0 (an
+empty tensor elsewhere). prepare copies the
 weights to the host once and opens a CUDA decoder (with an NCCL group when world > 1), kept in a module-level
 table keyed by the weights' addresses, rank and world; it returns the weights list itself, unchanged.
 
@@ -51,11 +52,14 @@ def _key(weights, rank, world):
 
 
 def _config_of(weights):
-    """The config the 110 tensors are shaped for: z_dim from post_quant_conv.weight, base_dim from norm_out.gamma
-    (the default TI2V-5B structure otherwise; the library checks every shape against it)."""
-    if len(weights) != 110:
-        raise fail("W22_ERR_INVALID_ARG", f"{len(weights)} weight tensors, expected 110 in diffusers' order")
-    return {"z_dim": int(weights[0].shape[0]), "base_dim": int(weights[-3].shape[0])}
+    """The config the tensors are shaped for: the structure from their count (110: TI2V-5B's, 108: the Wan2.1
+    VAE's), z_dim from post_quant_conv.weight, base_dim from norm_out.gamma (the rest the structure's defaults; the
+    library checks every shape against it)."""
+    if len(weights) not in (110, 108):
+        raise fail("W22_ERR_INVALID_ARG", f"{len(weights)} weight tensors, expected 110 (Wan2.2 TI2V-5B) or 108 (the "
+                   "Wan2.1 VAE) in diffusers' order")
+    return {"z_dim": int(weights[0].shape[0]), "base_dim": int(weights[-3].shape[0]),
+            "is_residual": int(len(weights) == 110)}
 
 
 def _local_weights(weights):

@@ -40,6 +40,16 @@ const float w22_wan22_latents_std[W22_WAN22_STATS] = {
     0.3971f, 1.0600f, 0.3943f, 0.5537f, 0.5444f, 0.4089f, 0.7468f, 0.7744f,
 };
 
+/* The Wan2.1 VAE's: diffusers 0.42.1's AutoencoderKLWan defaults (latents_mean, latents_std). */
+const float w22_wan21_latents_mean[W22_WAN21_STATS] = {
+    -0.7571f, -0.7089f, -0.9113f, 0.1075f, -0.1745f, 0.9653f, -0.1517f, 1.5508f,
+    0.4134f,  -0.0715f, 0.5517f,  -0.3632f, -0.1922f, -0.9497f, 0.2503f, -0.2921f,
+};
+const float w22_wan21_latents_std[W22_WAN21_STATS] = {
+    2.8184f, 1.4541f, 2.3275f, 2.6558f, 1.2196f, 1.7708f, 2.6052f, 2.0743f,
+    3.2687f, 2.1526f, 2.8652f, 1.5579f, 1.6382f, 1.1253f, 2.8251f, 1.9160f,
+};
+
 void w22_latents_denormalize(float *z, int channels, size_t n, const float *mean, const float *std) {
     for (int c = 0; c < channels; c++) {
         /* torch: 1.0 / tensor(std) in float32, then latents / that + mean, each rounded to float32 */

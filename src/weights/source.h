@@ -74,6 +74,12 @@ void w22_weights_info_free(w22_weights_info *info);
 extern const float w22_wan22_latents_mean[W22_WAN22_STATS];
 extern const float w22_wan22_latents_std[W22_WAN22_STATS];
 
+/* The Wan2.1 VAE's latent statistics (16 channels): diffusers' AutoencoderKLWan defaults, which the Wan2.1 and
+ * Wan2.2 A14B diffusers folders' vae/config.json hold (the Wan2.1 repository's wan/modules/vae.py, WanVAE). */
+#define W22_WAN21_STATS 16
+extern const float w22_wan21_latents_mean[W22_WAN21_STATS];
+extern const float w22_wan21_latents_std[W22_WAN21_STATS];
+
 /* De-normalizes a pipeline's latents in place, as diffusers' Wan pipelines do before vae.decode:
  *     latents_std = 1.0 / tensor(latents_std);  latents = latents / latents_std + latents_mean
  * per channel, in float32 (the same operations, so the same bits as a float32 pipeline). z is [C][n]: C channels

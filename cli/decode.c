@@ -34,9 +34,11 @@ static const char usage[] =
     "                         gives the config, else it is inferred from the tensors\n"
     "      --variant V        in a folder: diffusion_pytorch_model.V.safetensors (e.g. fp16)\n"
     "  -l, --latents Z        latents [1, C, T, h, w] or [C, T, h, w]: .safetensors (tensor 'latents' or the only\n"
-    "                         one; F32/BF16/F16) or .npy (<f4, <f2); '-' reads them from standard input (a pipe:\n"
+    "                         one; F32/BF16/F16), ComfyUI's .latent (Save Latent's 'latent_tensor', read as its\n"
+    "                         Load Latent does) or .npy (<f4, <f2); '-' reads them from standard input (a pipe:\n"
     "                         python make_latents.py | wan22vae decode -l - ...), as a FIFO or /dev/fd/N is read,\n"
     "                         the format from the first bytes\n"
+    "      --latents-key NAME the safetensors tensor to read (for a file of several tensors)\n"
     "      --latents-normalized\n"
     "                         the latents are a diffusers pipeline's output (pipe(..., output_type=\"latent\")):\n"
     "                         de-normalize them first as the Wan pipeline does before vae.decode, per channel\n"
@@ -359,12 +361,13 @@ static int pick_stats(const w22_weights_info *info, int zdim, const char *weight
 int cli_decode(int argc, char **argv) {
     const double t_start = w22_now(); /* -v's time line: the phases of the process from here */
     const char *weights_path = NULL, *latents_path = NULL, *out = NULL, *device = "cpu", *variant = NULL;
+    const char *latents_key = NULL;
     w22_video_options vopt = {NULL, -1, NULL, NULL};
     long long fpp = 0, threads = 0, cuda_device = -1, crf = -1, dev_index = -1, png_level = -1;
     double fps = 24, interval = 0;
     int force = 0, progress = 0, verbose = 0, quiet = 0, normalized = 0, sync_write = 0, exact = 0;
     enum { O_CUDA = 256, O_FPP, O_THREADS, O_FPS, O_PROGRESS, O_VARIANT, O_NORM, O_CODEC, O_CRF, O_PIX, O_FFARGS,
-           O_INTERVAL, O_DEVICE, O_SYNC, O_PNG_LEVEL, O_EXACT };
+           O_INTERVAL, O_DEVICE, O_SYNC, O_PNG_LEVEL, O_EXACT, O_LKEY };
     static const struct option opts[] = {
         {"weights", required_argument, 0, 'w'},      {"latents", required_argument, 0, 'l'},
         {"out", required_argument, 0, 'o'},          {"device", required_argument, 0, O_DEVICE},
@@ -376,7 +379,7 @@ int cli_decode(int argc, char **argv) {
         {"codec", required_argument, 0, O_CODEC},    {"crf", required_argument, 0, O_CRF},
         {"pix-fmt", required_argument, 0, O_PIX},    {"ffmpeg-args", required_argument, 0, O_FFARGS},
         {"progress-interval", required_argument, 0, O_INTERVAL}, {"png-level", required_argument, 0, O_PNG_LEVEL},
-        {"exact", no_argument, 0, O_EXACT},
+        {"exact", no_argument, 0, O_EXACT},          {"latents-key", required_argument, 0, O_LKEY},
         {"write-sync", no_argument, 0, O_SYNC}, /* hidden: write in the decode's callback (tests' A/B) */
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
@@ -414,6 +417,7 @@ int cli_decode(int argc, char **argv) {
         case O_PROGRESS: progress = 1; break;
         case O_VARIANT: variant = optarg; break;
         case O_NORM: normalized = 1; break;
+        case O_LKEY: latents_key = optarg; break;
         case O_SYNC: sync_write = 1; break;
         case O_CODEC: vopt.codec = optarg; break;
         case O_PIX: vopt.pix_fmt = optarg; break;
@@ -504,7 +508,7 @@ int cli_decode(int argc, char **argv) {
     pthread_t hb = (pthread_t)0; /* read only once started (hb_started) */
     int T, h, w, zdim;
     /* the latents first: small, and a bad file should not wait for the weights */
-    if (w22_io_load_latents(latents_path, &z, &T, &h, &w, &zdim) != W22_OK) {
+    if (w22_io_load_latents_key(latents_path, latents_key, &z, &T, &h, &w, &zdim) != W22_OK) {
         cli_fail("loading latents %s", latents_path);
         goto done;
     }

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Issue 47's user-side and fault cases of the `wan22vae` command, on narrow synthetic weights (z_dim 4, base_dim 8):
+# ComfyUI .latent files (the key, the marker's scaling, the refusals listing the keys, .pt told how to convert);
+# Ctrl-C under a pseudo-terminal (acknowledged at once, acted on within 1 s, a later one still removes the temporary);
+# a full disk under .mkv/.webm (a small tmpfs where we may mount one, else a fake ffmpeg that fails as the real one
+# does on ENOSPC); a decode under `ulimit -v` (an out-of-memory error, never a hang); the messages of issue 47.
+# Prints "N passed, N failed"; exit 1 on a failure. The binary: $W22_BIN, else $BUILD/wan22vae (BUILD: build).
+set -u
+BIN=${W22_BIN:-${BUILD:-build}/wan22vae}
+case $BIN in /*) ;; *) BIN=$(pwd)/$BIN ;; esac
+if [ ! -x "$BIN" ]; then
+    echo "test_cli_faults: no binary at $BIN (set W22_BIN or BUILD)"; echo "test_cli_faults: 0 passed, 1 failed"; exit 1
+fi
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/w22clif-XXXXXX")
+[ -n "${W22_KEEP_TMP:-}" ] || trap 'rm -rf "$TMP"' EXIT
+cd "$TMP" || exit 1
+pass=0; fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && printf '%s\n' "$2" | sed 's/^/     /'; return 0; }
+have() { command -v "$1" >/dev/null 2>&1; }
+run() {
+    local name=$1 want=$2 msg=$3; shift 3
+    "$@" >out.txt 2>err.txt
+    local rc=$?
+    if [ "$rc" -ne "$want" ]; then bad "$name" "exit $rc, expected $want; stderr: $(head -c 3000 err.txt)"; return 1; fi
+    if [ -n "$msg" ] && ! grep -qF -- "$msg" err.txt out.txt; then
+        bad "$name" "expected the message to contain '$msg'; stderr: $(head -c 3000 err.txt)"; return 1
+    fi
+    ok "$name"
+}
+nothing_left() {
+    local name=$1 path=${2%/}
+    local left; left=$(ls -d "$path" "$path".tmp-* "$path".old-* 2>/dev/null)
+    if [ -n "$left" ]; then bad "$name: nothing left" "found: $left"; else ok "$name: nothing left"; fi
+}
+
+"$BIN" synth weights --out w.safetensors --z-dim 4 --base-dim 8 --seed 1 >/dev/null 2>&1 || bad "synth weights"
+"$BIN" synth latents --out z.safetensors --z-dim 4 --frames 2 --height 3 --width 4 >/dev/null 2>&1 || bad "synth latents"
+dec() { "$BIN" decode --weights w.safetensors "$@"; }
+
+# ---- ComfyUI's .latent (issue 47, 2): safetensors with 'latent_tensor' (the VAE's latent space, as ComfyUI's
+# sampler hands it out after process_latent_out) and the marker 'latent_format_version_0'; without the marker,
+# ComfyUI's LoadLatent multiplies by 1 / 0.18215 (float32 of the double), and so do we.
+if have python3 && python3 -c 'import numpy' 2>/dev/null; then
+    python3 - <<'PY'
+import json, struct
+import numpy as np
+def save(path, tensors):  # safetensors by hand: the header, then the data in order
+    head, off, blobs = {}, 0, []
+    for name, a in tensors.items():
+        b = np.ascontiguousarray(a).tobytes()
+        head[name] = {"dtype": {"float32": "F32", "float16": "F16"}[str(a.dtype)], "shape": list(a.shape),
+                      "data_offsets": [off, off + len(b)]}
+        off += len(b); blobs.append(b)
+    h = json.dumps(head).encode(); h += b" " * (-len(h) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+z = np.random.default_rng(5).standard_normal((1, 4, 2, 3, 4)).astype(np.float32)
+marker = np.zeros((0,), np.float32)
+save("plain.safetensors", {"latents": z})
+save("comfy.latent", {"latent_tensor": z, "latent_format_version_0": marker})
+save("comfy.safetensors", {"latent_format_version_0": marker, "latent_tensor": z})
+save("old.latent", {"latent_tensor": z})  # no marker: LoadLatent scales by 1 / 0.18215
+save("old_ref.safetensors", {"latents": z * np.float32(1.0 / 0.18215)})
+save("two.safetensors", {"mu": z, "logvar": z})
+open("z.pt", "wb").write(b"\x80\x02fake pickle")
+PY
+    run "plain latents" 0 "" dec --latents plain.safetensors --out plain.npy
+    if run "ComfyUI .latent" 0 "" dec --latents comfy.latent --out comfy.npy; then
+        cmp -s plain.npy comfy.npy && ok ".latent: the same video as its tensor as 'latents'" ||
+            bad ".latent: the same video as its tensor as 'latents'"
+    fi
+    run "ComfyUI's keys in a .safetensors" 0 "" dec --latents comfy.safetensors --out comfy2.npy &&
+        { cmp -s plain.npy comfy2.npy && ok "ComfyUI's keys in a .safetensors: the same video" ||
+              bad "ComfyUI's keys in a .safetensors: the same video"; }
+    run "a .latent from stdin" 0 "" sh -c "cat comfy.latent | '$BIN' decode -w w.safetensors -l - -o comfy3.npy" &&
+        { cmp -s plain.npy comfy3.npy && ok ".latent from stdin: the same video" || bad ".latent from stdin: same video"; }
+    run "old .latent (no marker)" 0 "" dec --latents old.latent --out old.npy
+    run "old .latent's reference" 0 "" dec --latents old_ref.safetensors --out old_ref.npy
+    cmp -s old.npy old_ref.npy && ok "old .latent: scaled by 1 / 0.18215 as ComfyUI's LoadLatent" ||
+        bad "old .latent: scaled by 1 / 0.18215 as ComfyUI's LoadLatent"
+    run "several tensors: the keys listed" 1 "found 2 tensors ('mu', 'logvar'); --latents-key NAME picks one" \
+        dec --latents two.safetensors --out two.npy
+    nothing_left "several tensors" two.npy
+    run "--latents-key" 0 "" dec --latents two.safetensors --latents-key logvar --out two.npy &&
+        { cmp -s plain.npy two.npy && ok "--latents-key: that tensor" || bad "--latents-key: that tensor"; }
+    run "--latents-key absent" 1 "--latents-key 'nope': expected a tensor of that name, found 2 tensors ('mu', 'logvar')" \
+        dec --latents two.safetensors --latents-key nope --out two2.npy
+    run "--latents-key on a .npy" 1 "--latents-key 'x' is for safetensors files" \
+        dec --latents old.npy --latents-key x --out two3.npy
+    run "a .pt: how to convert" 1 "a PyTorch pickle is not read" dec --latents z.pt --out pt.npy
+    grep -qF "st.save_file({'latents'" err.txt && ok ".pt: the conversion command" || bad ".pt: the conversion command" "$(cat err.txt)"
+    run "help: .latent and --latents-key" 0 "--latents-key NAME" "$BIN" help decode
+    grep -qF ".latent" out.txt && ok "help names .latent" || bad "help names .latent"
+else
+    echo "skip ComfyUI .latent: no python3 with numpy"
+fi
+
+echo "test_cli_faults: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

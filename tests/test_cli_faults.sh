@@ -95,5 +95,48 @@ else
     echo "skip ComfyUI .latent: no python3 with numpy"
 fi
 
+# ---- a full disk under .mkv/.webm/.mp4 (issue 47, 7): ffmpeg says "Error writing trailer ...: No space left on
+# device" and exits 0 with a truncated file; the CLI must fail and leave nothing. A 64 KB tmpfs where we may mount
+# one (root), and everywhere a stand-in ffmpeg (W22_FFMPEG) that does what the real one does on ENOSPC: takes every
+# frame, writes 8 KB, says so on stderr, exits 0 (other runs, the up-front check's, go to the real ffmpeg).
+if have ffmpeg; then
+    "$BIN" synth latents --out zfull.npy --z-dim 4 --frames 8 --height 8 --width 8 >/dev/null 2>&1
+    real=$(command -v ffmpeg)
+    cat >fake_ffmpeg <<FAKE
+#!/usr/bin/env bash
+out=\${!#}
+case "\$*" in
+*pipe:0*.tmp-*) cat >/dev/null; head -c 8192 /dev/zero >"\${out#file:}"
+    echo "Error writing trailer of \$out: No space left on device" >&2
+    echo "Error closing file \$out: No space left on device" >&2; exit 0 ;;
+esac
+exec "$real" "\$@"
+FAKE
+    chmod +x fake_ffmpeg
+    for e in mkv webm mp4; do
+        run "full disk (ffmpeg exits 0) .$e: exit 1" 1 "No space left on device" \
+            env W22_FFMPEG="$TMP/fake_ffmpeg" "$BIN" decode -w w.safetensors -l zfull.npy -o "full.$e"
+        nothing_left "full disk (ffmpeg exits 0) .$e" "full.$e"
+    done
+    mkdir -p mnt
+    if [ "$(id -u)" = 0 ] && mount -t tmpfs -o size=64k tmpfs mnt 2>/dev/null; then
+        for e in mkv webm mp4; do
+            run "a full 64 KB tmpfs, .$e: exit 1" 1 "No space left on device" \
+                "$BIN" decode -w w.safetensors -l zfull.npy -o "mnt/full.$e"
+            nothing_left "a full 64 KB tmpfs, .$e" "mnt/full.$e"
+        done
+        umount mnt
+    else
+        echo "skip a full tmpfs: cannot mount one here (not root, or no mount)"
+    fi
+    run "--ffmpeg-args \"-t 0\": the reason" 1 "frames sent; expected it to take every frame (does --ffmpeg-args end the video early" \
+        "$BIN" decode -w w.safetensors -l zfull.npy -o t0.mp4 --ffmpeg-args "-t 0"
+    if grep -qF "expected exit status 0, found 0" err.txt; then bad "-t 0: no 'expected 0, found 0'" "$(cat err.txt)"
+    else ok "-t 0: no 'expected 0, found 0'"; fi
+    nothing_left "--ffmpeg-args \"-t 0\"" t0.mp4
+else
+    echo "skip a full disk: no ffmpeg"
+fi
+
 echo "test_cli_faults: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -189,5 +189,13 @@ w22_status w22_video_write(w22_video_writer *vw, const float *chunk, int frame0,
 w22_status w22_video_finish(w22_video_writer *vw);
 /* Removes the temporary output and frees vw (NULL is fine). */
 void w22_video_abort(w22_video_writer *vw);
+/* For a signal handler that must clean up without the writer (the CLI's second Ctrl-C): the temporary output's path
+ * (NULL for a stream or none) and whether it is a directory; and the process id of the writer's ffmpeg (0: none). */
+const char *w22_video_temporary(const w22_video_writer *vw, int *is_dir);
+int w22_video_child(const w22_video_writer *vw);
+/* A stopped decode's output is not wanted: ends the writer's ffmpeg (SIGKILL) and shuts its input down, so that a
+ * write blocked on an ffmpeg that no longer reads (another thread's w22_video_write) fails at once. Safe to call
+ * from another thread than the writing one; w22_video_abort then cleans up as usual. */
+void w22_video_cancel(w22_video_writer *vw);
 
 #endif

@@ -517,6 +517,18 @@ static w22_status ffmpeg_open(w22_video_writer *vw) {
     return W22_OK;
 }
 
+void w22_video_cancel(w22_video_writer *vw) {
+    if (!vw || vw->fmt != W22_VIDEO_FFMPEG || !vw->impl) return;
+    ffmpeg_state *st = vw->impl;
+    if (st->pid > 0) kill(st->pid, SIGKILL); /* reaped by ffmpeg_close, as before */
+    if (st->sock >= 0) shutdown(st->sock, SHUT_RDWR);
+}
+
+int w22_video_child(const w22_video_writer *vw) {
+    if (!vw || vw->fmt != W22_VIDEO_FFMPEG || !vw->impl) return 0;
+    return (int)((const ffmpeg_state *)vw->impl)->pid;
+}
+
 const char *w22_video_command(const w22_video_writer *vw) {
     if (!vw || vw->fmt != W22_VIDEO_FFMPEG || !vw->impl) return NULL;
     return ((const ffmpeg_state *)vw->impl)->command;

@@ -192,5 +192,27 @@ if have ffmpeg && env --default-signal=INT true 2>/dev/null; then
         ok "a later SIGINT: its ffmpeg ended"
 fi
 
+# ---- an address-space limit (issue 47, 8): OpenBLAS's buffers (one of ~129 MB per thread, retried forever when
+# the malloc fails) hung a decode under `ulimit -v 300000`, and at 100000 its exit. Now at every limit a decode ends
+# (bounded by a KILL after 120 s): done (exit 0, on the built-in loop where OpenBLAS's pool does not fit, said once),
+# or a clear out-of-memory failure (exit 1).
+"$BIN" synth latents --out zsmall.npy --z-dim 4 --frames 2 --height 4 --width 4 >/dev/null 2>&1
+for lim in 600000 300000 100000 50000 30000 20000; do
+    (ulimit -v "$lim" && exec timeout -s KILL 120 "$BIN" decode -w w.safetensors -l zsmall.npy -o "ul$lim.y4m" \
+        --threads 2) >/dev/null 2>err.txt
+    rc=$?
+    if [ "$rc" = 0 ] || { [ "$rc" = 1 ] && grep -qiE "out of host memory|cannot allocate memory|out of memory" err.txt; }; then
+        ok "ulimit -v $lim: exit $rc, no hang$(grep -q "built-in loop" err.txt && echo ' (the built-in loop, said)')"
+    else
+        bad "ulimit -v $lim: expected exit 0 or a clear out-of-memory error (1), found $rc" "$(tail -c 1500 err.txt)"
+    fi
+    [ "$rc" = 1 ] && nothing_left "ulimit -v $lim" "ul$lim.y4m"
+done
+(ulimit -v 60000 && exec timeout -s KILL 120 "$BIN" decode -w w32.safetensors -l zbig.npy -o ulbig.y4m) >/dev/null 2>err.txt
+rc=$?
+[ "$rc" = 1 ] && grep -qi "out of host memory" err.txt && ok "ulimit -v 60000, a decode that cannot fit: out of host memory, exit 1" ||
+    bad "ulimit -v 60000, a decode that cannot fit: expected exit 1 and 'out of host memory'" "exit $rc; $(tail -c 1500 err.txt)"
+nothing_left "ulimit -v 60000, a decode that cannot fit" ulbig.y4m
+
 echo "test_cli_faults: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

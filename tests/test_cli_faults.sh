@@ -145,7 +145,7 @@ fi
 # Before: the stop came at the pass's end (14.7 s seen at full size), with "running" on screen meanwhile.
 "$BIN" synth weights --out w32.safetensors --z-dim 4 --base-dim 32 --seed 1 >/dev/null 2>&1
 "$BIN" synth latents --out zbig.npy --z-dim 4 --frames 2 --height 32 --width 32 >/dev/null 2>&1
-ptyscript=${W22_TESTS:-$HERE}/pty_interrupt.py
+ptyscript=$HERE/pty_interrupt.py
 if have python3 && [ -f "$ptyscript" ]; then
     for o in ctrlc.y4m ctrlc.mp4; do
         case $o in *.mp4) have ffmpeg || continue ;; esac
@@ -213,6 +213,45 @@ rc=$?
 [ "$rc" = 1 ] && grep -qi "out of host memory" err.txt && ok "ulimit -v 60000, a decode that cannot fit: out of host memory, exit 1" ||
     bad "ulimit -v 60000, a decode that cannot fit: expected exit 1 and 'out of host memory'" "exit $rc; $(tail -c 1500 err.txt)"
 nothing_left "ulimit -v 60000, a decode that cannot fit" ulbig.y4m
+
+# ---- messages (issue 47, 9) and synth's options (6)
+run "synth --base-dim 5000: a usage error with the library's range" 2 "--base-dim: expected an integer in 1..4096, found '5000'" \
+    "$BIN" synth weights -o b5000.safetensors --base-dim 5000
+if have python3; then # a saved config in __metadata__ that the library refuses: one "config" in the message
+    python3 - w.safetensors <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h["__metadata__"] = {"wan22vae_config": "4,5000,1,2,4,4,2,1,1,0,12,2"}
+j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
+open("meta.safetensors", "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
+PY
+    run "info: a refused config in __metadata__" 1 "the config in __metadata__: base_dim 5000, expected 1..4096" \
+        "$BIN" info meta.safetensors
+    grep -q "config: config:\|config: base_dim 5000" err.txt && bad "no doubled 'config: config:'" "$(cat err.txt)" ||
+        ok "no doubled 'config: config:'"
+fi
+run "synth weights -o x.npy: refused up front" 2 "--out: expected a .safetensors path" "$BIN" synth weights -o x.npy
+[ ! -e x.npy ] && ok "synth weights -o x.npy: nothing written" || bad "synth weights -o x.npy: nothing written"
+run "synth latents -o x.y4m: refused up front" 2 "--out: expected a .safetensors or .npy path, found 'x.y4m'" \
+    "$BIN" synth latents -o x.y4m --frames 1 --height 1 --width 1
+run "synth latents --dtype f16: refused, not ignored" 2 "--dtype is for weights; latents are written as float32" \
+    "$BIN" synth latents -o x16.npy --dtype f16 --frames 1 --height 1 --width 1
+run "synth weights --force over an existing file" 0 "" "$BIN" synth weights -o w.safetensors --z-dim 4 --base-dim 8 --seed 2 -f
+"$BIN" synth weights -o w2.safetensors --z-dim 4 --base-dim 8 --seed 2 >/dev/null 2>&1
+cmp -s w.safetensors w2.safetensors && ok "synth weights --force: replaced" || bad "synth weights --force: replaced"
+"$BIN" synth weights -o w.safetensors --z-dim 4 --base-dim 8 --seed 1 -f >/dev/null 2>&1
+ls w.safetensors.synth-* >/dev/null 2>&1 && bad "synth --force: no temporary left" || ok "synth --force: no temporary left"
+big=$(head -c 100000 /dev/zero | tr '\0' a)
+for args in "decode --fps $big" "$big" "help $big" "decode -w w.safetensors -l z.safetensors -o x.$big" "decode --$big" \
+            "synth weights -o x.safetensors --dtype $big" "decode -w w.safetensors -l z.safetensors -o x.y4m $big"; do
+    # shellcheck disable=SC2086
+    "$BIN" $args >out.txt 2>err.txt; rc=$?
+    n=$(cat out.txt err.txt | wc -c)
+    [ "$n" -lt 4096 ] && [ "$rc" -ne 0 ] && ok "a 100 KB argument (${args:0:24}...): named in $n bytes, exit $rc" ||
+        bad "a 100 KB argument (${args:0:24}...): expected under 4 KB on stderr" "$n bytes, exit $rc"
+done
 
 echo "test_cli_faults: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -25,10 +25,9 @@ LIBS_PRIVATE  :=
 has_header = $(shell printf '\#include <$(1)>\n' | $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
 
 BLAS ?= $(if $(call has_header,cblas.h),openblas,none)
+# OpenBLAS's header at build time; the library itself is dlopen'd at the first product (src/cpu/gemm.c says why)
 ifeq ($(BLAS),openblas)
 CFLAGS += -DW22_HAVE_CBLAS
-LDLIBS += -lopenblas
-LIBS_PRIVATE += -lopenblas
 endif
 PNG ?= $(if $(call has_header,png.h),1,0)
 ifeq ($(PNG),1)

@@ -16,7 +16,9 @@ int cli_info(int argc, char **argv);
 int cli_synth(int argc, char **argv);
 int cli_gpu_check(int argc, char **argv);
 
-/* "wan22vae: <what>: <the library's last message>" on stderr; returns 1. */
+/* msg on stderr, with any word over 4 KB (a pasted 100 KB argument) shown by its start and end. */
+void cli_print_bounded(const char *msg);
+/* "wan22vae: <what>: <the library's last message>" on stderr (bounded as above); returns 1. */
 int cli_fail(const char *what_fmt, ...) __attribute__((format(printf, 1, 2)));
 /* "wan22vae <cmd>: <message>" and a hint to --help on stderr; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -7,7 +7,9 @@
  * device) is written directly, frames in order. Progress goes to stderr: a line saying what will run, then one per
  * pass and a heartbeat while a pass runs (a CPU pass takes minutes at full size). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -36,9 +38,11 @@ static const char usage[] =
     "                         gives the config, else it is inferred from the tensors\n"
     "      --variant V        in a folder: diffusion_pytorch_model.V.safetensors (e.g. fp16)\n"
     "  -l, --latents Z        latents [1, C, T, h, w] or [C, T, h, w]: .safetensors (tensor 'latents' or the only\n"
-    "                         one; F32/BF16/F16) or .npy (<f4, <f2); '-' reads them from standard input (a pipe:\n"
+    "                         one; F32/BF16/F16), ComfyUI's .latent (Save Latent's 'latent_tensor', read as its\n"
+    "                         Load Latent does) or .npy (<f4, <f2); '-' reads them from standard input (a pipe:\n"
     "                         python make_latents.py | wan22vae decode -l - ...), as a FIFO or /dev/fd/N is read,\n"
     "                         the format from the first bytes\n"
+    "      --latents-key NAME the safetensors tensor to read (for a file of several tensors)\n"
     "      --latents-normalized\n"
     "                         the latents are a diffusers pipeline's output (pipe(..., output_type=\"latent\")):\n"
     "                         de-normalize them first as the Wan pipeline does before vae.decode, per channel\n"
@@ -90,24 +94,76 @@ static const char usage[] =
     "Progress and messages go to stderr, never to standard output.\n"
     "\n" CLI_EXIT_CODES;
 
-static volatile sig_atomic_t interrupted;
+static volatile sig_atomic_t interrupted; /* also the decoder's stop flag (w22_decoder_set_interrupt) */
+_Static_assert(sizeof(sig_atomic_t) == sizeof(int), "the stop flag is read by the library as an int");
 static struct timespec interrupted_at; /* written by the handler only, with the handled signals blocked in it */
+/* What a later signal removes before the process dies, set once the output is open (the handler reads them only
+ * when tmp_set): the temporary output (a file, or a PNG folder) and the ffmpeg child. */
+static char sig_tmp[PATH_MAX];
+static volatile sig_atomic_t sig_tmp_set, sig_tmp_dir, sig_child, sig_tty;
 
-/* The first signal asks the decode to stop. The same stop often comes twice at once: GNU timeout signals the process
- * and then its process group, a terminal's Ctrl-C reaches every process of a pipeline, and the CLI's ffmpeg child
- * shares the group. A repeat within REPEAT_S of the first is that one stop and is let go; a later one (a user
- * pressing Ctrl-C again) kills at once, leaving the temporary output behind, as asked. */
+static void say(const char *s) { (void)!write(2, s, strlen(s)); } /* write and strlen: async-signal-safe */
+
+static const char *signal_name(int sig) {
+    return sig == SIGINT ? "SIGINT (Ctrl-C)" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP"
+           : sig == SIGQUIT ? "SIGQUIT" : "a signal";
+}
+
+/* The temporary output and ffmpeg, from the handler: only async-signal-safe calls (a folder's files through
+ * getdents64 and unlinkat, then rmdir). */
+static void remove_now(void) {
+    if (sig_child > 0) kill((pid_t)sig_child, SIGKILL);
+    if (!sig_tmp_set) return;
+    if (!sig_tmp_dir) {
+        unlink(sig_tmp);
+        return;
+    }
+    int fd = open(sig_tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (int pass = 0; fd >= 0 && pass < 4; pass++) { /* entries removed while read can hide others: read again */
+        char buf[8192];
+        long n;
+        int removed = 0;
+        lseek(fd, 0, SEEK_SET);
+        while ((n = (long)getdents64(fd, buf, sizeof buf)) > 0)
+            for (long off = 0; off < n;) {
+                struct dirent64 *e = (struct dirent64 *)(buf + off);
+                if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && unlinkat(fd, e->d_name, 0) == 0) removed++;
+                off += e->d_reclen;
+            }
+        if (!removed) break;
+    }
+    if (fd >= 0) close(fd);
+    rmdir(sig_tmp);
+}
+
+/* The first signal asks the decode to stop: said on stderr at once, acted on within a second (the decoder reads
+ * the flag between ops and inside its long loops). The same stop often comes twice at once: GNU timeout signals the
+ * process and then its process group, a terminal's Ctrl-C reaches every process of a pipeline, and the CLI's ffmpeg
+ * child shares the group. A repeat within REPEAT_S of the first is that one stop and is let go; a later one (a user
+ * pressing Ctrl-C again) removes the temporary output and ffmpeg, and kills at once. */
 #define REPEAT_S 1.0
 static void on_signal(int sig) {
+    const int saved = errno;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe (POSIX) */
     if (!interrupted) {
         interrupted_at = now;
         interrupted = sig;
+        say(sig_tty ? "\r\033[K" : "");
+        say("wan22vae: ");
+        say(signal_name(sig));
+        say(": stopping the decode (within a second); the temporary output will be removed\n");
+        errno = saved;
         return;
     }
-    if ((double)(now.tv_sec - interrupted_at.tv_sec) + 1e-9 * (double)(now.tv_nsec - interrupted_at.tv_nsec) < REPEAT_S)
+    if ((double)(now.tv_sec - interrupted_at.tv_sec) + 1e-9 * (double)(now.tv_nsec - interrupted_at.tv_nsec) < REPEAT_S) {
+        errno = saved;
         return;
+    }
+    say("wan22vae: ");
+    say(signal_name(sig));
+    say(" again: quitting now, the temporary output removed\n");
+    remove_now();
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -171,8 +227,8 @@ static void *writer_main(void *p) {
         const int k = c->head;
         pthread_mutex_unlock(&c->wmu);
         const double t0 = w22_now();
-        const w22_status s = c->write_status == W22_OK ? w22_video_write(c->vw, c->ring[k], c->ring_f0[k], c->ring_n[k])
-                                                       : W22_OK;
+        const w22_status s = c->write_status == W22_OK && !interrupted /* stopping: the frames are not wanted */
+                                 ? w22_video_write(c->vw, c->ring[k], c->ring_f0[k], c->ring_n[k]) : W22_OK;
         pthread_mutex_lock(&c->wmu);
         c->write_s += w22_now() - t0;
         if (s != W22_OK && c->write_status == W22_OK) write_failed(c, s);
@@ -192,6 +248,7 @@ static void *writer_main(void *p) {
 /* Waits until the writer has written every chunk handed over, then ends it. */
 static void writer_stop(decode_ctx *c) {
     if (!c->writer_on) return;
+    if (interrupted) w22_video_cancel(c->vw); /* an ffmpeg that no longer reads must not hold the stop up */
     pthread_mutex_lock(&c->wmu);
     c->wstop = 1;
     pthread_cond_broadcast(&c->wcv);
@@ -267,6 +324,7 @@ static void clock_text(double s, char *buf, size_t cap) {
 
 /* One progress line; the caller holds c->mu. final: the closing line; beat: from the heartbeat (a pass running). */
 static void print_progress(decode_ctx *c, int final, int beat) {
+    if (interrupted) return; /* the stop was said; a "running" line now would say otherwise */
     double dt = w22_now() - c->t0;
     double fps = dt > 0 ? c->frames_done / dt : 0;
     char tail[64], el[32], eta[32];
@@ -372,13 +430,14 @@ static int pick_stats(const w22_weights_info *info, int zdim, const char *weight
 int cli_decode(int argc, char **argv) {
     const double t_start = w22_now(); /* -v's time line: the phases of the process from here */
     const char *weights_path = NULL, *latents_path = NULL, *out = NULL, *device = "cpu", *variant = NULL;
+    const char *latents_key = NULL;
     w22_video_options vopt = {NULL, -1, NULL, NULL};
     long long fpp = 0, threads = 0, cuda_device = -1, crf = -1, dev_index = -1, png_level = -1;
     double fps = 24, interval = 0;
     int force = 0, progress = 0, verbose = 0, quiet = 0, normalized = 0, sync_write = 0, exact = 0;
     int kernels = W22_KERNELS_AUTO;
     enum { O_CUDA = 256, O_FPP, O_THREADS, O_FPS, O_PROGRESS, O_VARIANT, O_NORM, O_CODEC, O_CRF, O_PIX, O_FFARGS,
-           O_INTERVAL, O_DEVICE, O_SYNC, O_PNG_LEVEL, O_EXACT, O_KERNELS };
+           O_INTERVAL, O_DEVICE, O_WRITE_SYNC, O_PNG_LEVEL, O_EXACT, O_KERNELS, O_LKEY };
     static const struct option opts[] = {
         {"weights", required_argument, 0, 'w'},      {"latents", required_argument, 0, 'l'},
         {"out", required_argument, 0, 'o'},          {"device", required_argument, 0, O_DEVICE},
@@ -391,7 +450,8 @@ int cli_decode(int argc, char **argv) {
         {"pix-fmt", required_argument, 0, O_PIX},    {"ffmpeg-args", required_argument, 0, O_FFARGS},
         {"progress-interval", required_argument, 0, O_INTERVAL}, {"png-level", required_argument, 0, O_PNG_LEVEL},
         {"exact", no_argument, 0, O_EXACT},          {"kernels", required_argument, 0, O_KERNELS},
-        {"write-sync", no_argument, 0, O_SYNC}, /* hidden: write in the decode's callback (tests' A/B) */
+        {"latents-key", required_argument, 0, O_LKEY},
+        {"write-sync", no_argument, 0, O_WRITE_SYNC}, /* hidden: write in the decode's callback (tests' A/B) */
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
     opterr = 0;
@@ -433,7 +493,8 @@ int cli_decode(int argc, char **argv) {
         case O_PROGRESS: progress = 1; break;
         case O_VARIANT: variant = optarg; break;
         case O_NORM: normalized = 1; break;
-        case O_SYNC: sync_write = 1; break;
+        case O_LKEY: latents_key = optarg; break;
+        case O_WRITE_SYNC: sync_write = 1; break;
         case O_CODEC: vopt.codec = optarg; break;
         case O_PIX: vopt.pix_fmt = optarg; break;
         case O_FFARGS: vopt.ffmpeg_args = optarg; break;
@@ -523,7 +584,7 @@ int cli_decode(int argc, char **argv) {
     pthread_t hb = (pthread_t)0; /* read only once started (hb_started) */
     int T, h, w, zdim;
     /* the latents first: small, and a bad file should not wait for the weights */
-    if (w22_io_load_latents(latents_path, &z, &T, &h, &w, &zdim) != W22_OK) {
+    if (w22_io_load_latents_key(latents_path, latents_key, &z, &T, &h, &w, &zdim) != W22_OK) {
         cli_fail("loading latents %s", latents_path);
         goto done;
     }
@@ -571,6 +632,7 @@ int cli_decode(int argc, char **argv) {
         cli_fail("opening the %s decoder", device);
         goto done;
     }
+    w22_decoder_set_interrupt(dec, (const volatile int *)&interrupted); /* a signal stops it within a second */
     w22_weights_free(weights); /* the decoder holds its own copy in its layout */
     weights = NULL;
     const double t_open = w22_now();
@@ -580,6 +642,16 @@ int cli_decode(int argc, char **argv) {
     if (w22_video_open_opts(out, fmt, F, H, W, fps, force, &vopt, &c.vw) != W22_OK) {
         cli_fail("opening the output");
         goto done;
+    }
+    { /* for a later signal's handler: what to remove before the process dies */
+        int is_dir;
+        const char *t = w22_video_temporary(c.vw, &is_dir);
+        if (t && strlen(t) < sizeof sig_tmp) {
+            memcpy(sig_tmp, t, strlen(t) + 1);
+            sig_tmp_dir = is_dir;
+            sig_tmp_set = 1;
+        }
+        sig_child = w22_video_child(c.vw);
     }
     /* the PNG encoders: as many threads as the decode's (every core by default) */
     if (w22_video_set_png(c.vw, (int)png_level, (int)threads) != W22_OK) {
@@ -592,6 +664,7 @@ int cli_decode(int argc, char **argv) {
     c.fpp = fpp ? (int)fpp : DEFAULT_FRAMES_PER_PASS;
     c.passes = (T + c.fpp - 1) / c.fpp;
     c.tty = isatty(2);
+    sig_tty = c.tty;
     c.show = !quiet && (progress || c.tty);
     c.interval = interval > 0 ? interval : c.tty ? 1 : 10;
     c.t0 = w22_now();
@@ -613,7 +686,7 @@ int cli_decode(int argc, char **argv) {
     writer_stop(&c); /* every chunk handed over is written (or the first failure recorded) */
     const double t_written = w22_now();
     heartbeat_stop(&c, hb, &hb_started);
-    if (c.show && c.tty && s != W22_OK) fputc('\n', stderr); /* end the progress line before a message */
+    if (c.show && c.tty && s != W22_OK && !interrupted) fputc('\n', stderr); /* end the progress line before a message */
     int stream = w22_output_is_stream(out);
     if (interrupted) {
         fprintf(stderr, "wan22vae: decoding: interrupted by signal %d; %s\n", (int)interrupted,
@@ -630,7 +703,9 @@ int cli_decode(int argc, char **argv) {
     }
     w22_video_writer *vw = c.vw;
     c.vw = NULL; /* finish frees it, also on failure */
-    if (w22_video_finish(vw) != W22_OK) {
+    const w22_status fs = w22_video_finish(vw);
+    sig_tmp_set = 0, sig_child = 0; /* renamed or removed, and ffmpeg reaped: nothing for a handler to remove */
+    if (fs != W22_OK) {
         cli_fail("finishing %s", out_name);
         goto done;
     }
@@ -649,6 +724,7 @@ int cli_decode(int argc, char **argv) {
 done:
     heartbeat_stop(&c, hb, &hb_started);
     w22_video_abort(c.vw); /* removes the temporary output; NULL when finished or never opened */
+    sig_tmp_set = 0, sig_child = 0;
     w22_decoder_free(dec);
     w22_weights_free(weights);
     if (info_loaded) w22_weights_info_free(&info);

@@ -1,5 +1,6 @@
 /* The `wan22vae` command: dispatches to the subcommands (decode, info, synth, gpu-check) and prints the top-level
  * help (`help CMD`: a command's own) and the version. Each subcommand lives in its own file in cli/. */
+#define _GNU_SOURCE /* vasprintf */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,21 @@ static const char usage[] =
     "wan22vae <command> --help says more; wan22vae --version prints the version.\n"
     "\n" CLI_EXIT_CODES;
 
+/* A message on stderr with every word (a run without spaces) longer than LONG_WORD cut to its start and end: an
+ * argument of 100 KB is named, not echoed in full (paths, up to PATH_MAX, pass whole). */
+#define LONG_WORD 4096
+void cli_print_bounded(const char *msg) {
+    for (const char *p = msg; *p;) {
+        size_t n = strcspn(p, " \t\n");
+        if (n > LONG_WORD) fprintf(stderr, "%.200s...(%zu bytes)...%.40s", p, n, p + n - 40);
+        else fwrite(p, 1, n, stderr);
+        p += n;
+        size_t sp = strspn(p, " \t\n");
+        fwrite(p, 1, sp, stderr);
+        p += sp;
+    }
+}
+
 int cli_fail(const char *what_fmt, ...) {
     char what[1024];
     va_list ap;
@@ -31,16 +47,23 @@ int cli_fail(const char *what_fmt, ...) {
     vsnprintf(what, sizeof what, what_fmt, ap);
     va_end(ap);
     const char *msg = w22_last_error();
-    fprintf(stderr, "wan22vae: %s: %s\n", what, msg && *msg ? msg : "(no message)");
+    fputs("wan22vae: ", stderr);
+    cli_print_bounded(what);
+    fputs(": ", stderr);
+    cli_print_bounded(msg && *msg ? msg : "(no message)");
+    fputc('\n', stderr);
     return 1;
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
-    fprintf(stderr, "wan22vae %s: ", cmd);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    char *msg = NULL;
+    const int n = vasprintf(&msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "wan22vae %s: ", cmd);
+    cli_print_bounded(n >= 0 && msg ? msg : "(no memory for the message)");
+    free(msg);
     fprintf(stderr, "\n(wan22vae %s --help lists the options)\n", cmd);
     return 2;
 }
@@ -77,7 +100,9 @@ int main(int argc, char **argv) {
                 return !strcmp(argv[2], "decode") ? cli_decode(2, args) : !strcmp(argv[2], "info") ?
                        cli_info(2, args) : !strcmp(argv[2], "synth") ? cli_synth(2, args) : cli_gpu_check(2, args);
             }
-        fprintf(stderr, "wan22vae help: expected a command (decode, info, synth, gpu-check), found '%s'\n", argv[2]);
+        fputs("wan22vae help: expected a command (decode, info, synth, gpu-check), found '", stderr);
+        cli_print_bounded(argv[2]);
+        fputs("'\n", stderr);
         return 2;
     }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) return fputs(usage, stdout), 0;
@@ -87,6 +112,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "synth")) return cli_synth(argc - 1, argv + 1);
     if (!strcmp(cmd, "gpu-check")) return cli_gpu_check(argc - 1, argv + 1);
-    fprintf(stderr, "wan22vae: expected a command (decode, info, synth, gpu-check), found '%s'\n\n%s", cmd, usage);
+    fputs("wan22vae: expected a command (decode, info, synth, gpu-check), found '", stderr);
+    cli_print_bounded(cmd);
+    fprintf(stderr, "'\n\n%s", usage);
     return 2;
 }

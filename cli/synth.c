@@ -3,7 +3,10 @@
  * with --z-dim / --base-dim. */
 #define _GNU_SOURCE
 #include <getopt.h>
+#include <limits.h>
+#include <strings.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -42,7 +45,7 @@ int cli_synth(int argc, char **argv) {
     if (!is_weights && strcmp(what, "latents"))
         return cli_usage_error("synth", "expected 'weights' or 'latents', found '%s'", what);
 
-    const char *out = NULL, *dtype_s = "bf16";
+    const char *out = NULL, *dtype_s = NULL;
     long long seed = 0, zdim = -1, base = -1, T = -1, h = -1, w = -1;
     int force = 0, wan21 = 0;
     static const struct option opts[] = {
@@ -60,8 +63,8 @@ int cli_synth(int argc, char **argv) {
         case 'o': out = optarg; break;
         case 's': if (cli_int(cmd, "--seed", optarg, 0, INT64_MAX, &seed)) return 2; break;
         case 'd': dtype_s = optarg; break;
-        case 'z': if (cli_int(cmd, "--z-dim", optarg, 1, 4096, &zdim)) return 2; break;
-        case 'b': if (cli_int(cmd, "--base-dim", optarg, 1, 65536, &base)) return 2; break;
+        case 'z': if (cli_int(cmd, "--z-dim", optarg, 1, 4096, &zdim)) return 2; break; /* the library's ranges */
+        case 'b': if (cli_int(cmd, "--base-dim", optarg, 1, 4096, &base)) return 2; break;
         case 'T': if (cli_int(cmd, "--frames", optarg, 1, 100000, &T)) return 2; break;
         case 'H': if (cli_int(cmd, "--height", optarg, 1, 65536, &h)) return 2; break;
         case 'W': if (cli_int(cmd, "--width", optarg, 1, 65536, &w)) return 2; break;
@@ -75,16 +78,27 @@ int cli_synth(int argc, char **argv) {
     }
     if (optind < argc - 1) return cli_usage_error(cmd, "unexpected argument '%s'", argv[optind + 1]);
     if (!out) return cli_usage_error(cmd, "expected --out");
+    /* the output's kind up front, before any work: weights are safetensors, latents .safetensors or .npy */
+    const size_t olen = strlen(out);
+    const int st = olen >= 12 && !strcasecmp(out + olen - 12, ".safetensors");
+    const int npy = olen >= 4 && !strcasecmp(out + olen - 4, ".npy");
+    if (is_weights && !st) return cli_usage_error(cmd, "--out: expected a .safetensors path (weights are written as "
+                                                   "safetensors), found '%s'", out);
+    if (!is_weights && !st && !npy)
+        return cli_usage_error(cmd, "--out: expected a .safetensors or .npy path, found '%s'", out);
+    if (!is_weights && dtype_s)
+        return cli_usage_error(cmd, "--dtype is for weights; latents are written as float32");
 
     w22_config cfg;
     if (wan21) w22_config_wan21(&cfg);
     else w22_config_default(&cfg);
     if (zdim > 0) cfg.z_dim = (int)zdim;
     if (base > 0) cfg.base_dim = (int)base;
-    if (w22_config_check(&cfg) != W22_OK) return cli_fail("%s: config", cmd);
+    if (w22_config_check(&cfg) != W22_OK) return cli_usage_error(cmd, "%s", w22_last_error()); /* "config: ..." */
 
     if (is_weights) {
         w22_dtype dt;
+        if (!dtype_s) dtype_s = "bf16";
         if (!strcmp(dtype_s, "bf16")) dt = W22_DTYPE_BF16;
         else if (!strcmp(dtype_s, "f32")) dt = W22_DTYPE_F32;
         else if (!strcmp(dtype_s, "f16")) dt = W22_DTYPE_F16;
@@ -92,14 +106,27 @@ int cli_synth(int argc, char **argv) {
         if (T > 0 || h > 0 || w > 0) return cli_usage_error(cmd, "--frames/--height/--width are for latents");
         w22_status os = w22_output_check(out, 0, force);
         if (os != W22_OK) {
-        cli_fail("output");
-        if (os == W22_ERR_EXISTS && !force) fprintf(stderr, "(--force replaces it)\n");
-        return 1;
-    }
+            cli_fail("output");
+            if (os == W22_ERR_EXISTS && !force) fprintf(stderr, "(--force replaces it)\n");
+            return 1;
+        }
         w22_weights *wt;
         if (w22_weights_synthetic(&cfg, (uint64_t)seed, &wt) != W22_OK) return cli_fail("making synthetic weights");
-        w22_status s = w22_weights_save(wt, out, dt);
+        /* w22_weights_save makes new files only: --force saves beside the output, then renames over it */
+        char tmp[PATH_MAX];
+        const int replace = force && access(out, F_OK) == 0;
+        if (replace && snprintf(tmp, sizeof tmp, "%s.synth-%d.safetensors", out, (int)getpid()) >= (int)sizeof tmp) {
+            w22_weights_free(wt);
+            fprintf(stderr, "wan22vae: %s: the path is too long\n", out);
+            return 1;
+        }
+        w22_status s = w22_weights_save(wt, replace ? tmp : out, dt);
         w22_weights_free(wt);
+        if (s == W22_OK && replace && rename(tmp, out) != 0) {
+            perror("wan22vae: replacing the output");
+            unlink(tmp);
+            return 1;
+        }
         if (s != W22_OK) return cli_fail("writing %s", out);
         fprintf(stderr, "wan22vae: wrote %s: synthetic weights (%s), seed %lld, z_dim %d, base_dim %d, %s\n", out,
                 wan21 ? "the Wan2.1 VAE" : "Wan2.2 TI2V-5B", seed, cfg.z_dim, cfg.base_dim, w22_dtype_name(dt));

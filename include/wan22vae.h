@@ -182,6 +182,12 @@ W22_API void w22_decoder_free(w22_decoder *d);
 /* The kernels a decoder runs on (a static string): "hopper" (CUDA, sm_90a kernels), "portable" (CUDA, the portable
  * kernels) or "cpu". */
 W22_API const char *w22_decoder_path(const w22_decoder *d);
+/* A stop flag for the decoder's decodes (NULL: none), owned by the caller: once *flag is nonzero a running decode
+ * stops soon, between ops and, on the CPU, inside its long loops (within about 0.2 s of CPU time), and returns
+ * W22_ERR_INVALID_ARG ("stopped by the caller"); a decode begun while it is set stops at once. Setting *flag is
+ * async-signal-safe (a signal handler may do it: a volatile sig_atomic_t cast to int). Set it before a decode, not
+ * while one runs; the caller resets *flag to 0 for the next decode. */
+W22_API void w22_decoder_set_interrupt(w22_decoder *d, const volatile int *flag);
 /* Frees the decoder's workspace (its device memory beyond the weights: tens of GiB after a 4K decode); the next
  * decode makes it again for its size, the same as a fresh decoder's. Waits for a decode running in another thread. */
 W22_API w22_status w22_decoder_release_workspace(w22_decoder *d);

@@ -1,5 +1,6 @@
 """The build hook of `pip install ./python`: runs `make` in the repo root (the directory above this one) for
-build/libwan22vae.so and puts a copy of it into the wheel's wan22vae/ (never into the source tree).
+build/libwan22vae.so and the CLI build/wan22vae, and puts copies of them into the wheel's wan22vae/ and
+wan22vae/bin/ (never into the source tree); the console script `wan22vae` (pyproject.toml) runs that CLI.
 
 Environment: W22_BUILD (the make build directory, default "build"), W22_MAKE (the make command, default "make"),
 W22_SKIP_MAKE=1 (copy an existing build/libwan22vae.so without running make), MAKEFLAGS as make reads it."""
@@ -14,19 +15,22 @@ from setuptools.dist import Distribution
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 LIB = "libwan22vae.so"
+CLI = "wan22vae"
 
 
 class BuildWithLibrary(build_py):
     def run(self):
         super().run()
         dest = os.path.join(self.build_lib, "wan22vae", LIB)
+        dest_cli = os.path.join(self.build_lib, "wan22vae", "bin", CLI)
         build = os.environ.get("W22_BUILD", "build")
         built = os.path.join(ROOT, build, LIB)
+        built_cli = os.path.join(ROOT, build, CLI)
         if not os.environ.get("W22_SKIP_MAKE"):
             if not os.path.isfile(os.path.join(ROOT, "Makefile")):
                 raise SystemExit(f"wan22vae: no Makefile at {ROOT}; install from the repo (pip install ./python), "
                                  "or set W22_SKIP_MAKE=1 and W22_LIB at run time")
-            cmd = [os.environ.get("W22_MAKE", "make"), "-C", ROOT, f"BUILD={build}", f"{build}/{LIB}"]
+            cmd = [os.environ.get("W22_MAKE", "make"), "-C", ROOT, f"BUILD={build}", f"{build}/{LIB}", f"{build}/{CLI}"]
             if "-j" not in os.environ.get("MAKEFLAGS", ""):
                 cmd.insert(1, f"-j{os.cpu_count() or 1}")
             print("wan22vae: " + " ".join(cmd), flush=True)
@@ -35,6 +39,10 @@ class BuildWithLibrary(build_py):
             raise SystemExit(f"wan22vae: {built} is missing after make")
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         shutil.copy2(built, dest)
+        if os.path.isfile(built_cli):  # W22_SKIP_MAKE with a library alone: the package without its command
+            os.makedirs(os.path.dirname(dest_cli), exist_ok=True)
+            shutil.copy2(built_cli, dest_cli)
+            os.chmod(dest_cli, 0o755)
 
 
 class BinaryDistribution(Distribution):

@@ -17,6 +17,10 @@ w22_status w22_dupup_check(const char *who, const w22_view *out, const w22_view 
     return W22_OK;
 }
 
+w22_status w22_stopped(void) {
+    return w22_fail(W22_ERR_INVALID_ARG, "the decode was stopped by the caller (its interrupt flag was set)");
+}
+
 w22_status w22_zero_border(w22_backend *b, w22_view v) {
     if (b->ops->zero_border) return b->ops->zero_border(b, v);
     w22_view top = w22_view_rows(v, -1, 1), bottom = w22_view_rows(v, v.h, 1);

@@ -161,7 +161,17 @@ struct w22_backend {
     const w22_backend_ops *ops;
     int threads;
     void *impl;
+    /* The decoder's stop flag (w22_decoder_set_interrupt), NULL when none: the CPU backend reads it inside its long
+     * loops (between a conv's taps and the row blocks of every product) and fails the op with w22_stopped(). */
+    const volatile int *interrupt;
 };
+
+/* Whether a stop flag is set (NULL: never). */
+static inline int w22_interrupted(const volatile int *flag) {
+    return flag && __atomic_load_n((const int *)flag, __ATOMIC_RELAXED);
+}
+/* The failure of a decode stopped by its stop flag. */
+w22_status w22_stopped(void);
 
 w22_status w22_backend_cpu_create(int threads, w22_backend **out);
 /* The CUDA backend on GPU `device` (sm_80 or later: W22_ERR_UNSUPPORTED otherwise, or without a GPU or in a build

@@ -13,6 +13,12 @@ void w22_decoder_params_init(w22_decoder_params *p) {
     p->device = W22_DEVICE_CPU;
 }
 
+void w22_decoder_set_interrupt(w22_decoder *d, const volatile int *flag) {
+    if (!d) return;
+    d->interrupt = flag;
+    if (d->backend) d->backend->interrupt = flag;
+}
+
 void w22_decoder_free(w22_decoder *d) {
     if (!d) return;
     pthread_mutex_lock(&d->lock); /* a decode running in another thread ends first */

@@ -1045,6 +1045,46 @@ def test_ctrl_c_stops_within_a_pass(report):
     assert took < 2.5, got.stdout  # about one pass (0.3 s, more on a busy machine); the whole decode: 3.5 s more
 
 
+CTRL_C_LONG_PASS_SCRIPT = r"""
+import os, signal, threading, time
+import numpy as np
+import wan22vae
+N = {"z_dim": 4, "base_dim": 32}
+w = wan22vae.synthetic_weights(N, 7)
+dec = wan22vae.Decoder(w, device="cpu", threads=1)
+z = wan22vae.synthetic_latents(N, 3, 2, 32, 32)   # one pass of several seconds on one thread
+sent = []
+def interrupt():
+    sent.append(time.monotonic())
+    os.kill(os.getpid(), signal.SIGINT)
+threading.Timer(0.5, interrupt).start()
+t0 = time.monotonic()
+try:
+    dec(z)
+    raise SystemExit("the decode ran to its end: Ctrl-C did not stop it")
+except KeyboardInterrupt:
+    t1 = time.monotonic()
+assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the SIGINT handler was not restored"
+assert signal.set_wakeup_fd(-1) == -1, "the wakeup fd was not restored"
+print(f"raised {t1 - sent[0]:.3f} s after SIGINT, {t1 - t0:.3f} s after the start")
+small = wan22vae.synthetic_latents(N, 4, 2, 3, 4)
+assert np.array_equal(dec(small), wan22vae.Decoder(w, device="cpu", threads=1)(small))
+print("ok")
+"""
+
+
+def test_ctrl_c_within_a_second_of_a_long_pass():
+    """Issue 47: SIGINT 0.5 s into a CPU decode whose one pass takes seconds raises KeyboardInterrupt within 1 s (the
+    library's stop flag, set by a watcher of Python's wakeup fd; before, at the pass's end: 6.9 s seen); the handler
+    and the wakeup fd are restored, and the decoder decodes again to a fresh one's bits."""
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
+    got = subprocess.run([sys.executable, "-c", CTRL_C_LONG_PASS_SCRIPT], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert got.returncode == 0 and got.stdout.strip().endswith("ok"), (got.returncode, got.stdout, got.stderr[-4000:])
+    took = float(got.stdout.split(" s after SIGINT")[0].split()[-1])
+    assert took < 1.0, got.stdout
+
+
 # ---- devices (issue 31) ----
 @pytest.mark.skipif(wan22vae.cuda_available(), reason="a usable GPU is here")
 def test_device_auto_is_cpu_here_and_says_so(weights, latents, tmp_path, caplog):

@@ -109,6 +109,7 @@ _SIGNATURES = {
     "w22_decoder_open": (_c_int, [_c_void_p, ctypes.POINTER(DecoderParams), _pp]),
     "w22_decoder_free": (None, [_c_void_p]),
     "w22_decoder_path": (_c_char_p, [_c_void_p]),
+    "w22_decoder_set_interrupt": (None, [_c_void_p, ctypes.POINTER(_c_int)]),
     "w22_decoder_release_workspace": (_c_int, [_c_void_p]),
     "w22_decode": (_c_int, [_c_void_p, _c_void_p, _c_int, _c_int, _c_int, _c_int, _c_void_p, _c_int]),
     "w22_decode_device": (_c_int, [_c_void_p, _c_void_p, _c_int, _c_int, _c_int, _c_void_p, _c_void_p]),

@@ -7,15 +7,20 @@ latent frames, 2 by default) from the thread that called the decode; the hook re
 a GPU a pass is counted when its work is queued; a stopped decode leaves the queued work to finish on the stream.)
 
 Ctrl-C: while a call runs on the main thread and SIGINT has Python's default handler, a handler that only sets a flag
-replaces it (the previous one is restored when the call ends). Python runs that handler on the main thread at its
-next bytecode, which is inside the hook (the only Python code that runs during the C call), so the hook sees the flag
-at the end of the pass that was running and stops the decode; the call then raises KeyboardInterrupt. An exception
+replaces it (the previous one is restored when the call ends). Python runs that handler only between bytecodes of the
+main thread, which sits in the C call for a whole pass (seconds to minutes on the CPU), so the call also points
+Python's signal wakeup fd (signal.set_wakeup_fd, written by CPython's C-level handler the moment the signal comes) at
+a socket that a watcher thread reads: on SIGINT it sets the decoder's stop flag (w22_decoder_set_interrupt), which
+the library reads between ops and inside its long loops, and the decode returns within a second (issue 47: 6.9 s
+seen before); the call then raises KeyboardInterrupt. The previous wakeup fd is restored when the call ends. An exception
 the reporter raises (or another SIGINT handler the caller installed) stops the decode the same way and propagates.
 With several ranks (a comm) nothing stops a decode (a rank that stopped alone would leave the others waiting in a
 collective): the exception or KeyboardInterrupt is raised when the decode has ended.
 """
 import contextlib
+import ctypes
 import signal
+import socket
 import sys
 import threading
 import time
@@ -35,6 +40,7 @@ class Hook:
         self.interrupted = False
         self.error = None
         self.cfunc = _lib.PROGRESS_FN(self._callback)
+        self.stop_flag = ctypes.c_int(0)  # the decoder's stop flag (w22_decoder_set_interrupt), for its life
 
     def _callback(self, user, done, total):
         try:
@@ -49,6 +55,46 @@ class Hook:
 
     def _on_sigint(self, signum, frame):
         self.interrupted = True
+        if self.stoppable:
+            self.stop_flag.value = 1
+
+    def _watch(self, sock):
+        """The watcher thread: the signal numbers CPython's C handler writes to the wakeup fd, until it closes."""
+        try:
+            while True:
+                data = sock.recv(64)
+                if not data:
+                    return
+                if signal.SIGINT in data:
+                    self.interrupted = True
+                    if self.stoppable:
+                        self.stop_flag.value = 1
+        except OSError:
+            return
+
+    @contextlib.contextmanager
+    def _wakeup(self):
+        """Within it, SIGINT reaches the watcher at once (see the module's doc); nothing where it cannot be set up."""
+        try:
+            r, w = socket.socketpair()
+            w.setblocking(False)
+            old = signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False)
+        except (ValueError, OSError):
+            yield
+            return
+        watcher = threading.Thread(target=self._watch, args=(r,), name="wan22vae-sigint", daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            signal.set_wakeup_fd(old, warn_on_full_buffer=False)
+            w.close()
+            try:
+                r.shutdown(socket.SHUT_RDWR)  # ends the watcher's recv
+            except OSError:
+                pass
+            watcher.join()
+            r.close()
 
     @contextlib.contextmanager
     def call(self, progress, total, stoppable=True):
@@ -57,6 +103,7 @@ class Hook:
         reporter, closer = make_reporter(progress, total)
         self.reporter, self.total, self.offset = reporter, int(total), 0
         self.stoppable, self.interrupted, self.error = stoppable, False, None
+        self.stop_flag.value = 0
         previous = None
         installed = False
         # also when the decode cannot stop (several ranks): Python's own handler would raise KeyboardInterrupt on the
@@ -70,7 +117,8 @@ class Hook:
                 installed = False
         self.active = True
         try:
-            yield self
+            with (self._wakeup() if installed else contextlib.nullcontext()):
+                yield self
         finally:
             self.active = False
             if installed:

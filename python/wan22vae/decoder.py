@@ -743,6 +743,8 @@ class Decoder:
                     raise _no_gpu_error(device, e.message) from None
                 raise
         self._h = h
+        if progress_hook:  # Ctrl-C stops a decode within a second (_progress.py), not at its pass's end
+            lib().w22_decoder_set_interrupt(h, ctypes.byref(self._hook.stop_flag))
 
     @classmethod
     def from_pretrained(cls, path, device="auto", subfolder=None, torch_dtype=None, variant=None, config=None,

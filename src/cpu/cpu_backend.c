@@ -140,7 +140,8 @@ static w22_status cpu_attention(w22_backend *b, w22_view q, w22_view k, w22_view
             memcpy(K + (size_t)p * C, w22_view_at(k, f, p / k.w, p % k.w, 0), 4 * C);
             memcpy(V + (size_t)p * C, w22_view_at(v, f, p / v.w, p % v.w, 0), 4 * C);
         }
-        w22_sgemm(b->threads, nq, nk, C, 1.0f / sqrtf((float)C), Q, C, K, C, 1, 0.0f, S, nk);
+        if (w22_sgemm_stop(b->threads, b->interrupt, nq, nk, C, 1.0f / sqrtf((float)C), Q, C, K, C, 1, 0.0f, S, nk))
+            break;
         for (int p = 0; p < nq; p++) {
             float *s = S + (size_t)p * nk, mx = -INFINITY;
             for (int j = 0; j < nk; j++) mx = s[j] > mx ? s[j] : mx;
@@ -149,11 +150,11 @@ static w22_status cpu_attention(w22_backend *b, w22_view q, w22_view k, w22_view
             float inv = (float)(1.0 / sum);
             for (int j = 0; j < nk; j++) s[j] *= inv;
         }
-        w22_sgemm(b->threads, nq, C, nk, 1.0f, S, nk, V, C, 0, 0.0f, O, C);
+        if (w22_sgemm_stop(b->threads, b->interrupt, nq, C, nk, 1.0f, S, nk, V, C, 0, 0.0f, O, C)) break;
         for (int p = 0; p < nq; p++) memcpy(w22_view_at(out, f, p / out.w, p % out.w, 0), O + (size_t)p * C, 4 * C);
     }
     free(Q);
-    return W22_OK;
+    return w22_interrupted(b->interrupt) ? w22_stopped() : W22_OK;
 }
 
 /* out += DupUp(in), by backend.h's map (the conv's fused dup_in uses the same helpers). */

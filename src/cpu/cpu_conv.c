@@ -31,22 +31,24 @@ static w22_status upsample_input(w22_view in, float **buf, w22_view *out) {
 
 /* tmp (Ho rows of Wo pixels at a row stride of RS pixels, cout channels) += the spatial tap (dy, dx) of one frame
  * times B ([cin][cout]): one GEMM over the flat positions, else one per output row. */
-static void tap_gemm(int threads, w22_view frame, int dy, int dx, int pad, const float *B, int flat, long M, long RS,
-                     int Ho, int Wo, int cin, int cout, float *tmp) {
+static int tap_gemm(int threads, const volatile int *stop, w22_view frame, int dy, int dx, int pad, const float *B,
+                    int flat, long M, long RS, int Ho, int Wo, int cin, int cout, float *tmp) {
     if (flat) {
         const float *A = w22_view_at(frame, 0, dy - pad, dx - pad, 0);
-        w22_sgemm(threads, (int)M, cout, cin, 1.0f, A, frame.sw, B, cout, 0, 1.0f, tmp, cout);
-        return;
+        return w22_sgemm_stop(threads, stop, (int)M, cout, cin, 1.0f, A, frame.sw, B, cout, 0, 1.0f, tmp, cout);
     }
     for (int y = 0; y < Ho; y++) {
         const float *A = w22_view_at(frame, 0, y + dy - pad, dx - pad, 0);
-        w22_sgemm(threads, Wo, cout, cin, 1.0f, A, frame.sw, B, cout, 0, 1.0f, tmp + (size_t)y * RS * cout, cout);
+        if (w22_sgemm_stop(threads, stop, Wo, cout, cin, 1.0f, A, frame.sw, B, cout, 0, 1.0f,
+                           tmp + (size_t)y * RS * cout, cout))
+            return 1;
     }
+    return 0;
 }
 
 /* The causal 3x3x3 conv with its history as partial sums (backend.h, w22_conv_args.psum): per frame the three
  * temporal taps' spatial convs Y_0..Y_2 (taps dt * 9 .. dt * 9 + 8 of the weight), then the state update. */
-static w22_status conv_psum(int threads, const w22_conv_args *a) {
+static w22_status conv_psum(int threads, const volatile int *stop, const w22_conv_args *a) {
     const w22_bweight *W = a->weight;
     const w22_view src = a->in, out = a->out, *ps = a->psum;
     const int cin = W->cin, cout = W->cout, Ho = out.h, Wo = out.w;
@@ -74,8 +76,12 @@ static w22_status conv_psum(int threads, const w22_conv_args *a) {
         for (int dt = 0; dt < 3; dt++)
             for (int dy = 0; dy < 3; dy++)
                 for (int dx = 0; dx < 3; dx++)
-                    tap_gemm(threads, frame, dy, dx, 1, W->data + (size_t)((dt * 3 + dy) * 3 + dx) * cin * cout, flat,
-                             M, RS, Ho, Wo, cin, cout, tmp + dt * ny);
+                    if (tap_gemm(threads, stop, frame, dy, dx, 1,
+                                 W->data + (size_t)((dt * 3 + dy) * 3 + dx) * cin * cout, flat, M, RS, Ho, Wo, cin,
+                                 cout, tmp + dt * ny)) {
+                        free(tmp);
+                        return w22_stopped();
+                    }
         for (int y = 0; y < Ho; y++)
             for (int x = 0; x < Wo; x++) {
                 const float *y0 = tmp + ((size_t)y * RS + x) * cout, *y1 = y0 + ny, *y2 = y1 + ny;
@@ -94,7 +100,8 @@ static w22_status conv_psum(int threads, const w22_conv_args *a) {
 
 w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
     const int threads = b->threads;
-    if (a->psum) return conv_psum(threads, a);
+    const volatile int *stop = b->interrupt;
+    if (a->psum) return conv_psum(threads, stop, a);
     const w22_bweight *W = a->weight;
     w22_view src = a->in, out = a->out;
     const int kt = a->kt, ks = a->ks, pad = ks == 3 ? 1 : 0;
@@ -145,9 +152,13 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
         for (int dt = 0; dt < kt; dt++)
             for (int dy = 0; dy < ks; dy++)
                 for (int dx = 0; dx < ks; dx++)
-                    tap_gemm(threads, FRAME(t + dt), dy, dx, pad,
-                             W->data + (size_t)((dt * ks + dy) * ks + dx) * cin * cout, flat, M, RS, Ho, Wo, cin, cout,
-                             tmp);
+                    if (tap_gemm(threads, stop, FRAME(t + dt), dy, dx, pad,
+                                 W->data + (size_t)((dt * ks + dy) * ks + dx) * cin * cout, flat, M, RS, Ho, Wo, cin,
+                                 cout, tmp)) {
+                        free(tmp);
+                        free(ubuf);
+                        return w22_stopped();
+                    }
         if (a->sc_in) {
             const w22_view s = *a->sc_in;
             const w22_bweight *SW = a->sc_weight;

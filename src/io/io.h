@@ -69,15 +69,20 @@ size_t w22_st_header_f32(const char *name, int ndim, const int64_t *shape, char 
 
 /* ---- latents ---- */
 
-/* Loads latents [1, C, T, h, w] or [C, T, h, w] from .safetensors (the tensor "latents", or the file's only
- * tensor; F32, BF16 or F16) or .npy ('<f4', '<f2'), as malloc'd float32. Non-finite values are
- * W22_ERR_NONFINITE. The caller compares zdim with its config. path "-" reads standard input; a stream
- * (w22_input_is_stream) is read to its end, its format from its extension or else its first bytes. */
+/* Loads latents [1, C, T, h, w] or [C, T, h, w] from .safetensors or ComfyUI's .latent (the tensor "latents", else
+ * ComfyUI's "latent_tensor", scaled as ComfyUI's LoadLatent does (latents.c), else the file's only tensor; F32, BF16
+ * or F16) or .npy ('<f4', '<f2'), as malloc'd float32. Non-finite values are W22_ERR_NONFINITE. The caller compares
+ * zdim with its config. path "-" reads standard input; a stream (w22_input_is_stream) is read to its end, its format
+ * from its extension or else its first bytes. */
 w22_status w22_io_load_latents(const char *path, float **z, int *T, int *h, int *w, int *zdim);
+/* The same, key (not NULL) naming the safetensors tensor to read; a refusal lists the names the file holds. */
+w22_status w22_io_load_latents_key(const char *path, const char *key, float **z, int *T, int *h, int *w, int *zdim);
 /* The same from a file's bytes in memory (buf[0, size), not kept); name's extension picks the format and names
  * the file in messages. The whole path from bytes to checked latents, which w22_io_load_latents takes too. */
 w22_status w22_io_parse_latents(const void *buf, size_t size, const char *name, float **z, int *T, int *h, int *w,
                                 int *zdim);
+w22_status w22_io_parse_latents_key(const void *buf, size_t size, const char *name, const char *key, float **z,
+                                    int *T, int *h, int *w, int *zdim);
 /* Writes latents [1, zdim, T, h, w] float32 as .safetensors (tensor "latents") or .npy, by path's extension. */
 w22_status w22_io_save_latents(const char *path, const float *z, int zdim, int T, int h, int w, int overwrite);
 
@@ -184,5 +189,13 @@ w22_status w22_video_write(w22_video_writer *vw, const float *chunk, int frame0,
 w22_status w22_video_finish(w22_video_writer *vw);
 /* Removes the temporary output and frees vw (NULL is fine). */
 void w22_video_abort(w22_video_writer *vw);
+/* For a signal handler that must clean up without the writer (the CLI's second Ctrl-C): the temporary output's path
+ * (NULL for a stream or none) and whether it is a directory; and the process id of the writer's ffmpeg (0: none). */
+const char *w22_video_temporary(const w22_video_writer *vw, int *is_dir);
+int w22_video_child(const w22_video_writer *vw);
+/* A stopped decode's output is not wanted: ends the writer's ffmpeg (SIGKILL) and shuts its input down, so that a
+ * write blocked on an ffmpeg that no longer reads (another thread's w22_video_write) fails at once. Safe to call
+ * from another thread than the writing one; w22_video_abort then cleans up as usual. */
+void w22_video_cancel(w22_video_writer *vw);
 
 #endif

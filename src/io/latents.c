@@ -96,24 +96,50 @@ static w22_status st_renamed(w22_status s, const char *name) {
     return w22_fail(s, "%s%s", name, rest);
 }
 
-static w22_status parse_safetensors(const void *buf, size_t size, const char *path, float **z, int *T, int *h,
-                                    int *w, int *zdim) {
+/* The tensor names of a file, quoted and comma-separated, for a refusal: "'a', 'b'" (long names and long lists are
+ * cut, said with "..."). */
+static void key_list(const w22_st_file *f, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < f->ntensors && n + 80 < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s'%.64s%s'", i ? ", " : "", f->tensors[i].name,
+                              strlen(f->tensors[i].name) > 64 ? "..." : "");
+    if (n + 80 >= cap && n < cap) snprintf(buf + n, cap - n, ", ...");
+}
+
+/* ComfyUI's .latent files (nodes.py, SaveLatent / LoadLatent): safetensors holding "latent_tensor", the LATENT's
+ * samples as ComfyUI keeps them (after the model's process_latent_out: the VAE's own latent space, what VAEDecode
+ * hands the VAE, [B, C, T, h, w] for Wan, float32), and an empty marker tensor "latent_format_version_0". A file
+ * without the marker is from before it, whose samples LoadLatent multiplies by 1 / 0.18215 (SD1's scale factor);
+ * the same is done here, so that a .latent decodes to the video ComfyUI's LoadLatent + VAEDecode give. */
+#define COMFY_KEY "latent_tensor"
+#define COMFY_MARKER "latent_format_version_0"
+#define COMFY_OLD_SCALE ((float)(1.0 / 0.18215)) /* torch: a float32 tensor times the double, cast to float32 */
+
+static w22_status parse_safetensors(const void *buf, size_t size, const char *path, const char *key, float **z,
+                                    int *T, int *h, int *w, int *zdim) {
     w22_st_file f;
     w22_status s = w22_st_parse(buf, size, &f);
     if (s != W22_OK) return st_renamed(s, path);
-    const w22_st_tensor *t = w22_st_find(&f, "latents");
-    if (!t && f.ntensors == 1) t = &f.tensors[0];
-    if (!t) {
-        char names[256] = "";
-        size_t n = 0;
-        for (int i = 0; i < f.ntensors && i < 4 && n < sizeof names; i++)
-            n += (size_t)snprintf(names + n, sizeof names - n, "%s'%s'", i ? ", " : "", f.tensors[i].name);
-        s = w22_fail(W22_ERR_MISSING_TENSOR, "%s: expected a tensor named 'latents' or a single tensor, found %d "
-                     "tensors (%s%s)", path, f.ntensors, names, f.ntensors > 4 ? ", ..." : "");
+    const w22_st_tensor *t = NULL;
+    char names[1024];
+    key_list(&f, names, sizeof names);
+    if (key) {
+        if (!(t = w22_st_find(&f, key)))
+            s = w22_fail(W22_ERR_MISSING_TENSOR, "%s: --latents-key '%.200s': expected a tensor of that name, found "
+                         "%d tensor%s (%s)", path, key, f.ntensors, f.ntensors == 1 ? "" : "s", names);
+    } else {
+        t = w22_st_find(&f, "latents");
+        if (!t) t = w22_st_find(&f, COMFY_KEY);
+        if (!t && f.ntensors == 1) t = &f.tensors[0];
+        if (!t)
+            s = w22_fail(W22_ERR_MISSING_TENSOR, "%s: expected a tensor named 'latents' (or ComfyUI's '" COMFY_KEY
+                         "', or a single tensor), found %d tensors (%s); --latents-key NAME picks one", path,
+                         f.ntensors, names);
     }
     char what[300];
     if (s == W22_OK) {
-        snprintf(what, sizeof what, "tensor '%s'", t->name);
+        snprintf(what, sizeof what, "tensor '%.200s'", t->name);
         s = latent_dims(path, what, t->ndim, t->shape, zdim, T, h, w);
     }
     if (s == W22_OK) {
@@ -123,6 +149,8 @@ static w22_status parse_safetensors(const void *buf, size_t size, const char *pa
     }
     if (s == W22_OK && !(*z = w22_malloc((size_t)t->numel * 4, "latents"))) s = W22_ERR_OUT_OF_MEMORY;
     if (s == W22_OK) w22_to_f32(t->data, t->dtype, (size_t)t->numel, *z);
+    if (s == W22_OK && !strcmp(t->name, COMFY_KEY) && !w22_st_find(&f, COMFY_MARKER))
+        for (int64_t i = 0; i < t->numel; i++) (*z)[i] *= COMFY_OLD_SCALE;
     w22_st_close(&f);
     return s;
 }
@@ -130,7 +158,15 @@ static w22_status parse_safetensors(const void *buf, size_t size, const char *pa
 static w22_status parse_npy(const void *buf, size_t size, const char *path, float **z, int *T, int *h, int *w,
                             int *zdim) {
     w22_npy_info info;
-    W22_TRY(w22_npy_parse(buf, size, path, &info));
+    w22_status ps = w22_npy_parse(buf, size, path, &info);
+    if (ps == W22_ERR_BAD_DTYPE) { /* the parser's list has '<u2' (raw bf16, for other readers): latents refuse it */
+        const char *found = strstr(w22_last_error(), "found ");
+        char rest[256];
+        snprintf(rest, sizeof rest, "%s", found ? found : "another dtype");
+        return w22_fail(W22_ERR_BAD_DTYPE, "%s: npy dtype: expected '<f4' (float32) or '<f2' (float16) latents, %s",
+                        path, rest);
+    }
+    if (ps != W22_OK) return ps;
     if (info.type == W22_NPY_U2)
         return w22_fail(W22_ERR_BAD_DTYPE, "%s: npy dtype: expected '<f4' or '<f2', found '<u2' (uint16; raw bf16 "
                         "is not accepted for latents)", path);
@@ -147,21 +183,44 @@ static w22_status parse_npy(const void *buf, size_t size, const char *path, floa
 }
 
 /* buf as the latents of one format: .npy (npy) or .safetensors. */
-static w22_status parse_as(int npy, const void *buf, size_t size, const char *name, float **z, int *T, int *h,
-                           int *w, int *zdim) {
+static w22_status parse_as(int npy, const void *buf, size_t size, const char *name, const char *key, float **z,
+                           int *T, int *h, int *w, int *zdim) {
+    if (npy && key)
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: --latents-key '%.200s' is for safetensors files (a .npy holds one "
+                        "array)", name, key);
     if (npy) return parse_npy(buf ? buf : "", size, name, z, T, h, w, zdim);
-    return parse_safetensors(buf, size, name, z, T, h, w, zdim);
+    return parse_safetensors(buf, size, name, key, z, T, h, w, zdim);
+}
+
+/* The extensions latents are read from: .npy, and safetensors as .safetensors or ComfyUI's .latent. */
+static int is_st_name(const char *name) { return ends_with(name, ".safetensors") || ends_with(name, ".latent"); }
+
+/* The refusal of another extension; a PyTorch pickle gets the way to convert it (pickles are not read: loading one
+ * runs code from the file). */
+static w22_status bad_extension(const char *name) {
+    if (ends_with(name, ".pt") || ends_with(name, ".pth") || ends_with(name, ".ckpt") || ends_with(name, ".bin"))
+        return w22_fail(W22_ERR_INVALID_ARG, "%s: a PyTorch pickle is not read (unpickling runs code from the file); "
+                        "expected .safetensors, .latent or .npy. Convert it with: python -c \"import torch, "
+                        "safetensors.torch as st; z = torch.load('%s', map_location='cpu'); st.save_file({'latents': "
+                        "(z['samples'] if isinstance(z, dict) else z).contiguous()}, 'latents.safetensors')\"", name,
+                        name);
+    return w22_fail(W22_ERR_INVALID_ARG, "%s: expected latents in a .safetensors, .latent (ComfyUI) or .npy file, "
+                    "found another extension", name);
+}
+
+w22_status w22_io_parse_latents_key(const void *buf, size_t size, const char *name, const char *key, float **z,
+                                    int *T, int *h, int *w, int *zdim) {
+    *z = NULL;
+    if (!name) name = "latents";
+    if (!buf && size) return w22_fail(W22_ERR_INVALID_ARG, "%s: expected the file's bytes, found NULL", name);
+    if (is_st_name(name) || ends_with(name, ".npy"))
+        return parse_as(ends_with(name, ".npy"), buf, size, name, key, z, T, h, w, zdim);
+    return bad_extension(name);
 }
 
 w22_status w22_io_parse_latents(const void *buf, size_t size, const char *name, float **z, int *T, int *h, int *w,
                                 int *zdim) {
-    *z = NULL;
-    if (!name) name = "latents";
-    if (!buf && size) return w22_fail(W22_ERR_INVALID_ARG, "%s: expected the file's bytes, found NULL", name);
-    if (ends_with(name, ".safetensors") || ends_with(name, ".npy"))
-        return parse_as(ends_with(name, ".npy"), buf, size, name, z, T, h, w, zdim);
-    return w22_fail(W22_ERR_INVALID_ARG, "%s: expected latents in a .safetensors or .npy file, found another "
-                    "extension", name);
+    return w22_io_parse_latents_key(buf, size, name, NULL, z, T, h, w, zdim);
 }
 
 /* The most a latents stream may bring: float32 latents of a 4K clip of 121 frames [48, 121, 135, 240] are 0.75 GB. */
@@ -177,7 +236,7 @@ static const char *latents_first_bytes(const unsigned char *b, size_t n) {
 /* Latents from a stream (w22_input_is_stream): standard input, a pipe, a FIFO, /dev/fd/N. Read to the end, then
  * parsed as a file's bytes; the format from the name's extension where it has one, else from the first bytes. A
  * FIFO's open blocks until its writer opens it, as cat's does: a FIFO is read only where it is named as the latents. */
-static w22_status load_stream(const char *path, float **z, int *T, int *h, int *w, int *zdim) {
+static w22_status load_stream(const char *path, const char *key, float **z, int *T, int *h, int *w, int *zdim) {
     const int std_in = strcmp(path, "-") == 0;
     const char *name = std_in ? "standard input" : path;
     int fd = STDIN_FILENO;
@@ -189,25 +248,27 @@ static w22_status load_stream(const char *path, float **z, int *T, int *h, int *
     if (!std_in) close(fd);
     if (s != W22_OK) return s;
     /* the first bytes passed latents_first_bytes, so buf holds at least 6 */
-    int npy = ends_with(name, ".npy") ? 1 : ends_with(name, ".safetensors") ? 0 : buf[0] == 0x93;
-    s = parse_as(npy, buf, size, name, z, T, h, w, zdim);
+    int npy = ends_with(name, ".npy") ? 1 : is_st_name(name) ? 0 : buf[0] == 0x93;
+    s = parse_as(npy, buf, size, name, key, z, T, h, w, zdim);
+    free(buf);
+    return s;
+}
+
+w22_status w22_io_load_latents_key(const char *path, const char *key, float **z, int *T, int *h, int *w, int *zdim) {
+    *z = NULL;
+    if (!path) return w22_fail(W22_ERR_INVALID_ARG, "latents: expected a path, found NULL");
+    if (w22_input_is_stream(path)) return load_stream(path, key, z, T, h, w, zdim);
+    if (!is_st_name(path) && !ends_with(path, ".npy")) return bad_extension(path);
+    unsigned char *buf;
+    size_t size;
+    W22_TRY(w22_read_input(path, "latents", &buf, &size));
+    w22_status s = w22_io_parse_latents_key(buf, size, path, key, z, T, h, w, zdim);
     free(buf);
     return s;
 }
 
 w22_status w22_io_load_latents(const char *path, float **z, int *T, int *h, int *w, int *zdim) {
-    *z = NULL;
-    if (!path) return w22_fail(W22_ERR_INVALID_ARG, "latents: expected a path, found NULL");
-    if (w22_input_is_stream(path)) return load_stream(path, z, T, h, w, zdim);
-    if (!ends_with(path, ".safetensors") && !ends_with(path, ".npy"))
-        return w22_fail(W22_ERR_INVALID_ARG, "%s: expected latents in a .safetensors or .npy file, found another "
-                        "extension", path);
-    unsigned char *buf;
-    size_t size;
-    W22_TRY(w22_read_input(path, "latents", &buf, &size));
-    w22_status s = w22_io_parse_latents(buf, size, path, z, T, h, w, zdim);
-    free(buf);
-    return s;
+    return w22_io_load_latents_key(path, NULL, z, T, h, w, zdim);
 }
 
 size_t w22_st_header_f32(const char *name, int ndim, const int64_t *shape, char *buf, size_t cap) {

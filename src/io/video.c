@@ -231,6 +231,13 @@ w22_status w22_video_finish(w22_video_writer *vw) {
     return s;
 }
 
+const char *w22_video_temporary(const w22_video_writer *vw, int *is_dir) {
+    if (is_dir) *is_dir = 0;
+    if (!vw || vw->out.stream || !vw->out.live) return NULL;
+    if (is_dir) *is_dir = vw->out.is_dir;
+    return vw->out.tmp;
+}
+
 void w22_video_abort(w22_video_writer *vw) {
     if (!vw) return;
     if (vw->ops && vw->ops->close) vw->ops->close(vw);

@@ -245,6 +245,34 @@ static void stderr_tail(int fd, char *buf, size_t cap) {
         if (buf[i] == '\n') buf[i] = ' ';
 }
 
+/* ffmpeg can exit 0 having failed to write its output: on a full disk it says "Error writing trailer of X: No space
+ * left on device" and "Error closing file X: ..." and exits 0, leaving a truncated file (ffmpeg 5.1, .mkv, .webm and
+ * .mp4 alike). So its status is not trusted alone: the first line of its stderr (it runs at -loglevel error) naming
+ * a write failure, copied into line, says the file is not whole. Returns 1 when one is found. */
+static int stderr_write_error(int fd, char *line, size_t cap) {
+    static const char *const marks[] = {"No space left on device", "Disk quota exceeded", "File too large",
+                                        "Input/output error", "Error writing trailer", "Error closing file",
+                                        "Error submitting a packet to the muxer", "av_interleaved_write_frame",
+                                        "Error muxing", "Broken pipe"};
+    char buf[65536];
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end <= 0) return 0;
+    off_t start = end > (off_t)sizeof buf - 1 ? end - (off_t)sizeof buf + 1 : 0; /* the last 64 KB: where the end is */
+    ssize_t n = pread(fd, buf, sizeof buf - 1, start);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
+        const char *m = strstr(buf, marks[i]);
+        if (!m) continue;
+        const char *b = m, *e = m;
+        while (b > buf && b[-1] != '\n' && b[-1] != '\r') b--;
+        while (*e && *e != '\n' && *e != '\r') e++;
+        snprintf(line, cap, "%.*s", (int)(e - b), b);
+        return 1;
+    }
+    return 0;
+}
+
 /* ---- the command line ---- */
 
 typedef struct {
@@ -489,6 +517,18 @@ static w22_status ffmpeg_open(w22_video_writer *vw) {
     return W22_OK;
 }
 
+void w22_video_cancel(w22_video_writer *vw) {
+    if (!vw || vw->fmt != W22_VIDEO_FFMPEG || !vw->impl) return;
+    ffmpeg_state *st = vw->impl;
+    if (st->pid > 0) kill(st->pid, SIGKILL); /* reaped by ffmpeg_close, as before */
+    if (st->sock >= 0) shutdown(st->sock, SHUT_RDWR);
+}
+
+int w22_video_child(const w22_video_writer *vw) {
+    if (!vw || vw->fmt != W22_VIDEO_FFMPEG || !vw->impl) return 0;
+    return (int)((const ffmpeg_state *)vw->impl)->pid;
+}
+
 const char *w22_video_command(const w22_video_writer *vw) {
     if (!vw || vw->fmt != W22_VIDEO_FFMPEG || !vw->impl) return NULL;
     return ((const ffmpeg_state *)vw->impl)->command;
@@ -502,8 +542,12 @@ static w22_status ffmpeg_failed(w22_video_writer *vw, ffmpeg_state *st, const ch
     st->pid = 0;
     char tail[600];
     stderr_tail(st->errfd, tail, sizeof tail);
-    return w22_fail(W22_ERR_IO, "%s: ffmpeg %s: expected exit status 0, found %d%s%s", vw->out.path, when, code,
-                    tail[0] ? ": " : "", tail);
+    if (code == 0) /* it ended on its own before the last frame: an option of --ffmpeg-args (-t, -frames:v) */
+        return w22_fail(W22_ERR_IO, "%s: ffmpeg %s: it exited (status 0) with %d of %d frames sent; expected it to take "
+                        "every frame (does --ffmpeg-args end the video early, with -t, -to or -frames?)%s%s",
+                        vw->out.path, when, vw->next, vw->frames, tail[0] ? "; it said: " : "", tail);
+    return w22_fail(W22_ERR_IO, "%s: ffmpeg %s: it exited with status %d, expected it to take every frame and exit "
+                    "with 0%s%s", vw->out.path, when, code, tail[0] ? ": " : "", tail);
 }
 
 static w22_status ffmpeg_write(w22_video_writer *vw, const float *chunk, int frame0, int n) {
@@ -532,6 +576,23 @@ static w22_status ffmpeg_finish(w22_video_writer *vw) {
         stderr_tail(st->errfd, tail, sizeof tail);
         return w22_fail(W22_ERR_IO, "%s: ffmpeg finishing the file: expected exit status 0, found %d%s%s",
                         vw->out.path, code, tail[0] ? ": " : "", tail);
+    }
+    char line[600];
+    if (stderr_write_error(st->errfd, line, sizeof line))
+        return w22_fail(W22_ERR_IO, "%s: ffmpeg could not write the whole file (it exited with status 0, but said: "
+                        "%s); no output written", vw->out.path, line);
+    if (!vw->out.stream) { /* the file's bytes on the disk: a write-back failure shows here, not in ffmpeg's status */
+        int fd = open(vw->out.tmp, O_RDONLY | O_CLOEXEC), e = 0;
+        struct stat sb;
+        if (fd < 0 || fsync(fd) != 0 || fstat(fd, &sb) != 0) e = errno;
+        else if (sb.st_size == 0) e = -1;
+        if (e) {
+            if (fd >= 0) close(fd);
+            return w22_fail(W22_ERR_IO, "%s: ffmpeg exited with status 0, but its file %s%s; no output written",
+                            vw->out.path, e > 0 ? "cannot be synced to the disk: " : "is empty",
+                            e > 0 ? strerror(e) : "");
+        }
+        close(fd);
     }
     return W22_OK;
 }

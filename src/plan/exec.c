@@ -457,6 +457,7 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
     w22_backend *b = d->backend;
     for (int li = st->layer0; li < st->layer1; li++) {
         const w22_layer *L = &d->model.layers[li];
+        if (w22_interrupted(d->interrupt)) return w22_stopped(); /* between ops; the CPU's long ones read it too */
         d->at_stage = s, d->at_layer = li; /* the checking mode's messages (an interleaved next stage changes it) */
         switch (L->kind) {
         case W22_L_POST_QUANT: {
@@ -538,6 +539,7 @@ static w22_status plan_run(w22_decoder *d) {
     const int es = (int)b->ops->elem_size;
     for (int t0 = 0; t0 < d->T; t0 += d->frames_per_pass) {
         int n = d->T - t0 < d->frames_per_pass ? d->T - t0 : d->frames_per_pass;
+        if (w22_interrupted(d->interrupt)) return w22_stopped();
         w22_view zin = mkview(d->queue[0].ptr, n, d->rows, d->w, m->cfg.z_dim, 0, es);
         W22_TRY(b->ops->latents_in(b, d->z, d->zt, m->cfg.z_dim, d->T, d->h, d->w, t0, d->row0, zin));
         W22_TRY(run_chunk(d, 0, 0, n));

@@ -61,6 +61,7 @@ struct w22_decoder {
     size_t *rank_off, *rank_bytes; /* world: each rank's share of the video staging (the head's gather) */
     int on_all_ranks;
     w22_decoder_params params;
+    const volatile int *interrupt; /* w22_decoder_set_interrupt's flag (NULL: none); also the backend's */
     w22_bweight *wt[W22_MAX_WEIGHTS]; /* the weights in the backend's layout */
     size_t weight_bytes;
     /* The workspace, for latents of h x w (re-made when the size changes). */

@@ -383,8 +383,12 @@ static w22_status vae_config_from_json(w22_json *j, const char *name, w22_vae_co
                         w22_json_get(j, root, "decoder_base_dim") >= 0;
         s = vc->diffusers ? parse_diffusers(&c, root, &vc->cfg) : parse_own(&c, root, &vc->cfg);
     }
-    if (s == W22_OK && (s = w22_config_check(&vc->cfg)) != W22_OK)
-        w22_fail_context(s, "%s: the config: ", name);
+    if (s == W22_OK && (s = w22_config_check(&vc->cfg)) != W22_OK) { /* its "config: " said once */
+        char why[1024];
+        const char *m = w22_last_error();
+        snprintf(why, sizeof why, "%s", strncmp(m, "config: ", 8) ? m : m + 8);
+        w22_fail(s, "%s: the config: %s", name, why);
+    }
     if (s == W22_OK && vc->diffusers) read_stats(&c, root, vc);
     w22_json_free(j);
     if (s != W22_OK) w22_vae_config_free(vc);

@@ -147,8 +147,12 @@ static w22_status infer_config(const w22_st_file *f, const char *path, const cha
         cfg->patch_size = cfg->out_channels == 3 ? 1 : 2;
     }
     w22_status s = w22_config_check(cfg);
-    if (s != W22_OK)
-        return w22_fail_context(s, "%s: the config %s: ", path, meta ? "in __metadata__" : "inferred from the tensors");
+    if (s != W22_OK) { /* the check's "config: " said once, by this context */
+        char why[1024];
+        const char *m = w22_last_error();
+        snprintf(why, sizeof why, "%s", strncmp(m, "config: ", 8) ? m : m + 8);
+        return w22_fail(s, "%s: the config %s: %s", path, meta ? "in __metadata__" : "inferred from the tensors", why);
+    }
     return W22_OK;
 }
 

@@ -5,7 +5,7 @@
  * The memory target: the device memory beyond the weights at most 4 GiB, which the CUDA backend's own scratch shares
  * with this workspace: the TMA conv's split-tail partials (132 slots of 128 x 256 fp32, and 132 counters:
  * src/cuda/conv_sm90_wgmma_tma.cu). The attention's scratch (scores fp32, probabilities bf16, V^T bf16 of one
- * 44 x 78 frame at C = 1024, each rounded to 256 bytes: src/cuda/attention.cu) lies in what stage 0 leaves free
+ * 44 x 78 frame at C = 1024, K packed bf16, each rounded to 256 bytes: src/cuda/attention.cu) lies in what stage 0 leaves free
  * past its own slots (since v22), which must hold it. With one latent frame per pass and with two (the default since
  * v24) the workspace must fit the rest, and with two it must not grow against the copy design (rotate_off,
  * psum_off), which is printed beside it.
@@ -97,10 +97,11 @@ int main(void) {
     ops.elem_size = 2;
     ops.alloc = count_alloc;
     ops.free = count_free;
-    w22_backend b = {&ops, 1, NULL};
+    w22_backend b = {&ops, 1, NULL, NULL};
     w22_config cfg;
     w22_config_default(&cfg);
-    const size_t P = 44 * 78, attention = align256(P * P * 4) + align256(P * P * 2) + align256((size_t)1024 * P * 2);
+    const size_t P = 44 * 78, /* the attention's V^T and its keys packed dense: two [C][P] bf16 blocks */
+                 attention = align256(P * P * 4) + align256(P * P * 2) + 2 * align256((size_t)1024 * P * 2);
     const size_t split = (size_t)132 * 128 * 256 * 4 + 132 * sizeof(unsigned);
     const size_t target = ((size_t)4 << 30) - split;
     const double GiB = 1073741824.0, MiB = 1048576.0;

@@ -307,15 +307,16 @@ def _block_reason(block):
 
 
 def _gpu_reason(dev):
-    """Why the kernels cannot run on this GPU (None: they can): the library's CUDA build is for sm_90 (Hopper)."""
+    """Why the kernels cannot run on this GPU (None: they can): the passes' kernels are portable CUDA (src/dit/, built
+    for sm_80 and later: Ampere, Ada, Hopper, Blackwell)."""
     torch = _torch()
     from .decoder import cuda_available, cuda_unavailable_reason
     if not cuda_available():
         return f"libwan22vae cannot use the GPU: {cuda_unavailable_reason(plain=True)}"
     cap = torch.cuda.get_device_capability(dev)
-    if cap != (9, 0):
-        return f"{dev} ({torch.cuda.get_device_name(dev)}) is sm_{cap[0]}{cap[1]}; the fused passes are built for " \
-               "sm_90 (Hopper)"
+    if cap < (8, 0):
+        return f"{dev} ({torch.cuda.get_device_name(dev)}) is sm_{cap[0]}{cap[1]}; the fused passes need sm_80 or " \
+               "later"
     return None
 
 

@@ -39,6 +39,7 @@ case ${PLAN:-1} in
     run cuda_dit 60 $B/tests/cuda_dit
     run cuda_ops 150 $B/tests/cuda_ops
     run cuda_ops_portable 180 env W22_KERNELS=portable $B/tests/cuda_ops
+    run test_gpu_dit 120 python3 -m pytest -q -x python/tests/test_gpu_dit.py
     run cuda_decode_wan21 120 $B/tests/cuda_decode wan21
     run attention_perf 30 $B/tests/cuda_ops --perf -o attention
     run cuda_seq12_portable 100 env W22_KERNELS=portable $B/tests/cuda_sequence 30 64 12

@@ -61,6 +61,7 @@ Running it (bench/README.md has the device command lines)
     python3 bench/bench.py --workload f121 f241 f481 --no-check          timing only (skips the fp32 decodes)
     python3 bench/bench.py --workload f481x1 f481x2 f481x4               worlds 1, 2, 4 (needs 4 GPUs)
     python3 bench/bench.py --workload f121 f481 --portable               + the portable kernels on the same GPU
+    python3 bench/bench.py --workload f121 --portable --portable-winograd 256   + a pass with W22_WINOGRAD=256
 
 --portable (issue 45): after the GPU's own path, world 1's workloads run again on the portable kernels (a decoder
 opened with W22_KERNELS=portable: mma.sync within 99 KB of shared memory, as on Ampere, Ada and Blackwell), checked
@@ -1562,20 +1563,25 @@ def decoder_paths():
     return sorted({e.decoder.path for e in list(protocol._DECODERS.values())})
 
 
-def portable_pass(a, order1, ours, weights, pg, z_full, refs, calib, sampler, mem0, our_names, uuid, report, save):
+def portable_pass(a, order1, ours, weights, pg, z_full, refs, calib, sampler, mem0, our_names, uuid, report, save,
+                  wino=None):
     """--portable: world 1's workloads again on a decoder of the portable kernels (W22_KERNELS=portable at its open,
     issue 45), beside the GPU's own path's in the same run: the same check, trials, audit and memory; each record
-    under the workload's "portable", with the path the decoder took and the speedup over diffusers' bf16."""
+    under the workload's "portable" (wino N: W22_WINOGRAD=N too, under "portable_wN"), with the path the decoder
+    took and the speedup over diffusers' bf16."""
     import torch
     ours.release()  # the default path's decoder goes first: one decoder's memory at a time
     torch.cuda.empty_cache()
-    old = os.environ.get("W22_KERNELS")
+    key = "portable" if wino is None else f"portable_w{wino}"
+    saved = {k: os.environ.get(k) for k in ("W22_KERNELS", "W22_WINOGRAD")}
     os.environ["W22_KERNELS"] = "portable"
+    if wino is not None:
+        os.environ["W22_WINOGRAD"] = str(wino)
     try:
         weights_run = ours.prepare(weights, 0, 1, pg)
         torch.cuda.synchronize()
         paths = decoder_paths()
-        log(f"portable: the decoder runs {', '.join(paths)}")
+        log(f"{key}: the decoder runs {', '.join(paths)}" + (f", W22_WINOGRAD={wino}" if wino is not None else ""))
         marks = fingerprint(weights_run)
         for c, w in order1:
             name = workload_name(c, w)
@@ -1584,28 +1590,30 @@ def portable_pass(a, order1, ours, weights, pg, z_full, refs, calib, sampler, me
                                  our_names, uuid)
             except Exception as e:  # noqa: BLE001 - the workload fails, the next one runs
                 r = {"error": f"{type(e).__name__}: {e}"}
-                log(f"{name} portable: FAILED: {traceback.format_exc(limit=6)}")
+                log(f"{name} {key}: FAILED: {traceback.format_exc(limit=6)}")
             r["path"] = ",".join(paths)
+            if wino is not None:
+                r["w22_winograd"] = wino
             rec = report["workloads"][name]
             d = rec.get("diffusers") or {}
             if r.get("ms") and d.get("ms"):
                 r["speedup"] = d["ms"] / r["ms"]
             if r.get("ms") and rec.get("ms"):
                 r["vs_default_path"] = r["ms"] / rec["ms"]
-            rec["portable"] = r
+            rec[key] = r
             torch.cuda.empty_cache()
             final = save()
-            show(f"{name}:p", {**final["workloads"][name]["portable"], "timed": rec.get("timed"),
-                               "diffusers": d})
+            show(f"{name}:{key}", {**final["workloads"][name][key], "timed": rec.get("timed"), "diffusers": d})
             if r.get("vs_default_path"):
-                log(f"{name}: portable {r['ms']:.1f} ms, x{r['vs_default_path']:.2f} the default path's "
+                log(f"{name}: {key} {r['ms']:.1f} ms, x{r['vs_default_path']:.2f} the default path's "
                     f"{rec['ms']:.1f} ms" + (f", x{r['speedup']:.2f} over diffusers bf16" if r.get("speedup") else ""))
     finally:
         ours.release()
-        if old is None:
-            os.environ.pop("W22_KERNELS", None)
-        else:
-            os.environ["W22_KERNELS"] = old
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def main(argv=None):
@@ -1633,6 +1641,9 @@ def main(argv=None):
     p.add_argument("--kernels", action="store_true", help="list the audited calls' kernels")
     p.add_argument("--portable", action="store_true",
                    help="world 1 also on the portable kernels (W22_KERNELS=portable), recorded under 'portable'")
+    p.add_argument("--portable-winograd", type=int, nargs="*", default=[], metavar="N",
+                   help="with --portable: a pass more per N on the portable kernels with W22_WINOGRAD=N (the 3x3x3 "
+                        "convs of N channels and up as Winograd), recorded under 'portable_wN'")
     p.add_argument("--start-timeout", type=float, default=SESSION_START_SEC,
                    help="worlds > 1: seconds for the ranks to start (NCCL, weights, prepare) before they are stopped")
     p.add_argument("--workload-timeout", type=float, default=WORKLOAD_SEC,
@@ -1803,9 +1814,9 @@ def main(argv=None):
             if a.kernels and r.get("audit"):
                 for g, n, k, ms in r["audit"]["kernels"][:25]:
                     log(f"   [{g:<6}] {ms:9.2f} ms x{k:<6} {n[:110]}")
-        if ours and a.portable:
+        for wino in ([None] + list(a.portable_winograd) if ours and a.portable else []):
             portable_pass(a, order1, ours, weights, pg, z_full, refs, calib, sampler, mem0, our_names, uuid, report,
-                          save)
+                          save, wino)
         if ours and worlds:
             ours.release()  # world 1's decoder leaves GPU 0 before rank 0 comes
         if pg is not None:

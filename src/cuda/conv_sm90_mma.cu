@@ -233,6 +233,15 @@ static_assert(cfg_mid::smem <= W22_PORTABLE_SMEM, "mid tile exceeds the portable
 static_assert(cfg_small::smem <= W22_PORTABLE_SMEM, "small tile exceeds the portable path's shared memory (99 KB)");
 
 w22_status w22_cuda_gemm_init(w22_cuda *c) {
+    /* a build for other GPUs (make CUDA_ARCHS=...) holds no code for this one: said plainly, before any launch */
+    cudaFuncAttributes fa;
+    const cudaError_t img = cudaFuncGetAttributes(&fa, cfg_mid::kernel());
+    if (img != cudaSuccess) {
+        (void)cudaGetLastError();
+        return w22_fail(W22_ERR_UNSUPPORTED, "this build of wan22vae holds no GPU code for sm_%d%d (%s): rebuild it "
+                        "with that arch in make's CUDA_ARCHS, or decode on the CPU backend", c->cc_major, c->cc_minor,
+                        cudaGetErrorString(img));
+    }
     /* the tiles this path launches (route.h): the attribute is set on no kernel the path does not run */
     const int need = c->hopper ? cfg_big::smem : cfg_mid::smem;
     if (c->smem_optin < need)

@@ -3,15 +3,16 @@
  * the 4K frames of issue 27's cliff, the shapes that must fall back, the TMA conv's launch plans). The executors
  * (conv.cu, conv_sm90_mma.cu, conv_sm90_wgmma_tma.cu, winograd.cu) call these and record the answer in w22_route,
  * which the backend's query (w22_backend_cuda_last_route) returns and tests/cuda_ops checks against what launched.
- *   1. The conv's step (w22_route_conv_step): the causal history as partial sums (psum), an upsample as four 2x2
- *      phase GEMMs (one launch of the TMA conv where it takes them), Winograd F(2x2, 3x3) for the 3x3x3 convs of the
- *      backend's threshold (w22_route_winograd_blocker), else the direct implicit GEMM.
  *   0. The kernel path, taken by the backend at open from the GPU's compute capability (w22_route_path; issue 45):
  *      sm_90 the Hopper path (hopper 1: the sm_90a kernels, wgmma + TMA + clusters, and the mma.sync tiles of up
  *      to 227 KB), any other sm_80+ GPU the portable path (hopper 0: mma.sync, cp.async and ldmatrix only, every
  *      launched kernel within W22_PORTABLE_SMEM of shared memory, built as SASS for sm_80 .. sm_120). A Hopper runs
  *      the portable path when asked (w22_decoder_params.kernels, W22_KERNELS=portable). Every function below that
  *      takes `hopper` answers for that path; the Hopper-only kernels are never the answer with hopper 0.
+ *   1. The conv's step (w22_route_conv_step): the causal history as partial sums (psum), an upsample as four 2x2
+ *      phase GEMMs (one launch of the TMA conv where it takes them, the Hopper path; four launches on the portable
+ *      one), Winograd F(2x2, 3x3) for the 3x3x3 convs of the backend's threshold (w22_route_winograd_blocker: on
+ *      both paths, its 16 GEMMs one launch of the TMA conv or of the mma.sync kernel), else the direct implicit GEMM.
  *   2. The GEMM's kernel (w22_route_gemm), in this order, and why:
  *      a. the layout every tensor-core kernel needs (alignment, strides, even N, int weight offsets), else scalar;
  *      b. the TMA wgmma conv where it takes the GEMM (64-bit tensor maps: no limit on the input's offsets); Hopper;

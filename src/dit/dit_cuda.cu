@@ -22,6 +22,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 extern "C" {
 #include "common.h"
 }
@@ -237,11 +239,22 @@ template <int V> __global__ void __launch_bounds__(1024) w22_dit_qknorm_kernel(q
 
 static int aligned(const void *p, unsigned bytes) { return ((uintptr_t)p % bytes) == 0; }
 
-static w22_status launch_result(const char *fn, int V, long long rows, int threads, size_t smem) {
+/* W22_CUDA_DEBUG=1 (as for the decoder): the stream synchronized after each pass, so that a fault names the pass. */
+static int cuda_debug(void) {
+    static int v = -1; /* a benign race: every thread computes the same value */
+    if (v < 0) {
+        const char *e = getenv("W22_CUDA_DEBUG");
+        v = e && *e && strcmp(e, "0") != 0;
+    }
+    return v;
+}
+
+static w22_status launch_result(const char *fn, int V, long long rows, int threads, size_t smem, cudaStream_t st) {
     cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess && cuda_debug()) e = cudaStreamSynchronize(st);
     if (e != cudaSuccess)
-        return w22_fail(W22_ERR_CUDA, "%s: kernel launch (%lld rows, %d threads, vector %d, %zu B shared): %s", fn,
-                        rows, threads, V, smem, cudaGetErrorString(e));
+        return w22_fail(W22_ERR_CUDA, "%s: kernel (%lld rows, %d threads, vector %d, %zu B shared): %s", fn, rows,
+                        threads, V, smem, cudaGetErrorString(e));
     return W22_OK;
 }
 
@@ -266,7 +279,7 @@ template <int V> static w22_status resnorm_run(const resnorm_dev &d, long long r
     const size_t smem = (size_t)d.dim * sizeof(float);
     W22_TRY(smem_attr(w22_dit_resnorm_kernel<V>, smem, fn));
     w22_dit_resnorm_kernel<V><<<(unsigned)rows, threads, smem, st>>>(d);
-    return launch_result(fn, V, rows, threads, smem);
+    return launch_result(fn, V, rows, threads, smem, st);
 }
 
 template <int V> static w22_status qknorm_run(const qknorm_dev &d, long long rows, cudaStream_t st) {
@@ -275,7 +288,7 @@ template <int V> static w22_status qknorm_run(const qknorm_dev &d, long long row
     const size_t smem = (size_t)d.dim * sizeof(float);
     W22_TRY(smem_attr(w22_dit_qknorm_kernel<V>, smem, fn));
     w22_dit_qknorm_kernel<V><<<(unsigned)rows, threads, smem, st>>>(d);
-    return launch_result(fn, V, rows, threads, smem);
+    return launch_result(fn, V, rows, threads, smem, st);
 }
 
 static dit_mod_dev mod_dev(const w22_dit_mod *m) {

@@ -403,6 +403,7 @@ static long seen_kernel[7], seen_plan[3], seen_epi[4], seen_split, seen_phases4,
  * fall back, W22_CONV_DIRECT); -1: any. */
 static int want_step = -1;
 int w22_backend_cuda_swap_winograd_min(w22_backend *b, int n); /* tests only: the threshold for the next uploads */
+size_t w22_backend_cuda_swap_attention_max(w22_backend *b, size_t bytes); /* tests only: the attention's own cap */
 
 /* The last conv's decision against what ran, and counted. Returns 1 when they agree (or under --selftest-cpu). */
 static int check_route(const char *op, const char *shape) {
@@ -1293,6 +1294,14 @@ static void run_cases(void) {
     attention_case(256, 1, 22, 39, 0, 22, 1); /* P = 858: several key tiles */
     attention_case(384, 1, 9, 16, 0, 9, 1);   /* the Wan2.1 VAE's mid block */
     attention_case(384, 2, 9, 16, 3, 4, 1);
+    /* bands of query rows (attention.cu: a frame whose scratch exceeds the caller's memory and the backend's own
+     * cap; a 1280x720 Wan2.1 frame's is 1.2 GB): a cap of a few rows' scratch, bands of 2 and 3 rows and a tail */
+    if (!selftest) {
+        const size_t old = w22_backend_cuda_swap_attention_max(gpu, (size_t)160 << 10);
+        attention_case(384, 2, 9, 16, 0, 9, 0);  /* 144 keys: V^T 110 KB + 13.8 KB a row: 3 rows a band */
+        attention_case(64, 1, 20, 30, 2, 17, 0); /* 600 keys: V^T 77 KB + 115 KB a row: one row a band */
+        w22_backend_cuda_swap_attention_max(gpu, old);
+    }
     /* rmsnorm */
     rmsnorm_case(48, 2, 5, 7, 0, 0);
     rmsnorm_case(256, 2, 9, 11, 1, 0);

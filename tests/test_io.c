@@ -1195,9 +1195,25 @@ static void test_vae_config(void) {
     CHECK_OK(w22_vae_config_parse(own, strlen(own), "own.json", &vc));
     CHECK(!vc.diffusers && vc.cfg.z_dim == 4 && vc.cfg.base_dim == 8 && vc.cfg.patch_size == 2, "own keys");
     w22_vae_config_free(&vc);
+    /* the Wan2.1 VAE's (issue 44): diffusers' defaults, is_residual false, patch_size null */
+    static const char wan21[] = "{\"attn_scales\": [], \"base_dim\": 96, \"decoder_base_dim\": null, \"dim_mult\": "
+        "[1, 2, 4, 4], \"is_residual\": false, \"num_res_blocks\": 2, \"out_channels\": 3, \"patch_size\": null, "
+        "\"temperal_downsample\": [false, true, true], \"z_dim\": 16}";
+    CHECK_OK(w22_vae_config_parse(wan21, strlen(wan21), "wan21.json", &vc));
+    w22_config c21;
+    w22_config_wan21(&c21);
+    CHECK(vc.diffusers && !memcmp(&vc.cfg, &c21, sizeof c21), "the Wan2.1 VAE's config: is_residual %d, patch_size %d",
+          vc.cfg.is_residual, vc.cfg.patch_size);
+    w22_vae_config_free(&vc);
+    /* is_residual absent (diffusers' default, False) is the Wan2.1 structure; patch_size absent is 1 */
+    static const char bare[] = "{\"temperal_downsample\": [false, true, true]}";
+    CHECK_OK(w22_vae_config_parse(bare, strlen(bare), "bare.json", &vc));
+    CHECK(!memcmp(&vc.cfg, &c21, sizeof c21), "diffusers' defaults: the Wan2.1 VAE");
+    w22_vae_config_free(&vc);
     static const struct { const char *text, *msg; } bad[] = {
-        {"{\"temperal_downsample\": [false, true, true], \"is_residual\": false, \"patch_size\": 2}", "Wan2.1"},
-        {"{\"temperal_downsample\": [false, true, true], \"is_residual\": true}", "patch_size is None"},
+        {"{\"temperal_downsample\": [false, true, true], \"is_residual\": false, \"patch_size\": 2}",
+         "out_channels 3, expected 3 x patch_size^2 = 12"},
+        {"{\"temperal_downsample\": [false, true, true], \"attn_scales\": [0.5]}", "attn_scales [0.5], expected []"},
         {"{\"temperal_downsample\": [false, true], \"is_residual\": true, \"patch_size\": 2}", "3 booleans"},
         {"{\"z_dim\": 4, \"frobnicate\": 1}", "unknown key 'frobnicate'"},
         {"{\"z_dim\": 4.5}", "expected an integer"},

@@ -1336,6 +1336,21 @@ def test_diffusers_kernel_path_wan21_on_the_cpu_backend(monkeypatch, dtype_name)
         wd.disable(vae)
 
 
+def test_wan21_decode_flops_is_torchs_count():
+    """w22_decode_flops of the Wan2.1 structure equals torch's FlopCounterMode over diffusers' own decode (its convs
+    and attention products), at one and three latent frames."""
+    torch = pytest.importorskip("torch")
+    diffusers = pytest.importorskip("diffusers")
+    from torch.utils.flop_counter import FlopCounterMode
+    torch.manual_seed(0)
+    vae = diffusers.AutoencoderKLWan(**SMALL_WAN21).eval()
+    cfg = wan22vae.config_from_diffusers(vae.config)
+    for T, h, w in ((1, 4, 6), (3, 5, 3)):
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            vae.decode(torch.randn(1, 4, T, h, w))
+        assert wan22vae.decode_flops(cfg, T, h, w) == fc.get_total_flops(), (T, h, w)
+
+
 def test_wan21_from_pretrained_folder_on_the_cpu(tmp_path):
     """A small AutoencoderKLWan of the Wan2.1 structure saved by diffusers (save_pretrained: config.json with
     is_residual False, patch_size None; the whole VAE's weights): Decoder.from_pretrained recognises it and decodes

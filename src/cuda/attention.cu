@@ -9,7 +9,11 @@
  * N = P an odd x odd latent frame (45 x 45: 720 x 720 video) sent Q K^T to the scalar kernel (route.h: N odd), 52 ms
  * a frame against 0.6 ms (issue 46); the score columns past P are zeros' products, never read (softmax stops at P,
  * the probabilities past P are written 0). The scratch: the caller's free memory where it is given and large
- * enough (a decode passes stage 0's, so that the workspace holds it: v22), else our own, kept and grown on demand. */
+ * enough (a decode passes stage 0's, so that the workspace holds it: v22), else our own, kept and grown on demand.
+ * Its size grows with P^2: the Wan2.1 VAE's 8x latents at 1280x720 are 90 x 160 (P = 14400: 1.2 GB of scores and
+ * probabilities), at 1920x1080 6.3 GB. Where a frame's scratch exceeds both the caller's memory and W22_ATTN_OWN_MAX,
+ * the queries go in bands of whole rows, as many as fit the larger of the two (every output element is the same
+ * sum either way: a query row's softmax and products never span two bands). */
 #include "cuda_internal.h"
 #include "cuda_ops.h"
 
@@ -68,6 +72,26 @@ __global__ void w22_softmax_rows_kernel(const float *s, bf16 *pm, int P, int Pp,
 
 static size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
+/* The most scratch the attention allocates of its own before it bands the queries: what a whole TI2V-5B frame
+ * needs (70 MB) and more, not the gigabytes of a large Wan2.1 frame. */
+#define W22_ATTN_OWN_MAX ((size_t)256 << 20)
+
+/* The scratch of a band of r query rows of w pixels against Pp keys, V^T and the packed keys of C channels. */
+static size_t attn_need(int r, int w, int Pp, int C) {
+    return align256((size_t)r * w * Pp * 4) + align256((size_t)r * w * Pp * 2) + 2 * align256((size_t)C * Pp * 2);
+}
+
+/* The most query rows (<= h) whose scratch fits `bytes`, 0 when not one. */
+static int attn_rows(size_t bytes, int h, int w, int Pp, int C) {
+    int lo = 0, hi = h;
+    while (lo < hi) { /* the largest r in [0, h] with attn_need(r) <= bytes (attn_need grows with r) */
+        const int mid = lo + (hi - lo + 1) / 2;
+        if (attn_need(mid, w, Pp, C) <= bytes) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
 w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out, void *work,
                               size_t work_bytes) {
     w22_cuda *c = cuda_of(b);
@@ -86,18 +110,26 @@ w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v
     const int nq = q.h * q.w, P = k.h * k.w, Pp = (P + 7) & ~7;
     if (nq == 0 || q.f == 0 || C == 0) return W22_OK;
     if (P == 0) return w22_fail(W22_ERR_BAD_SHAPE, "cuda attention: k and v have no pixels");
-    const size_t s_bytes = align256((size_t)nq * Pp * 4), p_bytes = align256((size_t)nq * Pp * 2),
-                 vt_bytes = align256((size_t)C * Pp * 2), need = s_bytes + p_bytes + 2 * vt_bytes; /* Vt, Kp */
-    char *base = (char *)work; /* the caller's free memory where it holds the scratch (a decode's), else our own */
-    if (!work || work_bytes < need || (uintptr_t)work % 256) {
-        W22_TRY(w22_cuda_scratch(c, &c->attn_scratch, &c->attn_bytes, need,
-                                 "the attention scratch (scores, probabilities, V^T, K)"));
-        base = (char *)c->attn_scratch;
+    /* the scratch: the caller's free memory where it holds the whole frame's (a decode's), else our own up to
+     * W22_ATTN_OWN_MAX; beyond both, bands of query rows in the larger */
+    const size_t cap = c->attn_max ? c->attn_max : W22_ATTN_OWN_MAX, need = attn_need(q.h, q.w, Pp, C);
+    const size_t avail = work && (uintptr_t)work % 256 == 0 ? work_bytes : 0;
+    int rows = q.h;
+    char *base = (char *)work;
+    if (avail < need) {
+        const int in_work = attn_rows(avail, q.h, q.w, Pp, C), own = need <= cap ? q.h : attn_rows(cap, q.h, q.w, Pp, C);
+        rows = in_work > own ? in_work : own > 0 ? own : 1;
+        if (in_work < rows) {
+            W22_TRY(w22_cuda_scratch(c, &c->attn_scratch, &c->attn_bytes, attn_need(rows, q.w, Pp, C),
+                                     "the attention scratch (scores, probabilities, V^T, K)"));
+            base = (char *)c->attn_scratch;
+        }
     }
+    const size_t s_bytes = align256((size_t)rows * q.w * Pp * 4), p_bytes = align256((size_t)rows * q.w * Pp * 2);
     float *S = (float *)base;
     bf16 *Pm = (bf16 *)(base + s_bytes);
     bf16 *Vt = (bf16 *)(base + s_bytes + p_bytes);
-    bf16 *Kp = (bf16 *)(base + s_bytes + p_bytes + vt_bytes);
+    bf16 *Kp = (bf16 *)(base + s_bytes + p_bytes + align256((size_t)C * Pp * 2));
     const float scale_log2e = 1.4426950408889634f / sqrtf((float)C);
 
     for (int f = 0; f < q.f; f++) {
@@ -113,25 +145,28 @@ w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v
         w22_pack_k_kernel<<<kblocks, 256, 0, c->stream>>>(kf, k.sh, k.sw, k.w, P, C, Kp, Pp);
         CU_LAUNCHED(c, "attention pack K");
 
-        w22_mm g;
-        memset(&g, 0, sizeof g);
-        g.M = nq, g.N = Pp, g.F = 1, g.H = q.h, g.W = q.w;
-        g.a = qf, g.a_sf = 0, g.a_sh = q.sh, g.a_sw = q.sw;
-        g.cin = C, g.kt = 1, g.ks = 1;
-        g.b = Kp, g.b_w = Pp, g.b_sh = 0, g.b_sw = C;
-        g.out = S, g.out_f32 = 1, g.o_sf = 0, g.o_sh = (long)q.w * Pp, g.o_sw = Pp;
-        W22_TRY(w22_cuda_gemm(c, &g, "attention Q K^T"));
+        for (int y0 = 0; y0 < q.h; y0 += rows) { /* one band: every query row when the scratch holds them */
+            const int nr = q.h - y0 < rows ? q.h - y0 : rows, nb = nr * q.w;
+            w22_mm g;
+            memset(&g, 0, sizeof g);
+            g.M = nb, g.N = Pp, g.F = 1, g.H = nr, g.W = q.w;
+            g.a = qf + (long)y0 * q.sh, g.a_sf = 0, g.a_sh = q.sh, g.a_sw = q.sw;
+            g.cin = C, g.kt = 1, g.ks = 1;
+            g.b = Kp, g.b_w = Pp, g.b_sh = 0, g.b_sw = C;
+            g.out = S, g.out_f32 = 1, g.o_sf = 0, g.o_sh = (long)q.w * Pp, g.o_sw = Pp;
+            W22_TRY(w22_cuda_gemm(c, &g, "attention Q K^T"));
 
-        w22_softmax_rows_kernel<<<nq, 256, 0, c->stream>>>(S, Pm, P, Pp, scale_log2e);
-        CU_LAUNCHED(c, "attention softmax");
+            w22_softmax_rows_kernel<<<nb, 256, 0, c->stream>>>(S, Pm, P, Pp, scale_log2e);
+            CU_LAUNCHED(c, "attention softmax");
 
-        memset(&g, 0, sizeof g);
-        g.M = nq, g.N = C, g.F = 1, g.H = q.h, g.W = q.w;
-        g.a = Pm, g.a_sf = 0, g.a_sh = (long)q.w * Pp, g.a_sw = Pp;
-        g.cin = Pp, g.kt = 1, g.ks = 1;
-        g.b = Vt, g.b_w = C, g.b_sh = 0, g.b_sw = Pp;
-        g.out = of, g.o_sf = 0, g.o_sh = out.sh, g.o_sw = out.sw;
-        W22_TRY(w22_cuda_gemm(c, &g, "attention P V"));
+            memset(&g, 0, sizeof g);
+            g.M = nb, g.N = C, g.F = 1, g.H = nr, g.W = q.w;
+            g.a = Pm, g.a_sf = 0, g.a_sh = (long)q.w * Pp, g.a_sw = Pp;
+            g.cin = Pp, g.kt = 1, g.ks = 1;
+            g.b = Vt, g.b_w = C, g.b_sh = 0, g.b_sw = Pp;
+            g.out = of + (long)y0 * out.sh, g.o_sf = 0, g.o_sh = out.sh, g.o_sw = out.sw;
+            W22_TRY(w22_cuda_gemm(c, &g, "attention P V"));
+        }
     }
     return W22_OK;
 }

@@ -505,6 +505,14 @@ extern "C" int w22_backend_cuda_swap_winograd_min(w22_backend *b, int n) {
     return old;
 }
 
+/* Not in backend.h (tests only): the most scratch the attention allocates of its own before it bands the queries
+ * (0: W22_ATTN_OWN_MAX, attention.cu); returns the old value. cuda_ops sets a small one to test the bands. */
+extern "C" size_t w22_backend_cuda_swap_attention_max(w22_backend *b, size_t bytes) {
+    const size_t old = cuda_of(b)->attn_max;
+    cuda_of(b)->attn_max = bytes;
+    return old;
+}
+
 /* Not in backend.h (tests only): a weight's buffers, for cuda_ops' comparison with layout.c: [0] the direct layout
  * (device; NULL while it waits on the host: host_direct), [1] the phases, [2] the Winograd components, and bytes. */
 extern "C" void w22_backend_cuda_weight_bufs(const w22_bweight *bw, const void *dev[3], size_t bytes[3],

@@ -42,6 +42,7 @@ typedef struct {
     /* attention scratch: scores (fp32), probabilities (bf16), V transposed (bf16) */
     void *attn_scratch;
     size_t attn_bytes;
+    size_t attn_max; /* the most scratch the attention allocates of its own (0: W22_ATTN_OWN_MAX, attention.cu) */
     const char *last_path; /* the kernel the last GEMM ran on (static string) */
     w22_route route;       /* the last conv's decision (route.h) and launches: w22_backend_cuda_last_route */
     /* The TMA conv's split tail (conv_sm90_wgmma_tma.cu): partial accumulators of the split tiles' pieces and,

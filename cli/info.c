@@ -16,7 +16,7 @@ static const char usage[] =
     "\n"
     "Validates the weights (every tensor the decoder needs, with its shape and dtype) and prints the config, its\n"
     "source, the tensors, dtypes, parameters and bytes, the name prefix, the latents' statistics, and the FLOPs of\n"
-    "decoding the standard clip (T=31 latent frames of 44x78: 121 frames of 704x1248). WEIGHTS is a .safetensors\n"
+    "decoding the standard clip (T=31 latent frames of 78x44: 121 frames of 1248x704, width x height). WEIGHTS is a .safetensors\n"
     "file, a sharded index (*.safetensors.index.json), a diffusers VAE folder (config.json +\n"
     "diffusion_pytorch_model.safetensors) or a pipeline folder holding vae/; a config.json next to the weights\n"
     "gives the config, else it is inferred from the tensors.\n"
@@ -94,7 +94,8 @@ int cli_info(int argc, char **argv) {
     else
         printf("latents:     no statistics in a config.json (--latents-normalized needs them for z_dim %d)\n",
                c->z_dim);
-    printf("FLOPs:       %.4g (%.2f TFLOP) to decode T=31 latent frames of 44x78 into %d frames of %dx%d\n", flops,
+    printf("FLOPs:       %.4g (%.2f TFLOP) to decode T=31 latent frames of 78x44 into %d frames of %dx%d (width x "
+           "height)\n", flops,
            flops / 1e12, F, W, H);
     w22_weights_free(w);
     w22_weights_info_free(&info);

@@ -285,6 +285,23 @@ if have ffmpeg; then
     run "--pix-fmt ffmpeg refuses: a usage error (2)" 2 "" \
         "$BIN" decode -w w.safetensors -l zsmall.npy -o nopix.mp4 --pix-fmt nonesuch
 fi
+if have python3; then # '<f8' .npy latents: the refusal lists what latents take, not '<u2' (raw bf16, refused too)
+    python3 -c "
+import struct
+d = \"{'descr': '<f8', 'fortran_order': False, 'shape': (1, 4, 1, 1, 2), }\"
+h = d + ' ' * (-(10 + len(d) + 1) % 64) + '\n'
+open('f8.npy', 'wb').write(b'\x93NUMPY\x01\x00' + struct.pack('<H', len(h)) + h.encode() + bytes(8 * 8))"
+    run "'<f8' latents: refused with what latents take" 1 "expected '<f4' (float32) or '<f2' (float16) latents, found '<f8'" \
+        "$BIN" decode -w w.safetensors -l f8.npy -o f8.y4m
+    grep -q "'<u2'" err.txt && bad "'<f8' latents: '<u2' not listed as accepted" "$(cat err.txt)" ||
+        ok "'<f8' latents: '<u2' not listed as accepted"
+fi
+if have git && git -C "$HERE/.." rev-parse >/dev/null 2>&1; then # the README's Usage block, run in the repo's root
+    for f in w.safetensors z.npy clip.y4m piped.y4m; do
+        git -C "$HERE/.." check-ignore -q "$f" && ok "git ignores the Usage block's $f" ||
+            bad "git ignores the Usage block's $f"
+    done
+fi
 run "--version: the library's" 0 "wan22vae 0.1" "$BIN" --version
 
 echo "test_cli_faults: $pass passed, $fail failed"

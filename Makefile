@@ -163,14 +163,14 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 INSTALL    ?= install
 LDCONFIG   ?= ldconfig
 
-$(BUILD)/wan22vae.pc: wan22vae.pc.in Makefile FORCE
+$(BUILD)/%.pc: %.pc.in Makefile FORCE
 	@mkdir -p $(dir $@)
 	@sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|g' \
 	    -e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' -e 's|@VERSION@|$(VERSION)|g' \
 	    -e 's|@LIBS_PRIVATE@|$(LIBS_PRIVATE)|g' $< > $@.tmp
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; fi
 
-install: $(BUILD)/libwan22vae.a $(BUILD)/libwan22vae.so $(BUILD)/wan22vae $(BUILD)/wan22vae.pc
+install: $(BUILD)/libwan22vae.a $(BUILD)/libwan22vae.so $(BUILD)/wan22vae $(BUILD)/wan22vae.pc $(BUILD)/wan22vae-static.pc
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
 	$(INSTALL) -m 644 include/wan22vae.h $(DESTDIR)$(INCLUDEDIR)/wan22vae.h
 	$(INSTALL) -m 755 $(BUILD)/libwan22vae.so $(DESTDIR)$(LIBDIR)/libwan22vae.so.$(VERSION)
@@ -179,12 +179,13 @@ install: $(BUILD)/libwan22vae.a $(BUILD)/libwan22vae.so $(BUILD)/wan22vae $(BUIL
 	$(INSTALL) -m 644 $(BUILD)/libwan22vae.a $(DESTDIR)$(LIBDIR)/libwan22vae.a
 	$(INSTALL) -m 755 $(BUILD)/wan22vae $(DESTDIR)$(BINDIR)/wan22vae
 	$(INSTALL) -m 644 $(BUILD)/wan22vae.pc $(DESTDIR)$(PKGCONFIGDIR)/wan22vae.pc
+	$(INSTALL) -m 644 $(BUILD)/wan22vae-static.pc $(DESTDIR)$(PKGCONFIGDIR)/wan22vae-static.pc
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then $(LDCONFIG) 2>/dev/null || true; fi
 
 uninstall:
 	rm -f $(DESTDIR)$(INCLUDEDIR)/wan22vae.h $(DESTDIR)$(LIBDIR)/libwan22vae.so.$(VERSION) \
 	    $(DESTDIR)$(LIBDIR)/$(SONAME) $(DESTDIR)$(LIBDIR)/libwan22vae.so $(DESTDIR)$(LIBDIR)/libwan22vae.a \
-	    $(DESTDIR)$(BINDIR)/wan22vae $(DESTDIR)$(PKGCONFIGDIR)/wan22vae.pc
+	    $(DESTDIR)$(BINDIR)/wan22vae $(DESTDIR)$(PKGCONFIGDIR)/wan22vae.pc $(DESTDIR)$(PKGCONFIGDIR)/wan22vae-static.pc
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then $(LDCONFIG) 2>/dev/null || true; fi
 
 clean:

@@ -588,6 +588,10 @@ int cli_decode(int argc, char **argv) {
         cli_fail("loading latents %s", latents_path);
         goto done;
     }
+    if (w22_check_latent_size(zdim, T, h, w) != W22_OK) { /* before the weights' load, not after (issue 47) */
+        cli_fail("latents %s", latents_path);
+        goto done;
+    }
     const double t_latents = w22_now();
     if (w22_weights_open_path(weights_path, variant, &weights, &info) != W22_OK) {
         cli_fail("loading weights %s", weights_path);
@@ -673,9 +677,10 @@ int cli_decode(int argc, char **argv) {
         char where[64];
         if (dev == W22_DEVICE_CPU) snprintf(where, sizeof where, "the CPU (%d thread%s)", nthreads, nthreads == 1 ? "" : "s");
         else snprintf(where, sizeof where, "cuda:%d", gpu);
-        fprintf(stderr, "wan22vae: decoding %d latent frames of %dx%d into %d frames of %dx%d on %s: %d pass%s of %d "
-                "latent frame%s\n", T, h, w, F, W, H, where, c.passes, c.passes == 1 ? "" : "es", c.fpp,
-                c.fpp == 1 ? "" : "s");
+        /* sizes as width x height everywhere the CLI prints them, as video tools do */
+        fprintf(stderr, "wan22vae: decoding %d latent frame%s of %dx%d into %d frame%s of %dx%d (width x height) on "
+                "%s: %d pass%s of %d latent frame%s\n", T, T == 1 ? "" : "s", w, h, F, F == 1 ? "" : "s", W, H, where,
+                c.passes, c.passes == 1 ? "" : "es", c.fpp, c.fpp == 1 ? "" : "s");
         hb_started = pthread_create(&hb, NULL, heartbeat, &c) == 0;
     }
 
@@ -698,7 +703,7 @@ int cli_decode(int argc, char **argv) {
         goto done;
     }
     if (s != W22_OK) {
-        cli_fail("decoding %d latent frames of %dx%d on %s", T, h, w, device);
+        cli_fail("decoding %d latent frame%s of %dx%d (width x height) on %s", T, T == 1 ? "" : "s", w, h, device);
         goto done;
     }
     w22_video_writer *vw = c.vw;
@@ -718,7 +723,7 @@ int cli_decode(int argc, char **argv) {
                 w22_now() - t_written, c.write_s);
     if (c.show) print_progress(&c, 1, 0);
     if (!quiet)
-        fprintf(stderr, "wan22vae: wrote %s: %d frames of %dx%d (%s)\n", out_name, F, W, H,
+        fprintf(stderr, "wan22vae: wrote %s: %d frame%s of %dx%d (%s)\n", out_name, F, F == 1 ? "" : "s", W, H,
                 fmt == W22_VIDEO_FFMPEG ? strrchr(out, '.') + 1 : w22_video_format_name(fmt));
     rc = 0;
 done:

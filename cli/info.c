@@ -17,8 +17,8 @@ static const char usage[] =
     "Validates the weights (every tensor the decoder needs, with its shape and dtype) and prints which VAE they\n"
     "hold (Wan2.2 TI2V-5B's, or the Wan2.1 VAE of Wan2.1, Wan2.2 A14B and Qwen-Image), the config, its source,\n"
     "the tensors, dtypes, parameters and bytes, the name prefix, the latents' statistics, and the FLOPs of\n"
-    "decoding a standard clip (TI2V-5B: T=31 latent frames of 44x78, 121 frames of 704x1248; Wan2.1: T=21 of\n"
-    "90x160, 81 frames of 1280x720). WEIGHTS is a .safetensors\n"
+    "decoding a standard clip (TI2V-5B: T=31 latent frames of 78x44, 121 frames of 1248x704; Wan2.1: T=21 of\n"
+    "160x90, 81 frames of 1280x720; width x height). WEIGHTS is a .safetensors\n"
     "file, a sharded index (*.safetensors.index.json), a diffusers VAE folder (config.json +\n"
     "diffusion_pytorch_model.safetensors) or a pipeline folder holding vae/; a config.json next to the weights\n"
     "gives the config, else it is inferred from the tensors.\n"
@@ -105,8 +105,8 @@ int cli_info(int argc, char **argv) {
     else
         printf("latents:     no statistics in a config.json (--latents-normalized needs them for z_dim %d)\n",
                c->z_dim);
-    printf("FLOPs:       %.4g (%.2f TFLOP) to decode T=%d latent frames of %dx%d into %d frames of %dx%d\n", flops,
-           flops / 1e12, sT, sh, sw, F, W, H);
+    printf("FLOPs:       %.4g (%.2f TFLOP) to decode T=%d latent frames of %dx%d into %d frames of %dx%d (width x "
+           "height)\n", flops, flops / 1e12, sT, sw, sh, F, W, H);
     w22_weights_free(w);
     w22_weights_info_free(&info);
     return 0;

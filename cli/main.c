@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) return fputs(usage, stdout), 0;
-    if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) return printf("wan22vae %s\n", W22_VERSION), 0;
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "-V")) return printf("wan22vae %s\n", w22_version()), 0;
     /* the subcommand sees itself as argv[0], so getopt starts at its first option */
     if (!strcmp(cmd, "decode")) return cli_decode(argc - 1, argv + 1);
     if (!strcmp(cmd, "info")) return cli_info(argc - 1, argv + 1);

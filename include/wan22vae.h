@@ -44,6 +44,8 @@ typedef enum {
     W22_ERR_INTERNAL,       /* a bug: please report it with the message */
 } w22_status;
 
+/* The library's version at run time (W22_VERSION is the header's, at build time): "0.1.0". */
+W22_API const char *w22_version(void);
 /* The name of a status ("W22_ERR_BAD_SHAPE"). */
 W22_API const char *w22_status_string(w22_status s);
 /* The message of the last failed call on this thread ("" if none). Valid until the next failing call. */
@@ -139,8 +141,9 @@ W22_API void w22_comm_free(w22_comm *c);
 /* ---- decoding ---- */
 typedef enum { W22_DEVICE_CPU = 0, W22_DEVICE_CUDA = 1 } w22_device;
 
-/* Called as video frames are complete: frames [frame0, frame0 + nframes) of the video, 'done' of 'total' latent
- * frames. Return nonzero to stop the decode (it then returns W22_ERR_INVALID_ARG, "stopped by the caller"). */
+/* Called after each pass (frames_per_pass latent frames; on a GPU when its work is queued) on the decoding thread:
+ * latent_done of latent_total latent frames decoded. Return nonzero to stop the decode (it then returns
+ * W22_ERR_INVALID_ARG, "stopped by the caller"). The finished frames themselves go to w22_frames_fn. */
 typedef int (*w22_progress_fn)(void *user, int latent_done, int latent_total);
 
 /* CUDA: the kernel path (w22_decoder_params.kernels). AUTO takes W22_KERNELS from the environment (auto or portable),

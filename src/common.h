@@ -23,6 +23,11 @@ void w22_clear_error(void);
  * per process, about any other W22_* variable set (called when a backend is created). */
 int w22_env_known(const char *name);
 void w22_env_check(void);
+w22_status w22_env_validate(void);
+/* The latent sizes a decode takes (T <= 100000, h, w <= 4096): the decoder's check, which the CLI makes before the
+ * weights load. */
+w22_status w22_check_latent_size(int z_dim, int T, int h, int w);
+int w22_env_on(const char *name);
 
 /* malloc that records W22_ERR_OUT_OF_MEMORY with what was asked for; NULL on failure. */
 void *w22_malloc(size_t bytes, const char *what);

@@ -57,6 +57,7 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
         w22_decoder_params_init(&defaults);
         p = &defaults;
     }
+    W22_TRY(w22_env_validate()); /* a switch set to a value it does not take is an error, not silently off */
     if (p->frames_per_pass < 0 || p->frames_per_pass > 1024)
         return w22_fail(W22_ERR_INVALID_ARG, "frames_per_pass %d, expected 0 (default) or 1..1024", p->frames_per_pass);
     if (p->exact != 0 && p->exact != 1)
@@ -89,14 +90,13 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
         w22_decoder_free(d);
         return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a decoder of %d ranks", d->world);
     }
-    const char *ck = getenv("W22_CHECK");
-    d->check = p->check || (ck && !strcmp(ck, "1"));
+    d->check = p->check || w22_env_on("W22_CHECK");
     /* two latent frames per pass by default (v24: f121 -0.4% against one: stage 0's Winograd convs transform 4
      * input frames for 2 outputs instead of 3 for 1, on twice the GEMM rows; the workspace at 704x1248 3.96 GiB,
      * within the 4 GiB target) */
     d->frames_per_pass = p->frames_per_pass ? p->frames_per_pass : 2;
     /* W22_PROFILE: where the open's time goes (issue 30: the open is the user's wait before the first frame) */
-    const int prof = getenv("W22_PROFILE") != NULL;
+    const int prof = w22_env_on("W22_PROFILE"); /* as the op table's (cuda/profile.cu): "0" is off */
     double t_create = w22_now(), t_f32 = 0, t_up = 0;
     w22_status s = p->device == W22_DEVICE_CUDA ? w22_backend_cuda_create_kernels(p->cuda_device, p->kernels, &d->backend)
                                                 : w22_backend_cpu_create(p->threads, &d->backend);
@@ -162,10 +162,15 @@ size_t w22_decoder_device_bytes(const w22_decoder *d) {
 }
 
 /* ---- inputs ---- */
-static w22_status check_shape(w22_decoder *d, int T, int h, int w) {
+w22_status w22_check_latent_size(int z_dim, int T, int h, int w) {
     if (T < 1 || h < 1 || w < 1 || T > 100000 || h > 4096 || w > 4096)
         return w22_fail(W22_ERR_BAD_SHAPE, "latents [1, %d, %d, %d, %d]: T, h and w must be positive (T <= 100000, "
-                        "h, w <= 4096)", d->model.cfg.z_dim, T, h, w);
+                        "h, w <= 4096)", z_dim, T, h, w);
+    return W22_OK;
+}
+
+static w22_status check_shape(w22_decoder *d, int T, int h, int w) {
+    W22_TRY(w22_check_latent_size(d->model.cfg.z_dim, T, h, w));
     if (h < d->world)
         return w22_fail(W22_ERR_BAD_SHAPE, "latent height %d is smaller than the %d ranks (each needs a row)", h,
                         d->world);

@@ -6,6 +6,7 @@
  * went with their variants at issue 29 (git has them at 7c0ed73): set now, they are named in the warning. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "common.h"
 
@@ -39,6 +40,40 @@ static void warn_unknown(void) {
             fprintf(stderr, "wan22vae: warning: %s is not a variable of this library, its package or its tools; it "
                             "is ignored (README.md, \"Environment\", lists them)\n", name);
     }
+}
+
+/* The library's switches take these values and no others (issue 47: W22_CHECK=yes was silently off, W22_WINOGRAD=abc
+ * read as 0): a value that is not one of them fails the decoder's open, naming the variable and what it takes. An
+ * empty value is the variable unset. */
+w22_status w22_env_validate(void) {
+    static const struct { const char *name, *values; } flags[] = {
+        {"W22_CHECK", "0 (off) or 1 (the checking mode)"},
+        {"W22_PROFILE", "0 (off), 1 (per-op GPU timing) or 2 (with the parts of ops)"},
+        {"W22_CUDA_DEBUG", "0 (off) or 1 (a sync and a view check after every CUDA op)"},
+    };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        const char *v = getenv(flags[i].name);
+        if (!v || !v[0]) continue;
+        const int two = !strcmp(flags[i].name, "W22_PROFILE");
+        if (strcmp(v, "0") && strcmp(v, "1") && !(two && !strcmp(v, "2")))
+            return w22_fail(W22_ERR_INVALID_ARG, "%s='%.40s'%s: expected %s", flags[i].name, v,
+                            strlen(v) > 40 ? "..." : "", flags[i].values);
+    }
+    const char *v = getenv("W22_WINOGRAD");
+    if (v && v[0]) {
+        size_t n = strspn(v, "0123456789");
+        if (v[n] || n > 6)
+            return w22_fail(W22_ERR_INVALID_ARG, "W22_WINOGRAD='%.40s'%s: expected a channel count 0..999999 (the "
+                            "3x3x3 convs of that many channels and up in Winograd arithmetic; 0: every conv exact)",
+                            v, strlen(v) > 40 ? "..." : "");
+    }
+    return W22_OK;
+}
+
+/* Whether a switch is on: set, not empty and not "0" (after w22_env_validate). */
+int w22_env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && v[0] && strcmp(v, "0") != 0;
 }
 
 /* Once per process, at the first decoder's open. */

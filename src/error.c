@@ -9,6 +9,8 @@
 
 static _Thread_local char last_error[2048];
 
+const char *w22_version(void) { return W22_VERSION; }
+
 const char *w22_status_string(w22_status s) {
     switch (s) {
     case W22_OK: return "W22_OK";

@@ -428,7 +428,7 @@ if have ffmpeg && have ffprobe; then
         p=$(tags q.mp4); [ "$p" = "h264,yuv444p,tv,bt709,bt709,bt709" ] && ok "--pix-fmt yuv444p: $p" ||
             bad "--pix-fmt yuv444p" "$p"
     fi
-    run "--codec that ffmpeg does not have: before the weights load" 1 "Unknown encoder 'nonesuch'" \
+    run "--codec that ffmpeg does not have: before the weights load, a usage error" 2 "Unknown encoder 'nonesuch'" \
         "$BIN" decode -w trunc.safetensors -l z.npy -o nocodec.mp4 --codec nonesuch
     nothing_left "--codec nonesuch" nocodec.mp4
 fi
@@ -558,7 +558,7 @@ fi
 "$BIN" synth latents -o zprog.npy --z-dim 4 --frames 40 --height 8 --width 8 >/dev/null 2>&1
 run "progress on a long pass" 0 "" "$BIN" decode -w w.safetensors -l zprog.npy -o /dev/null --frames-per-pass 40 \
     --threads 1 --progress --progress-interval 0.1
-head -n 1 err.txt | grep -q "^wan22vae: decoding 40 latent frames of 8x8 into 157 frames of 128x128 on the CPU (1 thread): 1 pass of 40 latent frames$" &&
+head -n 1 err.txt | grep -q "^wan22vae: decoding 40 latent frames of 8x8 into 157 frames of 128x128 (width x height) on the CPU (1 thread): 1 pass of 40 latent frames$" &&
     ok "progress: the first line says what runs" || bad "progress: the first line" "$(head -n 1 err.txt)"
 n=$(grep -c "^pass 1/1 running, .*elapsed" err.txt)
 [ "$n" -ge 1 ] && ok "progress: $n heartbeat lines during the one pass" || bad "progress: a heartbeat" "$(cat err.txt)"

@@ -253,5 +253,56 @@ for args in "decode --fps $big" "$big" "help $big" "decode -w w.safetensors -l z
         bad "a 100 KB argument (${args:0:24}...): expected under 4 KB on stderr" "$n bytes, exit $rc"
 done
 
+# ---- the smaller items of issue 47 (6)
+run "W22_CHECK=yes: refused, not silently off" 1 "W22_CHECK='yes': expected 0 (off) or 1" \
+    env W22_CHECK=yes "$BIN" decode -w w.safetensors -l zsmall.npy -o env1.y4m
+run "W22_WINOGRAD=abc: refused, not read as 0" 1 "W22_WINOGRAD='abc': expected a channel count" \
+    env W22_WINOGRAD=abc "$BIN" decode -w w.safetensors -l zsmall.npy -o env2.y4m
+run "W22_PROFILE=0: off" 0 "" env W22_PROFILE=0 "$BIN" decode -w w.safetensors -l zsmall.npy -o env3.y4m
+grep -q "wan22vae: open:" err.txt && bad "W22_PROFILE=0: no open profile" "$(cat err.txt)" || ok "W22_PROFILE=0: no open profile"
+run "W22_PROFILE=1: the open's profile" 0 "wan22vae: open:" env W22_PROFILE=1 "$BIN" decode -w w.safetensors -l zsmall.npy -o env4.y4m
+"$BIN" synth latents --out z1.npy --z-dim 4 --frames 1 --height 3 --width 4 >/dev/null 2>&1
+run "one frame: '1 frame', width x height" 0 "wan22vae: wrote one.y4m: 1 frame of 64x48 (y4m)" \
+    "$BIN" decode -w w.safetensors -l z1.npy -o one.y4m --progress
+grep -q "decoding 1 latent frame of 4x3 into 1 frame of 64x48 (width x height)" err.txt &&
+    ok "the first line: 1 latent frame of 4x3 into 1 frame of 64x48 (width x height)" ||
+    bad "the first line in width x height" "$(head -2 err.txt)"
+if have python3; then
+    python3 -c "
+import struct
+d = \"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 4, 1, 1, 5000), }\"
+h = d + ' ' * (-(10 + len(d) + 1) % 64) + '\n'
+open('wide.npy', 'wb').write(b'\x93NUMPY\x01\x00' + struct.pack('<H', len(h)) + h.encode() + bytes(4 * 4 * 5000))"
+    head -c 1000 w.safetensors >trunc.safetensors
+    run "oversized latents: refused before the weights load" 1 "h, w <= 4096" \
+        "$BIN" decode -w trunc.safetensors -l wide.npy -o wide.y4m
+    grep -q "trunc.safetensors" err.txt && bad "oversized latents: the weights were not read" "$(cat err.txt)" ||
+        ok "oversized latents: the weights were not read"
+fi
+if have ffmpeg; then
+    run "--codec ffmpeg refuses: a usage error (2)" 2 "Unknown encoder 'nonesuch'" \
+        "$BIN" decode -w w.safetensors -l zsmall.npy -o nocodec.mp4 --codec nonesuch
+    run "--pix-fmt ffmpeg refuses: a usage error (2)" 2 "" \
+        "$BIN" decode -w w.safetensors -l zsmall.npy -o nopix.mp4 --pix-fmt nonesuch
+fi
+if have python3; then # '<f8' .npy latents: the refusal lists what latents take, not '<u2' (raw bf16, refused too)
+    python3 -c "
+import struct
+d = \"{'descr': '<f8', 'fortran_order': False, 'shape': (1, 4, 1, 1, 2), }\"
+h = d + ' ' * (-(10 + len(d) + 1) % 64) + '\n'
+open('f8.npy', 'wb').write(b'\x93NUMPY\x01\x00' + struct.pack('<H', len(h)) + h.encode() + bytes(8 * 8))"
+    run "'<f8' latents: refused with what latents take" 1 "expected '<f4' (float32) or '<f2' (float16) latents, found '<f8'" \
+        "$BIN" decode -w w.safetensors -l f8.npy -o f8.y4m
+    grep -q "'<u2'" err.txt && bad "'<f8' latents: '<u2' not listed as accepted" "$(cat err.txt)" ||
+        ok "'<f8' latents: '<u2' not listed as accepted"
+fi
+if have git && git -C "$HERE/.." rev-parse >/dev/null 2>&1; then # the README's Usage block, run in the repo's root
+    for f in w.safetensors z.npy clip.y4m piped.y4m; do
+        git -C "$HERE/.." check-ignore -q "$f" && ok "git ignores the Usage block's $f" ||
+            bad "git ignores the Usage block's $f"
+    done
+fi
+run "--version: the library's" 0 "wan22vae 0.1" "$BIN" --version
+
 echo "test_cli_faults: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

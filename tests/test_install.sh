@@ -60,7 +60,7 @@ if "$MAKE" -C "$ROOT" BUILD="$B" $keep DESTDIR="$S" PREFIX=/usr install >"$TMP/i
 else
     bad "make install DESTDIR=... PREFIX=/usr" "$(tail -n 20 "$TMP/install.log")"; finish
 fi
-for f in include/wan22vae.h lib/libwan22vae.a lib/pkgconfig/wan22vae.pc; do
+for f in include/wan22vae.h lib/libwan22vae.a lib/pkgconfig/wan22vae.pc lib/pkgconfig/wan22vae-static.pc; do
     [ -f "$S/usr/$f" ] && [ ! -L "$S/usr/$f" ] && ok "installed $f" || bad "installed $f" "$(ls -l "$S/usr/$f" 2>&1)"
 done
 SO=$L/libwan22vae.so.$VERSION
@@ -171,10 +171,11 @@ if "$CC" -O1 -o "$TMP/prog_shared" "$TMP/prog.c" $(pc --cflags --libs) -lm >"$TM
     else bad "shared: decodes on the CPU" "$out_shared"; fi
 else bad "compile + link through pkg-config --cflags --libs" "$(cat "$TMP/cc1.log")"; fi
 
-# static: libwan22vae.a with --static's Libs.private (-l:libwan22vae.a so that the .so beside it is not taken)
-static_libs=$(pc --static --libs | sed 's/-lwan22vae\b/-l:libwan22vae.a/')
+# static: wan22vae-static.pc names libwan22vae.a itself with what it needs (issue 47: `--static --libs wan22vae`
+# gives -lwan22vae, which links the .so installed beside the .a)
+static_libs=$(pkg-config --define-variable=prefix="$S/usr" --libs wan22vae-static)
 if "$CC" -O1 -o "$TMP/prog_static" "$TMP/prog.c" $(pc --cflags) $static_libs >"$TMP/cc2.log" 2>&1; then
-    ok "compile + link through pkg-config --static --libs against libwan22vae.a"
+    ok "compile + link through pkg-config --libs wan22vae-static against libwan22vae.a"
     readelf -d "$TMP/prog_static" | grep -q 'NEEDED.*libwan22vae' &&
         bad "the static program does not need libwan22vae.so" "$(readelf -d "$TMP/prog_static" | grep NEEDED)" ||
         ok "the static program does not need libwan22vae.so"

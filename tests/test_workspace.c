@@ -169,7 +169,7 @@ int main(void) {
     ops.elem_size = 2;
     ops.alloc = count_alloc;
     ops.free = count_free;
-    w22_backend b = {&ops, 1, NULL};
+    w22_backend b = {&ops, 1, NULL, NULL};
     w22_config cfg;
     w22_config_default(&cfg);
     const size_t P = 44 * 78, attention = align256(P * P * 4) + align256(P * P * 2) + align256((size_t)1024 * P * 2);

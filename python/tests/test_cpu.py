@@ -1085,6 +1085,16 @@ def test_ctrl_c_within_a_second_of_a_long_pass():
     assert took < 1.0, got.stdout
 
 
+def test_w22_lib_missing_is_refused_not_replaced(tmp_path):
+    """Issue 47: W22_LIB naming a missing file fails, saying so, instead of loading the package's or the build's
+    library in its place; the loaded library's version is the package's."""
+    env = dict(os.environ, PYTHONPATH=PKG_ROOT, W22_LIB=str(tmp_path / "nope.so"))
+    got = subprocess.run([sys.executable, "-c", "import wan22vae; print(wan22vae.library_path())"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert got.returncode != 0 and "nope.so (absent)" in got.stderr and "build" not in got.stdout, got
+    assert wan22vae.library_version() == wan22vae.__version__
+
+
 # ---- devices (issue 31) ----
 @pytest.mark.skipif(wan22vae.cuda_available(), reason="a usable GPU is here")
 def test_device_auto_is_cpu_here_and_says_so(weights, latents, tmp_path, caplog):

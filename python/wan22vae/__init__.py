@@ -27,6 +27,12 @@ from .protocol import prepare, run
 __version__ = "0.1.0"
 
 
+def library_version():
+    """The version of the libwan22vae.so this package loaded (w22_version(); loads it)."""
+    from ._lib import lib
+    return lib().w22_version().decode()
+
+
 def library_path():
     """The path of the libwan22vae.so this package loaded (loads it)."""
     from . import _lib
@@ -35,6 +41,6 @@ def library_path():
 
 __all__ = ["Error", "Decoder", "Weights", "config_from_diffusers", "cuda_available", "cuda_unavailable_reason",
            "decode_flops", "default_config", "load_weights", "synthetic_latents", "synthetic_weights", "video_shape",
-           "weight_table", "weights_from_tensors", "to_uint8_frames", "prepare", "run", "library_path",
+           "weight_table", "weights_from_tensors", "to_uint8_frames", "prepare", "run", "library_path", "library_version",
            "denormalize_latents", "latents_statistics", "TI2V_5B_LATENTS_MEAN", "TI2V_5B_LATENTS_STD",
            "wan21_config", "model_name"]

@@ -107,6 +107,7 @@ _SIGNATURES = {
     "w22_comm_free": (None, [_c_void_p]),
     "w22_decoder_params_init": (None, [ctypes.POINTER(DecoderParams)]),
     "w22_decoder_open": (_c_int, [_c_void_p, ctypes.POINTER(DecoderParams), _pp]),
+    "w22_version": (_c_char_p, []),
     "w22_decoder_free": (None, [_c_void_p]),
     "w22_decoder_path": (_c_char_p, [_c_void_p]),
     "w22_decoder_set_interrupt": (None, [_c_void_p, ctypes.POINTER(_c_int)]),
@@ -145,14 +146,17 @@ def lib():
             return _lib
         tried = []
         for path in candidates():
+            explicit = os.environ.get("W22_LIB") == path
             if not os.path.exists(path):
                 tried.append(f"{path} (absent)")
+                if explicit:
+                    break  # W22_LIB names the library to load: a missing one is not replaced by another in silence
                 continue
             try:
                 handle = ctypes.CDLL(path)
             except OSError as e:
                 tried.append(f"{path} ({e})")
-                if os.environ.get("W22_LIB") == path:
+                if explicit:
                     break  # an explicit choice that fails is not silently replaced by another library
                 continue
             for name, (res, args) in _SIGNATURES.items():

@@ -686,9 +686,10 @@ class Decoder:
     Progress: dec(z, progress=True) shows a tqdm bar (lines on stderr without tqdm), dec(z, progress=fn) calls
     fn(latent_frames_done, latent_frames_total) after every pass (frames_per_pass latent frames, 2 by default); an
     exception fn raises stops the decode at the end of that pass and propagates. Ctrl-C (SIGINT) during a call on
-    the main thread stops the decode at the end of the running pass and raises KeyboardInterrupt (with a comm, every
-    rank's decode runs to its end first). progress_hook=False opens the decoder without the library's progress
-    callback (no Python code runs during its decodes: no progress, Ctrl-C waits for the decode's end).
+    the main thread stops the decode within a second (the library's stop flag, read between ops and inside the CPU's
+    long loops) and raises KeyboardInterrupt (with a comm, every rank's decode runs to its end first).
+    progress_hook=False opens the decoder without the library's progress callback (no Python code runs during its
+    decodes: no progress, Ctrl-C waits for the decode's end).
 
     Threads: one decoder may be used from several threads. Its calls take turns (a lock per decoder, held for the
     length of a call), and close() waits for a running decode before it frees the decoder; a decode after

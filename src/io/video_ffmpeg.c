@@ -449,9 +449,11 @@ w22_status w22_ffmpeg_check(const char *path, const w22_video_options *opts) {
                              ".webm, .mov, .gif, ...), or a folder of PNG frames", path, ext);
             else if (rc != 0)
                 s = w22_fail(W22_ERR_IO, "%s: cannot start %s: %s", path, exe, strerror(rc));
-            else
-                s = w22_fail(W22_ERR_UNSUPPORTED, "%s: ffmpeg cannot write a test frame with these settings (exit "
-                             "status %d%s%s; the command: %s)", path, code, tail[0] ? ": " : "", tail, cmd);
+            else /* with the caller's options (--codec, --pix-fmt, --crf, --ffmpeg-args) those are what is refused */
+                s = w22_fail(opts && (opts->codec || opts->pix_fmt || opts->ffmpeg_args || opts->crf >= 0)
+                                 ? W22_ERR_INVALID_ARG : W22_ERR_UNSUPPORTED,
+                             "%s: ffmpeg cannot write a test frame with these settings (exit status %d%s%s; the "
+                             "command: %s)", path, code, tail[0] ? ": " : "", tail, cmd);
         }
     }
     av_free(&a);

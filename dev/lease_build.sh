@@ -5,7 +5,7 @@
 #   tar -xzf .carry/build-run.tgz     (carry: [".carry", ".whl"])
 set -euo pipefail
 cd "$(dirname "$0")/.."
-grep -qx '/.carry/' .git/info/exclude 2>/dev/null || echo /.carry/ >> .git/info/exclude
+x="$(git rev-parse --git-common-dir)/info/exclude"; grep -qx '/.carry/' "$x" 2>/dev/null || echo /.carry/ >> "$x"
 make -j2 BUILD=build-run all > /tmp/lease_build.log 2>&1 || { tail -30 /tmp/lease_build.log; exit 1; }
 git rev-parse --short HEAD > build-run/commit.txt
 git diff --quiet HEAD -- src include tests cli || echo "+uncommitted" >> build-run/commit.txt

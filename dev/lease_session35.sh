@@ -45,6 +45,8 @@ case ${PLAN:-1} in
     run cuda_seq12_portable 100 env W22_KERNELS=portable $B/tests/cuda_sequence 30 64 12
     run cuda_seq12_wan21 100 $B/tests/cuda_sequence 30 64 12 wan21
     run test_gpu 150 python3 -m pytest -q -x python/tests/test_gpu.py
+    run dit_quick 90 python3 bench/dit.py --quick --json "$O/dit-quick.json"
+    run wan21_quick 90 python3 bench/wan21.py --quick --json "$O/wan21-quick.json"
     ;;
 2)
     run bench_dit 300 python3 bench/dit.py --json "$O/dit.json"

@@ -9,8 +9,9 @@ The kernel path applies to the Wan2.2 TI2V-5B config with float32, bfloat16 or f
 sm_80 or later (a Hopper's sm_90a kernels, the portable kernels on Ampere, Ada, Blackwell; enable(vae,
 kernels="portable") those on a Hopper too) and a build of the library with CUDA, when no tiling is asked for, for
 latents [B, 48, T, h, w] of the VAE's dtype on the VAE's GPU. Anything else goes to diffusers' own decode, and the
-reason is said once (warnings.warn, and the "wan22vae" logger). The output is what diffusers returns: a DecoderOutput, or a tuple with
-return_dict=False, holding video clamped to [-1, 1] in the VAE's dtype; batches are decoded one latent at a time.
+reason is said once (warnings.warn, and the "wan22vae" logger). The output is what diffusers returns: a
+DecoderOutput, or a tuple with return_dict=False, holding video clamped to [-1, 1] in the VAE's dtype; batches are
+decoded one latent at a time.
 
 The arithmetic is the library's whatever the VAE's dtype: bf16 storage (weights and activations) with fp32
 accumulation, the 3x3x3 convs of 512 channels and more as Winograd F(2x2, 3x3) (W22_WINOGRAD=0: all direct). Against

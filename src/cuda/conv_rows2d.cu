@@ -118,7 +118,8 @@ template <int NB> static __device__ __forceinline__ void r2_zero(float (&acc)[R2
 }
 
 template <int NB, int ST>
-__global__ void __launch_bounds__(R2_THREADS, ST == 2 ? 2 : 1) w22_conv_rows2d_kernel(const w22_mm g, int xtiles, int tiles) {
+__global__ void __launch_bounds__(R2_THREADS, ST == 2 ? 2 : 1)
+    w22_conv_rows2d_kernel(const w22_mm g, int xtiles, int tiles) {
     typedef r2_cfg<NB, ST> C;
     constexpr int BN = C::BN, STAGES = C::STAGES, STAGE_BYTES = C::STAGE_BYTES, BJ = C::BJ;
     extern __shared__ __align__(128) unsigned char smem[];

@@ -16,6 +16,7 @@ by its time limit keeps what it did; --cases picks a subset (names as in CASES),
 over several device calls.
 
     python3 bench/sizes.py --json $OUT/sizes.json [--cases 44x80T1 44x80T2 ...] [--no-fp32] [--trials 2]
+    W22_KERNELS=portable python3 bench/sizes.py --json $OUT/p.json --cases 44x80T1 44x80T31   (the portable kernels)
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 bench/sizes.py --ref-first --cases 135x240T2 ...
         (the 4K cases at T >= 2: diffusers' float32 decode needs more than an H200 holds, unless its causal cache waits
         in host memory between chunks (bench.Diffusers.decode(host_cache=True); checked bitwise first, at a small size)
@@ -121,6 +122,10 @@ def main():
             rec["ours_ms"] = min(ms)
             again = ours(z)
             rec["repeat_same_bits"] = bool(torch.equal(again, v))
+            # the library's device memory for this size, weights and workspace (constant in T: issue 45's 24 GB
+            # cards), and the kernels it ran (W22_KERNELS=portable: the portable path on this GPU)
+            rec["library_device_gib"] = ours.device_bytes() / 2**30
+            rec["kernels_path"] = ours.path
             del again
             ve = pipe.decode(z)
             rec["enable_path"] = wan22vae.diffusers.status(pipe.vae)["path"]

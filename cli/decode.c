@@ -80,7 +80,7 @@ static const char usage[] =
     "      --exact            CUDA: every conv in the direct arithmetic (default: the 3x3x3 convs of 512 channels and\n"
     "                         up as Winograd F(2x2, 3x3), ~2.2x their error, within the allowance; the CPU is exact)\n"
     "      --kernels K        CUDA: auto (the default: a Hopper's sm_90a kernels, the portable ones on any other\n"
-    "                         GPU from sm_80 on) or portable (the portable kernels on a Hopper too); -v says which ran\n"
+    "                         GPU from sm_80 on) or portable (those on a Hopper too); -v says which ran\n"
     "      --threads N        CPU threads of the decode and of the PNG encoders (default: all cores)\n"
     "  -f, --force            replace an existing output\n"
     "  -v, --verbose          say more on stderr: the weights and config read, the statistics used, the ffmpeg\n"

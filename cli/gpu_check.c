@@ -58,9 +58,9 @@ int cli_cuda_usable(int device, char *why, size_t cap) {
 int cli_gpu_check(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         puts("usage: wan22vae gpu-check\n\nSays whether this build has the CUDA backend and a usable GPU (sm_80 or "
-             "later) is present, and why not, and which kernels it runs: a Hopper (sm_90) its sm_90a kernels, any other "
-             "GPU the portable ones (W22_KERNELS=portable: those on a Hopper too).\n\nexit status: 0 a usable GPU; 1 "
-             "none (or no CUDA backend); 2 a usage error.");
+             "later) is present, and why not, and which kernels it runs: a Hopper (sm_90) its sm_90a kernels, any "
+             "other GPU the portable ones (W22_KERNELS=portable: those on a Hopper too).\n\nexit status: 0 a usable "
+             "GPU; 1 none (or no CUDA backend); 2 a usage error.");
         return 0;
     }
     if (argc > 1) return cli_usage_error("gpu-check", "expected no arguments, found '%s'", argv[1]);

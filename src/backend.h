@@ -175,7 +175,8 @@ w22_status w22_stopped(void);
 
 w22_status w22_backend_cpu_create(int threads, w22_backend **out);
 /* The CUDA backend on GPU `device` (sm_80 or later: W22_ERR_UNSUPPORTED otherwise, or without a GPU or in a build
- * without CUDA; the path by the GPU, route.h). It queues work on a stream of its own until w22_backend_cuda_set_stream. */
+ * without CUDA; the path by the GPU, route.h). It queues work on a stream of its own until
+ * w22_backend_cuda_set_stream. */
 w22_status w22_backend_cuda_create(int device, w22_backend **out);
 /* The same on the kernel path asked for (w22_kernels: W22_KERNELS_AUTO takes W22_KERNELS from the environment, then
  * the GPU's own path; W22_KERNELS_PORTABLE the portable path on any sm_80+ GPU, a Hopper included). */

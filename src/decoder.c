@@ -98,8 +98,9 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
     /* W22_PROFILE: where the open's time goes (issue 30: the open is the user's wait before the first frame) */
     const int prof = w22_env_on("W22_PROFILE"); /* as the op table's (cuda/profile.cu): "0" is off */
     double t_create = w22_now(), t_f32 = 0, t_up = 0;
-    w22_status s = p->device == W22_DEVICE_CUDA ? w22_backend_cuda_create_kernels(p->cuda_device, p->kernels, &d->backend)
-                                                : w22_backend_cpu_create(p->threads, &d->backend);
+    w22_status s = p->device == W22_DEVICE_CUDA
+                       ? w22_backend_cuda_create_kernels(p->cuda_device, p->kernels, &d->backend)
+                       : w22_backend_cpu_create(p->threads, &d->backend);
     if (s != W22_OK) {
         free(d);
         return s;

@@ -466,13 +466,20 @@ static void check_coverage(void) {
     if (filter) return;
     const w22_gemm_kernel wide = w22_route_mma_tile(1024, hopper); /* the mma.sync tile of the widest convs */
     const struct { const char *what; long n; int path; } need[] = { /* path: 1 Hopper, 0 portable, -1 both */
-        {"the TMA conv", seen_kernel[W22_GEMM_TMA], 1},      {"the row kernel", seen_kernel[W22_GEMM_ROWS], -1},
-        {"the 2D row tiles", seen_kernel[W22_GEMM_ROWS2D], -1}, {"the mma.sync tile of N >= 256", seen_kernel[wide], -1},
-        {"the scalar kernel", seen_kernel[W22_GEMM_SCALAR], -1}, {"TMA tiles on the SMs", seen_plan[W22_TMA_TILES], 1},
-        {"TMA pairs, then a tail", seen_plan[W22_TMA_PAIRS_TAIL], 1}, {"the split tail", seen_split, 1},
-        {"the TMA store", seen_epi[W22_EPI_TMA_STORE], 1},    {"the overlapped epilogue", seen_epi[W22_EPI_OVERLAP], 1},
-        {"four phases in one launch", seen_phases4, 1},        {"the partial-sums conv", seen_step[W22_CONV_PSUM], -1},
-        {"the DupUp fused into the phases", seen_dup_fused, -1}, {"Winograd F(2x2, 3x3)", seen_step[W22_CONV_WINOGRAD], -1},
+        {"the TMA conv", seen_kernel[W22_GEMM_TMA], 1},
+        {"the row kernel", seen_kernel[W22_GEMM_ROWS], -1},
+        {"the 2D row tiles", seen_kernel[W22_GEMM_ROWS2D], -1},
+        {"the mma.sync tile of N >= 256", seen_kernel[wide], -1},
+        {"the scalar kernel", seen_kernel[W22_GEMM_SCALAR], -1},
+        {"TMA tiles on the SMs", seen_plan[W22_TMA_TILES], 1},
+        {"TMA pairs, then a tail", seen_plan[W22_TMA_PAIRS_TAIL], 1},
+        {"the split tail", seen_split, 1},
+        {"the TMA store", seen_epi[W22_EPI_TMA_STORE], 1},
+        {"the overlapped epilogue", seen_epi[W22_EPI_OVERLAP], 1},
+        {"four phases in one launch", seen_phases4, 1},
+        {"the partial-sums conv", seen_step[W22_CONV_PSUM], -1},
+        {"the DupUp fused into the phases", seen_dup_fused, -1},
+        {"Winograd F(2x2, 3x3)", seen_step[W22_CONV_WINOGRAD], -1},
         {"Winograd's 16 GEMMs as one mma.sync launch", seen_wino_mma_batch, 0}};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i].path < 0 || need[i].path == hopper) CHECK(need[i].n > 0, "the cases took %s", need[i].what);

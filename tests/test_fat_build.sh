@@ -11,7 +11,9 @@ B=${BUILD:-build}
 pass=0; fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-objs=$(ls "$B"/src/*/*.o 2>/dev/null | while read -r o; do [ -f "${o%.o}.d" ] && grep -q '\.cu' "${o%.o}.d" && echo "$o"; done)
+objs=$(ls "$B"/src/*/*.o 2>/dev/null | while read -r o; do
+    [ -f "${o%.o}.d" ] && grep -q '\.cu' "${o%.o}.d" && echo "$o"
+done)
 if [ -z "$objs" ] || ! nm "$B/libwan22vae.a" 2>/dev/null | grep -q w22_cuda_conv; then
     echo "fat_build: no CUDA backend in this build: nothing to check"
     echo "fat_build: 0 passed, 0 failed"; exit 0
@@ -31,7 +33,8 @@ for o in $objs; do
     esac
     [ "$got" = "$want" ] && ok || bad "$o holds \"$got\", expected \"$want\""
 done
-[ "$n_h" -ge 2 ] && [ "$n_p" -ge 10 ] && ok || bad "found $n_h Hopper-only and $n_p portable CUDA objects, expected 2+ and 10+"
+[ "$n_h" -ge 2 ] && [ "$n_p" -ge 10 ] && ok ||
+    bad "found $n_h Hopper-only and $n_p portable CUDA objects, expected 2+ and 10+"
 got=$(python3 tools/fatbin_archs.py "$B/libwan22vae.so")
 [ "$got" = "$all" ] && ok || bad "$B/libwan22vae.so holds \"$got\", expected \"$all\""
 echo "fat_build: $n_p portable objects ($all), $n_h Hopper-only ($hopper)"

@@ -118,7 +118,8 @@ template <int NB> static __device__ __forceinline__ void r2_zero(float (&acc)[R2
 }
 
 template <int NB, int ST>
-__global__ void __launch_bounds__(R2_THREADS, 1) w22_conv_rows2d_kernel(const w22_mm g, int xtiles, int tiles) {
+__global__ void __launch_bounds__(R2_THREADS, ST == 2 ? 2 : 1)
+    w22_conv_rows2d_kernel(const w22_mm g, int xtiles, int tiles) {
     typedef r2_cfg<NB, ST> C;
     constexpr int BN = C::BN, STAGES = C::STAGES, STAGE_BYTES = C::STAGE_BYTES, BJ = C::BJ;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -283,13 +284,24 @@ w22_status w22_cuda_rows2d_init(w22_cuda *c) {
         CU_TRY(cudaFuncSetAttribute(w22_conv_rows2d_kernel<1, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     r2_portable1::SMEM));
     }
+    /* the persistent grid: one block per SM on the Hopper path (its 4-stage ring); the portable path's 2-stage blocks
+     * as many per SM as fit, so that an SM that holds two (sm_80, sm_90, sm_100: 228 KB) keeps 4 stages in flight as
+     * the Hopper ring does, and one that holds one (sm_86, sm_89, sm_120: 100 KB) runs one */
+    c->rows2d_blocks = 1;
+    if (!c->hopper) {
+        int nb = 0;
+        CU_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, w22_conv_rows2d_kernel<1, 2>, R2_THREADS,
+                                                             r2_portable1::SMEM));
+        c->rows2d_blocks = nb < 1 ? 1 : nb > 2 ? 2 : nb;
+    }
     return W22_OK;
 }
 
 w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_mm *g, const char *what) {
     const int xtiles = (g->W + R2_TW - 1) / R2_TW;
     const int tiles = g->F * ((g->H + R2_TH - 1) / R2_TH) * xtiles;
-    const int grid = tiles < c->sms ? tiles : c->sms;
+    const int runners = c->sms * (c->rows2d_blocks > 0 ? c->rows2d_blocks : 1);
+    const int grid = tiles < runners ? tiles : runners;
     c->route.ran_kernel = W22_GEMM_ROWS2D;
     if (g->N <= 16 && !c->hopper) {
         c->last_path = "rows2d 16x32x16 (2 stages)";

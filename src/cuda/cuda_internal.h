@@ -56,6 +56,8 @@ typedef struct {
      * Only the Hopper path sets up or launches a Hopper-only kernel (they have no image for another GPU). */
     int hopper;
     int cc_major, cc_minor; /* the GPU's compute capability */
+    int rows2d_blocks;      /* the 2D tiles' persistent blocks per SM (conv_rows2d.cu): 1, or on the portable path as
+                             * many of its 2-stage blocks as fit (2 where an SM holds 2 x 95 KB) */
     char path_words[160];   /* the path in words, for W22_PROFILE's table (w22_cuda_path_words) */
     int wino_min; /* the 3x3x3 convs with cin and cout >= wino_min get Winograd weights at upload (winograd.cu); 0:
                    * none (exact). From W22_WINOGRAD at create; w22_backend_cuda_set_exact before the uploads */

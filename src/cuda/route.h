@@ -157,7 +157,8 @@ static inline const char *w22_route_tma_blocker(const w22_mm *g) {
 /* Whether the 2D tiles take g (which the row blocker passed): up to 3 channel blocks on the Hopper path, 1 on the
  * portable one (conv_rows2d.cu: its 48-channel stage is 65 KB). */
 static inline int w22_route_rows2d_takes(const w22_mm *g, int hopper) {
-    return g->N <= (hopper ? W22_R2_MAX_N : W22_ROWS_BN) && g->H >= W22_R2_MIN_H && g->a_sh * ((W22_R2_TH + 2) + 1) + g->a_sw * (W22_R2_TW + 2) < INT_MAX &&
+    return g->N <= (hopper ? W22_R2_MAX_N : W22_ROWS_BN) && g->H >= W22_R2_MIN_H &&
+           g->a_sh * ((W22_R2_TH + 2) + 1) + g->a_sw * (W22_R2_TW + 2) < INT_MAX &&
            (long)g->F * ((g->H + W22_R2_TH - 1) / W22_R2_TH) * ((g->W + W22_R2_TW - 1) / W22_R2_TW) < INT_MAX;
 }
 
@@ -233,10 +234,10 @@ typedef enum {
 
 /* NULL when a conv runs as Winograd F(2x2, 3x3), else why not. Both paths: its 16 component GEMMs are one launch of
  * the TMA conv on the Hopper path and one of the mma.sync kernel on the portable path (w22_route_mma_batch_blocker;
- * the transforms are plain kernels), so that path keeps its 12 of 27 MACs too. has_wino: the backend made Winograd weights for this
- * conv at upload (its threshold, 512 channels and up: v18's A/B -11.0% against the direct conv; none in exact
- * mode); row_bytes: the scratch of one tile row (winograd.cu). Every size: with 16 launches the 44 x 78 convs (28
- * tiles) ran 2x slower than the direct conv (v17); as one launch of 16 x 28 they gain too (v18). */
+ * the transforms are plain kernels), so that path keeps its 12 of 27 MACs too. has_wino: the backend made Winograd
+ * weights for this conv at upload (its threshold, 512 channels and up: v18's A/B -11.0% against the direct conv;
+ * none in exact mode); row_bytes: the scratch of one tile row (winograd.cu). Every size: with 16 launches the 44 x 78
+ * convs (28 tiles) ran 2x slower than the direct conv (v17); as one launch of 16 x 28 they gain too (v18). */
 static inline const char *w22_route_winograd_blocker(const w22_conv_args *a, int cin, int cout, int has_wino,
                                                      size_t row_bytes) {
     if (!has_wino) return "no Winograd weights (exact arithmetic, or channels below the threshold)";

@@ -389,6 +389,7 @@ static void perf(void) {
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) dfree(all[i]);
     }
     cuda_ok(cudaDeviceSynchronize(), "perf");
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
 int main(int argc, char **argv) {

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <cuda_runtime.h>
 #include "common.h"
+#include "dit/dit.h"
 #include "testutil.h"
 
 #define MARGIN 64 /* elements of pattern before and after every device buffer */
@@ -35,6 +36,10 @@ static const char *filter;
 static uint64_t seed = 1;
 
 static int selected(const char *name) { return !filter || strstr(name, filter); }
+
+/* The vector widths the cases ran (dit.h's w22_dit_*_vector, the launchers' own choice): a full run must cover each
+ * width of each kernel, RoPE's 8 and 2 included. [kernel: 0 resnorm, 1 qknorm, 2 qknorm with RoPE][width] */
+static int covered[3][9];
 
 static void cuda_ok(cudaError_t e, const char *what) {
     if (e != cudaSuccess) {
@@ -152,7 +157,7 @@ static const char *rmode_name[] = {"norm1", "gate+norm2", "add+norm3", "gate", "
 typedef struct {
     int B, L, dim, mode, per_token, temb_bf16;
     int in_place;  /* h_out == h; and out == y */
-    int shift;     /* misalign every activation buffer by one element */
+    int shift;     /* misalign every activation buffer by this many elements (1: 2 bytes, 2: 4 bytes) */
 } rcase;
 
 static void run_resnorm(rcase c) {
@@ -199,6 +204,8 @@ static void run_resnorm(rcase c) {
     w22_dit_resnorm r = {B, L, D, 1e-6f, dh.p, hout, has_y ? dy.p : NULL, has_gate ? &dm : NULL,
                          c.mode == R_GATE_ONLY ? 5 : 2, out, has_w ? dw.p : NULL, has_b ? db.p : NULL,
                          has_mod ? &dm : NULL, c.mode == R_ADD_MOD ? 3 : 0};
+    const int vec = w22_dit_resnorm_vector(&r);
+    covered[0][vec]++;
     w22_status s = w22_dit_resnorm_cuda(&r, NULL);
     CHECK(s == W22_OK, "%s: %s: %s", name, w22_status_string(s), w22_last_error());
     cuda_ok(cudaDeviceSynchronize(), name);
@@ -228,7 +235,7 @@ static void run_resnorm(rcase c) {
         CHECK(written == 0, "%s: out was written (%zu elements) though the call has none", name, written);
     }
     CHECK(margins == 0, "%s: %zu elements outside the views changed", name, margins);
-    printf("%-80s %s\n", name, t_failures == fails0 ? "ok" : "FAILED");
+    printf("%-80s vec %d %s\n", name, vec, t_failures == fails0 ? "ok" : "FAILED");
     dbuf *all[] = {&dh, &dy, &dho, &dout, &dt, &dtemb, &dw, &db};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) dfree(all[i]);
     free(h), free(y), free(table), free(temb), free(w), free(bias), free(href), free(oref), free(got);
@@ -282,6 +289,8 @@ static void run_qknorm(qcase c) {
     void *out = c.in_place ? dx.p : dout.p;
     w22_dit_qknorm dq = {B, L, c.heads, c.hd, 1e-6f, dx.p, S, out, S, c.weight ? dw.p : NULL,
                          c.rope ? dc.p : NULL, c.rope ? ds.p : NULL};
+    const int vec = w22_dit_qknorm_vector(&dq);
+    covered[c.rope ? 2 : 1][vec]++;
     w22_status s = w22_dit_qknorm_cuda(&dq, NULL);
     CHECK(s == W22_OK, "%s: %s: %s", name, w22_status_string(s), w22_last_error());
     cuda_ok(cudaDeviceSynchronize(), name);
@@ -307,7 +316,7 @@ static void run_qknorm(qcase c) {
         CHECK(changed == 0, "%s: x changed (%zu elements) though out is elsewhere", name, changed);
     }
     CHECK(margins == 0, "%s: %zu elements outside the views changed", name, margins);
-    printf("%-80s %s\n", name, t_failures == fails0 ? "ok" : "FAILED");
+    printf("%-80s vec %d %s\n", name, vec, t_failures == fails0 ? "ok" : "FAILED");
     dfree(&dx), dfree(&dout), dfree(&dw), dfree(&dc), dfree(&ds);
     free(x), free(w), free(cs), free(sn), free(n), free(ref), free(extra), free(got), free(g2), free(r2), free(e2);
 }
@@ -380,6 +389,7 @@ static void perf(void) {
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) dfree(all[i]);
     }
     cuda_ok(cudaDeviceSynchronize(), "perf");
+    cudaEventDestroy(e0), cudaEventDestroy(e1);
 }
 
 int main(int argc, char **argv) {
@@ -411,7 +421,7 @@ int main(int argc, char **argv) {
         run_resnorm((rcase){3, 7, 5120, mode, 0, 1, 1, 0});            /* A14B: per batch */
         run_resnorm((rcase){2, 5, 50, mode, 1, 0, 0, 0});              /* dim % 8 != 0: pairs */
         run_resnorm((rcase){1, 3, 33, mode, 0, 1, 0, 0});              /* odd dim: one element at a time */
-        run_resnorm((rcase){2, 3, 64, mode, 1, 1, mode % 2, 1});       /* misaligned pointers: pairs -> scalar */
+        run_resnorm((rcase){2, 3, 64, mode, 1, 1, mode % 2, 1 + mode % 2}); /* 2 or 4 bytes off: scalar, pairs */
     }
     run_resnorm((rcase){1, 2, 32768, R_ADD_MOD, 1, 1, 0, 0});          /* 128 KB of shared memory */
     run_resnorm((rcase){1, 3, 1, R_GATE_AFFINE, 1, 1, 0, 0});          /* dim 1 */
@@ -425,7 +435,16 @@ int main(int argc, char **argv) {
     run_qknorm((qcase){1, 9, 3, 10, 1, 1, 1, 0, 0});                   /* head_dim % 8 != 0: pairs */
     run_qknorm((qcase){1, 9, 3, 10, 1, 0, 1, 1, 0});
     run_qknorm((qcase){1, 4, 1, 33, 0, 1, 1, 0, 1});                   /* odd dim, misaligned: scalar */
-    run_qknorm((qcase){3, 3, 2, 16, 1, 1, 2, 0, 1});                   /* misaligned: pairs */
+    run_qknorm((qcase){3, 3, 2, 16, 1, 1, 2, 0, 2});                   /* 4 bytes off: pairs */
+    run_qknorm((qcase){2, 5, 5, 6, 0, 1, 1, 1, 0});                    /* dim 30, no RoPE: pairs */
     run_refusals();
+    if (!filter) {
+        const char *kn[] = {"resnorm", "qknorm", "qknorm+rope"};
+        for (int k = 0; k < 3; k++)
+            for (int v = 1; v <= 8; v *= (v == 1 ? 2 : 4)) {
+                if (k == 2 && v == 1) continue; /* RoPE needs pairs */
+                CHECK(covered[k][v] > 0, "no %s case ran with vector width %d", kn[k], v);
+            }
+    }
     return t_finish("cuda_dit");
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
+#include "dit/dit.h"
 #include "testutil.h"
 #include "wan22vae.h"
 
@@ -126,6 +127,34 @@ static void test_checks(void) {
     QBAD(q.eps = NAN, W22_ERR_INVALID_ARG, "eps");
 #undef QBAD
     free(h), free(y), free(ho), free(out), free(table), free(temb), free(w), free(x), free(qo), free(cs);
+}
+
+/* ---- the CUDA kernels' vector width: a pure function of the arguments (dit.h), pinned here ---- */
+static void test_vector_width(void) {
+    static _Alignas(16) char buf[1 << 16];
+    char *p = buf;
+    w22_dit_mod m = {(const float *)p, p, 1, W22_DTYPE_BF16};
+    w22_dit_resnorm r = {1, 4, 3072, 1e-6f, p, p, p, &m, 2, p, (const float *)p, (const float *)p, &m, 0};
+    CHECK(w22_dit_resnorm_vector(&r) == 8, "aligned, dim 3072: %d", w22_dit_resnorm_vector(&r));
+    r.dim = 50;
+    CHECK(w22_dit_resnorm_vector(&r) == 2, "dim 50: %d", w22_dit_resnorm_vector(&r));
+    r.dim = 33;
+    CHECK(w22_dit_resnorm_vector(&r) == 1, "dim 33: %d", w22_dit_resnorm_vector(&r));
+    r.dim = 3072, r.y = p + 2; /* one bf16 element off: neither 16- nor 4-byte aligned */
+    CHECK(w22_dit_resnorm_vector(&r) == 1, "y 2 bytes off: %d", w22_dit_resnorm_vector(&r));
+    r.y = p + 4;
+    CHECK(w22_dit_resnorm_vector(&r) == 2, "y 4 bytes off: %d", w22_dit_resnorm_vector(&r));
+    r.y = p, m.temb_dtype = W22_DTYPE_F32, m.temb = p + 8; /* float32 temb 8 bytes off: float2, not float4 */
+    CHECK(w22_dit_resnorm_vector(&r) == 2, "f32 temb 8 bytes off: %d", w22_dit_resnorm_vector(&r));
+    w22_dit_qknorm q = {1, 4, 24, 128, 1e-6f, p, 3 * 3072, p, 3 * 3072, (const float *)p, (const float *)p,
+                        (const float *)p};
+    CHECK(w22_dit_qknorm_vector(&q) == 8, "q of a fused QKV: %d", w22_dit_qknorm_vector(&q));
+    q.heads = 3, q.head_dim = 10, q.x_stride = q.out_stride = 30;
+    CHECK(w22_dit_qknorm_vector(&q) == 2, "head_dim 10 with RoPE: %d", w22_dit_qknorm_vector(&q));
+    q.x = p + 2;
+    CHECK(w22_dit_qknorm_vector(&q) == 0, "RoPE on an odd address: %d", w22_dit_qknorm_vector(&q));
+    q.cos = q.sin = NULL;
+    CHECK(w22_dit_qknorm_vector(&q) == 1, "no RoPE on an odd address: %d", w22_dit_qknorm_vector(&q));
 }
 
 /* ---- numerics against double ---- */
@@ -253,6 +282,7 @@ static void run_qknorm(int B, int L, int heads, int hd, int rope, int weight, in
 
 int main(void) {
     test_checks();
+    test_vector_width();
     int shapes[][3] = {{1, 1, 64}, {2, 7, 48}, {3, 5, 33}, {1, 9, 1}, {2, 1, 96}};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
         for (int pt = 0; pt < 2; pt++) {

@@ -208,6 +208,37 @@ w22_status w22_dit_qknorm_cpu(const w22_dit_qknorm *a) {
     return W22_OK;
 }
 
+/* ---- the CUDA kernels' vector width (dit.h) ---- */
+
+static int aligned(const void *p, unsigned bytes) { return ((uintptr_t)p % bytes) == 0; }
+
+static int mod_vec_ok(const w22_dit_mod *m, unsigned bf16_align, unsigned f32_align) {
+    if (!m) return 1;
+    return aligned(m->table, f32_align) && aligned(m->temb, m->temb_dtype == W22_DTYPE_BF16 ? bf16_align : f32_align);
+}
+
+static int resnorm_fits(const w22_dit_resnorm *a, int V) {
+    unsigned bb = 2 * V, fb = V == 8 ? 16 : 4 * V; /* bf16 rows at 2 B an element; float4 loads need 16 B */
+    if (a->dim % V) return 0;
+    return aligned(a->h, bb) && aligned(a->h_out, bb) && aligned(a->y, bb) && aligned(a->out, bb) &&
+           aligned(a->norm_weight, fb) && aligned(a->norm_bias, fb) && mod_vec_ok(a->gate, bb, fb) &&
+           mod_vec_ok(a->mod, bb, fb);
+}
+
+int w22_dit_resnorm_vector(const w22_dit_resnorm *a) { return resnorm_fits(a, 8) ? 8 : resnorm_fits(a, 2) ? 2 : 1; }
+
+static int qknorm_fits(const w22_dit_qknorm *a, int V) {
+    unsigned bb = 2 * V, fb = V == 8 ? 16 : 4 * V;
+    const int dim = a->heads * a->head_dim;
+    if (dim % V || a->x_stride % V || a->out_stride % V || (a->cos && a->head_dim % V)) return 0;
+    return aligned(a->x, bb) && aligned(a->out, bb) && aligned(a->weight, fb) && aligned(a->cos, fb) &&
+           aligned(a->sin, fb);
+}
+
+int w22_dit_qknorm_vector(const w22_dit_qknorm *a) {
+    return qknorm_fits(a, 8) ? 8 : qknorm_fits(a, 2) ? 2 : a->cos ? 0 : 1;
+}
+
 /* ---- CUDA entry points ---- */
 
 w22_status w22_dit_resnorm_cuda(const w22_dit_resnorm *a, void *stream) {

@@ -16,6 +16,13 @@ extern "C" {
 w22_status w22_dit_resnorm_check(const w22_dit_resnorm *a, int device, const char *fn);
 w22_status w22_dit_qknorm_check(const w22_dit_qknorm *a, int device, const char *fn);
 
+/* The elements each thread of the CUDA kernels loads and stores at once, the widest every operand allows: 8 (16-byte
+ * accesses: dim, strides and head_dim (with RoPE) multiples of 8, bf16 pointers 16-byte and float32 ones 16-byte
+ * aligned), 2 (pairs: multiples of 2, 4- and 8-byte alignment), else 1; qknorm with RoPE needs pairs (0: none
+ * fits). Pure functions of the arguments: the launchers take them, tests ask them which path a case covers. */
+int w22_dit_resnorm_vector(const w22_dit_resnorm *a);
+int w22_dit_qknorm_vector(const w22_dit_qknorm *a);
+
 /* Queue the kernels on stream (checked arguments); W22_ERR_CUDA names a failed launch. */
 w22_status w22_dit_resnorm_launch(const w22_dit_resnorm *a, void *stream);
 w22_status w22_dit_qknorm_launch(const w22_dit_qknorm *a, void *stream);

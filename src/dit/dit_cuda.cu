@@ -237,8 +237,6 @@ template <int V> __global__ void __launch_bounds__(1024) w22_dit_qknorm_kernel(q
     }
 }
 
-static int aligned(const void *p, unsigned bytes) { return ((uintptr_t)p % bytes) == 0; }
-
 /* W22_CUDA_DEBUG=1 (as for the decoder): the stream synchronized after each pass, so that a fault names the pass. */
 static int cuda_debug(void) {
     static int v = -1; /* a benign race: every thread computes the same value */
@@ -297,20 +295,6 @@ static dit_mod_dev mod_dev(const w22_dit_mod *m) {
     return d;
 }
 
-/* The widest vector every operand allows: bf16 rows of dim elements at 2 B, float32 tables at 4 B. */
-static int mod_vec_ok(const w22_dit_mod *m, unsigned bf16_align, unsigned f32_align) {
-    if (!m) return 1;
-    return aligned(m->table, f32_align) && aligned(m->temb, m->temb_dtype == W22_DTYPE_BF16 ? bf16_align : f32_align);
-}
-
-static int resnorm_vec(const w22_dit_resnorm *a, int V) {
-    unsigned bb = 2 * V, fb = 4 * V > 16 ? 16 : 4 * V; /* float4 loads need 16 B */
-    if (a->dim % V) return 0;
-    return aligned(a->h, bb) && aligned(a->h_out, bb) && aligned(a->y, bb) && aligned(a->out, bb) &&
-           aligned(a->norm_weight, fb) && aligned(a->norm_bias, fb) && mod_vec_ok(a->gate, bb, fb) &&
-           mod_vec_ok(a->mod, bb, fb);
-}
-
 w22_status w22_dit_resnorm_launch(const w22_dit_resnorm *a, void *stream) {
     resnorm_dev d;
     d.L = a->len, d.dim = a->dim, d.eps = a->eps;
@@ -320,17 +304,11 @@ w22_status w22_dit_resnorm_launch(const w22_dit_resnorm *a, void *stream) {
     d.has_mod = a->mod != NULL, d.shift_chunk = a->shift_chunk, d.mod = mod_dev(a->mod);
     const long long rows = (long long)a->batch * a->len;
     cudaStream_t st = (cudaStream_t)stream;
-    if (resnorm_vec(a, 8)) return resnorm_run<8>(d, rows, st);
-    if (resnorm_vec(a, 2)) return resnorm_run<2>(d, rows, st);
-    return resnorm_run<1>(d, rows, st);
-}
-
-static int qknorm_vec(const w22_dit_qknorm *a, int V) {
-    unsigned bb = 2 * V, fb = 4 * V > 16 ? 16 : 4 * V;
-    const int dim = a->heads * a->head_dim;
-    if (dim % V || a->x_stride % V || a->out_stride % V || (a->cos && a->head_dim % V)) return 0;
-    return aligned(a->x, bb) && aligned(a->out, bb) && aligned(a->weight, fb) && aligned(a->cos, fb) &&
-           aligned(a->sin, fb);
+    switch (w22_dit_resnorm_vector(a)) {
+    case 8: return resnorm_run<8>(d, rows, st);
+    case 2: return resnorm_run<2>(d, rows, st);
+    default: return resnorm_run<1>(d, rows, st);
+    }
 }
 
 w22_status w22_dit_qknorm_launch(const w22_dit_qknorm *a, void *stream) {
@@ -340,10 +318,12 @@ w22_status w22_dit_qknorm_launch(const w22_dit_qknorm *a, void *stream) {
     d.w = a->weight, d.cos = a->cos, d.sin = a->sin;
     const long long rows = (long long)a->batch * a->len;
     cudaStream_t st = (cudaStream_t)stream;
-    if (qknorm_vec(a, 8)) return qknorm_run<8>(d, rows, st);
-    if (qknorm_vec(a, 2)) return qknorm_run<2>(d, rows, st);
-    if (a->cos)
+    switch (w22_dit_qknorm_vector(a)) {
+    case 8: return qknorm_run<8>(d, rows, st);
+    case 2: return qknorm_run<2>(d, rows, st);
+    case 1: return qknorm_run<1>(d, rows, st);
+    default:
         return w22_fail(W22_ERR_INVALID_ARG, "w22_dit_qknorm_cuda: with RoPE x, out (4-byte aligned), their strides "
                         "(even) and cos, sin (8-byte aligned) must allow pairs of elements");
-    return qknorm_run<1>(d, rows, st);
+    }
 }

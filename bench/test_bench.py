@@ -727,7 +727,8 @@ class Library(unittest.TestCase):
     def test_config(self):
         self.assertEqual(self.w22.default_config(),
                          {"z_dim": 48, "base_dim": 256, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
-                          "temporal_up": [1, 1, 0], "out_channels": 12, "patch_size": 2})
+                          "temporal_up": [1, 1, 0], "out_channels": 12, "patch_size": 2, "is_residual": 1})
+        self.assertEqual(self.w22.wan21_config()["z_dim"], 16)  # the Wan2.1 VAE (bench/wan21.py)
 
     def test_flops(self):
         for T in (1, 2, 31, 121):

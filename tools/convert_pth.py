@@ -196,8 +196,8 @@ def main(argv=None):
         out[n] = (v.to(dtype) if dtype is not None else v).contiguous()
     missing = [n for n in ("post_quant_conv.weight", "decoder.conv_in.weight", "decoder.norm_out.gamma") if n not in out]
     if missing:
-        sys.exit(f"convert_pth.py: {args.input}: no {', '.join(missing)} after conversion; expected a Wan2.2 or Wan2.1 VAE "
-                 f"checkpoint (found {len(sd)} keys, e.g. {next(iter(sd), None)!r})")
+        sys.exit(f"convert_pth.py: {args.input}: no {', '.join(missing)} after conversion; expected a Wan2.2 or "
+                 f"Wan2.1 VAE checkpoint (found {len(sd)} keys, e.g. {next(iter(sd), None)!r})")
     tmp = args.output + ".tmp"
     save_file(out, tmp, metadata={"format": "pt"})
     os.replace(tmp, args.output)

@@ -1381,6 +1381,36 @@ def test_wan21_from_pretrained_folder_on_the_cpu(tmp_path):
     dec.close()
 
 
+def test_diffusers_kernel_path_qwen_image_on_the_cpu_backend(monkeypatch):
+    """Qwen-Image's AutoencoderKLQwenImage is the Wan2.1 VAE under other names (the same parameters, the same decode:
+    checked here bit for bit against AutoencoderKLWan): enable() takes it (small, the GPU check stood in for)."""
+    torch = pytest.importorskip("torch")
+    diffusers = pytest.importorskip("diffusers")
+    if not hasattr(diffusers, "AutoencoderKLQwenImage"):
+        pytest.skip("this diffusers has no AutoencoderKLQwenImage")
+    import wan22vae.diffusers as wd
+    monkeypatch.setattr(wd, "_gpu_reason", lambda vae: None)
+    torch.manual_seed(0)
+    wan = diffusers.AutoencoderKLWan(base_dim=8, z_dim=4).eval()
+    qwen = diffusers.AutoencoderKLQwenImage(base_dim=8, z_dim=4).eval()
+    qwen.load_state_dict(wan.state_dict())
+    assert wd._config_reason(diffusers.AutoencoderKLQwenImage().config) is None  # its real config: the Wan2.1 VAE's
+    monkeypatch.setattr(wd, "_config_reason", lambda cfg: None)
+    z = _small_latents(torch.float32, B=1)
+    import copy
+    with torch.no_grad():
+        ref = wan.decode(z).sample
+        assert torch.equal(qwen.decode(z).sample, ref)
+        allow = 3 * float((copy.deepcopy(wan).to(torch.bfloat16).decode(z.bfloat16()).sample.float() - ref).abs().max())
+        try:
+            assert wd.enable(qwen) is True, wd.status(qwen)
+            ours = qwen.decode(z).sample
+            assert wd.status(qwen)["path"] == "kernel"
+        finally:
+            wd.disable(qwen)
+    assert ours.shape == ref.shape and float((ours - ref).abs().max()) <= allow  # its weights went to bf16
+
+
 def test_diffusers_fallback_said_once(small_vae, capfd):
     """Issue 47 item 5: a fallback's reason is one message (a RuntimeWarning; the logger's record is DEBUG, which
     logging's last-resort handler does not print), once per reason, not once per decode."""

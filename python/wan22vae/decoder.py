@@ -173,7 +173,8 @@ def _diffusers_fields(cfg, down):
 
 
 def weight_table(config=None):
-    """[(name, shape)] of the model's 110 weights, in diffusers' named_parameters() order."""
+    """[(name, shape)] of the model's weights (110 for TI2V-5B, 108 for the Wan2.1 VAE), in diffusers'
+    named_parameters() order."""
     c = config if isinstance(config, _lib.Config) else make_config(config)
     L = lib()
     out = []
@@ -428,8 +429,8 @@ def _weights_from_named(config, named, source):
 
 
 def weights_from_host_arrays(config, arrays, dtype):
-    """Weights borrowing host memory: arrays are the 110 tensors in the model's order (numpy arrays, or CPU
-    torch tensors), contiguous, all of one dtype; they are kept alive by the returned object."""
+    """Weights borrowing host memory: arrays are the model's tensors (110; the Wan2.1 VAE: 108) in its order (numpy
+    arrays, or CPU torch tensors), contiguous, all of one dtype; they are kept alive by the returned object."""
     c = make_config(config)
     n = lib().w22_weight_count(ctypes.byref(c))
     if len(arrays) != n:
@@ -443,8 +444,8 @@ def weights_from_host_arrays(config, arrays, dtype):
 
 
 def weights_from_device_tensors(config, tensors, dtype, device):
-    """Weights borrowing GPU memory: tensors are the 110 contiguous CUDA tensors of GPU `device` in the model's order,
-    all of one dtype; they are kept alive by the returned object."""
+    """Weights borrowing GPU memory: tensors are the model's contiguous CUDA tensors (110; Wan2.1: 108) of GPU
+    `device` in its order, all of one dtype; they are kept alive by the returned object."""
     c = make_config(config)
     n = lib().w22_weight_count(ctypes.byref(c))
     if len(tensors) != n:

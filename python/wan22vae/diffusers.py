@@ -8,7 +8,8 @@
                                                    # (enable_transformer(pipe.transformer) alone: wan22vae/dit.py)
 
 The kernel path applies to the two Wan VAE configs, Wan2.2 TI2V-5B's and the Wan2.1 VAE's (diffusers'
-AutoencoderKLWan defaults: the VAE of Wan2.1, Wan2.2 A14B and Qwen-Image), with float32, bfloat16 or float16 weights
+AutoencoderKLWan defaults: the VAE of Wan2.1, Wan2.2 A14B and Qwen-Image, whose
+AutoencoderKLQwenImage is taken too), with float32, bfloat16 or float16 weights
 on an NVIDIA GPU of sm_80 or later (a Hopper's sm_90a kernels, the portable kernels on Ampere, Ada, Blackwell;
 enable(vae, kernels="portable") those on a Hopper too) and a build of the library with CUDA, when no tiling is asked
 for, for latents [B, z_dim, T, h, w] (48 or 16 channels) of the VAE's dtype on the VAE's GPU. Anything else goes to
@@ -55,6 +56,9 @@ WAN21 = {"decoder_base_dim": 96, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res
          "temperal_downsample": [False, True, True], "is_residual": False, "patch_size": None, "out_channels": 3,
          "attn_scales": []}
 _CONFIGS = (("Wan2.2 TI2V-5B", TI2V_5B), ("the Wan2.1 VAE", WAN21))
+# The classes: diffusers' AutoencoderKLWan, and Qwen-Image's AutoencoderKLQwenImage (the Wan2.1 VAE under other class
+# names: the same 108 decoder parameters, the same decode; its config has no is_residual, i.e. the Wan2.1 structure)
+_CLASSES = ("AutoencoderKLWan", "AutoencoderKLQwenImage")
 # diffusers' AutoencoderKLWan defaults, for a config that leaves a field out
 _DEFAULTS = {"base_dim": 96, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
              "temperal_downsample": [False, True, True], "is_residual": False, "patch_size": None, "out_channels": 3,
@@ -138,8 +142,8 @@ def _config_reason(cfg):
 def _structure_reason(vae, allow_fp32=True):
     """Why this VAE cannot take the kernel path whatever the machine (its class, config, weight dtypes), or None."""
     torch = sys.modules["torch"]
-    if type(vae).__name__ != "AutoencoderKLWan":
-        return f"the VAE is a {type(vae).__name__}, not an AutoencoderKLWan"
+    if type(vae).__name__ not in _CLASSES:
+        return f"the VAE is a {type(vae).__name__}, not an AutoencoderKLWan (or Qwen-Image's AutoencoderKLQwenImage)"
     r = _config_reason(vae.config)
     if r:
         return r

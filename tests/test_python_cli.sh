@@ -16,7 +16,7 @@ ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && printf '%s\n' "$2" | sed 's/^/     /'; return 0; }
 finish() { echo "python_cli: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }
 # an offline build needs setuptools with bdist_wheel (its own from 70.1, else the wheel package)
-if ! python3 -c 'import pip, setuptools
+if ! python3 -m pip --version >/dev/null 2>&1 || ! python3 -c 'import setuptools
 try:
     import setuptools.command.bdist_wheel
 except ImportError:

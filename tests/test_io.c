@@ -1099,7 +1099,8 @@ static void test_ffmpeg_formats(void) {
     CHECK(has("no format for the extension '.nosuchcontainer'"), "%s", w22_last_error());
     CHECK(count_entries("x.nosuch") == 0, "the trial leaves nothing next to the output");
     w22_video_options bad = {"no-such-encoder", -1, NULL, NULL};
-    CHECK(w22_ffmpeg_check(tpath("x.mp4"), &bad) == W22_ERR_UNSUPPORTED && has("no-such-encoder"), "%s",
+    /* the caller's option is what ffmpeg refused: W22_ERR_INVALID_ARG (the CLI's usage error, issue 47) */
+    CHECK(w22_ffmpeg_check(tpath("x.mp4"), &bad) == W22_ERR_INVALID_ARG && has("no-such-encoder"), "%s",
           w22_last_error());
     w22_video_options badq = {NULL, -1, NULL, "-metadata 'unclosed"};
     CHECK(w22_ffmpeg_check(tpath("x.mp4"), &badq) == W22_ERR_INVALID_ARG && has("not closed"), "%s",

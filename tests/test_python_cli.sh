@@ -15,7 +15,12 @@ pass=0; fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && printf '%s\n' "$2" | sed 's/^/     /'; return 0; }
 finish() { echo "python_cli: $pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit; }
-if ! python3 -c 'import setuptools, pip' 2>/dev/null; then echo "skip: no pip/setuptools"; finish; fi
+# an offline build needs setuptools with bdist_wheel (its own from 70.1, else the wheel package)
+if ! python3 -m pip --version >/dev/null 2>&1 || ! python3 -c 'import setuptools
+try:
+    import setuptools.command.bdist_wheel
+except ImportError:
+    import wheel' 2>/dev/null; then echo "skip: no pip, or no setuptools with bdist_wheel (for an offline build)"; finish; fi
 if [ ! -x "$B/wan22vae" ] || [ ! -f "$B/libwan22vae.so" ]; then bad "the build tree" "no $B/wan22vae or libwan22vae.so"; finish; fi
 
 cp -r python "$TMP/src" # pip builds in the source folder: a copy keeps build/ and egg-info out of the repo

@@ -157,8 +157,9 @@ void w22_free_args(int argc, char **argv);
 
 /* For an ffmpeg output: an ffmpeg to run (W22_ERR_UNSUPPORTED naming ffmpeg when there is none), and one test
  * frame encoded with the whole command into a temporary file with the output's extension: W22_ERR_INVALID_ARG
- * when ffmpeg writes no format for the extension, W22_ERR_UNSUPPORTED with ffmpeg's message when the codec, the
- * pixel format or the options are refused. Checks before the expensive work (a fraction of a second). */
+ * when ffmpeg writes no format for the extension, or refuses the caller's codec, pixel format, CRF or options (its
+ * message then); W22_ERR_UNSUPPORTED when it cannot write the container's defaults. Checks before the expensive
+ * work (a fraction of a second). */
 w22_status w22_ffmpeg_check(const char *path, const w22_video_options *opts);
 
 typedef struct w22_video_writer w22_video_writer;

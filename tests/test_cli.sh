@@ -89,7 +89,7 @@ run "synth latents --model wan2.1" 0 "[1, 4, 2, 3, 4]" \
     "$BIN" synth latents --model wan2.1 --out z21.npy --z-dim 4 --frames 2 --height 3 --width 4
 run "synth --model: unknown" 2 "expected ti2v-5b" "$BIN" synth weights --model wan3 --out x.safetensors
 run "info: the Wan2.1 VAE" 0 "model:       the Wan2.1 VAE" "$BIN" info w21.safetensors
-grep -q "tensors:     108" out.txt && grep -q "is_residual 0" out.txt && grep -q "90x160 into 81 frames of 1280x720" \
+grep -q "tensors:     108" out.txt && grep -q "is_residual 0" out.txt && grep -q "160x90 into 81 frames of 1280x720 (width x height)" \
     out.txt && ok "info: Wan2.1's tensors, config, standard clip" || bad "info: Wan2.1" "$(cat out.txt)"
 run "info: TI2V-5B" 0 "model:       Wan2.2 TI2V-5B, a narrow variant" "$BIN" info w.safetensors
 if run "decode the Wan2.1 VAE" 0 "" "$BIN" decode -w w21.safetensors -l z21.npy -o v21.npy; then

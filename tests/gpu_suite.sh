@@ -9,6 +9,8 @@
 # on a GPU machine runs every cuda_* program and script instead, without a budget.
 #
 # GPU_SUITE_SECONDS sets the budget (not W22_: the library warns of W22_ variables it does not know).
+# W22_KERNELS=portable in the environment runs every program on the portable kernels (issue 45: each backend the
+# programs open reads it at create; cuda_ops then expects the portable path's routes, route.h's answers).
 #   BUILD=build-run OUT=$OUT tests/gpu_suite.sh [N MAXS]     (cuda_sequence's calls and largest latent side: 60 96)
 set -u
 B=${BUILD:-build}

@@ -367,18 +367,25 @@ static void test_extreme_configs(void) {
     char what[160];
     for (int r = 0; r <= W22_MAX_RES_BLOCKS + 1; r++)
         for (int k = 0; k < 3; k++)
-            for (int tu = 0; tu < 2; tu++) {
+            for (int tu = 0; tu < 4; tu++) { /* tu 2, 3: the Wan2.1 structure (is_residual 0) */
                 w22_config c;
                 w22_config_default(&c);
+                c.is_residual = tu < 2;
                 c.z_dim = k == 2 ? 1 : 4096;
                 c.base_dim = k == 2 ? 1 : 4096;
                 memcpy(c.dim_mult, mults[k], sizeof c.dim_mult);
                 c.num_res_blocks = r;
-                for (int b = 0; b < 3; b++) c.temporal_up[b] = tu;
-                c.patch_size = 1 + tu;
+                for (int b = 0; b < 3; b++) c.temporal_up[b] = tu & 1;
+                c.patch_size = 1 + (tu & 1);
                 c.out_channels = 3 * c.patch_size * c.patch_size;
-                snprintf(what, sizeof what, "num_res_blocks %d, dims %d, temporal_up %d", r, k, tu);
+                snprintf(what, sizeof what, "num_res_blocks %d, dims %d, temporal_up %d, is_residual %d", r, k, tu & 1,
+                         c.is_residual);
                 w22_status s = w22_config_check(&c);
+                if (!c.is_residual && k == 2 && r <= W22_MAX_RES_BLOCKS) { /* 1 channel: no upsampler can halve it */
+                    CHECK(s == W22_ERR_INVALID_ARG && strstr(w22_last_error(), "halves them, expected at least 2"),
+                          "%s: %s", what, w22_last_error());
+                    continue;
+                }
                 if (r > W22_MAX_RES_BLOCKS) {
                     CHECK(s == W22_ERR_INVALID_ARG && strstr(w22_last_error(), "num_res_blocks 9, expected 0..8"),
                           "%s: %s", what, w22_last_error());

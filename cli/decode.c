@@ -101,6 +101,10 @@ static struct timespec interrupted_at; /* written by the handler only, with the 
  * when tmp_set): the temporary output (a file, or a PNG folder) and the ffmpeg child. */
 static char sig_tmp[PATH_MAX];
 static volatile sig_atomic_t sig_tmp_set, sig_tmp_dir, sig_child, sig_tty;
+/* Shared between the handler (on whichever thread the signal lands) and the decode's threads: lock-free atomics,
+ * async-signal-safe, and no data race for ThreadSanitizer. */
+#define LOAD(v) __atomic_load_n((int *)&(v), __ATOMIC_ACQUIRE)
+#define STORE(v, x) __atomic_store_n((int *)&(v), (x), __ATOMIC_RELEASE)
 
 static void say(const char *s) { (void)!write(2, s, strlen(s)); } /* write and strlen: async-signal-safe */
 
@@ -112,9 +116,9 @@ static const char *signal_name(int sig) {
 /* The temporary output and ffmpeg, from the handler: only async-signal-safe calls (a folder's files through
  * getdents64 and unlinkat, then rmdir). */
 static void remove_now(void) {
-    if (sig_child > 0) kill((pid_t)sig_child, SIGKILL);
-    if (!sig_tmp_set) return;
-    if (!sig_tmp_dir) {
+    if (LOAD(sig_child) > 0) kill((pid_t)LOAD(sig_child), SIGKILL);
+    if (!LOAD(sig_tmp_set)) return;
+    if (!LOAD(sig_tmp_dir)) {
         unlink(sig_tmp);
         return;
     }
@@ -146,10 +150,10 @@ static void on_signal(int sig) {
     const int saved = errno;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe (POSIX) */
-    if (!interrupted) {
+    if (!LOAD(interrupted)) {
         interrupted_at = now;
-        interrupted = sig;
-        say(sig_tty ? "\r\033[K" : "");
+        STORE(interrupted, sig);
+        say(LOAD(sig_tty) ? "\r\033[K" : "");
         say("wan22vae: ");
         say(signal_name(sig));
         say(": stopping the decode (within a second); the temporary output will be removed\n");
@@ -168,7 +172,7 @@ static void on_signal(int sig) {
     raise(sig);
 }
 
-/* The signals that stop a decode: each sets `interrupted`, the decode stops at its next callback, and the
+/* The signals that stop a decode: each sets `interrupted`, the decode stops within a second, and the
  * temporary output is removed. A signal ignored when we started (SIGHUP under nohup; SIGINT and SIGQUIT in a
  * non-interactive shell's background job) stays ignored, as the one who started us asked; SIGTERM is always
  * handled. SIGPIPE is ignored: a reader that goes away is a write error with a message. */
@@ -227,7 +231,7 @@ static void *writer_main(void *p) {
         const int k = c->head;
         pthread_mutex_unlock(&c->wmu);
         const double t0 = w22_now();
-        const w22_status s = c->write_status == W22_OK && !interrupted /* stopping: the frames are not wanted */
+        const w22_status s = c->write_status == W22_OK && !LOAD(interrupted) /* stopping: the frames are not wanted */
                                  ? w22_video_write(c->vw, c->ring[k], c->ring_f0[k], c->ring_n[k]) : W22_OK;
         pthread_mutex_lock(&c->wmu);
         c->write_s += w22_now() - t0;
@@ -248,7 +252,7 @@ static void *writer_main(void *p) {
 /* Waits until the writer has written every chunk handed over, then ends it. */
 static void writer_stop(decode_ctx *c) {
     if (!c->writer_on) return;
-    if (interrupted) w22_video_cancel(c->vw); /* an ffmpeg that no longer reads must not hold the stop up */
+    if (LOAD(interrupted)) w22_video_cancel(c->vw); /* an ffmpeg that no longer reads must not hold the stop up */
     pthread_mutex_lock(&c->wmu);
     c->wstop = 1;
     pthread_cond_broadcast(&c->wcv);
@@ -259,7 +263,7 @@ static void writer_stop(decode_ctx *c) {
 
 static int on_frames(void *user, const float *frames, int frame0, int nframes, int height, int width) {
     decode_ctx *c = user;
-    if (interrupted) return 1;
+    if (LOAD(interrupted)) return 1;
     const size_t n = (size_t)3 * nframes * height * width;
     if (c->sync_write || !c->writer_on || n > c->ring_cap) { /* in the callback (a chunk larger than planned too) */
         if (c->writer_on) writer_stop(c); /* the chunks before it first */
@@ -324,7 +328,7 @@ static void clock_text(double s, char *buf, size_t cap) {
 
 /* One progress line; the caller holds c->mu. final: the closing line; beat: from the heartbeat (a pass running). */
 static void print_progress(decode_ctx *c, int final, int beat) {
-    if (interrupted) return; /* the stop was said; a "running" line now would say otherwise */
+    if (LOAD(interrupted)) return; /* the stop was said; a "running" line now would say otherwise */
     double dt = w22_now() - c->t0;
     double fps = dt > 0 ? c->frames_done / dt : 0;
     char tail[64], el[32], eta[32];
@@ -356,7 +360,7 @@ static int on_progress(void *user, int latent_done, int latent_total) {
     c->latent_total = latent_total;
     if (c->show) print_progress(c, 0, 0);
     pthread_mutex_unlock(&c->mu);
-    return interrupted ? 1 : 0;
+    return LOAD(interrupted) ? 1 : 0;
 }
 
 /* The heartbeat: every interval, the progress line again with the time elapsed, so that a long pass (minutes on
@@ -652,10 +656,10 @@ int cli_decode(int argc, char **argv) {
         const char *t = w22_video_temporary(c.vw, &is_dir);
         if (t && strlen(t) < sizeof sig_tmp) {
             memcpy(sig_tmp, t, strlen(t) + 1);
-            sig_tmp_dir = is_dir;
-            sig_tmp_set = 1;
+            STORE(sig_tmp_dir, is_dir);
+            STORE(sig_tmp_set, 1); /* after the path: the handler reads it only once this is set */
         }
-        sig_child = w22_video_child(c.vw);
+        STORE(sig_child, w22_video_child(c.vw));
     }
     /* the PNG encoders: as many threads as the decode's (every core by default) */
     if (w22_video_set_png(c.vw, (int)png_level, (int)threads) != W22_OK) {
@@ -668,7 +672,7 @@ int cli_decode(int argc, char **argv) {
     c.fpp = fpp ? (int)fpp : DEFAULT_FRAMES_PER_PASS;
     c.passes = (T + c.fpp - 1) / c.fpp;
     c.tty = isatty(2);
-    sig_tty = c.tty;
+    STORE(sig_tty, c.tty);
     c.show = !quiet && (progress || c.tty);
     c.interval = interval > 0 ? interval : c.tty ? 1 : 10;
     c.t0 = w22_now();
@@ -686,15 +690,15 @@ int cli_decode(int argc, char **argv) {
 
     writer_start(&c, 1, H, W); /* one video frame a delivery: the last stage's chunk */
     const double t_decode = w22_now();
-    w22_status s = interrupted ? W22_OK : w22_decode_frames(dec, z, W22_DTYPE_F32, T, h, w, on_frames, &c);
+    w22_status s = LOAD(interrupted) ? W22_OK : w22_decode_frames(dec, z, W22_DTYPE_F32, T, h, w, on_frames, &c);
     const double t_decoded = w22_now();
     writer_stop(&c); /* every chunk handed over is written (or the first failure recorded) */
     const double t_written = w22_now();
     heartbeat_stop(&c, hb, &hb_started);
-    if (c.show && c.tty && s != W22_OK && !interrupted) fputc('\n', stderr); /* end the progress line before a message */
+    if (c.show && c.tty && s != W22_OK && !LOAD(interrupted)) fputc('\n', stderr); /* end the progress line before a message */
     int stream = w22_output_is_stream(out);
-    if (interrupted) {
-        fprintf(stderr, "wan22vae: decoding: interrupted by signal %d; %s\n", (int)interrupted,
+    if (LOAD(interrupted)) {
+        fprintf(stderr, "wan22vae: decoding: interrupted by signal %d; %s\n", LOAD(interrupted),
                 stream ? "the stream ends short" : "no output written");
         goto done;
     }
@@ -709,7 +713,7 @@ int cli_decode(int argc, char **argv) {
     w22_video_writer *vw = c.vw;
     c.vw = NULL; /* finish frees it, also on failure */
     const w22_status fs = w22_video_finish(vw);
-    sig_tmp_set = 0, sig_child = 0; /* renamed or removed, and ffmpeg reaped: nothing for a handler to remove */
+    STORE(sig_tmp_set, 0), STORE(sig_child, 0); /* renamed or removed, and ffmpeg reaped: nothing for a handler to remove */
     if (fs != W22_OK) {
         cli_fail("finishing %s", out_name);
         goto done;
@@ -729,7 +733,7 @@ int cli_decode(int argc, char **argv) {
 done:
     heartbeat_stop(&c, hb, &hb_started);
     w22_video_abort(c.vw); /* removes the temporary output; NULL when finished or never opened */
-    sig_tmp_set = 0, sig_child = 0;
+    STORE(sig_tmp_set, 0), STORE(sig_child, 0);
     w22_decoder_free(dec);
     w22_weights_free(weights);
     if (info_loaded) w22_weights_info_free(&info);

@@ -13,7 +13,7 @@ if [ ! -x "$BIN" ]; then
 fi
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/w22clif-XXXXXX")
-[ -n "${W22_KEEP_TMP:-}" ] || trap 'rm -rf "$TMP"' EXIT
+[ -n "${W22_KEEP_TMP:-}" ] || trap 'umount "$TMP/mnt" 2>/dev/null; rm -rf "$TMP"' EXIT
 cd "$TMP" || exit 1
 pass=0; fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }

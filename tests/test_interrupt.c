@@ -1,5 +1,5 @@
 /* A decode's stop flag (w22_decoder_set_interrupt, issue 47): set from another thread mid-decode, the CPU decode
- * returns within a fraction of a second (the flag is read between ops and inside the products' row blocks, not only
+ * returns within a second (0.2 s of CPU time: the flag is read between ops and inside the products' row blocks, not only
  * at the end of a pass of seconds); a product alone stops between its row blocks; a decode begun with the flag set
  * stops at once; the decoder, the flag reset, decodes again to the same bits as a fresh decoder. */
 #include <pthread.h>
@@ -47,7 +47,7 @@ int main(void) {
         const double t1 = now();
         pthread_join(th, NULL);
         CHECK(stopped == 1, "the product stopped (it took %.2f s)", t1 - t0);
-        CHECK(t1 - t.set_at < 0.5, "the product returned %.2f s after the flag, expected < 0.5 s", t1 - t.set_at);
+        CHECK(t1 - t.set_at < 1.0, "the product returned %.2f s after the flag, expected < 1 s", t1 - t.set_at);
         free(A), free(B), free(C);
     }
 
@@ -82,7 +82,7 @@ int main(void) {
         pthread_join(th, NULL);
         CHECK(s == W22_ERR_INVALID_ARG && strstr(w22_last_error(), "stopped"), "a stopped decode: %s, %s",
               w22_status_string(s), w22_last_error());
-        CHECK(t1 - t.set_at < 0.5, "the decode returned %.2f s after the flag (%.2f s in all), expected < 0.5 s",
+        CHECK(t1 - t.set_at < 1.0, "the decode returned %.2f s after the flag (%.2f s in all), expected < 1 s",
               t1 - t.set_at, t1 - t0);
         /* begun with the flag set: stops at once */
         const double t2 = now();

@@ -36,17 +36,19 @@ run() { # NAME SECONDS COMMAND...
 B=build-run
 case ${PLAN:-1} in
 1)
-    run cuda_dit 60 $B/tests/cuda_dit
-    run cuda_ops 150 $B/tests/cuda_ops
-    run cuda_ops_portable 180 env W22_KERNELS=portable $B/tests/cuda_ops
-    run test_gpu_dit 120 python3 -m pytest -q -x python/tests/test_gpu_dit.py
-    run cuda_decode_wan21 120 $B/tests/cuda_decode wan21
+    # correctness of the three new parts first, then one timed run of each bench, then the longer sequences
+    run cuda_dit 45 $B/tests/cuda_dit
+    run cuda_ops 90 $B/tests/cuda_ops
+    run cuda_ops_portable 120 env W22_KERNELS=portable $B/tests/cuda_ops
+    run cuda_decode_wan21 90 $B/tests/cuda_decode wan21
+    run test_gpu_dit 100 python3 -m pytest -q -x python/tests/test_gpu_dit.py
+    run bench_f121 150 python3 bench/bench.py --workload f121 --portable --no-check --no-audit --commit "$(cat $B/commit.txt)" --json "$O/bench-f121.json"
+    run bench_dit 150 python3 bench/dit.py --sizes 704x1280x121 --no-compile --iters 2 --commit "$(cat $B/commit.txt)" --json "$O/dit.json"
+    run bench_wan21 150 python3 bench/wan21.py --workload w720 --no-check --no-audit --commit "$(cat $B/commit.txt)" --json "$O/wan21.json"
     run attention_perf 30 $B/tests/cuda_ops --perf -o attention
     run cuda_seq12_portable 100 env W22_KERNELS=portable $B/tests/cuda_sequence 30 64 12
     run cuda_seq12_wan21 100 $B/tests/cuda_sequence 30 64 12 wan21
     run test_gpu 150 python3 -m pytest -q -x python/tests/test_gpu.py
-    run dit_quick 90 python3 bench/dit.py --quick --json "$O/dit-quick.json"
-    run wan21_quick 90 python3 bench/wan21.py --quick --json "$O/wan21-quick.json"
     ;;
 2)
     run bench_dit 300 python3 bench/dit.py --json "$O/dit.json"

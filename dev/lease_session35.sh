@@ -42,6 +42,7 @@ case ${PLAN:-1} in
     run cuda_ops_portable 120 env W22_KERNELS=portable $B/tests/cuda_ops
     run cuda_decode_wan21 90 $B/tests/cuda_decode wan21
     run test_gpu_dit 100 python3 -m pytest -q -x python/tests/test_gpu_dit.py
+    run cuda_interrupt 30 $B/tests/cuda_interrupt
     run bench_f121 150 python3 bench/bench.py --workload f121 --portable --no-check --no-audit --commit "$(cat $B/commit.txt)" --json "$O/bench-f121.json"
     run bench_dit 150 python3 bench/dit.py --sizes 704x1280x121 --no-compile --iters 2 --commit "$(cat $B/commit.txt)" --json "$O/dit.json"
     run bench_wan21 150 python3 bench/wan21.py --workload w720 --no-check --no-audit --commit "$(cat $B/commit.txt)" --json "$O/wan21.json"

@@ -1,9 +1,9 @@
 /* The wgmma conv's host side: which GEMMs it takes (w22_cuda_wgmma_blocker), the weights' tensor maps, its init, and
  * the routing to its one kernel, the TMA-loaded persistent conv (conv_sm90_wgmma_tma.cu: its opening comment is the
- * design). GEMMs it does not take run on the mma.sync kernel (conv_sm90_mma.cu).
- * v3-v8's kernel, which gathered the pixels by cp.async, and its variants (rows in shared memory, the late hand-off,
- * B-multicast clusters, a persistent grid) lost their A/B runs to the TMA loads (docs/PERF.md v5-v9: f121 -2.8%) and
- * were deleted at issue 29; git has them (7c0ed73: src/cuda/conv_sm90_wgmma.cu, conv_sm90_wgmma_persist.cu). */
+ * design). GEMMs it does not take run on the mma.sync kernel (conv_sm90_mma.cu). The Hopper path only: the backend
+ * calls nothing here with c->hopper 0 (route.h). The A tiles are loaded by the TMA's im2col mode, which needs the
+ * driver's cuTensorMapEncodeIm2col/Tiled (found at init): without them the backend fails to open on the Hopper path
+ * rather than run another kernel (docs/PERF.md v5-v9: the TMA loads' measurements). */
 #include "wgmma_common.cuh"
 
 /* Sets the driver entry point the weights' maps need and the TMA kernel up; use_wgmma 1 when both are there. */

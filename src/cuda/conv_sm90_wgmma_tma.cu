@@ -139,9 +139,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 /* ---- host side ---- */
 
 
-/* route.h's epilogue as the kernel's mode bits: the overlapped one (v12's: stores overlapped with the next tile, row
- * half 0 through shared memory) where the GEMM allows it, else the vector or pair stores in the tile's tail, or the
- * TMA store. v11's half overlap lost its A/B run (docs/PERF.md v10-v12; git has it at 7c0ed73). */
+/* route.h's epilogue as the kernel's mode bits: the overlapped one (stores overlapped with the next tile, row half 0
+ * through shared memory; docs/PERF.md v10-v12) where the GEMM allows it, else the vector or pair stores in the
+ * tile's tail, or the TMA store. The bits must be the ones a kernel in run_tma's list is instantiated for. */
 static int mode_of(w22_epilogue e) {
     return e == W22_EPI_TMA_STORE ? MODE_EPI_TMA
            : e == W22_EPI_OVERLAP ? MODE_EPI_DEFER | MODE_EPI_SMEM | MODE_EPI_VEC
@@ -332,8 +332,8 @@ static const char *const tma_tma_names[3][2] = {
     {"wgmma 128x256 tma tma-store cluster2", "wgmma 128x256 tma tma-store cluster2 split"},
     {"wgmma 128x256 tma tma-store cluster2 tail", "wgmma 128x256 tma tma-store cluster2 tail split"}};
 
-/* A launch with the TMA store: its staging the whole tile (64 KB) on a ring of 3 stages (v20; v21a's two 64-channel
- * boxes on a ring of 4 were even, and went). */
+/* A launch with the TMA store: its staging the whole tile (64 KB) on a ring of 3 stages (docs/PERF.md v20-v21):
+ * the stage ring and the staging must fit the 227 KB together. */
 template <int CL>
 static w22_status launch_te(w22_cuda *c, const w22_mm *g, int persist, int mode, int *split, const char *what,
                             long lim, long tile0, int one_round) {

@@ -124,17 +124,17 @@ static void tma_launch_cases(void) {
      * SMs 6.5 rounds with the split tail; as 430 pairs on 66 clusters 7 x 0.97 (the 34 left cannot split in two);
      * 6 rounds of pairs and the last 66 tiles in 2 pieces each on the SMs: 6 x 0.97 + 0.5 (v15, route.h) */
     w22_mm g = conv(1, 176, 312, 512, 512, 3, 3, 1);
-    int plan = w22_route_tma_plan(&g, &h200, 1, 0, &lim, &t0);
+    int plan = w22_route_tma_plan(&g, &h200, 0, &lim, &t0);
     CHECK(plan == W22_TMA_PAIRS_TAIL && lim == 396 && t0 == 792, "512ch 176x312: plan %d, %ld pairs, tail from tile %ld "
           "(expected pairs then a tail: 396 pairs, tile 792)", plan, lim, t0);
-    CHECK(w22_route_tma_split(&g, &h200, 1, 256, 1, 0, t0, 1) == 2, "512ch 176x312: the tail's 66 tiles in 2 pieces");
-    CHECK(w22_route_tma_split(&g, &h200, 1, 256, 2, lim, 0, 0) == 1, "512ch 176x312: the pairs' whole rounds unsplit");
+    CHECK(w22_route_tma_split(&g, &h200, 256, 1, 0, t0, 1) == 2, "512ch 176x312: the tail's 66 tiles in 2 pieces");
+    CHECK(w22_route_tma_split(&g, &h200, 256, 2, lim, 0, 0) == 1, "512ch 176x312: the pairs' whole rounds unsplit");
     /* tests/cuda_ops' pairs-and-tail case: 99 M tiles x 2 N tiles = 100 pairs, one round of 66, then 66 tiles */
     g = conv(1, 96, 132, 128, 512, 1, 3, 0);
-    plan = w22_route_tma_plan(&g, &h200, 1, 0, &lim, &t0);
+    plan = w22_route_tma_plan(&g, &h200, 0, &lim, &t0);
     CHECK(plan == W22_TMA_PAIRS_TAIL && lim == 66 && t0 == 132, "cuda_ops' pairs+tail case: plan %d lim %ld t0 %ld",
           plan, lim, t0);
-    CHECK(w22_route_tma_split(&g, &h200, 1, 256, 1, 0, t0, 1) == 2, "cuda_ops' pairs+tail case: its tail split in 2");
+    CHECK(w22_route_tma_split(&g, &h200, 256, 1, 0, t0, 1) == 2, "cuda_ops' pairs+tail case: its tail split in 2");
     /* the split tail's rule: 152 tiles of 27 stages on 132 CTAs: the 20 left in 3 pieces of 9 stages; 8 stages a
      * piece at least; within the slots; never a grid of one round unless one_round */
     CHECK(w22_route_split_of(152, 27, 132, 132, 0) == 3, "152 tiles: 20 in 3 pieces");
@@ -144,15 +144,14 @@ static void tma_launch_cases(void) {
     CHECK(w22_route_split_of(264, 27, 132, 132, 0) == 1, "whole rounds: no split");
     /* 128-channel tiles, batch GEMMs and the side stream: tiles on the SMs, no clusters; no split on the side */
     g = conv(1, 176, 312, 512, 384, 3, 3, 1);
-    CHECK(w22_route_tma_plan(&g, &h200, 1, 0, &lim, &t0) == W22_TMA_TILES, "N 384 (128-channel tiles): no pairs");
+    CHECK(w22_route_tma_plan(&g, &h200, 0, &lim, &t0) == W22_TMA_TILES, "N 384 (128-channel tiles): no pairs");
     g = conv(1, 88, 156, 512, 512, 1, 1, 0);
     g.batch = 16;
-    CHECK(w22_route_tma_plan(&g, &h200, 1, 0, &lim, &t0) == W22_TMA_TILES, "a batch GEMM (Winograd's): tiles");
+    CHECK(w22_route_tma_plan(&g, &h200, 0, &lim, &t0) == W22_TMA_TILES, "a batch GEMM (Winograd's): tiles");
     const w22_route_gpu side = {132, 66, 1};
     g = conv(1, 76, 256, 64, 256, 3, 3, 0);
-    CHECK(w22_route_tma_split(&g, &h200, 1, 256, 1, 0, 0, 0) == 3, "76x256, 64->256: its 20-tile tail in 3 pieces");
-    CHECK(w22_route_tma_split(&g, &side, 1, 256, 1, 0, 0, 0) == 1, "on the side stream: no split tail");
-    CHECK(w22_route_tma_split(&g, &h200, 0, 256, 1, 0, 0, 0) == 1, "no persistent grid: no split tail");
+    CHECK(w22_route_tma_split(&g, &h200, 256, 1, 0, 0, 0) == 3, "76x256, 64->256: its 20-tile tail in 3 pieces");
+    CHECK(w22_route_tma_split(&g, &side, 256, 1, 0, 0, 0) == 1, "on the side stream: no split tail");
     /* the tile table: 256 channels on 4 stages, 128 on 6, the TMA store's 256 on 3 */
     CHECK(w22_route_tma_stages(256, 0) == 4 && w22_route_tma_stages(128, 0) == 6 && w22_route_tma_stages(256, 4) == 3,
           "the TMA conv's tile table");

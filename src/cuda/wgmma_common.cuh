@@ -1,5 +1,5 @@
 /* What the wgmma conv (conv_sm90_wgmma_tma.cu, its host side in conv_sm90_wgmma.cu) uses: tile constants, register
- * splits, the barrier counts, the PTX wrappers (mbarriers, cp.async, TMA, clusters, wgmma), the shared-memory layout
+ * splits, the barrier counts, the PTX wrappers (mbarriers, TMA, clusters, wgmma), the shared-memory layout
  * of a stage ring, the epilogues, and the host's tensor-map helper. conv_sm90_wgmma_tma.cu's opening comment is the
  * design; docs/PERF.md v3-v24 the measurements. */
 #ifndef W22_WGMMA_COMMON_CUH
@@ -82,14 +82,6 @@ static __device__ __forceinline__ void mbar_wait_nt(uint32_t bar, uint32_t parit
 }
 static __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
-    const int bytes = valid ? 16 : 0; /* 0: no global read, 16 zero bytes */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> static __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 /* 2D TMA tile load into this CTA's shared memory, completing `bytes` on the mbarrier (a CTA is a cluster of 1). */
 static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1) {

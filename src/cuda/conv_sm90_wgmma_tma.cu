@@ -318,9 +318,9 @@ static int mode_for(const w22_mm *q, int n, const int *o_add, const int *r_add) 
  * tail, the split is the tail launch's. */
 #define TMA_NAMES4(e, sfx) {"wgmma 128x128 tma persistent" e sfx, "wgmma 128x256 tma persistent" e sfx}
 #define TMA_NAMES(sfx)                                                                                          \
-    {TMA_NAMES4("", sfx), TMA_NAMES4(" vec", sfx), TMA_NAMES4(" half", sfx), TMA_NAMES4(" defer", sfx)}
+    {TMA_NAMES4("", sfx), TMA_NAMES4(" vec", sfx), TMA_NAMES4(" defer", sfx)}
 #define TMA_SPLIT(cl) {{TMA_NAMES(cl), TMA_NAMES(cl " split")}, {TMA_NAMES(cl " phases4"), TMA_NAMES(cl " split phases4")}}
-static const char *const tma_names[3][2][2][4][2] = {TMA_SPLIT(""), TMA_SPLIT(" cluster2"),
+static const char *const tma_names[3][2][2][3][2] = {TMA_SPLIT(""), TMA_SPLIT(" cluster2"),
                                                      TMA_SPLIT(" cluster2 tail")};
 #undef TMA_SPLIT
 #undef TMA_NAMES
@@ -342,7 +342,7 @@ static w22_status run_tma(w22_cuda *c, const w22_mm *g, int mode, const char *wh
     if (g->phases) mode |= MODE_PHASE_MINOR;
     /* always on a persistent grid (v9's run: -0.6% on f121 against one tile per CTA; c->sms >= 1) */
     const int big = g->N % 256 == 0;
-    const int epi = mode & MODE_EPI_SMEM ? 3 : mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0;
+    const int epi = mode & MODE_EPI_SMEM ? 2 : mode & MODE_EPI_VEC ? 1 : 0; /* mode_of sets DEFER with SMEM only */
     long lim, tile0;
     const w22_route_gpu u = gpu_of(c);
     const int plan = w22_route_tma_plan(g, &u, (mode & MODE_PHASE_MINOR) != 0, &lim, &tile0); /* route.h */

@@ -322,7 +322,8 @@ static void weight_layout_case(const char *name, w22_weight_kind kind, const int
             uint16_t *ref = malloc((size_t)16 * cout * 3 * cin * 2 > n * 2 ? (size_t)16 * cout * 3 * cin * 2 : n * 2);
             w22_layout_conv_bf16(f, cout, cin, vol, ref);
             ok = same_bytes("direct", dev[0], hd, ref, bytes[0]);
-            const int wino = vol == 27 && cin >= 512 && cout >= 512;
+            const int wino = ndim == 5 && w22_route_wino_weights((int)shape[2], (int)shape[3], (int)shape[4], cin,
+                                                                 cout, W22_WINO_MIN_DEFAULT);
             if (vol == 27 && (cout & 1) && !wino) { /* the zero row after an odd cout's taps (conv_psum.cu) */
                 const size_t pad = (size_t)9 * cin * 2;
                 unsigned char *z = malloc(pad), *zero = calloc(1, pad);
@@ -355,7 +356,7 @@ static void weight_layout_cases(void) {
     static const int64_t direct[] = {96, 64, 3, 3, 3}, wino[] = {512, 512, 3, 3, 3}, two_d[] = {48, 64, 3, 3},
                          pw[] = {40, 48, 1, 1, 1}, vec[] = {1000}, odd[] = {3, 96, 3, 3, 3};
     /* the decoder's default threshold (this program runs with W22_WINOGRAD=0, see main) */
-    const int old = w22_backend_cuda_swap_winograd_min(gpu, 512);
+    const int old = w22_backend_cuda_swap_winograd_min(gpu, W22_WINO_MIN_DEFAULT);
     for (int dt = 0; dt < 3; dt++)
         for (int on_gpu = 0; on_gpu < 2; on_gpu++) {
             const w22_dtype t = dt == 0 ? W22_DTYPE_F32 : dt == 1 ? W22_DTYPE_BF16 : W22_DTYPE_F16;

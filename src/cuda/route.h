@@ -250,6 +250,16 @@ static inline const char *w22_route_winograd_blocker(const w22_conv_args *a, int
     return NULL;
 }
 
+/* The Winograd threshold when W22_WINOGRAD is unset: the 3x3x3 convs of 512 channels and up (v18's A/B). */
+#define W22_WINO_MIN_DEFAULT 512
+
+/* Whether the backend makes Winograd weights at upload for a kt x kh x kw conv weight, cin -> cout, at the threshold
+ * min_cin (0: exact arithmetic, none): the 3x3x3 convs with both channel counts >= min_cin and cout even (the zero
+ * row after an odd cout's taps, conv_psum.cu, must follow the direct layout). Tests ask this, not a copy of it. */
+static inline int w22_route_wino_weights(int kt, int kh, int kw, int cin, int cout, int min_cin) {
+    return min_cin > 0 && kt == 3 && kh == 3 && kw == 3 && cin >= min_cin && cout >= min_cin && !(cout & 1);
+}
+
 /* The step of a conv: has_phases, the backend made the upsample's phase weights at upload (it does for every
  * upsample conv); wino_blocker, w22_route_winograd_blocker's answer. */
 static inline w22_conv_step w22_route_conv_step(const w22_conv_args *a, int has_phases, const char *wino_blocker) {

@@ -206,14 +206,15 @@ FUZZ_TARGETS ?= safetensors weights npy latents config
 # ~100 s of fuzzing shared by the targets, so that the whole `make fuzz` (builds included) stays near 120 s
 FUZZ_TIME    ?= $(shell expr 100 / $(words $(FUZZ_TARGETS)))
 FUZZ_FLAGS   := -g -O1 -std=gnu11 -Iinclude -Isrc -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-FUZZ_SRC_safetensors := src/weights/safetensors.c src/error.c
-FUZZ_SRC_weights     := src/weights/safetensors.c src/weights/weights.c src/weights/source.c src/weights/finite.c \
-                        src/model/model.c src/no_cuda.c src/error.c
+FUZZ_SRC_safetensors := src/weights/safetensors.c src/weights/json.c src/error.c
+FUZZ_SRC_weights     := src/weights/safetensors.c src/weights/json.c src/weights/weights.c src/weights/source.c \
+                        src/weights/finite.c src/model/model.c src/no_cuda.c src/error.c
 FUZZ_CORPUS_safetensors := tests/fuzz_corpus
-FUZZ_SRC_npy     := src/io/npy.c src/io/latents.c src/io/input.c src/io/outfile.c src/weights/safetensors.c src/error.c
+FUZZ_SRC_npy     := src/io/npy.c src/io/latents.c src/io/input.c src/io/outfile.c src/weights/safetensors.c \
+                    src/weights/json.c src/error.c
 FUZZ_SRC_latents := $(FUZZ_SRC_npy)
-FUZZ_SRC_config  := src/weights/source.c src/weights/safetensors.c src/weights/weights.c src/weights/finite.c \
-                    src/model/model.c src/no_cuda.c src/error.c
+FUZZ_SRC_config  := src/weights/source.c src/weights/safetensors.c src/weights/json.c src/weights/weights.c \
+                    src/weights/finite.c src/model/model.c src/no_cuda.c src/error.c
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz_%.c $(LIB_C) $(wildcard include/*.h src/*.h src/*/*.h)
 	@mkdir -p $(dir $@)

@@ -12,7 +12,7 @@ sections=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section Mem
           --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy)
 # ours: the first shape of --perf is this one; skip its two warm-up launches
 timeout 120 ncu --clock-control none "${sections[@]}" -k regex:w22_conv_wgmma --launch-skip 2 --launch-count 1 \
-    build/tests/cuda_ops --perf --kernel wgmma > "$out/ncu_ours.txt" 2>&1
+    build/tests/cuda_ops --perf > "$out/ncu_ours.txt" 2>&1
 echo "ncu ours: exit $? ($(grep -c 'Section:' "$out/ncu_ours.txt") sections)"
 cat > "$out/ncu_cudnn.py" <<'EOF'
 import torch

@@ -2,8 +2,8 @@
  * bench read, and a warning for any other (a misspelt switch would otherwise be ignored in silence: a user who sets
  * W22_CHEK=1 believes the decode was checked). The table is the one place a new variable is added.
  * The library's own switches are few (README's list): the checking mode, the profile, the CUDA debug mode, exact vs
- * Winograd arithmetic, and where NCCL and ffmpeg are. The measurement switches of variants that lost their A/B runs
- * went with their variants at issue 29 (git has them at 7c0ed73): set now, they are named in the warning. */
+ * Winograd arithmetic, and where NCCL and ffmpeg are. Experiments take no switch here (they live in dev/): any
+ * other W22_* name set is named in the warning. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,8 +6,6 @@
  *   cuda_ops --perf          conv (and attention, norm) timings at the real heavy shapes, TFLOP/s; with -o NAME
  *                            only the lines whose name contains NAME (--perf -o conv_out); --iters N timed calls
  *                            per line (default 10: short bursts; a few hundred reach the sustained clock)
- *   cuda_ops --kernel wgmma  the conv kernel: wgmma (the default and the only one since issue 29: qualifying GEMMs
- *                            run on the TMA wgmma conv, and a qualifying conv case that ran elsewhere fails)
  *   cuda_ops --device N      GPU ordinal (default 0)
  *   cuda_ops --selftest-cpu  the harness itself, CPU backend against CPU backend (no GPU needed)
  *
@@ -46,9 +44,6 @@ static w22_backend *cpu, *gpu;
 static int selftest; /* --selftest-cpu: "gpu" is a second CPU backend, to check this harness without a GPU */
 
 static const char *gpu_path(void) { return selftest ? "cpu" : w22_backend_cuda_last_path(gpu); }
-enum { KERNEL_MMA = 1, KERNEL_WGMMA = 2, KERNEL_BOTH = 3 };
-static int kernel_mode;              /* --kernel; 0: one backend, W22_CONV_KERNEL as the environment has it */
-static int gpu_wgmma;                /* the backend in `gpu` was made with W22_CONV_KERNEL=wgmma */
 
 static int check_route(const char *op, const char *shape);
 static const char *filter;
@@ -327,7 +322,8 @@ static void weight_layout_case(const char *name, w22_weight_kind kind, const int
             uint16_t *ref = malloc((size_t)16 * cout * 3 * cin * 2 > n * 2 ? (size_t)16 * cout * 3 * cin * 2 : n * 2);
             w22_layout_conv_bf16(f, cout, cin, vol, ref);
             ok = same_bytes("direct", dev[0], hd, ref, bytes[0]);
-            const int wino = vol == 27 && cin >= 512 && cout >= 512;
+            const int wino = ndim == 5 && w22_route_wino_weights((int)shape[2], (int)shape[3], (int)shape[4], cin,
+                                                                 cout, W22_WINO_MIN_DEFAULT);
             if (vol == 27 && (cout & 1) && !wino) { /* the zero row after an odd cout's taps (conv_psum.cu) */
                 const size_t pad = (size_t)9 * cin * 2;
                 unsigned char *z = malloc(pad), *zero = calloc(1, pad);
@@ -360,7 +356,7 @@ static void weight_layout_cases(void) {
     static const int64_t direct[] = {96, 64, 3, 3, 3}, wino[] = {512, 512, 3, 3, 3}, two_d[] = {48, 64, 3, 3},
                          pw[] = {40, 48, 1, 1, 1}, vec[] = {1000}, odd[] = {3, 96, 3, 3, 3};
     /* the decoder's default threshold (this program runs with W22_WINOGRAD=0, see main) */
-    const int old = w22_backend_cuda_swap_winograd_min(gpu, 512);
+    const int old = w22_backend_cuda_swap_winograd_min(gpu, W22_WINO_MIN_DEFAULT);
     for (int dt = 0; dt < 3; dt++)
         for (int on_gpu = 0; on_gpu < 2; on_gpu++) {
             const w22_dtype t = dt == 0 ? W22_DTYPE_F32 : dt == 1 ? W22_DTYPE_BF16 : W22_DTYPE_F16;
@@ -1156,8 +1152,8 @@ static void run_cases(void) {
     conv_case("upsample2d", 512, 512, 1, 8, 12, 1, 3, 1, 0, RES_NONE, 0);
     conv_case("res", 256, 256, 2, 12, 20, 3, 3, 0, 0, RES_INPLACE, 0);
     conv_case("res", 512, 512, 1, 6, 10, 3, 3, 0, 0, RES_SEPARATE, 0);
-    /* W 24 and 16 (multiples of 8): under W22_EPI_TMA_DIRECT=1 the residual goes in as extra K and the tiles take the
-     * TMA store (tests/cuda_epi_tma.sh): boxes of 8 and 16 pixels, res = out and a residual of its own */
+    /* W 24 and 16 (multiples of 8): the residual goes in as extra K and the tiles take the TMA store
+     * (tests/cuda_epi_tma.sh): boxes of 8 and 16 pixels, res = out and a residual of its own */
     conv_case("res", 256, 256, 2, 12, 24, 3, 3, 0, 0, RES_INPLACE, 0);
     conv_case("res", 256, 256, 1, 10, 16, 3, 3, 0, 0, RES_SEPARATE, 0);
     conv_case("shortcut", 256, 256, 2, 12, 20, 3, 3, 0, 0, RES_NONE, 512);
@@ -1194,7 +1190,7 @@ static void run_cases(void) {
     conv_case("wg", 128, 128, 2, 6, 11, 3, 3, 0, 0, RES_INPLACE, 64);  /* shortcut on the 128 tile, res = out */
     conv_case("wg", 256, 256, 1, 36, 40, 3, 3, 0, 0, RES_NONE, 256);   /* M = 1440: 11.25 tiles, shortcut */
     conv_case("wg", 128, 256, 3, 4, 6, 3, 1, 0, 1, RES_NONE, 0);       /* time split on the 256 tile */
-    /* more tiles than an H200 has SMs (132): under W22_WGMMA_PERSIST=1 some CTAs run two tiles (the ring, its
+    /* more tiles than an H200 has SMs (132): on the persistent grid some CTAs run two tiles (the ring, its
      * parities and the hand-off carried across tiles), with a shortcut and a residual */
     conv_case("wg", 128, 128, 1, 130, 132, 3, 3, 0, 0, RES_INPLACE, 128); /* 135 tiles of 128x128 */
     /* the overlapped epilogue stores a tile during the next one's first 16 (8) stages: here tiles of one stage
@@ -1211,12 +1207,12 @@ static void run_cases(void) {
      * SMs in 2 pieces each (a single round that splits); a residual */
     conv_case("wg", 128, 512, 1, 96, 132, 1, 3, 0, 0, RES_SEPARATE, 0);
     repeat_case(64, 256, 76, 256, 6); /* 20 tiles in 3 pieces: the last to arrive varies from run to run */
-    /* N <= 16 (the row convs unless W22_CONV_ROWS=0, else the mma kernel). Under 6 rows the row tiles: several x
+    /* N <= 16 (the row convs). Under 6 rows the row tiles: several x
      * tiles, a partial last one, kt 1, N 2, residuals */
     conv_case("rows", 256, 12, 1, 3, 200, 3, 3, 0, 0, RES_NONE, 0);   /* x tiles 128 + 72 */
     conv_case("rows", 64, 16, 2, 5, 130, 1, 3, 0, 0, RES_SEPARATE, 0); /* kt 1, x tiles 128 + 2 */
     conv_case("rows", 128, 2, 1, 4, 9, 3, 3, 0, 0, RES_INPLACE, 0);    /* N 2, one partial tile */
-    /* from 6 rows on the 2D tiles (16 rows x 32 columns; the row tiles under W22_CONV_ROWS=row): partial tiles in
+    /* from 6 rows on the 2D tiles (16 rows x 32 columns): partial tiles in
      * both directions, kt 1, N 16 and 2, residuals, and more tiles than SMs (the persistent grid's later rounds) */
     conv_case("rows2d", 256, 12, 2, 19, 37, 3, 3, 0, 0, RES_NONE, 0);    /* tiles 16 + 3 rows, 32 + 5 columns */
     conv_case("rows2d", 64, 16, 2, 33, 70, 1, 3, 0, 0, RES_SEPARATE, 0); /* kt 1: 3 x 3 tiles, all edges partial */
@@ -1224,7 +1220,7 @@ static void run_cases(void) {
     conv_case("rows2d", 64, 12, 2, 48, 320, 3, 3, 0, 0, RES_NONE, 0);   /* 2 x 3 x 10 tiles, none partial */
     conv_case("rows2d", 64, 12, 3, 80, 300, 3, 3, 0, 0, RES_SEPARATE, 0); /* 150 tiles: a second round on 132 SMs */
     /* 16 < N <= 48 on the 2D tiles' three 16-channel blocks per warp (the psum conv_out's N = 36), from 6 rows on and
-     * not under W22_CONV_ROWS=row (then the mma kernel): N 36, 48, 24 and 40 (a third block part-filled or empty),
+     * on the Hopper path (the portable path: the mma kernel): N 36, 48, 24 and 40 (a third block part-filled or empty),
      * partial tiles both ways, kt 1, residuals, a second round of the 3-stage ring's persistent grid */
     conv_case("rows2d", 256, 36, 2, 19, 37, 3, 3, 0, 0, RES_NONE, 0);     /* tiles 16 + 3 rows, 32 + 5 columns */
     conv_case("rows2d", 64, 48, 2, 33, 70, 1, 3, 0, 0, RES_SEPARATE, 0);  /* kt 1: 3 x 3 tiles, all edges partial */
@@ -1278,7 +1274,7 @@ static void run_cases(void) {
     dupconv_case("wg", 128, 128, 2, 1, 3, 5, 9, 1, "wgmma");     /* first_single, strided DupUp input */
     dupconv_case("wg", 256, 512, 1, 1, 2, 5, 9, 1, "wgmma");     /* 2o + py on the 256 tile, strided */
     dupconv_case("wg", 128, 256, 1, 0, 1, 12, 20, 0, "wgmma");   /* several tiles per frame */
-    /* the split tail: 192 tiles per phase (W22_PHASES=separate: split) are 768 in one launch (no split); 2500 pixels
+    /* the split tail: 192 tiles per phase (were the phases four launches: split) are 768 in one launch (no split); 2500 pixels
      * are 20 tiles (the last of 68 rows), 2 N tiles: 160 in one launch, 28 split in 3 pieces, each phase its own
      * DupUp channel (2o + py); 3 frames of 1520 pixels on the 256 tile (ft 2, first_single): 144 tiles, 12 split in
      * 2 pieces */
@@ -1439,9 +1435,7 @@ static double perf_conv_on(w22_backend *gb, const char **path, int cin, int cout
     return ret;
 }
 
-static w22_backend *perf_mma, *perf_wg; /* the backends --perf times the convs on (per --kernel) */
-
-/* One line per conv shape: each selected kernel's time and TFLOP/s (the FLOPs of the work done: an upsample conv
+/* One line per conv shape: its time and TFLOP/s on the kernel route.h picks (the FLOPs of the work done: an upsample conv
  * runs as four 2x2 phase convs, 4 taps per output pixel instead of 9). */
 static void perf_conv(const char *name, int cin, int cout, int F, int h, int w, int kt, int ks, int upsample,
                       int time_split, double cudnn) {
@@ -1449,20 +1443,13 @@ static void perf_conv(const char *name, int cin, int cout, int F, int h, int w, 
     const int taps = upsample && kt == 1 && ks == 3 ? 4 : kt * ks * ks;
     const double flops = 2.0 * F * oh * ow * cout * ((double)cin * taps);
     if (!selected(name)) return;
-    double t[2] = {-1, -1};
-    const char *path[2] = {"", ""};
-    w22_backend *bs[2] = {perf_mma, perf_wg}, *keep = gpu;
+    const char *path = "";
+    w22_backend *keep = gpu;
     printf("perf %-28s %dx%dx%dx%d->%d k%dx%d%s:", name, F + kt - 1, h, w, cin, cout, kt, ks, upsample ? " up" : "");
-    for (int i = 0; i < 2; i++) {
-        if (!bs[i]) continue;
-        t[i] = perf_conv_on(bs[i], &path[i], cin, cout, F, h, w, kt, ks, upsample, time_split);
-        if (t[i] > 0)
-            printf("%s %.3f ms %.1f TFLOP/s [%s]", i && bs[0] ? " |" : "", t[i], flops / (t[i] * 1e-3) / 1e12, path[i]);
-    }
+    const double t = perf_conv_on(gpu, &path, cin, cout, F, h, w, kt, ks, upsample, time_split);
+    if (t > 0) printf(" %.3f ms %.1f TFLOP/s [%s]", t, flops / (t * 1e-3) / 1e12, path);
     gpu = keep;
-    if (t[0] > 0 && t[1] > 0) printf(" | wgmma speedup x%.2f", t[0] / t[1]);
-    const double best = t[1] > 0 ? t[1] : t[0];
-    if (cudnn > 0 && best > 0) printf(" (cuDNN measured %.0f: %.0f%%)", cudnn, 100 * flops / (best * 1e-3) / 1e12 / cudnn);
+    if (cudnn > 0 && t > 0) printf(" (cuDNN measured %.0f: %.0f%%)", cudnn, 100 * flops / (t * 1e-3) / 1e12 / cudnn);
     printf("\n");
 }
 
@@ -1659,16 +1646,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-o") && i + 1 < argc) filter = argv[++i];
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) device = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--selftest-cpu")) selftest = 1;
-        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) {
-            const char *k = argv[++i];
-            kernel_mode = !strcmp(k, "wgmma") ? KERNEL_WGMMA : 0;
-            if (!kernel_mode) {
-                fprintf(stderr, "--kernel: wgmma, not %s (the mma-only backend, W22_CONV_KERNEL=mma, was deleted at "
-                        "issue 29)\n", k);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "usage: %s [--perf [--iters N]] [-o OPNAME] [--device N] [--kernel wgmma] [--selftest-cpu]\n", argv[0]);
+        else {
+            fprintf(stderr, "usage: %s [--perf [--iters N]] [-o OPNAME] [--device N] [--selftest-cpu]\n", argv[0]);
             return 2;
         }
     }
@@ -1690,45 +1669,27 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    /* one CUDA backend per selected conv kernel: the backend reads W22_CONV_KERNEL when it is made */
-    w22_backend *made[2] = {NULL, NULL};
-    for (int i = 0; i < 2; i++) {
-        if (kernel_mode && !(kernel_mode & (i ? KERNEL_WGMMA : KERNEL_MMA))) continue;
-        if (!kernel_mode && i) continue;
-        const int wg = 1; /* wgmma where a GEMM qualifies: the only backend since issue 29 */
-        w22_status s = w22_backend_cuda_create(device, &made[i]);
-        if (s != W22_OK) {
-            printf("cuda_ops: w22_backend_cuda_create(%d)%s: %s: %s\n", device, wg ? " (wgmma)" : " with W22_CONV_KERNEL=mma",
-                   w22_status_string(s), w22_last_error());
-            return 1;
-        }
-        if (!perf) {
-            gpu = made[i];
-            gpu_wgmma = wg;
-            printf("-- kernel path: %s (W22_KERNELS=%s); conv kernel: %s; the TMA conv's clusters of 2: %d --\n",
-                   w22_backend_cuda_path(gpu), getenv("W22_KERNELS") ? getenv("W22_KERNELS") : "",
-                   wg ? "wgmma where the shape qualifies (the default)" : "mma", w22_backend_cuda_tma_clusters(gpu));
-            run_cases();
-            weight_layout_cases();
-            check_coverage();
-        } else if (wg && kernel_mode) {
-            perf_wg = made[i];
-        } else {
-            perf_mma = made[i];
-        }
+    /* one CUDA backend, on the kernel path W22_KERNELS asks for (route.h's w22_route_path) */
+    w22_backend *made = NULL;
+    w22_status s = w22_backend_cuda_create(device, &made);
+    if (s != W22_OK) {
+        printf("cuda_ops: w22_backend_cuda_create(%d): %s: %s\n", device, w22_status_string(s), w22_last_error());
+        return 1;
     }
-    if (perf) {
-        gpu = made[0] ? made[0] : made[1];
-        run_perf();
-    } else {
+    gpu = made;
+    if (!perf) {
+        printf("-- kernel path: %s (W22_KERNELS=%s); the TMA conv's clusters of 2: %d --\n", w22_backend_cuda_path(gpu),
+               getenv("W22_KERNELS") ? getenv("W22_KERNELS") : "", w22_backend_cuda_tma_clusters(gpu));
+        run_cases();
+        weight_layout_cases();
+        check_coverage();
         cpu->ops->destroy(cpu);
+    } else {
+        run_perf();
     }
-    for (int i = 0; i < 2; i++) {
-        if (!made[i]) continue;
-        size_t peak = 0;
-        size_t now = w22_backend_cuda_bytes(made[i], &peak);
-        printf("CUDA backend memory: %zu bytes held at the end (attention scratch included), peak %zu\n", now, peak);
-        made[i]->ops->destroy(made[i]);
-    }
+    size_t peak = 0;
+    size_t now = w22_backend_cuda_bytes(made, &peak);
+    printf("CUDA backend memory: %zu bytes held at the end (attention scratch included), peak %zu\n", now, peak);
+    made->ops->destroy(made);
     return t_finish("cuda_ops");
 }

@@ -7,6 +7,7 @@
 #include "common.h"
 #include "testutil.h"
 #include "weights/layout.h"
+#include "cuda/route.h"
 #include "wan22vae.h"
 
 static void ref_conv(const float *data, int cout, int cin, int vol, uint16_t *h) {
@@ -129,7 +130,8 @@ int main(void) {
         const int co = (int)s[0], ci = (int)s[1];
         int vol = 1;
         for (int k = 2; k < nd; k++) vol *= (int)s[k];
-        const int wino = vol == 27 && ci >= 512 && co >= 512;
+        const int wino =
+            nd == 5 && w22_route_wino_weights((int)s[2], (int)s[3], (int)s[4], ci, co, W22_WINO_MIN_DEFAULT);
         const size_t n = (size_t)co * ci * vol, m = wino ? (size_t)16 * co * 3 * ci : n;
         float *d = malloc(n * 4);
         t_fill_uniform(d, n, i, -1.f, 1.f);

@@ -124,17 +124,17 @@ static void tma_launch_cases(void) {
      * SMs 6.5 rounds with the split tail; as 430 pairs on 66 clusters 7 x 0.97 (the 34 left cannot split in two);
      * 6 rounds of pairs and the last 66 tiles in 2 pieces each on the SMs: 6 x 0.97 + 0.5 (v15, route.h) */
     w22_mm g = conv(1, 176, 312, 512, 512, 3, 3, 1);
-    int plan = w22_route_tma_plan(&g, &h200, 1, 0, &lim, &t0);
+    int plan = w22_route_tma_plan(&g, &h200, 0, &lim, &t0);
     CHECK(plan == W22_TMA_PAIRS_TAIL && lim == 396 && t0 == 792, "512ch 176x312: plan %d, %ld pairs, tail from tile %ld "
           "(expected pairs then a tail: 396 pairs, tile 792)", plan, lim, t0);
-    CHECK(w22_route_tma_split(&g, &h200, 1, 256, 1, 0, t0, 1) == 2, "512ch 176x312: the tail's 66 tiles in 2 pieces");
-    CHECK(w22_route_tma_split(&g, &h200, 1, 256, 2, lim, 0, 0) == 1, "512ch 176x312: the pairs' whole rounds unsplit");
+    CHECK(w22_route_tma_split(&g, &h200, 256, 1, 0, t0, 1) == 2, "512ch 176x312: the tail's 66 tiles in 2 pieces");
+    CHECK(w22_route_tma_split(&g, &h200, 256, 2, lim, 0, 0) == 1, "512ch 176x312: the pairs' whole rounds unsplit");
     /* tests/cuda_ops' pairs-and-tail case: 99 M tiles x 2 N tiles = 100 pairs, one round of 66, then 66 tiles */
     g = conv(1, 96, 132, 128, 512, 1, 3, 0);
-    plan = w22_route_tma_plan(&g, &h200, 1, 0, &lim, &t0);
+    plan = w22_route_tma_plan(&g, &h200, 0, &lim, &t0);
     CHECK(plan == W22_TMA_PAIRS_TAIL && lim == 66 && t0 == 132, "cuda_ops' pairs+tail case: plan %d lim %ld t0 %ld",
           plan, lim, t0);
-    CHECK(w22_route_tma_split(&g, &h200, 1, 256, 1, 0, t0, 1) == 2, "cuda_ops' pairs+tail case: its tail split in 2");
+    CHECK(w22_route_tma_split(&g, &h200, 256, 1, 0, t0, 1) == 2, "cuda_ops' pairs+tail case: its tail split in 2");
     /* the split tail's rule: 152 tiles of 27 stages on 132 CTAs: the 20 left in 3 pieces of 9 stages; 8 stages a
      * piece at least; within the slots; never a grid of one round unless one_round */
     CHECK(w22_route_split_of(152, 27, 132, 132, 0) == 3, "152 tiles: 20 in 3 pieces");
@@ -144,15 +144,14 @@ static void tma_launch_cases(void) {
     CHECK(w22_route_split_of(264, 27, 132, 132, 0) == 1, "whole rounds: no split");
     /* 128-channel tiles, batch GEMMs and the side stream: tiles on the SMs, no clusters; no split on the side */
     g = conv(1, 176, 312, 512, 384, 3, 3, 1);
-    CHECK(w22_route_tma_plan(&g, &h200, 1, 0, &lim, &t0) == W22_TMA_TILES, "N 384 (128-channel tiles): no pairs");
+    CHECK(w22_route_tma_plan(&g, &h200, 0, &lim, &t0) == W22_TMA_TILES, "N 384 (128-channel tiles): no pairs");
     g = conv(1, 88, 156, 512, 512, 1, 1, 0);
     g.batch = 16;
-    CHECK(w22_route_tma_plan(&g, &h200, 1, 0, &lim, &t0) == W22_TMA_TILES, "a batch GEMM (Winograd's): tiles");
+    CHECK(w22_route_tma_plan(&g, &h200, 0, &lim, &t0) == W22_TMA_TILES, "a batch GEMM (Winograd's): tiles");
     const w22_route_gpu side = {132, 66, 1};
     g = conv(1, 76, 256, 64, 256, 3, 3, 0);
-    CHECK(w22_route_tma_split(&g, &h200, 1, 256, 1, 0, 0, 0) == 3, "76x256, 64->256: its 20-tile tail in 3 pieces");
-    CHECK(w22_route_tma_split(&g, &side, 1, 256, 1, 0, 0, 0) == 1, "on the side stream: no split tail");
-    CHECK(w22_route_tma_split(&g, &h200, 0, 256, 1, 0, 0, 0) == 1, "no persistent grid: no split tail");
+    CHECK(w22_route_tma_split(&g, &h200, 256, 1, 0, 0, 0) == 3, "76x256, 64->256: its 20-tile tail in 3 pieces");
+    CHECK(w22_route_tma_split(&g, &side, 256, 1, 0, 0, 0) == 1, "on the side stream: no split tail");
     /* the tile table: 256 channels on 4 stages, 128 on 6, the TMA store's 256 on 3 */
     CHECK(w22_route_tma_stages(256, 0) == 4 && w22_route_tma_stages(128, 0) == 6 && w22_route_tma_stages(256, 4) == 3,
           "the TMA conv's tile table");
@@ -213,12 +212,86 @@ static void step_cases(void) {
     CHECK(w22_route_conv_step(&a, 0, "psum") == W22_CONV_PSUM, "step: the history as partial sums");
 }
 
+/* The GEMMs a decoder layer makes at F frames of H x W (the layer's input resolution), as exec.c, conv.cu, conv_psum.cu
+ * and attention.cu lower them: at most four, each with what it is. */
+typedef struct {
+    const char *what;
+    w22_mm g;
+} lowered;
+
+static int lower_layer(const w22_layer *L, int F, int H, int W, lowered out[4]) {
+    const int ci = L->cin, co = L->cout;
+    int n = 0;
+    switch (L->kind) {
+    case W22_L_POST_QUANT: out[n++] = (lowered){"1x1x1", conv(F, H, W, ci, co, 1, 1, 0)}; break;
+    case W22_L_CONV_IN: out[n++] = (lowered){"3x3x3 conv_in", conv(F, H, W, ci, co, 3, 3, 1)}; break;
+    case W22_L_RESBLOCK: {
+        out[n++] = (lowered){"conv1", conv(F, H, W, ci, co, 3, 3, 1)};
+        w22_mm g = conv(F, H, W, co, co, 3, 3, 1);
+        if (ci != co) { /* the 1x1 shortcut as extra K (exec.c's run_resblock passes it to conv2) */
+            g.sc = g.a, g.sc_cin = ci, g.sc_sw = ci, g.sc_sh = (long)W * ci, g.sc_sf = (long)H * g.sc_sh;
+            g.scb = g.b;
+        }
+        g.res = ci == co ? g.out : NULL, g.r_sw = g.o_sw, g.r_sh = g.o_sh, g.r_sf = g.o_sf;
+        out[n++] = (lowered){ci != co ? "conv2 + shortcut" : "conv2 + residual", g};
+        break;
+    }
+    case W22_L_ATTN: {
+        out[n++] = (lowered){"to_qkv", conv(1, H, W, ci, 3 * ci, 1, 1, 0)};
+        /* attention.cu: S = Q Kp^T with N = Pp (the frame's pixels rounded up to 8), Kp one dense [Pp][C] block */
+        const int Pp = (H * W + 7) / 8 * 8;
+        w22_mm g = conv(1, H, W, ci, Pp, 1, 1, 0);
+        g.b_w = Pp, g.b_sh = 0, g.b_sw = ci, g.out_f32 = 1;
+        out[n++] = (lowered){"Q K^T", g};
+        g = conv(1, H, W, Pp, ci, 1, 1, 0); /* O = Pm Vt^T: K = Pp, B = Vt [C][Pp] */
+        g.a_sh = (long)W * Pp, g.a_sw = Pp, g.a_sf = 0, g.b_w = ci, g.b_sh = 0, g.b_sw = Pp;
+        out[n++] = (lowered){"P V", g};
+        out[n++] = (lowered){"proj", conv(1, H, W, ci, ci, 1, 1, 0)};
+        break;
+    }
+    case W22_L_UPSAMPLE: {
+        if (L->temporal) { /* time_conv C -> 2C, its output split over two frames */
+            w22_mm g = conv(F, H, W, ci, 2 * ci, 3, 1, 1);
+            g.split_c = ci, g.o_sw = ci, g.o_sh = (long)W * ci, g.o_sf = (long)H * g.o_sh;
+            out[n++] = (lowered){"time_conv", g};
+        }
+        /* nearest 2x + 3x3 as four 2x2 phase GEMMs on the low-resolution grid (conv.cu), C -> cout */
+        w22_mm g = conv((L->temporal ? 2 : 1) * F, H, W, ci, co, 1, 3, 0);
+        g.ks = 2, g.b_sw = 4L * ci, g.o_sh *= 4, g.o_sw *= 2;
+        out[n++] = (lowered){"upsample phase", g};
+        break;
+    }
+    case W22_L_HEAD: { /* conv_psum.cu: the three temporal taps as one 3x3 GEMM of even N, fp32 */
+        const int pn = w22_psum_tmp_channels(co);
+        w22_mm g = conv(F, H, W, ci, pn, 1, 3, 0);
+        g.b_sw = 9L * ci, g.out_f32 = 1;
+        out[n++] = (lowered){"conv_out partial sums", g};
+        break;
+    }
+    default: break;
+    }
+    return n;
+}
+
+/* The kernel the Wan2.1 table below pins on the Hopper path for a lowered GEMM (-1: any tensor-core one). */
+static int wan21_want(const w22_layer *L, const char *what) {
+    switch (L->kind) {
+    case W22_L_POST_QUANT: return W22_GEMM_MMA_SMALL;
+    case W22_L_CONV_IN: return W22_GEMM_MMA_BIG;
+    case W22_L_RESBLOCK: return L->cin % 64 == 0 && L->cout % 128 == 0 ? W22_GEMM_TMA : W22_GEMM_MMA_MID;
+    case W22_L_ATTN: return !strcmp(what, "to_qkv") || !strcmp(what, "proj") ? W22_GEMM_TMA : -1;
+    case W22_L_UPSAMPLE: return !strcmp(what, "time_conv") ? W22_GEMM_TMA : W22_GEMM_MMA_MID;
+    case W22_L_HEAD: return W22_GEMM_MMA_SMALL;
+    default: return -1;
+    }
+}
+
 /* One GEMM of the Wan2.1 decoder: never the scalar kernel, and the kernel the table below pins (want < 0: any
  * tensor-core one). */
 static void wan21_gemm(const char *layer, const char *what, const w22_mm *g, int want) {
     const char *why = NULL;
     const w22_gemm_kernel k = w22_route_gemm(g, 1, &why);
-    printf("  %-40s %-22s M %8d N %4d cin %3d: %s\n", layer, what, g->M, g->N, g->cin, kernel_names[k]);
+    printf("  %-40s %-22s M %8d N %5d cin %5d: %s\n", layer, what, g->M, g->N, g->cin, kernel_names[k]);
     CHECK(k != W22_GEMM_SCALAR, "Wan2.1 %s %s (N %d, cin %d): the scalar kernel (%s)", layer, what, g->N, g->cin,
           why ? why : "-");
     if (want >= 0)
@@ -226,12 +299,12 @@ static void wan21_gemm(const char *layer, const char *what, const w22_mm *g, int
               kernel_names[want]);
 }
 
-/* The Wan2.1 VAE's decoder (w22_config_wan21) at 1280 x 720 (latents 90 x 160), every GEMM its layers make as exec.c
- * and conv.cu lower them, walked from the model's layer list (not restated): stage 0 in one-frame passes, stages 1
- * and 2 in chunks of 2, stage 3 of 1 (plan.c's default chunks). Its channels (96, 192, 384) are not multiples of 128
- * or 256 where they are narrowest: the 384-channel convs take the TMA conv (128-channel tiles), the 192- and
- * 96-channel ones the mma.sync kernel; the head's partial-sums GEMM runs N = 10 (3 x 3 rounded up to even: an odd N
- * goes to the scalar kernel, which its N 9 would). */
+/* The Wan2.1 VAE's decoder (w22_config_wan21) at 1280 x 720 (latents 90 x 160), every GEMM its layers make
+ * (lower_layer), walked from the model's layer list (not restated): stage 0 in one-frame passes, stages 1 and 2 in
+ * chunks of 2, stage 3 of 1 (plan.c's default chunks). Its channels (96, 192, 384) are not multiples of 128 or 256
+ * where they are narrowest: the 384-channel convs take the TMA conv (128-channel tiles), the 192- and 96-channel ones
+ * the mma.sync kernel; the head's partial-sums GEMM runs N = 10 (3 x 3 rounded up to even: an odd N goes to the
+ * scalar kernel, which its N 9 would). */
 static void wan21_cases(void) {
     w22_config cfg;
     w22_config_wan21(&cfg);
@@ -241,69 +314,62 @@ static void wan21_cases(void) {
     printf("Wan2.1 at 1280x720 (latents 90x160):\n");
     for (int i = 0; i < m.nlayers; i++) {
         const w22_layer *L = &m.layers[i];
-        const int H = h << L->level, W = w << L->level, F = chunk[L->level], ci = L->cin, co = L->cout;
-        w22_mm g;
-        switch (L->kind) {
-        case W22_L_POST_QUANT:
-            g = conv(F, H, W, ci, co, 1, 1, 0);
-            wan21_gemm(L->prefix, "1x1x1", &g, W22_GEMM_MMA_SMALL);
-            break;
-        case W22_L_CONV_IN:
-            g = conv(F, H, W, ci, co, 3, 3, 1);
-            wan21_gemm(L->prefix, "3x3x3 (cin 16)", &g, W22_GEMM_MMA_BIG);
-            break;
-        case W22_L_RESBLOCK: {
-            const int tma = ci % 64 == 0 && co % 128 == 0;
-            g = conv(F, H, W, ci, co, 3, 3, 1);
-            wan21_gemm(L->prefix, "conv1", &g, tma ? W22_GEMM_TMA : W22_GEMM_MMA_MID);
-            g = conv(F, H, W, co, co, 3, 3, 1);
-            if (ci != co) { /* the 1x1 shortcut as extra K (exec.c's run_resblock passes it to conv2) */
-                g.sc = g.a, g.sc_cin = ci, g.sc_sw = ci, g.sc_sh = (long)W * ci, g.sc_sf = (long)H * g.sc_sh;
-                g.scb = g.b;
-            }
-            g.res = ci == co ? g.out : NULL, g.r_sw = g.o_sw, g.r_sh = g.o_sh, g.r_sf = g.o_sf;
-            wan21_gemm(L->prefix, ci != co ? "conv2 + shortcut" : "conv2 + residual", &g,
-                       tma ? W22_GEMM_TMA : W22_GEMM_MMA_MID);
-            break;
-        }
-        case W22_L_ATTN:
-            g = conv(1, H, W, ci, 3 * ci, 1, 1, 0);
-            wan21_gemm(L->prefix, "to_qkv", &g, W22_GEMM_TMA);
-            g = conv(1, H, W, ci, H * W, 1, 1, 0); /* Q K^T: N = the frame's pixels, B = K's pixels */
-            g.b_w = W, g.b_sh = (long)W * ci, g.b_sw = ci, g.out_f32 = 1;
-            wan21_gemm(L->prefix, "Q K^T", &g, -1);
-            g = conv(1, H, W, ci, ci, 1, 1, 0);
-            wan21_gemm(L->prefix, "proj", &g, W22_GEMM_TMA);
-            break;
-        case W22_L_UPSAMPLE:
-            if (L->temporal) { /* time_conv C -> 2C, its output split over two frames */
-                g = conv(F, H, W, ci, 2 * ci, 3, 1, 1);
-                g.split_c = ci, g.o_sw = ci, g.o_sh = (long)W * ci, g.o_sf = (long)H * g.o_sh;
-                wan21_gemm(L->prefix, "time_conv", &g, W22_GEMM_TMA);
-            }
-            /* nearest 2x + 3x3 as four 2x2 phase GEMMs on the low-resolution grid (conv.cu), C -> C / 2 */
-            g = conv((L->temporal ? 2 : 1) * F, H, W, ci, co, 1, 3, 0);
-            g.ks = 2, g.b_sw = 4L * ci, g.o_sh *= 4, g.o_sw *= 2;
-            wan21_gemm(L->prefix, "upsample phase", &g, W22_GEMM_MMA_MID);
-            break;
-        case W22_L_HEAD: {
-            const int n = w22_psum_tmp_channels(co);
-            CHECK(n == 10, "the head's partial sums for 3 outputs: %d channels, expected 10", n);
-            g = conv(F, H, W, ci, n, 1, 3, 0); /* conv_psum.cu: the three temporal taps as one 3x3 GEMM, fp32 */
-            g.b_sw = 9L * ci, g.out_f32 = 1;
-            wan21_gemm(L->prefix, "conv_out partial sums", &g, W22_GEMM_MMA_SMALL);
-            g.N = g.b_w = 3 * co, g.o_sw = 3 * co, g.o_sh = (long)W * g.o_sw, g.o_sf = (long)H * g.o_sh;
+        lowered gs[4];
+        const int n = lower_layer(L, chunk[L->level], h << L->level, w << L->level, gs);
+        for (int j = 0; j < n; j++) wan21_gemm(L->prefix, gs[j].what, &gs[j].g, wan21_want(L, gs[j].what));
+        if (L->kind == W22_L_HEAD) {
+            CHECK(gs[0].g.N == 10, "the head's partial sums for 3 outputs: %d channels, expected 10", gs[0].g.N);
+            w22_mm g = gs[0].g;
+            g.N = g.b_w = 3 * L->cout, g.o_sw = 3 * L->cout, g.o_sh = (long)g.W * g.o_sw, g.o_sf = (long)g.H * g.o_sh;
             const char *why = NULL;
             CHECK(w22_route_gemm(&g, 1, &why) == W22_GEMM_SCALAR, "N 9 (no padding): expected the scalar kernel");
-            break;
-        }
-        default: break;
         }
     }
 }
 
+/* Issue 47.11's census: every latent size 1..160 x 1..160, both VAEs (Wan2.2 TI2V-5B, Wan2.1), both kernel paths
+ * (Hopper, portable): no GEMM of the decoder on the scalar kernel (the one cliff route.h allows: 100x slower, issue
+ * 27's 105 s frame, issue 46's 52 ms attention). Each failure names the first size, model, path and layer. */
+static void census(void) {
+    static w22_model ms[2];
+    w22_config cfg[2];
+    w22_config_default(&cfg[0]);
+    w22_config_wan21(&cfg[1]);
+    const char *const model_name[2] = {"Wan2.2", "Wan2.1"};
+    const int chunk[4] = {1, 2, 2, 1};
+    long gemms = 0, scalar = 0, expected = 0;
+    for (int mi = 0; mi < 2; mi++) {
+        w22_model_build(&cfg[mi], &ms[mi]);
+        for (int i = 0; i < ms[mi].nlayers; i++) { /* every size lowers a layer to the same GEMMs */
+            lowered gs[4];
+            expected += 2L * 160 * 160 * lower_layer(&ms[mi].layers[i], 1, 8, 8, gs);
+        }
+        for (int hopper = 0; hopper <= 1; hopper++)
+            for (int h = 1; h <= 160; h++)
+                for (int w = 1; w <= 160; w++)
+                    for (int i = 0; i < ms[mi].nlayers; i++) {
+                        const w22_layer *L = &ms[mi].layers[i];
+                        lowered gs[4];
+                        const int n = lower_layer(L, chunk[L->level], h << L->level, w << L->level, gs);
+                        for (int j = 0; j < n; j++, gemms++) {
+                            const char *why = NULL;
+                            if (w22_route_gemm(&gs[j].g, hopper, &why) != W22_GEMM_SCALAR) continue;
+                            if (scalar++ < 5)
+                                CHECK(0, "census: %s latents %dx%d, the %s path: %s %s (M %d, N %d, cin %d) on the "
+                                      "scalar kernel (%s)", model_name[mi], h, w, hopper ? "Hopper" : "portable",
+                                      L->prefix, gs[j].what, gs[j].g.M, gs[j].g.N, gs[j].g.cin, why ? why : "-");
+                        }
+                    }
+    }
+    CHECK(scalar == 0, "census: %ld of %ld GEMMs on the scalar kernel", scalar, gemms);
+    CHECK(gemms == expected && gemms > 0, "census: %ld GEMMs walked, expected %ld", gemms, expected);
+    printf("census: %ld GEMMs (latents 1..160 x 1..160, Wan2.2 and Wan2.1, both paths): %ld on the scalar kernel\n",
+           gemms, scalar);
+}
+
 int main(void) {
     wan21_cases();
+    census();
     /* 704 x 1248 (latents 44 x 78): the stages' 3x3x3 convs with history, the upsamplers' time convs, conv_in */
     w22_mm g = conv(1, 44, 78, 1024, 1024, 3, 3, 1);
     expect("stage 0's 1024-channel 3x3x3 conv", &g, 1, W22_GEMM_TMA);

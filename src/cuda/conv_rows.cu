@@ -15,8 +15,9 @@
  * addressing it shares: chunk c of smem row r at r * 128 + ((c ^ (r & 7)) << 4).
  * Stage: A [130 rows][64 bf16] (input columns x0 - 1 + i; columns past the right border W are zero-filled and feed
  * only masked outputs), B [3 dx][16 rows][64 bf16] (rows n >= N zero). K order: (dt, dy) outer, channel slices
- * inner. Requirements (w22_cuda_rows_blocker): ks 3, kt 1 or 3, centred pads, no upsample, no shortcut, N <= 16
- * and even, cin % 64 == 0, weights one [N][K] block; the mma kernel's alignment and int-offset checks have passed.
+ * inner. Requirements (route.h's w22_route_rows_blocker): ks 3, kt 1 or 3, centred pads, no upsample, no shortcut,
+ * N <= 16 and even, cin % 64 == 0, weights one [N][K] block; the mma kernel's alignment and int-offset checks have
+ * passed.
  * Epilogue: the shared one (conv_epilogue.cuh): bias, residual, time split, bf16 or fp32 pair stores. */
 #include "cuda_internal.h"
 #include "conv_epilogue.cuh"

@@ -1,6 +1,6 @@
 /* conv_out (the 3x3(x3) conv with N <= 16 output channels: 256 -> 12) and the head's partial-sums conv_out GEMM
  * (conv_psum.cu: N = 36, kt 1, fp32 out) on 2D tiles that serve all nine spatial taps from one shared-memory tile.
- * They run the shapes w22_cuda_rows_blocker takes (conv_rows.cu) with H >= 6; the row kernel (conv_rows.cu) the
+ * They run the shapes route.h's w22_route_rows_blocker takes with H >= 6; the row kernel (conv_rows.cu) the
  * shorter ones; 16 < N <= 48 runs here or on the mma kernel (route.h decides). docs/PERF.md v14: conv_out 1.95x
  * faster than on the row kernel, whose tiles of one output row fetched each input pixel from L2 three times per dt.
  *
@@ -17,7 +17,7 @@
  * are 64 bytes with 16-byte chunks XOR-swizzled by bits 1-2 of the row (swz64), so the 8 rows one ldmatrix phase
  * reads fill 8 distinct slots (every A window and B read conflict-free). K order per tile: 32-channel slices outer,
  * dt inner, so a place's frames are read within 3 consecutive stages, together in L2.
- * Requirements: w22_cuda_rows_blocker's (ks 3, kt 1 or 3, centred pads, N <= 48 and even, cin % 64 == 0, one [N][K]
+ * Requirements: w22_route_rows_blocker's (ks 3, kt 1 or 3, centred pads, N <= 48 and even, cin % 64 == 0, one [N][K]
  * weight block, the mma kernel's alignment and int-offset checks) and w22_rows2d_takes' (N <= 48, H >= 6, the
  * tile's pixel offsets fit an int). Epilogue: the shared one (conv_epilogue.cuh): bias, residual, time split, bf16 or
  * fp32. */

@@ -1,9 +1,9 @@
-/* The wgmma conv's host side: which GEMMs it takes (w22_cuda_wgmma_blocker), the weights' tensor maps, its init, and
+/* The wgmma conv's host side: the weights' tensor maps, its init, and
  * the routing to its one kernel, the TMA-loaded persistent conv (conv_sm90_wgmma_tma.cu: its opening comment is the
- * design). GEMMs it does not take run on the mma.sync kernel (conv_sm90_mma.cu).
- * v3-v8's kernel, which gathered the pixels by cp.async, and its variants (rows in shared memory, the late hand-off,
- * B-multicast clusters, a persistent grid) lost their A/B runs to the TMA loads (docs/PERF.md v5-v9: f121 -2.8%) and
- * were deleted at issue 29; git has them (7c0ed73: src/cuda/conv_sm90_wgmma.cu, conv_sm90_wgmma_persist.cu). */
+ * design). GEMMs it does not take run on the mma.sync kernel (conv_sm90_mma.cu). The Hopper path only: the backend
+ * calls nothing here with c->hopper 0 (route.h). The A tiles are loaded by the TMA's im2col mode, which needs the
+ * driver's cuTensorMapEncodeIm2col/Tiled (found at init): without them the backend fails to open on the Hopper path
+ * rather than run another kernel (docs/PERF.md v5-v9: the TMA loads' measurements). */
 #include "wgmma_common.cuh"
 
 /* Sets the driver entry point the weights' maps need and the TMA kernel up; use_wgmma 1 when both are there. */
@@ -36,22 +36,13 @@ w22_status w22_wgmma_kmajor_map(w22_cuda *c, CUtensorMap *m, const bf16 *ptr, lo
     return W22_OK;
 }
 
-/* route.h's checks, under the names the rest of the backend calls */
-const char *w22_cuda_wgmma_blocker(const w22_mm *g) { return w22_route_wgmma_blocker(g); }
-
 /* The phases' one launch is the TMA kernel's. */
 const char *w22_cuda_wgmma_phases_blocker(const w22_cuda *c, const w22_mm q[4]) {
     if (!w22_cuda_wgmma_tma_on(c)) return "phases: no TMA im2col encoder";
     return w22_cuda_wgmma_tma_phases_blocker(q);
 }
 
-/* Whether the wgmma conv runs g (which passed w22_cuda_wgmma_blocker): the TMA kernel's own checks (64-bit
- * addressing: no int limit on its offsets). */
-int w22_cuda_wgmma_tma_takes(w22_cuda *c, const w22_mm *g) {
-    return w22_cuda_wgmma_tma_on(c) && !w22_cuda_wgmma_tma_blocker(g);
-}
-
-/* g passed w22_cuda_wgmma_blocker and w22_cuda_wgmma_tma_takes (conv_sm90_mma.cu's w22_cuda_gemm routes). */
+/* g is one route.h's w22_route_gemm gives W22_GEMM_TMA (conv_sm90_mma.cu's w22_cuda_gemm routes). */
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_mm *g, const char *what) {
     return w22_cuda_gemm_wgmma_tma(c, g, what); /* on its persistent grid */
 }

@@ -139,9 +139,9 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
 /* ---- host side ---- */
 
 
-/* route.h's epilogue as the kernel's mode bits: the overlapped one (v12's: stores overlapped with the next tile, row
- * half 0 through shared memory) where the GEMM allows it, else the vector or pair stores in the tile's tail, or the
- * TMA store. v11's half overlap lost its A/B run (docs/PERF.md v10-v12; git has it at 7c0ed73). */
+/* route.h's epilogue as the kernel's mode bits: the overlapped one (stores overlapped with the next tile, row half 0
+ * through shared memory; docs/PERF.md v10-v12) where the GEMM allows it, else the vector or pair stores in the
+ * tile's tail, or the TMA store. The bits must be the ones a kernel in run_tma's list is instantiated for. */
 static int mode_of(w22_epilogue e) {
     return e == W22_EPI_TMA_STORE ? MODE_EPI_TMA
            : e == W22_EPI_OVERLAP ? MODE_EPI_DEFER | MODE_EPI_SMEM | MODE_EPI_VEC
@@ -203,7 +203,7 @@ w22_status w22_cuda_wgmma_tma_init(w22_cuda *c) {
     return W22_OK;
 }
 
-/* NULL when this kernel takes a GEMM that w22_cuda_wgmma_blocker passes, else why not (route.h) */
+/* NULL when this kernel takes a GEMM that route.h's w22_route_wgmma_blocker passes, else why not (route.h) */
 const char *w22_cuda_wgmma_tma_blocker(const w22_mm *g) { return w22_route_tma_blocker(g); }
 
 #include "tma_maps.cuh" /* the host side's tensor maps: the pixels' im2col maps, the TMA store's */
@@ -224,7 +224,7 @@ static w22_status split_buffers(w22_cuda *c) {
 /* A launch of the GEMM's items: with CL 2 the first `lim` pairs (0: all), with CL 1 the tiles from `tile0` on (the
  * tail the pairs left: one_round lets a single round split). */
 template <int BN, int STAGES, int CL, int TE>
-static w22_status launch(w22_cuda *c, const w22_mm *g, int persist, int mode, int *split_used, const char *what,
+static w22_status launch(w22_cuda *c, const w22_mm *g, int mode, int *split_used, const char *what,
                          long lim, long tile0, int one_round) {
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
     const int HW = g->H * g->W, F = g->M / HW, border = g->ks > 1, np = g->phases ? 4 : g->batch ? g->batch : 1;
@@ -270,7 +270,7 @@ static w22_status launch(w22_cuda *c, const w22_mm *g, int persist, int mode, in
     const int cx = border ? 1 - g->pad_x : 0, cy = border ? 1 - g->pad_y : 0;
     const w22_route_gpu u = gpu_of(c);
     int whole = (int)tiles;
-    const int split = w22_route_tma_split(g, &u, persist, BN, CL, lim, tile0, one_round); /* route.h */
+    const int split = w22_route_tma_split(g, &u, BN, CL, lim, tile0, one_round); /* route.h */
     if (split > 1) {
         whole = (int)tiles - (int)(tiles % slots);
         W22_TRY(split_buffers(c));
@@ -282,7 +282,7 @@ static w22_status launch(w22_cuda *c, const w22_mm *g, int persist, int mode, in
         r->bn = BN, r->stages = STAGES, r->cl = CL, r->te = TE, r->split = split;
     }
     const int items = whole + ((int)tiles - whole) * split;
-    const int grid = persist && items > slots ? slots : items; /* the items' runners: CTAs or clusters */
+    const int grid = items > slots ? slots : items; /* the items' runners: CTAs or clusters */
     float *part = (float *)c->split_part;
     unsigned *count = (unsigned *)((char *)c->split_part + SPLIT_PART_BYTES);
     w22_mm kg = *g;
@@ -314,15 +314,13 @@ static int mode_for(const w22_mm *q, int n, const int *o_add, const int *r_add) 
     return mode_of(w22_route_tail_epilogue(q, n, o_add, r_add));
 }
 
-/* The kernel's path names: [tma_plan][phases][split][epilogue][persistent, big]; a split needs the persistent grid,
- * a cluster the 128 x 256 tile; with a tail, the split is the tail launch's. */
-#define TMA_NAMES4(e, sfx)                                                                                      \
-    {"wgmma 128x128 tma" e sfx, "wgmma 128x256 tma" e sfx, "wgmma 128x128 tma persistent" e sfx,                \
-     "wgmma 128x256 tma persistent" e sfx}
+/* The kernel's path names: [tma_plan][phases][split][epilogue][big]; a cluster needs the 128 x 256 tile; with a
+ * tail, the split is the tail launch's. */
+#define TMA_NAMES4(e, sfx) {"wgmma 128x128 tma persistent" e sfx, "wgmma 128x256 tma persistent" e sfx}
 #define TMA_NAMES(sfx)                                                                                          \
-    {TMA_NAMES4("", sfx), TMA_NAMES4(" vec", sfx), TMA_NAMES4(" half", sfx), TMA_NAMES4(" defer", sfx)}
+    {TMA_NAMES4("", sfx), TMA_NAMES4(" vec", sfx), TMA_NAMES4(" defer", sfx)}
 #define TMA_SPLIT(cl) {{TMA_NAMES(cl), TMA_NAMES(cl " split")}, {TMA_NAMES(cl " phases4"), TMA_NAMES(cl " split phases4")}}
-static const char *const tma_names[3][2][2][4][4] = {TMA_SPLIT(""), TMA_SPLIT(" cluster2"),
+static const char *const tma_names[3][2][2][3][2] = {TMA_SPLIT(""), TMA_SPLIT(" cluster2"),
                                                      TMA_SPLIT(" cluster2 tail")};
 #undef TMA_SPLIT
 #undef TMA_NAMES
@@ -332,50 +330,50 @@ static const char *const tma_tma_names[3][2] = {
     {"wgmma 128x256 tma tma-store cluster2", "wgmma 128x256 tma tma-store cluster2 split"},
     {"wgmma 128x256 tma tma-store cluster2 tail", "wgmma 128x256 tma tma-store cluster2 tail split"}};
 
-/* A launch with the TMA store: its staging the whole tile (64 KB) on a ring of 3 stages (v20; v21a's two 64-channel
- * boxes on a ring of 4 were even, and went). */
+/* A launch with the TMA store: its staging the whole tile (64 KB) on a ring of 3 stages (docs/PERF.md v20-v21):
+ * the stage ring and the staging must fit the 227 KB together. */
 template <int CL>
-static w22_status launch_te(w22_cuda *c, const w22_mm *g, int persist, int mode, int *split, const char *what,
+static w22_status launch_te(w22_cuda *c, const w22_mm *g, int mode, int *split, const char *what,
                             long lim, long tile0, int one_round) {
-    return launch<256, 3, CL, 4>(c, g, persist, mode, split, what, lim, tile0, one_round);
+    return launch<256, 3, CL, 4>(c, g, mode, split, what, lim, tile0, one_round);
 }
 
 static w22_status run_tma(w22_cuda *c, const w22_mm *g, int mode, const char *what) {
     if (g->phases) mode |= MODE_PHASE_MINOR;
-    /* on a persistent grid (v9's run: -0.6% on f121 against one tile per CTA) */
-    const int big = g->N % 256 == 0, persist = c->sms > 0;
-    const int epi = mode & MODE_EPI_SMEM ? 3 : mode & MODE_EPI_DEFER ? 2 : mode & MODE_EPI_VEC ? 1 : 0;
+    /* always on a persistent grid (v9's run: -0.6% on f121 against one tile per CTA; c->sms >= 1) */
+    const int big = g->N % 256 == 0;
+    const int epi = mode & MODE_EPI_SMEM ? 2 : mode & MODE_EPI_VEC ? 1 : 0; /* mode_of sets DEFER with SMEM only */
     long lim, tile0;
     const w22_route_gpu u = gpu_of(c);
-    const int plan = w22_route_tma_plan(g, &u, persist, (mode & MODE_PHASE_MINOR) != 0, &lim, &tile0); /* route.h */
+    const int plan = w22_route_tma_plan(g, &u, (mode & MODE_PHASE_MINOR) != 0, &lim, &tile0); /* route.h */
     w22_route *r = &c->route; /* the decision; launch() adds the launches as they ran */
     r->kernel = W22_GEMM_TMA, r->why = NULL, r->plan = plan, r->batch = g->batch, r->launches = 0;
     r->epi = mode & MODE_EPI_TMA     ? W22_EPI_TMA_STORE
              : mode & MODE_EPI_SMEM ? W22_EPI_OVERLAP
              : mode & MODE_EPI_VEC  ? W22_EPI_VEC
                                     : W22_EPI_PAIRS;
-    r->want_split = plan == W22_TMA_PAIRS_TAIL ? w22_route_tma_split(g, &u, persist, 256, 1, 0, tile0, 1)
-                    : plan == W22_TMA_PAIRS    ? w22_route_tma_split(g, &u, persist, 256, 2, 0, 0, 0)
-                                               : w22_route_tma_split(g, &u, persist, big ? 256 : 128, 1, 0, 0, 0);
+    r->want_split = plan == W22_TMA_PAIRS_TAIL ? w22_route_tma_split(g, &u, 256, 1, 0, tile0, 1)
+                    : plan == W22_TMA_PAIRS    ? w22_route_tma_split(g, &u, 256, 2, 0, 0, 0)
+                                               : w22_route_tma_split(g, &u, big ? 256 : 128, 1, 0, 0, 0);
     int split = 1;
     w22_status s = W22_OK;
     if ((mode & MODE_EPI_TMA) && plan == W22_TMA_PAIRS_TAIL) { /* the TMA store (launch_te: its staging) */
-        s = launch_te<2>(c, g, persist, mode, &split, what, lim, 0, 0);
-        if (s == W22_OK) s = launch_te<1>(c, g, persist, mode, &split, what, 0, tile0, 1);
+        s = launch_te<2>(c, g, mode, &split, what, lim, 0, 0);
+        if (s == W22_OK) s = launch_te<1>(c, g, mode, &split, what, 0, tile0, 1);
     } else if (mode & MODE_EPI_TMA) {
-        s = plan == W22_TMA_PAIRS ? launch_te<2>(c, g, persist, mode, &split, what, 0, 0, 0)
-                              : launch_te<1>(c, g, persist, mode, &split, what, 0, 0, 0);
+        s = plan == W22_TMA_PAIRS ? launch_te<2>(c, g, mode, &split, what, 0, 0, 0)
+                              : launch_te<1>(c, g, mode, &split, what, 0, 0, 0);
     } else if (plan == W22_TMA_PAIRS_TAIL) { /* the pairs' rounds, then the tail on the SMs (its split is the one named) */
-        s = launch<256, 4, 2, 0>(c, g, persist, mode, &split, what, lim, 0, 0);
-        if (s == W22_OK) s = launch<256, 4, 1, 0>(c, g, persist, mode, &split, what, 0, tile0, 1);
+        s = launch<256, 4, 2, 0>(c, g, mode, &split, what, lim, 0, 0);
+        if (s == W22_OK) s = launch<256, 4, 1, 0>(c, g, mode, &split, what, 0, tile0, 1);
     } else {
-        s = plan == W22_TMA_PAIRS ? launch<256, 4, 2, 0>(c, g, persist, mode, &split, what, 0, 0, 0)
-            : big             ? launch<256, 4, 1, 0>(c, g, persist, mode, &split, what, 0, 0, 0)
-                              : launch<128, 6, 1, 0>(c, g, persist, mode, &split, what, 0, 0, 0);
+        s = plan == W22_TMA_PAIRS ? launch<256, 4, 2, 0>(c, g, mode, &split, what, 0, 0, 0)
+            : big             ? launch<256, 4, 1, 0>(c, g, mode, &split, what, 0, 0, 0)
+                              : launch<128, 6, 1, 0>(c, g, mode, &split, what, 0, 0, 0);
     }
     if (s != W22_OK) return s;
     c->last_path = mode & MODE_EPI_TMA ? tma_tma_names[plan][split > 1]
-                                       : tma_names[plan][g->phases != 0][split > 1][epi][persist * 2 + big];
+                                       : tma_names[plan][g->phases != 0][split > 1][epi][big];
     CU_LAUNCHED(c, what);
     return W22_OK;
 }

@@ -10,9 +10,11 @@
  * | mid   | 128x128 | 2 x 4         | 64 x 32   | 3      |  96 KB | 32 < N < 256 | narrow test configs and the attention's P V at C <= 128: half the N waste of big; 2 blocks per SM fit (2 x 96 KB) |
  * | small | 128x32  | 4 x 1         | 32 x 32   | 4      |  80 KB | N <= 32    | conv_out (N = 12): a 256-wide tile would waste 95% of the MMAs |
  *
- * Measured on an H200 (2026-12-02, docs/PERF.md): big 296-362 TFLOP/s on the heavy 3x3x3 convs; mid for N >= 256
- * 354-359 (v3, not kept). Those shapes now run on the wgmma kernel (conv_sm90_wgmma.cu, 575-621 TFLOP/s, its own
- * tile table); this kernel keeps the shapes wgmma does not take (cin % 64 != 0, N % 128 != 0, the attention). */
+ * Which tile a GEMM gets is route.h's w22_route_mma_tile: big on the Hopper path only (192 KB is past the portable
+ * path's W22_PORTABLE_SMEM), so the portable path runs N >= 256 on mid. On the Hopper path this kernel takes only
+ * the GEMMs the TMA wgmma conv does not (cin % 64 != 0, N % 128 != 0, upsample phases, the attention); on the
+ * portable path it is the GEMM kernel of every conv the row kernels do not take. Measurements: docs/PERF.md (big
+ * 296-362 TFLOP/s on an H200 on the heavy 3x3x3 convs). */
 #ifndef W22_CONV_TILES_H
 #define W22_CONV_TILES_H
 

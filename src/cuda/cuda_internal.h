@@ -192,12 +192,9 @@ const char *w22_cuda_path_words(const w22_cuda *c);
 int w22_cuda_prof_part_begin(w22_cuda *c);
 void w22_cuda_prof_part_end(w22_cuda *c, int part, double flops, double bytes, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-/* The wgmma kernel (conv_sm90_wgmma.cu): its init (attributes, driver entry point; sets use_wgmma), why a GEMM
- * that the mma kernel takes does not qualify (NULL: it does), and the launch. */
+/* The wgmma kernel (conv_sm90_wgmma.cu): its init (attributes, driver entry point; sets use_wgmma) and the launch
+ * of a GEMM route.h gives it (w22_route_gemm: W22_GEMM_TMA). */
 w22_status w22_cuda_wgmma_init(w22_cuda *c);
-const char *w22_cuda_wgmma_blocker(const w22_mm *g);
-/* whether the wgmma path runs g on the TMA conv (64-bit addressing: no int limit on its offsets) */
-int w22_cuda_wgmma_tma_takes(w22_cuda *c, const w22_mm *g);
 int w22_cuda_wgmma_tma_on(const w22_cuda *c); /* the TMA's im2col encoder is there (conv_sm90_wgmma_tma.cu) */
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_mm *g, const char *what);
 /* Why the four phase GEMMs q[0..3] (each taken by the wgmma kernel) do not run as one launch (NULL: they do), and

@@ -250,6 +250,16 @@ static inline const char *w22_route_winograd_blocker(const w22_conv_args *a, int
     return NULL;
 }
 
+/* The Winograd threshold when W22_WINOGRAD is unset: the 3x3x3 convs of 512 channels and up (v18's A/B). */
+#define W22_WINO_MIN_DEFAULT 512
+
+/* Whether the backend makes Winograd weights at upload for a kt x kh x kw conv weight, cin -> cout, at the threshold
+ * min_cin (0: exact arithmetic, none): the 3x3x3 convs with both channel counts >= min_cin and cout even (the zero
+ * row after an odd cout's taps, conv_psum.cu, must follow the direct layout). Tests ask this, not a copy of it. */
+static inline int w22_route_wino_weights(int kt, int kh, int kw, int cin, int cout, int min_cin) {
+    return min_cin > 0 && kt == 3 && kh == 3 && kw == 3 && cin >= min_cin && cout >= min_cin && !(cout & 1);
+}
+
 /* The step of a conv: has_phases, the backend made the upsample's phase weights at upload (it does for every
  * upsample conv); wino_blocker, w22_route_winograd_blocker's answer. */
 static inline w22_conv_step w22_route_conv_step(const w22_conv_args *a, int has_phases, const char *wino_blocker) {
@@ -274,7 +284,7 @@ static inline int w22_route_tma_stages(int bn, int te) { return te ? 3 : bn == 2
 #define W22_PAIR_COST 0.97  /* a round of pairs against a round of tiles: a pair's tile ran 2-5% faster (v15) */
 
 typedef struct {
-    int sms;      /* the persistent grid: one CTA per SM (0: no persistent grid) */
+    int sms;      /* the persistent grid: one CTA per SM (at least 1) */
     int clusters; /* the clusters of 2 of the TMA conv that fit at once (0: none) */
     int on_side;  /* work on the backend's side stream: no split tail (its slots are the main stream's) */
 } w22_route_gpu;
@@ -319,11 +329,9 @@ static inline int w22_route_tma_iters(const w22_mm *g) {
  * minor: an upsample's phase tiles are ordered (M tile, phase, N tile) (since v19: the four phases of an M tile read
  * its input and DupUp residual while they are in L2; f121 -0.5%): the pairs' rounds must end on a whole pair of M
  * tiles, all phases. */
-static inline int w22_route_tma_plan(const w22_mm *g, const w22_route_gpu *u, int persist, int minor, long *lim,
-                                     long *tile0) {
+static inline int w22_route_tma_plan(const w22_mm *g, const w22_route_gpu *u, int minor, long *lim, long *tile0) {
     *lim = *tile0 = 0;
     if (g->N % 256 || u->clusters <= 0 || g->batch) return W22_TMA_TILES;
-    if (!persist) return W22_TMA_PAIRS;
     const int HW = g->H * g->W, np = g->phases ? 4 : g->batch ? g->batch : 1, tn = g->N / 256, ok = !u->on_side,
               cl = u->clusters;
     const long mt = (long)(g->M / HW) * ((HW + W22_WG_BM - 1) / W22_WG_BM), ppp = (mt + 1) / 2 * tn; /* per phase */
@@ -344,12 +352,12 @@ static inline int w22_route_tma_plan(const w22_mm *g, const w22_route_gpu *u, in
 
 /* One launch of the TMA conv: cl 2 runs the first `lim` pairs (0: all), cl 1 the tiles from `tile0` on (the tail
  * the pairs left: one_round lets a single round split). Its pieces per split tile (1: none) and its items. */
-static inline int w22_route_tma_split(const w22_mm *g, const w22_route_gpu *u, int persist, int bn, int cl, long lim,
-                                      long tile0, int one_round) {
+static inline int w22_route_tma_split(const w22_mm *g, const w22_route_gpu *u, int bn, int cl, long lim, long tile0,
+                                      int one_round) {
     const int HW = g->H * g->W, np = g->phases ? 4 : g->batch ? g->batch : 1;
     const long mt = (long)(g->M / HW) * ((HW + W22_WG_BM - 1) / W22_WG_BM), tpp = (mt + cl - 1) / cl * (g->N / bn);
     const long tiles = lim ? lim : np * tpp - tile0;
-    if (!persist || u->on_side) return 1;
+    if (u->on_side) return 1;
     return w22_route_split_of(tiles, w22_route_tma_iters(g), cl == 2 ? u->clusters : u->sms, W22_SPLIT_SLOTS / cl,
                               one_round);
 }

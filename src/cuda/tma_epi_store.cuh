@@ -13,8 +13,8 @@
  * 256-channel direct conv 81% and 92%; the overlapped one costs each stage instructions (the held vectors' shifts, the
  * addresses) and the tile's tail a long pack (the quad transposes), while the tensor cores wait. Here a tile's tail is
  * 64 shared stores and a few barriers per thread, and the stores run in the TMA unit during the next tile.
- * NB staging buffers of one 64-channel box: NB = BN / 64 (v20, the whole tile: one round, on a ring of 3 stages; v21a's
- * NB = 2 on a ring of 4 was even and went), the boxes in rounds of NB. A buffer is free again
+ * NB staging buffers of one 64-channel box: NB = BN / 64 (the whole tile: one round, on a ring of 3 stages, so that
+ * ring and staging fit the 227 KB; docs/PERF.md v20-v21), the boxes in rounds of NB. A buffer is free again
  * when the store that used it has read it: the storing thread waits for that before each round's first barrier (the
  * first round's, the previous tile's stores: long done). */
 template <int BN, int NB>

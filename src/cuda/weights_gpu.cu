@@ -185,7 +185,7 @@ w22_status w22_cuda_weight_make(w22_cuda *c, w22_cuda_weight *w, const w22_wsrc 
     }
     const int vol = w->kt * w->kh * w->kw, mc = c->wino_min;
     /* (an odd cout never: Winograd takes multiples of 64 (route.h), and the zero row below must follow its taps) */
-    const int wino = mc && w->kt == 3 && w->kh == 3 && w->kw == 3 && w->cin >= mc && w->cout >= mc && !(w->cout & 1);
+    const int wino = w22_route_wino_weights(w->kt, w->kh, w->kw, w->cin, w->cout, mc);
     const size_t direct = n * 2;
     /* the direct layout: into the weight's own buffer, or (Winograd convs) into raw's place, then to the host, where
      * it waits until a direct conv needs it (at even sizes on one rank none does: 1.0 GB of device memory less) */

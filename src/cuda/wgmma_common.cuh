@@ -1,5 +1,5 @@
 /* What the wgmma conv (conv_sm90_wgmma_tma.cu, its host side in conv_sm90_wgmma.cu) uses: tile constants, register
- * splits, the barrier counts, the PTX wrappers (mbarriers, cp.async, TMA, clusters, wgmma), the shared-memory layout
+ * splits, the barrier counts, the PTX wrappers (mbarriers, TMA, clusters, wgmma), the shared-memory layout
  * of a stage ring, the epilogues, and the host's tensor-map helper. conv_sm90_wgmma_tma.cu's opening comment is the
  * design; docs/PERF.md v3-v24 the measurements. */
 #ifndef W22_WGMMA_COMMON_CUH
@@ -82,14 +82,6 @@ static __device__ __forceinline__ void mbar_wait_nt(uint32_t bar, uint32_t parit
 }
 static __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
-    const int bytes = valid ? 16 : 0; /* 0: no global read, 16 zero bytes */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> static __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 /* 2D TMA tile load into this CTA's shared memory, completing `bytes` on the mbarrier (a CTA is a cluster of 1). */
 static __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, uint32_t bar, int c0, int c1) {
@@ -331,13 +323,13 @@ static __device__ __forceinline__ void wg_store_tile_vec(const w22_mm &g, const 
     }
 }
 
-/* ---- the overlapped epilogue (the TMA kernel's since v12; v11's half overlap lost) ----
- * Why: with the stores in the tile's tail the tensor cores idle while the consumers add and store (v10's EPI=none:
- * 10% of a 256-channel conv, 20% of a phase conv). Here a tile's tail packs its accumulators: + bias (+ shortcut
+/* ---- the overlapped epilogue (the TMA kernel's) ----
+ * Why: with the stores in the tile's tail the tensor cores idle while the consumers add and store (docs/PERF.md
+ * v10: 10% of a 256-channel conv, 20% of a phase conv). Here a tile's tail packs its accumulators: + bias (+ shortcut
  * bias) in fp32, rounded to bf16 pairs, transposed within the quad (8 adjacent channels per lane, as
  * wg_store_tile_vec); row half 1 is held in registers (32: with 128 accumulators the consumers' 232 have no room
- * for both halves, which spilled) and row half 0 staged in shared memory (the 32 KB the stage ring leaves; v12,
- * v11 stored it in the tail); both are stored one 16-byte vector per stage during the next
+ * for both halves, which spilled) and row half 0 staged in shared memory (the 32 KB the stage ring leaves; where
+ * there is no staging, epi 0, half 0 is stored in the tile's tail); both are stored one 16-byte vector per stage during the next
  * tile's first BN / 16 stages, between each stage's wgmma issue and its wait, so the stores overlap the MMAs
  * (docs/PERF.md v11, v12). The residual is added to the bf16-rounded conv output and rounded again (as diffusers' bf16
  * decode does; the vec store rounds once). bf16 outputs only (out_f32: the vec store). */
@@ -347,8 +339,8 @@ template <int BN> struct wg_defer {
     static constexpr int NV = BN / 32; /* vectors per thread held in registers: row half 1 */
     uint32_t pk[NV][4]; /* the vectors still to store, next first (each step stores pk[0] and shifts the rest down:
                          * register arrays take no runtime index, and one copy of the step's code keeps the loop
-                         * small; a first version picked pk[step] through a 16-way branch and ran slower than the
-                         * tail store: v11 in docs/PERF.md) */
+                         * small; indexing pk[step] needs a branch per step, which costs more than it hides:
+                         * docs/PERF.md v11) */
     int orow[2]; /* output row offset of each half (elements, the phase's included: the host checks that they fit);
                   * -1: past the tile */
     int rrow[2]; /* residual row offset (the phase's r_coff included) */
@@ -422,7 +414,7 @@ static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_
             asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(epi + jg * WG_EPI_STRIDE), "r"(p0[0]),
                          "r"(p0[1]), "r"(p0[2]), "r"(p0[3])
                          : "memory");
-        else if (d.orow[0] >= 0) /* half 0 stored here, in the tail (v11) */
+        else if (d.orow[0] >= 0) /* no staging: half 0 stored here, in the tail */
             wg_defer_store_vec(g, p0, d.orow[0], d.rrow[0], n0 + (4 * jg + tq) * 8);
     }
 }

@@ -174,7 +174,7 @@ w22_status w22_cuda_wino_out(cudaStream_t st, const bf16 *m, long mcs, long msf,
  * backend's create (no cached copy: backends are created on any thread, and a lazily set static was a race). */
 int w22_cuda_winograd_min_cin(void) {
     const char *e = getenv("W22_WINOGRAD");
-    const int v = e ? atoi(e) : 512;
+    const int v = e ? atoi(e) : W22_WINO_MIN_DEFAULT;
     return v < 0 ? 0 : v;
 }
 

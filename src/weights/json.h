@@ -1,4 +1,4 @@
-/* The strict JSON parser of the safetensors reader (safetensors.c), for the other JSON files next to the weights:
+/* The strict JSON parser (json.c, which also parses the safetensors headers) for the JSON files next to the weights:
  * a diffusers config.json and a sharded index (*.safetensors.index.json). The same rules as a header: UTF-8, no
  * duplicate keys, bounded depth and size; every rejection names the file and the byte. A document is a table of
  * nodes addressed by index; -1 is "none". */

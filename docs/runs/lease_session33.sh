@@ -5,9 +5,9 @@
 # as it comes, so a call cut short still returns what ran. cuda_sequence's parts 3-4 (34: the checking mode on
 # the sequence's first calls and issue 27's sequence, ~200 s) go last: they take the longest.
 # Returns at most 5 files ($OUT: suite.txt, clock.txt, path.txt, path-f121.json, path-f481.json).
-# Ran once (session 33, LEASE_SECONDS=170, 314 s of device time left, on an H100; tests/runs/2026-12-05-h100-session33.txt):
+# Ran once (session 33, LEASE_SECONDS=170, 314 s of device time left, on an H100; docs/runs/2026-12-05-h100-session33.txt):
 # the four correctness programs passed; path.py was cut after its first CLI run, parts 3-4 not reached.
-# Ran whole in session 34 (LEASE_SECONDS=560, on an H100, 24ba698; tests/runs/2026-12-05-h100-session34.txt): every
+# Ran whole in session 34 (LEASE_SECONDS=560, on an H100, 24ba698; docs/runs/2026-12-05-h100-session34.txt): every
 # program passed and path.py wrote both JSONs, 507 s of the call's time with the machine's start excluded.
 set -u
 O=${OUT:-/tmp/w22-lease}

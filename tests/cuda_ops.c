@@ -1623,6 +1623,21 @@ static void run_perf(void) {
     perf_conv("up_blocks.2 conv 512ch 1f res", 512, 512, 1, 176, 312, 3, 3, 0, 0, 0);
     perf_conv("up_blocks.1 conv 1024ch 1f res", 1024, 1024, 1, 88, 156, 3, 3, 0, 0, 0);
     perf_residual = 0;
+    /* the Wan2.1 decoder at 1280x720 (latents 90x160; issue 44): 96 / 192 / 384 channels, not multiples of 256 (96
+     * not of 64), as its decode runs them (stages 2-3 one frame per call, stages 0-1 two) */
+    perf_conv("wan21 up_blocks.3 conv 96ch 1f", 96, 96, 1, 720, 1280, 3, 3, 0, 0, 0);
+    perf_conv("wan21 up_blocks.2 conv 192ch 1f", 192, 192, 1, 360, 640, 3, 3, 0, 0, 0);
+    perf_conv("wan21 up_blocks.1 conv 384ch 2f", 384, 384, 2, 180, 320, 3, 3, 0, 0, 0);
+    perf_conv("wan21 up_blocks.1 conv 192->384 2f", 192, 384, 2, 180, 320, 3, 3, 0, 0, 0);
+    perf_conv("wan21 up_blocks.0 conv 384ch 2f", 384, 384, 2, 90, 160, 3, 3, 0, 0, 0);
+    perf_conv("wan21 up_blocks.2 upsample 192->96 1f", 192, 96, 1, 360, 640, 1, 3, 1, 0, 0);
+    perf_conv("wan21 up_blocks.1 upsample 384->192 1f", 384, 192, 1, 180, 320, 1, 3, 1, 0, 0);
+    perf_conv("wan21 up_blocks.1 time_conv 2f", 384, 768, 2, 180, 320, 3, 1, 0, 1, 0);
+    perf_conv("wan21 conv_out 96->3 1f", 96, 3, 1, 720, 1280, 3, 3, 0, 0, 0);
+    perf_residual = 1;
+    perf_conv("wan21 up_blocks.3 conv 96ch 1f res", 96, 96, 1, 720, 1280, 3, 3, 0, 0, 0);
+    perf_conv("wan21 up_blocks.2 conv 192ch 1f res", 192, 192, 1, 360, 640, 3, 3, 0, 0, 0);
+    perf_residual = 0;
     perf_psum(352, 624);
     perf_other();
     perf_norm(4, 352, 624, 256);

@@ -387,12 +387,13 @@ static int conv_hist;
 
 /* ---- kernel paths: the backend's answer ---- */
 
-static const char *const kernel_names[] = {"scalar", "tma", "rows2d", "rows", "mma 128x32", "mma 128x128", "mma 128x256"};
+static const char *const kernel_names[W22_GEMM_KERNELS] = {"scalar", "tma", "rows2d", "rows", "mma 128x32", "mma 128x128",
+                                                           "mma 128x256", "mma 128x96"};
 static const char *const plan_names[] = {"tiles", "pairs", "pairs+tail"};
 static const char *const epi_names[] = {"pairs", "vec", "overlapped", "tma-store"};
 static const char *const step_names[] = {"direct", "psum", "phases", "winograd"};
 /* the routes the cases took: kernels, and on the TMA conv its plans, epilogues, split tails, phases in one launch */
-static long seen_kernel[7], seen_plan[3], seen_epi[4], seen_split, seen_phases4, seen_step[4], seen_dup_fused,
+static long seen_kernel[W22_GEMM_KERNELS], seen_plan[3], seen_epi[4], seen_split, seen_phases4, seen_step[4], seen_dup_fused,
     seen_dup_separate, seen_wino_mma_batch;
 
 /* Set by a block of cases built for one step of the conv (the Winograd cases, W22_CONV_WINOGRAD, and one that must
@@ -453,7 +454,7 @@ static void check_coverage(void) {
     if (selftest) return;
     const int hopper = !strcmp(w22_backend_cuda_path(gpu), "hopper");
     printf("-- routes taken:");
-    for (int k = 0; k < 7; k++) printf(" %s %ld,", kernel_names[k], seen_kernel[k]);
+    for (int k = 0; k < W22_GEMM_KERNELS; k++) printf(" %s %ld,", kernel_names[k], seen_kernel[k]);
     printf("\n   TMA plans: tiles %ld, pairs %ld, pairs+tail %ld; epilogues: pairs %ld, vec %ld, overlapped %ld, "
            "tma-store %ld; split tails %ld; phases in one launch %ld\n   steps: direct %ld, psum %ld, phases %ld, "
            "winograd %ld; DupUp fused %ld, separate %ld --\n", seen_plan[0], seen_plan[1], seen_plan[2], seen_epi[0],
@@ -466,6 +467,7 @@ static void check_coverage(void) {
         {"the row kernel", seen_kernel[W22_GEMM_ROWS], -1},
         {"the 2D row tiles", seen_kernel[W22_GEMM_ROWS2D], -1},
         {"the mma.sync tile of N >= 256", seen_kernel[wide], -1},
+        {"the mma.sync 128 x 96 tile", seen_kernel[W22_GEMM_MMA_N96], -1},
         {"the scalar kernel", seen_kernel[W22_GEMM_SCALAR], -1},
         {"TMA tiles on the SMs", seen_plan[W22_TMA_TILES], 1},
         {"TMA pairs, then a tail", seen_plan[W22_TMA_PAIRS_TAIL], 1},
@@ -1147,6 +1149,16 @@ static void run_cases(void) {
     conv_case("w21 res192", 192, 192, 2, 16, 24, 3, 3, 0, 0, RES_INPLACE, 0);
     conv_case("w21 res96", 96, 96, 1, 32, 48, 3, 3, 0, 0, RES_INPLACE, 0);
     conv_case("w21 conv_out", 96, 3, 2, 16, 24, 3, 3, 0, 0, RES_NONE, 0);
+    /* the tiles made for Wan2.1's channel counts: the TMA conv's 128 x 192 (Hopper; with a shortcut, 3 N tiles, 135
+     * tiles with the split tail) and the mma.sync 128 x 96 with K packed across the taps (cin 96, 40, 16: steps
+     * that span two or more taps and a zero tail) */
+    conv_case("w21 tile192 sc", 192, 192, 1, 10, 18, 3, 3, 0, 0, RES_SEPARATE, 384);
+    conv_case("w21 tile192 x3", 64, 576, 1, 9, 17, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("w21 tile192 split", 192, 192, 1, 130, 132, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_case("w21 n96 packed", 96, 192, 2, 9, 13, 3, 3, 0, 0, RES_SEPARATE, 96);
+    conv_case("w21 n96 cin40", 40, 96, 1, 7, 11, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("w21 n96 cin16", 16, 96, 2, 5, 9, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_case("w21 n96 upsample", 96, 96, 1, 6, 10, 1, 3, 1, 0, RES_NONE, 0);
     conv_case("time_conv", 1024, 2048, 2, 8, 12, 3, 1, 0, 1, RES_NONE, 0);
     conv_case("upsample3d", 1024, 1024, 3, 4, 6, 1, 3, 1, 0, RES_NONE, 0);
     conv_case("upsample2d", 512, 512, 1, 8, 12, 1, 3, 1, 0, RES_NONE, 0);

@@ -30,7 +30,8 @@ static w22_mm conv(int F, int H, int W, int cin, int cout, int kt, int ks, int h
     return g;
 }
 
-static const char *const kernel_names[] = {"scalar", "tma", "rows2d", "rows", "mma small", "mma mid", "mma big"};
+static const char *const kernel_names[W22_GEMM_KERNELS] = {"scalar", "tma", "rows2d", "rows", "mma small", "mma mid",
+                                                           "mma big", "mma 96"};
 
 static void expect(const char *what, const w22_mm *g, int wgmma_on, w22_gemm_kernel want) {
     const char *why = NULL;
@@ -60,8 +61,11 @@ static void portable_cases(void) {
         {"stage 3's 512 -> 256", 1, 352, 624, 512, 256, 3, 3, 1, W22_GEMM_MMA_MID},
         {"conv_out (N 12) at 352 rows: the 2D tiles", 1, 352, 624, 256, 12, 3, 3, 1, W22_GEMM_ROWS2D},
         {"conv_out of 4 rows (a rank's edge): the row kernel", 1, 4, 624, 256, 12, 3, 3, 1, W22_GEMM_ROWS},
-        {"the head's partial-sums GEMM (N 36): the mma kernel", 1, 352, 624, 256, 36, 1, 3, 0, W22_GEMM_MMA_MID},
-        {"post_quant_conv (1x1, 48)", 2, 44, 78, 48, 48, 1, 1, 0, W22_GEMM_MMA_MID},
+        {"the head's partial-sums GEMM (N 36): the 96-wide tile", 1, 352, 624, 256, 36, 1, 3, 0, W22_GEMM_MMA_N96},
+        {"post_quant_conv (1x1, 48): the 96-wide tile", 2, 44, 78, 48, 48, 1, 1, 0, W22_GEMM_MMA_N96},
+        {"Wan2.1's 96-channel conv at 720 x 1280", 1, 720, 1280, 96, 96, 3, 3, 1, W22_GEMM_MMA_N96},
+        {"Wan2.1's 192-channel conv at 360 x 640", 1, 360, 640, 192, 192, 3, 3, 1, W22_GEMM_MMA_N96},
+        {"Wan2.1's 384-channel conv at 180 x 320", 2, 180, 320, 384, 384, 3, 3, 1, W22_GEMM_MMA_MID},
         {"4K stage 3 (4 frames: past an int in all, not in a frame)", 4, 1080, 1920, 256, 256, 3, 3, 1,
          W22_GEMM_MMA_MID},
         {"4096 x 2160's conv_out", 4, 1080, 2048, 256, 12, 3, 3, 1, W22_GEMM_ROWS2D},
@@ -80,10 +84,27 @@ static void portable_cases(void) {
     w22_mm g = conv(1, 44, 78, 1024, 3432, 1, 1, 0);
     g.b_w = 78, g.b_sh = 78L * 1024, g.b_sw = 1024, g.out_f32 = 1;
     expect("attention Q K^T", &g, 0, W22_GEMM_MMA_MID);
-    /* the tile for N: 128 x 256 (192 KB) on the Hopper path alone */
+    /* the tile for N: 128 x 256 (192 KB) on the Hopper path alone; 128 x 96 where it pads N less than 128 x 128 */
     CHECK(w22_route_mma_tile(1024, 1) == W22_GEMM_MMA_BIG && w22_route_mma_tile(1024, 0) == W22_GEMM_MMA_MID &&
-          w22_route_mma_tile(12, 0) == W22_GEMM_MMA_SMALL && w22_route_mma_tile(128, 0) == W22_GEMM_MMA_MID,
+          w22_route_mma_tile(12, 0) == W22_GEMM_MMA_SMALL && w22_route_mma_tile(128, 0) == W22_GEMM_MMA_MID &&
+          w22_route_mma_tile(96, 0) == W22_GEMM_MMA_N96 && w22_route_mma_tile(192, 1) == W22_GEMM_MMA_N96 &&
+          w22_route_mma_tile(384, 0) == W22_GEMM_MMA_MID && w22_route_mma_tile(64, 0) == W22_GEMM_MMA_N96 &&
+          w22_route_mma_tile(256, 0) == W22_GEMM_MMA_MID && w22_route_mma_tile(33, 0) == W22_GEMM_MMA_N96,
           "the mma tile by N and path");
+    /* every N from 1 to 4096: the tile chosen pads N no more than any other tile of its path would */
+    for (int n = 1; n <= 4096; n++)
+        for (int hp = 0; hp <= 1; hp++) {
+            const w22_gemm_kernel k = w22_route_mma_tile(n, hp);
+            const int bn = k == W22_GEMM_MMA_SMALL ? 32 : k == W22_GEMM_MMA_N96 ? 96 : k == W22_GEMM_MMA_MID ? 128 : 256;
+            const int pad = (n + bn - 1) / bn * bn - n;
+            if (k == W22_GEMM_MMA_BIG) continue; /* the Hopper path's widest convs: its best MMA-to-load ratio */
+            if (n > 32 && (pad > (n + 95) / 96 * 96 - n || pad > (n + 127) / 128 * 128 - n))
+                CHECK(0, "N %d on the %s path: tile %d pads %d", n, hp ? "Hopper" : "portable", bn, pad);
+        }
+    /* the TMA conv's tile: 256, 128, then 192 (Wan2.1); none for other N */
+    CHECK(w22_route_tma_bn(512) == 256 && w22_route_tma_bn(384) == 128 && w22_route_tma_bn(192) == 192 &&
+          w22_route_tma_bn(576) == 192 && !w22_route_tma_bn(96) && !w22_route_tma_bn(320) &&
+          w22_route_tma_stages(192, 0) == 5, "the TMA conv's tile by N");
     /* the 2D tiles: N <= 48 on the Hopper path, N <= 16 on the portable one */
     g = conv(1, 352, 624, 256, 36, 1, 3, 0);
     CHECK(w22_route_rows2d_takes(&g, 1) && !w22_route_rows2d_takes(&g, 0), "N 36: the 2D tiles on Hopper only");
@@ -278,9 +299,11 @@ static int wan21_want(const w22_layer *L, const char *what) {
     switch (L->kind) {
     case W22_L_POST_QUANT: return W22_GEMM_MMA_SMALL;
     case W22_L_CONV_IN: return W22_GEMM_MMA_BIG;
-    case W22_L_RESBLOCK: return L->cin % 64 == 0 && L->cout % 128 == 0 ? W22_GEMM_TMA : W22_GEMM_MMA_MID;
+    /* the 384- and 192-channel convs on the TMA conv (tiles 128 and 192), the 96-channel ones on the 96-wide tile */
+    case W22_L_RESBLOCK: return L->cin % 64 == 0 && L->cout % 64 == 0 ? W22_GEMM_TMA : W22_GEMM_MMA_N96;
     case W22_L_ATTN: return !strcmp(what, "to_qkv") || !strcmp(what, "proj") ? W22_GEMM_TMA : -1;
-    case W22_L_UPSAMPLE: return !strcmp(what, "time_conv") ? W22_GEMM_TMA : W22_GEMM_MMA_MID;
+    /* the time_conv and the phases of the upsamplers to 192 channels on the TMA conv; the last (to 96) on 128 x 96 */
+    case W22_L_UPSAMPLE: return !strcmp(what, "time_conv") || L->cout % 64 == 0 ? W22_GEMM_TMA : W22_GEMM_MMA_N96;
     case W22_L_HEAD: return W22_GEMM_MMA_SMALL;
     default: return -1;
     }
@@ -387,7 +410,7 @@ int main(void) {
     g = conv(1, 352, 624, 256, 36, 1, 3, 0);
     expect("the head's partial-sums GEMM (N 36)", &g, 1, W22_GEMM_ROWS2D);
     g = conv(1, 4, 624, 256, 36, 1, 3, 0);
-    expect("the partial-sums GEMM under 6 rows", &g, 1, W22_GEMM_MMA_MID);
+    expect("the partial-sums GEMM under 6 rows", &g, 1, W22_GEMM_MMA_N96);
     /* the attention's Q K^T: N = the frame's pixels (3432), weights = K's pixels, not one [N][K] block */
     g = conv(1, 44, 78, 1024, 3432, 1, 1, 0);
     g.b_w = 78, g.b_sh = 78L * 1024, g.b_sw = 1024, g.out_f32 = 1;

@@ -8,9 +8,11 @@
  *
  * GEMM: M = output pixels (t, y, x), N = output channels, K = taps (dt, dy, dx) x cin, then the optional 1x1
  * shortcut's sc_cin as extra K iterations over a second A source (exact fp32 accumulation in the same registers).
- * A is read straight from the channels-last input through the tap offsets (no im2col buffer): each K step of 64
- * covers 64 channels of one tap, so a 16-byte chunk (8 channels) is either inside the input or zero-filled
- * (cin % 8 == 0 is required). The border rows/cols of the input are read, never bounds-checked (backend.h).
+ * A is read straight from the channels-last input through the tap offsets (no im2col buffer). K runs packed: step
+ * it covers K indices 64 it .. 64 it + 63 of taps x cin, so with cin % 64 != 0 a step spans two taps (cin 96: three
+ * steps for two taps, where a step per tap's 64 channels ran 25% zeros) and only the last step has a zero tail. Each
+ * loader thread's 16-byte chunk (8 channels: cin % 8 == 0 is required, so a chunk never straddles two taps) keeps its
+ * own tap cursor. The border rows/cols of the input are read, never bounds-checked (backend.h).
  * Epilogue straight from registers: + bias (+ shortcut bias), time-split scatter, + residual, bf16 (or fp32). */
 #include "cuda_internal.h"
 #include "conv_epilogue.cuh"
@@ -71,16 +73,23 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
         b_off[j] = n < g.N ? (int)(n / g.b_w) * (int)g.b_sh + (int)(n % g.b_w + bat * g.N) * (int)g.b_sw : -1;
     }
 
-    /* The load cursor: stages are loaded strictly in K order, so the tap (dt, dy, dx) and channel offset c0 of
-     * the next load advance by counting, without divisions. */
-    int ld_it = 0, ld_c0 = 0, ld_dt = 0, ld_dy = 0, ld_dx = 0;
+    /* This thread's load cursor (its chunk cc of each row): stages are loaded strictly in K order, so the channel
+     * ld_ch of the next load and its tap (ld_dt, ld_dy, ld_dx) advance by counting, without divisions; past the
+     * last tap (ld_dt == kt) the chunk is the zero tail. */
+    int ld_it = 0, ld_ch = cc * 8, ld_dt = 0, ld_dy = 0, ld_dx = 0;
+    auto next_tap = [&]() {
+        if (++ld_dx == g.ks) {
+            ld_dx = 0;
+            if (++ld_dy == g.ks) ld_dy = 0, ld_dt++;
+        }
+    };
+    while (ld_ch >= g.cin && ld_dt < g.kt) ld_ch -= g.cin, next_tap(); /* cin < 64: the chunk's first tap */
 
     auto load_stage = [&](int stage) {
         const uint32_t sa = smem0 + stage * STAGE_BYTES, sb = sa + BM * ROW_BYTES;
-        const int ch = ld_c0 + cc * 8;
         if (ld_it < main_iters) {
-            const bool chok = ch < g.cin;
-            const int base = ch;
+            const bool chok = ld_dt < g.kt;
+            const int base = ld_ch;
             const int tap_k = ((ld_dt * g.ks + ld_dy) * g.ks + ld_dx) * g.cin;
 #pragma unroll
             for (int j = 0; j < A_CH; j++) {
@@ -95,22 +104,17 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                                      : g.a;
                 cp_async16(sa + swz(r0 + j * RSTEP, cc), src, ok);
             }
-            const int kof = tap_k + ch;
+            const int kof = tap_k + ld_ch;
 #pragma unroll
             for (int j = 0; j < B_CH; j++) {
                 const bool ok = chok && b_off[j] >= 0;
                 const bf16 *src = ok ? g.b + (b_off[j] + kof) : g.b;
                 cp_async16(sb + swz(r0 + j * RSTEP, cc), src, ok);
             }
-            ld_c0 += BK;
-            if (ld_c0 >= g.cin) { /* next tap; after the last one ld_c0 restarts for the shortcut's channels */
-                ld_c0 = 0;
-                if (++ld_dx == g.ks) {
-                    ld_dx = 0;
-                    if (++ld_dy == g.ks) ld_dy = 0, ld_dt++;
-                }
-            }
+            ld_ch += BK; /* the next step's channel: on in this tap, or into the next (several, with cin < 64) */
+            while (ld_ch >= g.cin && ld_dt < g.kt) ld_ch -= g.cin, next_tap();
         } else {
+            const int ch = (ld_it - main_iters) * BK + cc * 8; /* the shortcut's channels, from 0 */
             const bool chok = ch < g.sc_cin;
 #pragma unroll
             for (int j = 0; j < A_CH; j++) {
@@ -125,7 +129,6 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                 const bf16 *src = ok ? g.scb + (n * g.sc_cin + ch) : g.scb;
                 cp_async16(sb + swz(r0 + j * RSTEP, cc), src, ok);
             }
-            ld_c0 += BK;
         }
         ld_it++;
     };
@@ -224,13 +227,16 @@ template <int BM, int BN, int WM, int WN, int STAGES, int MINB> struct tile_cfg 
 typedef tile_cfg<W22_TILE_BIG> cfg_big;
 typedef tile_cfg<W22_TILE_MID> cfg_mid;
 typedef tile_cfg<W22_TILE_SMALL> cfg_small;
+typedef tile_cfg<W22_TILE_N96> cfg_n96;
 
 static_assert(cfg_big::smem <= 227 * 1024, "big tile exceeds the sm_90 shared-memory limit");
 static_assert(cfg_mid::smem * 2 <= 228 * 1024, "mid tile: 2 blocks per SM must fit");
 static_assert(cfg_small::smem * 2 <= 228 * 1024, "small tile: 2 blocks per SM must fit");
+static_assert(cfg_n96::smem * 2 <= 228 * 1024, "the 96-wide tile: 2 blocks per SM must fit");
 /* the portable path launches mid and small (route.h's w22_route_mma_tile), never big */
 static_assert(cfg_mid::smem <= W22_PORTABLE_SMEM, "mid tile exceeds the portable path's shared memory (99 KB)");
 static_assert(cfg_small::smem <= W22_PORTABLE_SMEM, "small tile exceeds the portable path's shared memory (99 KB)");
+static_assert(cfg_n96::smem <= W22_PORTABLE_SMEM, "the 96-wide tile exceeds the portable path's shared memory (99 KB)");
 
 w22_status w22_cuda_gemm_init(w22_cuda *c) {
     /* a build for other GPUs (make CUDA_ARCHS=...) holds no code for this one: said plainly, before any launch */
@@ -251,6 +257,7 @@ w22_status w22_cuda_gemm_init(w22_cuda *c) {
         CU_TRY(cudaFuncSetAttribute(cfg_big::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_big::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_mid::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_mid::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_small::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_small::smem));
+    CU_TRY(cudaFuncSetAttribute(cfg_n96::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_n96::smem));
     /* Qualifying GEMMs run on the wgmma conv (conv_sm90_wgmma.cu, conv_sm90_wgmma_tma.cu): sm_90a code, the Hopper
      * path's alone (its kernels have no image for another GPU) */
     if (c->hopper) W22_TRY(w22_cuda_wgmma_init(c));
@@ -260,13 +267,16 @@ w22_status w22_cuda_gemm_init(w22_cuda *c) {
 
 /* The launch of g on the mma tile k (route.h), batch GEMMs (grid.y; 1: none). */
 static w22_status mma_launch(w22_cuda *c, const w22_mm *g, w22_gemm_kernel k, int batch, const char *what) {
-    const int cpt = (g->cin + BK - 1) / BK;
-    const int main_iters = g->kt * g->ks * g->ks * cpt;
+    const long kmain = (long)g->kt * g->ks * g->ks * g->cin; /* K packed across the taps (the kernel's cursor) */
+    const int main_iters = (int)((kmain + BK - 1) / BK);
     const int iters = main_iters + (g->sc ? (g->sc_cin + BK - 1) / BK : 0);
     w22_status s;
     if (k == W22_GEMM_MMA_SMALL) {
         c->last_path = "mma 128x32", c->route.ran_kernel = W22_GEMM_MMA_SMALL;
         s = cfg_small::launch(c, g, main_iters, iters, batch, what);
+    } else if (k == W22_GEMM_MMA_N96) {
+        c->last_path = "mma 128x96", c->route.ran_kernel = W22_GEMM_MMA_N96;
+        s = cfg_n96::launch(c, g, main_iters, iters, batch, what);
     } else if (k == W22_GEMM_MMA_MID) {
         c->last_path = "mma 128x128", c->route.ran_kernel = W22_GEMM_MMA_MID;
         s = cfg_mid::launch(c, g, main_iters, iters, batch, what);

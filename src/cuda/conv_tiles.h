@@ -1,14 +1,15 @@
 /* The tile table of the mma.sync implicit-GEMM conv (conv_sm90_mma.cu): every tile shape the kernel is built
  * for, and why. One place, so that a change of tiles is one edit here.
  *
- * All shapes use BK = 64 bf16 (one 128-byte shared-memory row per pixel or output channel, XOR-swizzled in
+ * All shapes use BK = 64 bf16 (K packed across the taps: a step of 64 may span two taps of cin % 64 != 0) (one 128-byte shared-memory row per pixel or output channel, XOR-swizzled in
  * 16-byte chunks so that cp.async stores and ldmatrix loads are bank-conflict free), and warps of
  * mma.sync.m16n8k16 with fp32 accumulators.
  *
  * | name  | BM x BN | warps (M x N) | warp tile | stages | smem   | used when  | why |
  * | big   | 128x256 | 2 x 4         | 64 x 64   | 4      | 192 KB | N >= 256   | 64x64 per warp: 8 ldmatrix.x4 per 32 MMAs, the best smem-to-MMA ratio that fits in 255 registers (128 accumulators); every heavy conv has N = 256, 512, 1024 or 2048 |
- * | mid   | 128x128 | 2 x 4         | 64 x 32   | 3      |  96 KB | 32 < N < 256 | narrow test configs and the attention's P V at C <= 128: half the N waste of big; 2 blocks per SM fit (2 x 96 KB) |
+ * | mid   | 128x128 | 2 x 4         | 64 x 32   | 3      |  96 KB | the other N < 256 | narrow test configs and the attention's P V at C <= 128: half the N waste of big; 2 blocks per SM fit (2 x 96 KB) |
  * | small | 128x32  | 4 x 1         | 32 x 32   | 4      |  80 KB | N <= 32    | conv_out (N = 12): a 256-wide tile would waste 95% of the MMAs |
+ * | n96   | 128x96  | 4 x 2         | 32 x 48   | 3      |  84 KB | 96 pads N less than 128 | the Wan2.1 decoder's 96- and 192-channel convs: 128x128 ran them with 25% of the MMAs on padding |
  *
  * Which tile a GEMM gets is route.h's w22_route_mma_tile: big on the Hopper path only (192 KB is past the portable
  * path's W22_PORTABLE_SMEM), so the portable path runs N >= 256 on mid. On the Hopper path this kernel takes only
@@ -24,5 +25,6 @@
 #define W22_TILE_BIG   128, 256, 2, 4, 4, 1
 #define W22_TILE_MID   128, 128, 2, 4, 3, 2
 #define W22_TILE_SMALL 128, 32, 4, 1, 4, 2
+#define W22_TILE_N96   128, 96, 4, 2, 3, 2
 
 #endif

@@ -19,7 +19,9 @@
  *      c. the row kernels (centred 3x3(x3); 64-bit frame bases): the 2D tiles from 6 rows on (N <= 48 on the Hopper
  *         path; N <= 16 on the portable one, whose 99 KB hold no 48-channel tile's stages), else rows (N <= 16);
  *      d. the mma.sync kernel, whose in-frame offsets must fit an int (else scalar), tile by N (conv_tiles.h): the
- *         128 x 256 tile (192 KB) on the Hopper path only; the portable path's N >= 256 on 128 x 128 (96 KB).
+ *         128 x 256 tile (192 KB) on the Hopper path only; 128 x 96 where it pads N less than 128 x 128 (N 96, 192);
+ *         the portable path's N >= 256 on 128 x 128 (96 KB). Its K runs packed across the taps (cin % 64 != 0
+ *         wastes no K step: a step of 64 spans two taps of cin 96).
  *   3. The TMA conv's launch (w22_route_tma_launch): its tile (the table below), tiles or pairs of M tiles in
  *      clusters of 2 or pairs and a tail, the split tail; and its epilogue (w22_route_tma_epilogue).
  * Each heuristic carries the measurement that chose it (docs/PERF.md's version rows). */
@@ -58,9 +60,11 @@ typedef enum {
     W22_GEMM_ROWS2D,    /* conv_rows2d.cu */
     W22_GEMM_ROWS,      /* conv_rows.cu */
     W22_GEMM_MMA_SMALL, /* conv_sm90_mma.cu, 128 x 32 (N <= 32) */
-    W22_GEMM_MMA_MID,   /* 128 x 128 (N < 256) */
-    W22_GEMM_MMA_BIG    /* 128 x 256 */
+    W22_GEMM_MMA_MID,   /* 128 x 128 */
+    W22_GEMM_MMA_BIG,   /* 128 x 256 */
+    W22_GEMM_MMA_N96    /* 128 x 96: N that 96 pads less than 128 does (96, 192: the Wan2.1 decoder's) */
 } w22_gemm_kernel;
+#define W22_GEMM_KERNELS 8
 
 static inline int w22_fits_int(long v) { return v >= 0 && v < (long)INT_MAX; }
 static inline int w22_aligned(const void *p, int bytes) { return ((uintptr_t)p % (uintptr_t)bytes) == 0; }
@@ -115,12 +119,18 @@ static inline const bf16 *w22_map_origin(const bf16 *p, long sh, long sw, int bo
 
 static inline int w22_al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+/* The TMA conv's tile width for N output channels: 256 where it divides N, else 128, else 192 (the Wan2.1 decoder's
+ * 192-channel convs: one tile, no N waste); 0 where none does (then the mma.sync kernel). */
+static inline int w22_route_tma_bn(int N) {
+    return N % 256 == 0 ? 256 : N % 128 == 0 ? 128 : N % 192 == 0 ? 192 : 0;
+}
+
 /* NULL when the wgmma kernel takes this GEMM (which has passed the mma kernel's checks), else why not. */
 static inline const char *w22_route_wgmma_blocker(const w22_mm *g) {
     if (g->upsample) return "upsample";
     if (g->cin % W22_WG_BK) return "cin % 64";
     if (g->sc && g->sc_cin % W22_WG_BK) return "sc_cin % 64";
-    if (g->N % 128) return "N % 128";
+    if (!w22_route_tma_bn(g->N)) return "N not a multiple of 128 or 192";
     if (g->kt != 1 && g->kt != 3) return "kt";
     if (g->ks < 1 || g->ks > 3) return "ks";
     if (g->b_w < g->N) return "weights not one [N][K] block";
@@ -176,9 +186,13 @@ static inline const char *w22_route_rows_blocker(const w22_mm *g, int hopper) {
     return NULL;
 }
 
-/* The mma.sync kernel's tile for N output channels on a path: 128 x 256 (192 KB) on the Hopper path only. */
+/* The mma.sync kernel's tile for N output channels on a path (conv_tiles.h): 128 x 32 up to 32; 128 x 256 (192 KB)
+ * from 256 on the Hopper path only; else 128 x 96 where it pads N less than 128 x 128 does (96, 192: the Wan2.1
+ * decoder's 96- and 192-channel convs, which 128 x 128 ran with 25% of its MMAs on padding), 128 x 128 otherwise. */
 static inline w22_gemm_kernel w22_route_mma_tile(int N, int hopper) {
-    return N <= 32 ? W22_GEMM_MMA_SMALL : N < 256 || !hopper ? W22_GEMM_MMA_MID : W22_GEMM_MMA_BIG;
+    if (N <= 32) return W22_GEMM_MMA_SMALL;
+    if (N >= 256 && hopper) return W22_GEMM_MMA_BIG;
+    return (N + 95) / 96 * 96 < (N + 127) / 128 * 128 ? W22_GEMM_MMA_N96 : W22_GEMM_MMA_MID;
 }
 
 /* The kernel for g, and why not a faster one where it falls back (*why: a static string, or NULL). wgmma_on: the
@@ -187,7 +201,7 @@ static inline w22_gemm_kernel w22_route_mma_tile(int N, int hopper) {
 static inline w22_gemm_kernel w22_route_gemm(const w22_mm *g, int wgmma_on, const char **why) {
     *why = w22_route_layout_blocker(g);
     if (!*why) {
-        /* 64-bit addressing first (the TMA conv, the row kernels: disjoint, N % 128 against N <= 48), then what
+        /* 64-bit addressing first (the TMA conv, the row kernels: disjoint, N % 128 or 192 against N <= 48), then what
          * needs int offsets */
         if (wgmma_on && !w22_route_wgmma_blocker(g) && !w22_route_tma_blocker(g)) return W22_GEMM_TMA;
         if (!w22_route_rows_blocker(g, wgmma_on))
@@ -272,13 +286,14 @@ static inline w22_conv_step w22_route_conv_step(const w22_conv_args *a, int has_
  * Its tiles (conv_sm90_wgmma_tma.cu), 128 output pixels (two consumer warpgroups of 64 rows) by BN channels:
  * | BN  | stages | clusters | epilogue   | used when                  | why |
  * | 256 | 4      | 1 or 2   | overlapped | N % 256 == 0               | 128 fp32 accumulators a consumer thread; 575-621 TFLOP/s on the heavy convs (v5-v9) |
- * | 128 | 6      | 1        | overlapped | N % 256 != 0 (N % 128 = 0) | half a 256 tile's N waste (no decoder conv: N 384 and the like) |
+ * | 128 | 6      | 1        | overlapped | N % 256 != 0 (N % 128 = 0) | half a 256 tile's N waste (Wan2.1's N 384 and the like) |
+ * | 192 | 5      | 1        | overlapped | N % 128 != 0 (N % 192 = 0) | Wan2.1's 192-channel convs, one tile wide (128: 25% waste) |
  * | 256 | 3      | 1 or 2   | TMA store  | w22_route_tma_store_*      | its 64 KB staging on a ring of 3: batch GEMMs f121 -1.8% (v20), direct convs -1.2% (v21) |
  * A persistent grid, one CTA per SM (v9: f121 -0.6% against one tile per CTA). */
 #define W22_WG_BM 128
 /* The stages of a tile of bn channels by the table above (te: the TMA store's staging); the launch sites instantiate
  * these, and tests/cuda_ops checks what launched against this. */
-static inline int w22_route_tma_stages(int bn, int te) { return te ? 3 : bn == 256 ? 4 : 6; }
+static inline int w22_route_tma_stages(int bn, int te) { return te ? 3 : bn == 256 ? 4 : bn == 192 ? 5 : 6; }
 #define W22_SPLIT_MAX 3     /* pieces of K per split tile */
 #define W22_SPLIT_SLOTS 132 /* partial slots, one per piece: R split <= the grid (132 on an H200; more SMs: fewer pieces) */
 #define W22_PAIR_COST 0.97  /* a round of pairs against a round of tiles: a pair's tile ran 2-5% faster (v15) */

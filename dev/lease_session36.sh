@@ -36,11 +36,15 @@ run() { # NAME SECONDS COMMAND...
 B=build-run
 case ${PLAN:-1} in
 1)
+    run cuda_ops 90 $B/tests/cuda_ops
+    run cuda_decode_wan21 60 $B/tests/cuda_decode wan21
     run perf_wan21 60 $B/tests/cuda_ops --perf -o wan21
-    run perf_wan21_portable 90 env W22_KERNELS=portable $B/tests/cuda_ops --perf -o wan21
-    run prof_wan21 120 env W22_PROFILE=1 python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --json "$O/wan21-prof.json"
-    run perf_portable 90 env W22_KERNELS=portable $B/tests/cuda_ops --perf -o up_blocks
-    run bench_portable_wino 240 env W22_PROFILE=1 python3 bench/bench.py --workload f121 --portable --portable-winograd 256 --no-check --no-audit --no-diffusers --no-gemm --commit "$(cat $B/commit.txt)" --json "$O/f121-portable-wino.json"
+    run bench_wan21 120 python3 bench/wan21.py --workload w720 --no-check --no-audit --commit "$(cat $B/commit.txt)" --json "$O/wan21.json"
+    run cuda_ops_portable 90 env W22_KERNELS=portable $B/tests/cuda_ops
+    run perf_wan21_portable 60 env W22_KERNELS=portable $B/tests/cuda_ops --perf -o wan21
+    run prof_wan21 90 env W22_PROFILE=1 python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --json "$O/wan21-prof.json"
+    run perf_portable 60 env W22_KERNELS=portable $B/tests/cuda_ops --perf -o up_blocks
+    run bench_portable_wino 200 env W22_PROFILE=1 python3 bench/bench.py --workload f121 --portable --portable-winograd 256 --no-check --no-audit --no-diffusers --no-gemm --commit "$(cat $B/commit.txt)" --json "$O/f121-portable-wino.json"
     ;;
 2)
     run cuda_ops 90 $B/tests/cuda_ops

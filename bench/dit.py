@@ -17,8 +17,15 @@ a float32 copy of the transformer (TF32 off) at the first size and reports each 
 project's rule: fused within 3x the error of eager bf16).
 
     python3 bench/dit.py --quick --json $OUT/dit-quick.json                 # smoke test: 2 blocks, tiny sizes, ~1 min
-    python3 bench/dit.py --commit $(git rev-parse HEAD) --json $OUT/dit.json          # the full run
-    python3 bench/dit.py --sizes 704x1280x121 --no-compile --check-fp32 --json ...    # the accuracy at full size
+    python3 bench/dit.py --commit $(git rev-parse HEAD) --json $OUT/dit.json          # the full run (both sizes,
+                                                                  # eager, fused, compile; ~3-4 min on an H100)
+    python3 bench/dit.py --sizes 704x1280x121 --no-compile --no-profile --iters 1 --check-fp32 --json ...
+                                                                  # the accuracy at full size (~1.5 min)
+
+Per size it reports, besides each mode's time, peak and profile, the ratios issue 43's targets name: fused vs eager
+(speedup_vs_eager), fused vs compile without its compile step (speedup_vs_compile: compile's median / fused's),
+the time outside GEMMs and attention cut (outside_cut_vs_eager), peak over the weights vs eager's (peak_vs_eager),
+and which targets they meet ("targets"); the fused mode's FFN path ("ffn": the GELU epilogue or why not).
 
 Writes a JSON: the GPU's name, its SM clock during the timed forwards (nvidia-smi samples) and the maximum, torch,
 diffusers and CUDA versions, the commit, and per size and mode the timings, memory and profile.
@@ -323,7 +330,7 @@ def main(argv=None):
                     outs[mode] = fn().clone()  # warm-up, and the output compared below
                     if mode == "fused":
                         st = wd.transformer_status(model)
-                        r["path"] = st["path"]
+                        r["path"], r["ffn"] = st["path"], st["ffn"]
                         if st["path"] != "fused":
                             r["error"] = st["reason"]
                     r.update(timed(torch, fn, iters, sampler))
@@ -361,11 +368,23 @@ def main(argv=None):
             m = rec["modes"].get(mode, {})
             if "ms" in m and "ms" in e:
                 m["speedup_vs_eager"] = e["ms"] / m["ms"]
+                if "peak_over_base_gib" in m and "peak_over_base_gib" in e:
+                    m["peak_vs_eager"] = m["peak_over_base_gib"] / max(e["peak_over_base_gib"], 1e-9)
                 if "profile" in m and "profile" in e:
                     m["outside_cut_vs_eager"] = (e["profile"]["outside_gemm_attention_ms"] /
                                                  max(m["profile"]["outside_gemm_attention_ms"], 1e-9))
             if mode in outs and "eager" in outs:
                 m["vs_eager"] = errors(outs[mode], outs["eager"])
+        f, c = rec["modes"].get("fused", {}), rec["modes"].get("compile", {})
+        if "ms" in f and "ms" in c:  # compile's timed forwards exclude its compile step (the first call)
+            f["speedup_vs_compile"] = c["ms"] / f["ms"]
+        # issue 43's targets: >= 1.15x eager (named at 704x1280x121), the time outside GEMMs and attention cut >= 3x,
+        # at least as fast as torch.compile without its compile step, peak memory (over the weights) <= eager's
+        rec["targets"] = {k: v for k, v in (
+            ("fused_1.15x_eager", f["speedup_vs_eager"] >= 1.15 if "speedup_vs_eager" in f else None),
+            ("outside_cut_3x", f["outside_cut_vs_eager"] >= 3 if "outside_cut_vs_eager" in f else None),
+            ("fused_at_least_compile", f["speedup_vs_compile"] >= 1 if "speedup_vs_compile" in f else None),
+            ("peak_at_most_eager", f["peak_vs_eager"] <= 1 if "peak_vs_eager" in f else None))}
         if a.check_fp32 and si == 0:
             del outs
             torch.cuda.empty_cache()
@@ -389,13 +408,15 @@ def main(argv=None):
                   f"{rec['check_fp32']['ratio_rms']:.2f})", flush=True)
             del ref, eager, fused
         save(doc)
-        f = rec["modes"].get("fused", {})
         if "speedup_vs_eager" in f:
-            print(f"  {rec['size']}: fused {f['speedup_vs_eager']:.3f}x eager" +
+            print(f"  {rec['size']}: fused {f['speedup_vs_eager']:.3f}x eager, peak {f.get('peak_vs_eager', -1):.2f}x "
+                  f"eager's" +
                   (f", outside GEMM/attention cut {f['outside_cut_vs_eager']:.2f}x" if "outside_cut_vs_eager" in f
                    else "") +
-                  (f", compile {rec['modes']['compile'].get('speedup_vs_eager', float('nan')):.3f}x eager"
-                   if "compile" in rec["modes"] else ""), flush=True)
+                  (f"; compile {c['speedup_vs_eager']:.3f}x eager (compile step {c.get('compile_s', 0):.0f} s), "
+                   f"fused {f['speedup_vs_compile']:.3f}x compile" if "speedup_vs_compile" in f else
+                   (f"; compile: {c.get('error', 'no timing')[:200]}" if c else "")) +
+                  f"; FFN: {f.get('ffn')}; targets {rec['targets']}", flush=True)
         del inputs
         torch.cuda.empty_cache()
     save(doc)

@@ -3,7 +3,9 @@
 # its session's GPU time is 30 minutes): every call right whatever came before it (cuda_sequence, in two runs with
 # limits of their own: parts 3-4, the checking mode and issue 27's sequence, then parts 1-2, one decoder,
 # interleaved decoders and two streams), the conformance of every op against the CPU backend (cuda_ops), the 4K
-# decodes (cuda_large), and the Python package on the GPU with diffusers (test_gpu.py, where diffusers imports).
+# decodes (cuda_large), the DiT passes against their CPU versions (cuda_dit), and the Python package on the GPU with
+# diffusers (test_gpu.py; test_gpu_dit.py less its full-size step, which runs alone: -m full_size; where diffusers
+# imports).
 # Each program's output goes to $OUT/NAME.log (the device tool returns at most 8 files), one line per program to
 # stdout: its status, seconds and closing line. A program the budget cannot fit is skipped and says so. `make test`
 # on a GPU machine runs every cuda_* program and script instead, without a budget.
@@ -36,10 +38,12 @@ run() { # NAME SECONDS COMMAND...
 }
 run cuda_sequence_34 260 "$B/tests/cuda_sequence" "${seq_args[@]:0:2}" 34
 run cuda_ops 120 "$B/tests/cuda_ops"
+run cuda_dit 30 "$B/tests/cuda_dit"
 run cuda_large 40 "$B/tests/cuda_large"
 run cuda_sequence_12 240 "$B/tests/cuda_sequence" "${seq_args[@]:0:2}" 12
 if python3 -c "import diffusers, torch" > /dev/null 2>&1; then
     run test_gpu 120 python3 -m pytest -q python/tests/test_gpu.py
+    run test_gpu_dit 150 python3 -m pytest -q python/tests/test_gpu_dit.py -m "not full_size"
 else
     echo "test_gpu: skipped (no torch or diffusers: pip install --target the wheels of .whl/, PYTHONPATH)"
 fi

@@ -236,3 +236,65 @@ def test_enable_pipeline():
     ours = p(**args, generator=torch.Generator().manual_seed(1)).frames
     assert wd.transformer_status(p.transformer)["path"] == "fused"
     _close(ours, ref, 1e-4, "pipeline video")
+
+
+@torch.no_grad()
+def test_ffn_gelu_epilogue_choice():
+    """The FFN's GELU epilogue (dit._ffn) is taken only where it computes diffusers' GELU(tanh): the check refuses
+    the CPU's _addmm_activation (the exact erf GELU: the check must be able to say no), the layout test refuses
+    another activation, a hook and training-mode dropout; on the CPU the FFN is diffusers' own, bit for bit."""
+    from diffusers.models.attention import FeedForward
+    why = dit._gelu_epilogue_reason(torch.device("cpu"))
+    assert why and "not the tanh approximation" in why, why
+    ffn = FeedForward(48, inner_dim=64, activation_fn="gelu-approximate").eval()
+    assert dit._ffn_layout_reason(ffn) is None
+    assert "approximate" in dit._ffn_layout_reason(FeedForward(48, inner_dim=64, activation_fn="gelu").eval())
+    assert "FeedForward" in dit._ffn_layout_reason(torch.nn.Linear(2, 2))
+    assert "dropout" in dit._ffn_layout_reason(FeedForward(48, inner_dim=64, dropout=0.1,
+                                                           activation_fn="gelu-approximate").train())
+    hooked = FeedForward(48, inner_dim=64, activation_fn="gelu-approximate").eval()
+    hooked.net[0].proj.register_forward_pre_hook(lambda m, a: None)
+    assert "hook" in dit._ffn_layout_reason(hooked)
+    st = dit._State()
+    x = torch.randn(2, 5, 48)
+    assert torch.equal(dit._ffn(st, ffn, x), ffn(x))
+    assert st.ffn_path.startswith("diffusers (the CPU"), st.ffn_path
+
+
+def test_enable_pipeline_two_transformers():
+    """A14B's layout: a WanPipeline with transformer and transformer_2 (boundary_ratio: the high-noise steps on the
+    first, the low-noise ones on the second), per-batch timesteps. enable(pipe) fuses both; each takes the fused path
+    in its steps and the latents match diffusers'."""
+    pytest.importorskip("transformers")
+    from diffusers import AutoencoderKLWan, FlowMatchEulerDiscreteScheduler, WanPipeline
+
+    def pipe():
+        torch.manual_seed(0)
+        vae = AutoencoderKLWan(base_dim=8, decoder_base_dim=8, z_dim=4, dim_mult=[1, 2, 4, 4], num_res_blocks=1,
+                               attn_scales=[], temperal_downsample=[False, True, True], is_residual=True,
+                               in_channels=12, out_channels=12, patch_size=2, scale_factor_temporal=4,
+                               scale_factor_spatial=16, latents_mean=[0.0] * 4, latents_std=[1.0] * 4).eval()
+        t1 = _model()
+        torch.manual_seed(5)
+        t2 = _model()
+        with torch.no_grad():  # a different second transformer: a swap of the two would show
+            for p in t2.parameters():
+                p.add_(torch.randn_like(p) * 0.1)
+        p = WanPipeline(tokenizer=None, text_encoder=None, vae=vae, transformer=t1, transformer_2=t2,
+                        scheduler=FlowMatchEulerDiscreteScheduler(shift=5.0), boundary_ratio=0.875)
+        p.set_progress_bar_config(disable=True)
+        return p
+    g = torch.Generator().manual_seed(2)
+    args = dict(prompt_embeds=torch.randn(1, 8, 16, generator=g), negative_prompt_embeds=torch.randn(1, 8, 16,
+                generator=g), height=32, width=64, num_frames=5, num_inference_steps=4, guidance_scale=3.0,
+                output_type="latent")
+    ref = pipe()(**args, generator=torch.Generator().manual_seed(1)).frames
+    p = pipe()
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        wd.enable(p)
+    ours = p(**args, generator=torch.Generator().manual_seed(1)).frames
+    for t in (p.transformer, p.transformer_2):
+        st = wd.transformer_status(t)
+        assert st["blocks"] == 2 and st["path"] == "fused", st
+    _close(ours, ref, 1e-4, "two-transformer pipeline latents")

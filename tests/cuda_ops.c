@@ -1159,6 +1159,9 @@ static void run_cases(void) {
     conv_case("w21 n96 cin40", 40, 96, 1, 7, 11, 3, 3, 0, 0, RES_NONE, 0);
     conv_case("w21 n96 cin16", 16, 96, 2, 5, 9, 3, 3, 0, 0, RES_INPLACE, 0);
     conv_case("w21 n96 upsample", 96, 96, 1, 6, 10, 1, 3, 1, 0, RES_NONE, 0);
+    /* the TMA conv's cin % 64 != 0 (Hopper): slices of 64 whose last per tap runs past cin into the TMA's zeros */
+    conv_case("w21 tma cin160", 160, 192, 1, 9, 13, 3, 3, 0, 0, RES_SEPARATE, 0);
+    conv_case("w21 tma cin96 x3", 96, 288, 2, 7, 11, 3, 3, 0, 0, RES_NONE, 0);
     conv_case("time_conv", 1024, 2048, 2, 8, 12, 3, 1, 0, 1, RES_NONE, 0);
     conv_case("upsample3d", 1024, 1024, 3, 4, 6, 1, 3, 1, 0, RES_NONE, 0);
     conv_case("upsample2d", 512, 512, 1, 8, 12, 1, 3, 1, 0, RES_NONE, 0);

@@ -103,8 +103,17 @@ static void portable_cases(void) {
         }
     /* the TMA conv's tile: 256, 128, then 192 (Wan2.1); none for other N */
     CHECK(w22_route_tma_bn(512) == 256 && w22_route_tma_bn(384) == 128 && w22_route_tma_bn(192) == 192 &&
-          w22_route_tma_bn(576) == 192 && !w22_route_tma_bn(96) && !w22_route_tma_bn(320) &&
-          w22_route_tma_stages(192, 0) == 5, "the TMA conv's tile by N");
+          w22_route_tma_bn(576) == 192 && w22_route_tma_bn(96) == 96 && w22_route_tma_bn(288) == 96 &&
+          !w22_route_tma_bn(320) && !w22_route_tma_bn(48) && w22_route_tma_stages(192, 0) == 5 &&
+          w22_route_tma_stages(96, 0) == 7, "the TMA conv's tile by N");
+    /* its input channels: multiples of 64, or of 32 from 96 on (a zero half slice per tap); K stages per tap */
+    CHECK(w22_route_tma_cin_ok(64) && w22_route_tma_cin_ok(96) && w22_route_tma_cin_ok(160) && !w22_route_tma_cin_ok(32) &&
+          !w22_route_tma_cin_ok(48) && !w22_route_tma_cin_ok(112) && w22_route_tma_slices(96) == 2 &&
+          w22_route_tma_slices(192) == 3, "the TMA conv's input channels");
+    g = conv(1, 720, 1280, 96, 96, 3, 3, 1);
+    expect("Wan2.1's 96-channel conv at 720 x 1280, Hopper: the TMA conv", &g, 1, W22_GEMM_TMA);
+    g = conv(1, 360, 640, 192, 192, 3, 3, 1);
+    expect("Wan2.1's 192-channel conv at 360 x 640, Hopper: the TMA conv", &g, 1, W22_GEMM_TMA);
     /* the 2D tiles: N <= 48 on the Hopper path, N <= 16 on the portable one */
     g = conv(1, 352, 624, 256, 36, 1, 3, 0);
     CHECK(w22_route_rows2d_takes(&g, 1) && !w22_route_rows2d_takes(&g, 0), "N 36: the 2D tiles on Hopper only");
@@ -299,11 +308,11 @@ static int wan21_want(const w22_layer *L, const char *what) {
     switch (L->kind) {
     case W22_L_POST_QUANT: return W22_GEMM_MMA_SMALL;
     case W22_L_CONV_IN: return W22_GEMM_MMA_BIG;
-    /* the 384- and 192-channel convs on the TMA conv (tiles 128 and 192), the 96-channel ones on the 96-wide tile */
-    case W22_L_RESBLOCK: return L->cin % 64 == 0 && L->cout % 64 == 0 ? W22_GEMM_TMA : W22_GEMM_MMA_N96;
+    /* every resblock conv on the TMA conv: tiles 128 (384 channels), 192 and 96; cin 96 in slices of 64 */
+    case W22_L_RESBLOCK: return W22_GEMM_TMA;
     case W22_L_ATTN: return !strcmp(what, "to_qkv") || !strcmp(what, "proj") ? W22_GEMM_TMA : -1;
-    /* the time_conv and the phases of the upsamplers to 192 channels on the TMA conv; the last (to 96) on 128 x 96 */
-    case W22_L_UPSAMPLE: return !strcmp(what, "time_conv") || L->cout % 64 == 0 ? W22_GEMM_TMA : W22_GEMM_MMA_N96;
+    /* the time_conv and every upsampler's phases (to 192 and to 96 channels) on the TMA conv */
+    case W22_L_UPSAMPLE: return W22_GEMM_TMA;
     case W22_L_HEAD: return W22_GEMM_MMA_SMALL;
     default: return -1;
     }

@@ -1,8 +1,8 @@
 /* The wgmma conv: the implicit GEMM of a conv (w22_mm, cuda_internal.h) on wgmma.mma_async (bf16 x bf16 -> fp32, both
  * operands in shared memory), a warp-specialized ring on mbarriers: one producer thread issues the TMA loads of A and
  * B, two consumer warpgroups of 64 rows x BN columns multiply. Tiles 128 x 256 (4 stages, 128 fp32 accumulators a
- * consumer thread), 128 x 128 (6 stages) where N % 256 != 0, 128 x 192 (5 stages) where N % 128 != 0 (route.h's
- * w22_route_tma_bn). Its measurements: docs/PERF.md v9-v21.
+ * consumer thread), 128 x 128 (6 stages) where N % 256 != 0, 128 x 192 (5 stages) or 128 x 96 (7) where N % 128 != 0
+ * (route.h's w22_route_tma_bn). Its measurements: docs/PERF.md v9-v21.
  * The pieces: this file, the kernel's setup and its launch; tma_producer.cuh, the loads (warpgroup 0);
  * tma_consumer.cuh, the wgmmas and the choice of epilogue (warpgroups 1-2); tma_split_tail.cuh, the split tail;
  * tma_epi_store.cuh, the TMA-store epilogue; tma_maps.cuh, the host's tensor maps; route.h, which GEMMs come here and
@@ -177,6 +177,8 @@ w22_status w22_cuda_wgmma_tma_init(w22_cuda *c) {
                                 tma_layout<128, 6>::bytes));
     CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<192, 5, 1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 tma_layout<192, 5>::bytes));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<96, 7, 1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                tma_layout<96, 7>::bytes));
     CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 3, 1, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 tma_layout<256, 3, 4>::bytes));
     CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 3, 2, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -261,7 +263,7 @@ static w22_status launch(w22_cuda *c, const w22_mm *g, int mode, int *split_used
     int box_px = 0;      /* the TMA store's pixels a box: 0 for a batch's dense rows (boxes of 128) */
     if (TE && g->batch) W22_TRY(out_map(c, &to, g, what));
     if (TE && !g->batch) W22_TRY(out_map_frames(c, &to, g, &box_px, what));
-    const int main_iters = g->kt * g->ks * g->ks * (g->cin / WG_BK);
+    const int main_iters = g->kt * g->ks * g->ks * w22_route_tma_slices(g->cin); /* route.h */
     const int iters = main_iters + (g->sc ? g->sc_cin / WG_BK : 0);
     const int tiles_n = g->N / BN, tpf = (HW + WG_BM - 1) / WG_BM;
     /* tiles per phase (the order: the kernel's wg_tile_of); CL 2: a tile index names a pair of M tiles */
@@ -317,14 +319,15 @@ static int mode_for(const w22_mm *q, int n, const int *o_add, const int *r_add) 
     return mode_of(w22_route_tail_epilogue(q, n, o_add, r_add));
 }
 
-/* The kernel's path names: [tma_plan][phases][split][epilogue][tile: 128, 256, 192]; a cluster needs the 128 x 256
- * tile; with a tail, the split is the tail launch's. */
-#define TMA_NAMES4(e, sfx) \
-    {"wgmma 128x128 tma persistent" e sfx, "wgmma 128x256 tma persistent" e sfx, "wgmma 128x192 tma persistent" e sfx}
+/* The kernel's path names: [tma_plan][phases][split][epilogue][tile: 128, 256, 192, 96]; a cluster needs the
+ * 128 x 256 tile; with a tail, the split is the tail launch's. */
+#define TMA_NAMES4(e, sfx)                                                                                        \
+    {"wgmma 128x128 tma persistent" e sfx, "wgmma 128x256 tma persistent" e sfx, "wgmma 128x192 tma persistent" e sfx, \
+     "wgmma 128x96 tma persistent" e sfx}
 #define TMA_NAMES(sfx)                                                                                          \
     {TMA_NAMES4("", sfx), TMA_NAMES4(" vec", sfx), TMA_NAMES4(" defer", sfx)}
 #define TMA_SPLIT(cl) {{TMA_NAMES(cl), TMA_NAMES(cl " split")}, {TMA_NAMES(cl " phases4"), TMA_NAMES(cl " split phases4")}}
-static const char *const tma_names[3][2][2][3][3] = {TMA_SPLIT(""), TMA_SPLIT(" cluster2"),
+static const char *const tma_names[3][2][2][3][4] = {TMA_SPLIT(""), TMA_SPLIT(" cluster2"),
                                                      TMA_SPLIT(" cluster2 tail")};
 #undef TMA_SPLIT
 #undef TMA_NAMES
@@ -345,7 +348,7 @@ static w22_status launch_te(w22_cuda *c, const w22_mm *g, int mode, int *split, 
 static w22_status run_tma(w22_cuda *c, const w22_mm *g, int mode, const char *what) {
     if (g->phases) mode |= MODE_PHASE_MINOR;
     /* always on a persistent grid (v9's run: -0.6% on f121 against one tile per CTA; c->sms >= 1) */
-    const int bn = w22_route_tma_bn(g->N), tile = bn == 256 ? 1 : bn == 192 ? 2 : 0; /* route.h */
+    const int bn = w22_route_tma_bn(g->N), tile = bn == 256 ? 1 : bn == 192 ? 2 : bn == 96 ? 3 : 0; /* route.h */
     const int epi = mode & MODE_EPI_SMEM ? 2 : mode & MODE_EPI_VEC ? 1 : 0; /* mode_of sets DEFER with SMEM only */
     long lim, tile0;
     const w22_route_gpu u = gpu_of(c);
@@ -374,6 +377,7 @@ static w22_status run_tma(w22_cuda *c, const w22_mm *g, int mode, const char *wh
         s = plan == W22_TMA_PAIRS ? launch<256, 4, 2, 0>(c, g, mode, &split, what, 0, 0, 0)
             : bn == 256       ? launch<256, 4, 1, 0>(c, g, mode, &split, what, 0, 0, 0)
             : bn == 192       ? launch<192, 5, 1, 0>(c, g, mode, &split, what, 0, 0, 0)
+            : bn == 96        ? launch<96, 7, 1, 0>(c, g, mode, &split, what, 0, 0, 0)
                               : launch<128, 6, 1, 0>(c, g, mode, &split, what, 0, 0, 0);
     }
     if (s != W22_OK) return s;

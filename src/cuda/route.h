@@ -119,16 +119,24 @@ static inline const bf16 *w22_map_origin(const bf16 *p, long sh, long sw, int bo
 
 static inline int w22_al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-/* The TMA conv's tile width for N output channels: 256 where it divides N, else 128, else 192 (the Wan2.1 decoder's
- * 192-channel convs: one tile, no N waste); 0 where none does (then the mma.sync kernel). */
+/* The TMA conv's tile width for N output channels: 256 where it divides N, else 128, else 192, else 96 (the Wan2.1
+ * decoder's 192- and 96-channel convs: no N waste); 0 where none does (then the mma.sync kernel). */
 static inline int w22_route_tma_bn(int N) {
-    return N % 256 == 0 ? 256 : N % 128 == 0 ? 128 : N % 192 == 0 ? 192 : 0;
+    return N % 256 == 0 ? 256 : N % 128 == 0 ? 128 : N % 192 == 0 ? 192 : N % 96 == 0 ? 96 : 0;
 }
+
+/* Whether the TMA conv takes cin input channels: its K stages are 64-channel slices of one tap, so cin % 64 != 0
+ * leaves the last slice of each tap part past cin, which the TMA fills with zeros (the weights' rows it meets there,
+ * the next tap's, multiply those zeros). Taken from cin 96 on with cin % 32 == 0: 96 runs 75% of its K (the Wan2.1
+ * decoder's 96-channel convs; the mma.sync kernel's packed K runs all of it, at well under the wgmma's rate). */
+static inline int w22_route_tma_cin_ok(int cin) { return cin % 64 == 0 || (cin % 32 == 0 && cin >= 96); }
+/* The TMA conv's K slices per tap of cin channels. */
+static inline int w22_route_tma_slices(int cin) { return (cin + W22_WG_BK - 1) / W22_WG_BK; }
 
 /* NULL when the wgmma kernel takes this GEMM (which has passed the mma kernel's checks), else why not. */
 static inline const char *w22_route_wgmma_blocker(const w22_mm *g) {
     if (g->upsample) return "upsample";
-    if (g->cin % W22_WG_BK) return "cin % 64";
+    if (!w22_route_tma_cin_ok(g->cin)) return "cin not a multiple of 64 (nor one of 32 from 96 on)";
     if (g->sc && g->sc_cin % W22_WG_BK) return "sc_cin % 64";
     if (!w22_route_tma_bn(g->N)) return "N not a multiple of 128 or 192";
     if (g->kt != 1 && g->kt != 3) return "kt";
@@ -288,12 +296,15 @@ static inline w22_conv_step w22_route_conv_step(const w22_conv_args *a, int has_
  * | 256 | 4      | 1 or 2   | overlapped | N % 256 == 0               | 128 fp32 accumulators a consumer thread; 575-621 TFLOP/s on the heavy convs (v5-v9) |
  * | 128 | 6      | 1        | overlapped | N % 256 != 0 (N % 128 = 0) | half a 256 tile's N waste (Wan2.1's N 384 and the like) |
  * | 192 | 5      | 1        | overlapped | N % 128 != 0 (N % 192 = 0) | Wan2.1's 192-channel convs, one tile wide (128: 25% waste) |
+ * |  96 | 7      | 1        | overlapped | N % 192 != 0 (N % 96 = 0)  | Wan2.1's 96-channel convs at 720 x 1280 |
  * | 256 | 3      | 1 or 2   | TMA store  | w22_route_tma_store_*      | its 64 KB staging on a ring of 3: batch GEMMs f121 -1.8% (v20), direct convs -1.2% (v21) |
  * A persistent grid, one CTA per SM (v9: f121 -0.6% against one tile per CTA). */
 #define W22_WG_BM 128
 /* The stages of a tile of bn channels by the table above (te: the TMA store's staging); the launch sites instantiate
  * these, and tests/cuda_ops checks what launched against this. */
-static inline int w22_route_tma_stages(int bn, int te) { return te ? 3 : bn == 256 ? 4 : bn == 192 ? 5 : 6; }
+static inline int w22_route_tma_stages(int bn, int te) {
+    return te ? 3 : bn == 256 ? 4 : bn == 192 ? 5 : bn == 96 ? 7 : 6;
+}
 #define W22_SPLIT_MAX 3     /* pieces of K per split tile */
 #define W22_SPLIT_SLOTS 132 /* partial slots, one per piece: R split <= the grid (132 on an H200; more SMs: fewer pieces) */
 #define W22_PAIR_COST 0.97  /* a round of pairs against a round of tiles: a pair's tile ran 2-5% faster (v15) */
@@ -330,7 +341,7 @@ static inline double w22_route_rounds(long tiles, int iters, int grid, int slots
 
 /* The K stages of one tile of g on the TMA conv: the taps' 64-channel slices, then the shortcut's. */
 static inline int w22_route_tma_iters(const w22_mm *g) {
-    return g->kt * g->ks * g->ks * (g->cin / W22_WG_BK) + (g->sc ? g->sc_cin / W22_WG_BK : 0);
+    return g->kt * g->ks * g->ks * w22_route_tma_slices(g->cin) + (g->sc ? g->sc_cin / W22_WG_BK : 0);
 }
 
 /* Tiles on the SMs (TMA_TILES), pairs of M tiles in clusters of 2 sharing B (TMA_PAIRS), or the pairs' whole rounds

@@ -11,7 +11,7 @@
 static __device__ __forceinline__ void wg_k_start(const w22_mm &g, int k0, int main_iters, int &c0, int &dt,
                                                   int &dy, int &dx) {
     if (k0 < main_iters) {
-        const int cs = g.cin / WG_BK, tap = k0 / cs;
+        const int cs = (g.cin + WG_BK - 1) / WG_BK, tap = k0 / cs; /* route.h's w22_route_tma_slices */
         c0 = (k0 - tap * cs) * WG_BK;
         dx = tap % g.ks, dy = tap / g.ks % g.ks, dt = tap / (g.ks * g.ks);
     } else {
@@ -66,7 +66,7 @@ static __device__ __forceinline__ void tma_produce(const CUtensorMap &tm_b, cons
             }
             /* the next stage's channels and tap; after the last tap c0 restarts for the shortcut's */
             c0 += WG_BK;
-            if (it < main_iters && c0 == g.cin) {
+            if (it < main_iters && c0 >= g.cin) { /* cin % 64 != 0: the tap's last slice ran past cin (zeros) */
                 c0 = 0;
                 if (++dx == g.ks) {
                     dx = 0;

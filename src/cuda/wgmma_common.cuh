@@ -189,6 +189,19 @@ static __device__ __forceinline__ void wgmma_n192(float d[96], uint64_t da, uint
         : F32(d, 0), F32(d, 32), F32(d, 64)
         : "l"(da), "l"(db));
 }
+/* D[64 x 96] += A[64 x 16] B[16 x 96]^T (route.h's 96 tile: the Wan2.1 decoder's 96-channel convs). */
+static __device__ __forceinline__ void wgmma_n96(float d[48], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
+        "}, %48, %49, 1, 1, 1, 0, 0;\n"
+        "}\n"
+        : F32(d, 0), F8(d, 32), F8(d, 40)
+        : "l"(da), "l"(db));
+}
 /* D[64 x 128] += A[64 x 16] B[16 x 128]^T. */
 static __device__ __forceinline__ void wgmma_n128(float d[64], uint64_t da, uint64_t db) {
     asm volatile(
@@ -210,7 +223,7 @@ static __device__ __forceinline__ void wgmma_n128(float d[64], uint64_t da, uint
 
 template <int BN, int STAGES> struct wg_layout {
     static constexpr int a_bytes = WG_BM * WG_ROW_BYTES;            /* 16 KB */
-    static constexpr int b_bytes = BN * WG_ROW_BYTES;               /* 32, 24 or 16 KB */
+    static constexpr int b_bytes = BN * WG_ROW_BYTES;               /* 32, 24, 16 or 12 KB */
     static constexpr int stage_bytes = a_bytes + b_bytes;           /* multiple of 1024: every tile 1024-aligned */
     static constexpr int bars_off = STAGES * stage_bytes;           /* full[STAGES], empty[STAGES] */
     static constexpr int ftab_off = bars_off + 2 * STAGES * 8;      /* frame pointers ftab[BM + 3] */
@@ -250,6 +263,8 @@ static __device__ __forceinline__ void wg_mma_stage(float *acc, uint64_t da, uin
             wgmma_n256(acc, da + 2 * k, db + 2 * k);
         else if (BN == 192)
             wgmma_n192(acc, da + 2 * k, db + 2 * k);
+        else if (BN == 96)
+            wgmma_n96(acc, da + 2 * k, db + 2 * k);
         else
             wgmma_n128(acc, da + 2 * k, db + 2 * k);
     }

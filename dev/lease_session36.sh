@@ -36,15 +36,20 @@ run() { # NAME SECONDS COMMAND...
 B=build-run
 case ${PLAN:-1} in
 1)
+    # the new tiles' conformance, the Wan2.1 decode whole and timed, the tiles' rates on both paths, the DiT's new
+    # FFN epilogue, the call sequences on the new routes; then the portable path's Winograd threshold and profiles
     run cuda_ops 90 $B/tests/cuda_ops
     run cuda_decode_wan21 60 $B/tests/cuda_decode wan21
-    run perf_wan21 60 $B/tests/cuda_ops --perf -o wan21
     run bench_wan21 120 python3 bench/wan21.py --workload w720 --no-check --no-audit --commit "$(cat $B/commit.txt)" --json "$O/wan21.json"
+    run perf_wan21 60 $B/tests/cuda_ops --perf -o wan21
     run cuda_ops_portable 90 env W22_KERNELS=portable $B/tests/cuda_ops
     run perf_wan21_portable 60 env W22_KERNELS=portable $B/tests/cuda_ops --perf -o wan21
+    run cuda_dit 30 $B/tests/cuda_dit
+    run test_gpu_dit 120 python3 -m pytest -q -x python/tests/test_gpu_dit.py -m "not full_size"
+    run cuda_seq12_wan21 90 $B/tests/cuda_sequence 30 64 12 wan21
     run prof_wan21 90 env W22_PROFILE=1 python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --json "$O/wan21-prof.json"
+    run bench_portable_wino 200 python3 bench/bench.py --workload f121 --portable --portable-winograd 256 --no-check --no-audit --no-gemm --commit "$(cat $B/commit.txt)" --json "$O/f121-portable-wino.json"
     run perf_portable 60 env W22_KERNELS=portable $B/tests/cuda_ops --perf -o up_blocks
-    run bench_portable_wino 200 env W22_PROFILE=1 python3 bench/bench.py --workload f121 --portable --portable-winograd 256 --no-check --no-audit --no-diffusers --no-gemm --commit "$(cat $B/commit.txt)" --json "$O/f121-portable-wino.json"
     ;;
 2)
     run cuda_ops 90 $B/tests/cuda_ops

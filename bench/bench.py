@@ -655,7 +655,14 @@ class Sampler:
         """Issue 46's energy per call: the mean over the windows of the GPU's energy counter across each window (J),
         the counter read at the window's ends by linear interpolation between the samples around them (every
         CLOCK_PERIOD_S: under 1% of a decode of a second or more); and the mean power sampled inside them (W).
-        (None, None) where NVML gives no counter."""
+        (None, None) where NVML gives no counter. A window that ended after the newest sample waits for the next one
+        (the sampler's period, a few at most): asked right after a call, as the diffusers trials' energy was, the
+        counter's reading after the window's end did not exist yet and the figure came out None (session 35)."""
+        end = max((b for _, b in windows), default=None)
+        deadline = time.monotonic() + 5 * CLOCK_PERIOD_S
+        while (end is not None and self.thread and self.thread.is_alive() and time.monotonic() < deadline
+               and not any(s[0] >= end and s[3] is not None for s in self.samples[-3:])):
+            time.sleep(CLOCK_PERIOD_S / 4)
         pts = [(s[0], s[3]) for s in list(self.samples) if s[3] is not None]
 
         def at(t):

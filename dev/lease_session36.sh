@@ -50,6 +50,9 @@ case ${PLAN:-1} in
     run prof_wan21 90 env W22_PROFILE=1 python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --json "$O/wan21-prof.json"
     run bench_portable_wino 200 python3 bench/bench.py --workload f121 --portable --portable-winograd 256 --no-check --no-audit --no-gemm --commit "$(cat $B/commit.txt)" --json "$O/f121-portable-wino.json"
     run perf_portable 60 env W22_KERNELS=portable $B/tests/cuda_ops --perf -o up_blocks
+    run bench_dit_704 200 python3 bench/dit.py --sizes 704x1280x121 --iters 2 --commit "$(cat $B/commit.txt)" --json "$O/dit-704.json"
+    run test_gpu 100 python3 -m pytest -q -x python/tests/test_gpu.py
+    run bench_dit_480 150 python3 bench/dit.py --sizes 480x832x81 --iters 2 --commit "$(cat $B/commit.txt)" --json "$O/dit-480.json"
     ;;
 2)
     run cuda_ops 90 $B/tests/cuda_ops

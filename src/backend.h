@@ -94,7 +94,8 @@ typedef struct {
                                 w22_bweight **out);
     void (*weight_free)(w22_backend *b, w22_bweight *w);
     size_t (*weight_bytes)(const w22_bweight *w);
-    /* Byte copies: backend <-> host, and within backend memory. Ordered with the backend's other work; to_host
+    /* Byte copies: backend <-> host, and within backend memory (copy_bytes: also to and from host memory that
+     * host_alloc gave, without waiting: the plan's hosted caches). Ordered with the backend's other work; to_host
      * returns when the data is on the host. */
     w22_status (*to_host)(w22_backend *b, void *dst, const void *src, size_t bytes);
     w22_status (*from_host)(w22_backend *b, void *dst, const void *src, size_t bytes);

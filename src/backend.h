@@ -196,6 +196,8 @@ void w22_backend_cuda_use_callers_stream(w22_backend *b, void *stream);
 void *w22_backend_cuda_stream(w22_backend *b);
 /* CUDA: device memory in use by the backend (allocations it made), and its peak since creation. */
 size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak);
+/* CUDA: the peak restarts from the bytes held now (tests/cuda_budget.c: one decode's peak, not the open's staging). */
+void w22_backend_cuda_reset_peak(w22_backend *b);
 /* CUDA: the weights are all uploaded; frees the staging their layouts were made in. */
 void w22_backend_cuda_weights_done(w22_backend *b);
 /* CUDA: a copy of device memory of GPU `device` to the host (complete on return). */

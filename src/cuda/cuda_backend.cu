@@ -495,6 +495,11 @@ extern "C" size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak) {
     return c->bytes;
 }
 
+extern "C" void w22_backend_cuda_reset_peak(w22_backend *b) {
+    w22_cuda *c = (w22_cuda *)b->impl;
+    c->peak = c->bytes;
+}
+
 extern "C" void w22_backend_cuda_open_times(const w22_backend *b, double t[4]) {
     const w22_cuda *c = (const w22_cuda *)b->impl;
     t[0] = c->open_layout_s, t[1] = c->open_copy_s, t[2] = c->open_alloc_s, t[3] = c->open_host_s;

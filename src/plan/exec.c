@@ -97,7 +97,8 @@ static w22_status spare_view(chunk_ctx *k, int g, int c, int n, w22_view *v) {
 /* The two history frames of cache (li, kk), oldest first, shaped like one frame of `like`. The cache is a ring of
  * two frame slots (cache_slot); cache_old says which slot holds the older frame. A hosted cache (plan.h's
  * host_stages) is read through the device window: its two frames copied there first, oldest first, in the backend's
- * order (on a GPU after the work queued before, before the conv). */
+ * order (on a GPU after the work queued before, before the conv); a slot this decode has not written yet is a zero
+ * fill instead (cache_written: the host block is never zeroed). */
 static w22_status cache_hist(chunk_ctx *k, int li, int kk, w22_view like, int border, w22_view hist[2]) {
     w22_decoder *d = k->d;
     const int old = d->cache_old[li][kk];
@@ -109,7 +110,9 @@ static w22_status cache_hist(chunk_ctx *k, int li, int kk, w22_view like, int bo
         w22_backend *b = d->backend;
         for (int i = 0; i < 2; i++) {
             char *dst = (char *)d->hist_win.ptr + i * fb;
-            W22_TRY(b->ops->copy_bytes(b, dst, d->cache_slot[li][kk][i == 0 ? old : 1 - old], fb));
+            const int p = i == 0 ? old : 1 - old;
+            if (d->cache_written[li][kk] >> p & 1) W22_TRY(b->ops->copy_bytes(b, dst, d->cache_slot[li][kk][p], fb));
+            else W22_TRY(b->ops->fill(b, dst, fb, 0)); /* not yet written in this decode: the causal zeros */
             hist[i] = mkview(dst, 1, like.h, like.w, like.c, border, like.es);
         }
         return W22_OK;
@@ -154,9 +157,11 @@ static w22_status cache_push(chunk_ctx *k, int li, int kk, w22_view fresh, int b
     }
     if (fresh.f == 1) {
         W22_TRY(b->ops->copy_bytes(b, slot[*old], base, fb));
+        d->cache_written[li][kk] |= (unsigned char)(1 << *old);
         *old ^= 1;
         return W22_OK;
     }
+    d->cache_written[li][kk] = 3;
     const char *last2 = base + (size_t)(fresh.f - 2) * fb;
     if (*old == 0 && (char *)slot[1] == (char *)slot[0] + fb) return b->ops->copy_bytes(b, slot[0], last2, 2 * fb);
     W22_TRY(b->ops->copy_bytes(b, slot[*old], last2, fb));
@@ -535,6 +540,10 @@ static w22_status plan_run(w22_decoder *d) {
         const w22_region *r[] = {&d->transient, &d->queue[0], &d->gathered};
         for (int i = 0; i < 3; i++)
             if (r[i]->ptr) W22_TRY(b->ops->fill(b, r[i]->ptr, r[i]->bytes, 0xff));
+        if (d->host_cache_block) { /* the hosted caches too: a slot read before this decode wrote it shows */
+            W22_TRY(b->ops->sync(b));
+            memset(d->host_cache_block, 0xff, d->host_cache_bytes);
+        }
     }
     /* A decode starts with empty history: every cache is zero (the causal convs' zero padding; for the head's
      * partial sums too), and so is every spare frame (its border stays zero: spare_view). The slots start as the
@@ -542,10 +551,7 @@ static w22_status plan_run(w22_decoder *d) {
      * past 4K UHD holds more than 2^31 elements. */
     memset(d->cache_old, 0, sizeof d->cache_old);
     if (d->cache_block.ptr) W22_TRY(b->ops->fill(b, d->cache_block.ptr, d->cache_block.bytes, 0));
-    if (d->host_cache_block) { /* host memory (plan.h's host_stages): zeroed here, once the last decode's copies landed */
-        W22_TRY(b->ops->sync(b));
-        memset(d->host_cache_block, 0, d->host_cache_bytes);
-    }
+    memset(d->cache_written, 0, sizeof d->cache_written); /* the hosted caches: zeros until written (plan.h) */
     for (int l = 0; l < W22_MAX_LAYERS; l++)
         for (int c = 0; c < 3; c++)
             if (d->cache[l][c].ptr) {

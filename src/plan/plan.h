@@ -109,6 +109,9 @@ struct w22_decoder {
      * fewest hosted stages (the last stage's caches first: the largest) whose count fits the budget. */
     unsigned host_stages;
     unsigned char cache_host[W22_MAX_LAYERS][3]; /* 1: the cache lives in host_cache_block */
+    unsigned char cache_written[W22_MAX_LAYERS][3]; /* a hosted cache's slots this decode wrote (bit p: slot p); an
+                                                     * unwritten slot holds the causal zeros and is read as a zero
+                                                     * fill of the window, so the host block is never zeroed */
     w22_region hist_win;       /* device memory: two frames of the largest hosted cache */
     void *host_cache_block;    /* host memory (the backend's host_alloc, else malloc): every hosted cache */
     size_t host_cache_bytes;

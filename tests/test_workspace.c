@@ -208,6 +208,21 @@ static void budget_case(w22_backend *b, const w22_config *cfg, const char *name,
                "%.3f + the reserve)\n", name, d->host_stages, d->host_cache_bytes / GiB, need / GiB, counted / GiB);
         CHECK(need <= budget && counted + W22_WORK_RESERVE == need, "%s: under a 2.5 GiB budget the plan needs %zu "
               "bytes, allocated %zu", name, need, counted);
+        /* the budget's cost, for docs/PERF.md's prediction: the bytes over PCIe per video frame. A hosted cache's
+         * conv copies its two history frames in per chunk and the chunk's last min(m, 2) frames out; stage s runs
+         * 2^(s-2) of its frames per video frame at stages 0-1 (their upsamplers double time) and one at 2-3
+         * (TI2V-5B; the Wan2.1 VAE's the same: temporal_up [1, 1, 0] both) */
+        double pcie = 0;
+        for (int s = 0; s < W22_STAGES; s++) {
+            const int m = d->stages[s].chunk, out = m < 2 ? m : 2;
+            const double per_video = s >= 2 ? 1.0 : s == 1 ? 0.5 : 0.25;
+            for (int l = d->stages[s].layer0; l < d->stages[s].layer1; l++)
+                for (int k = 0; k < 3; k++)
+                    if (d->cache_host[l][k])
+                        pcie += per_video / m * (2.0 + out) * (double)(d->cache[l][k].bytes / 2);
+        }
+        printf("%s under a 2.5 GiB budget: %.2f GB over PCIe per video frame (two history frames in, the newest "
+               "out, per hosted conv)\n", name, pcie / 1e9);
         for (int s = 0; s < W22_STAGES; s++)
             CHECK(d->stages[s].chunk == chunk[s], "%s: the budget changed stage %d's chunk %d -> %d", name, s,
                   chunk[s], d->stages[s].chunk);

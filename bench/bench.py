@@ -63,6 +63,11 @@ Running it (bench/README.md has the device command lines)
     python3 bench/bench.py --workload f121 f481 --portable               + the portable kernels on the same GPU
     python3 bench/bench.py --workload f121 --portable --portable-winograd 256   + a pass with W22_WINOGRAD=256
 
+--memory-budget SIZE (issue 46): after the default plan (and --portable), world 1's workloads run again on a decoder
+opened under that work-memory budget (e.g. 2.5G), checked and timed the same way; each workload's record holds them
+under "budget" (memory_budget_bytes, library_work_gib: the library's device bytes beyond the weights after the trials,
+within_budget, memory.peak_gib, speedup over diffusers' bf16, vs_default_path).
+
 --portable (issue 45): after the GPU's own path, world 1's workloads run again on the portable kernels (a decoder
 opened with W22_KERNELS=portable: mma.sync within 99 KB of shared memory, as on Ampere, Ada and Blackwell), checked
 and timed the same way against the same references and diffusers' times; each workload's record holds them under
@@ -1623,6 +1628,59 @@ def portable_pass(a, order1, ours, weights, pg, z_full, refs, calib, sampler, me
                 os.environ[k] = v
 
 
+def budget_pass(a, order1, ours, weights, pg, z_full, refs, calib, sampler, mem0, our_names, uuid, report, save):
+    """--memory-budget SIZE (issue 46): world 1's workloads again on a decoder opened under that work-memory budget
+    (wan22vae.protocol.set_memory_budget), beside the default plan's in the same run: the same check, trials, audit
+    and memory; each record under the workload's "budget", with the budget in bytes, the library's work memory after
+    the trials (its device bytes less what it held after prepare: the weights), the speedup over diffusers' bf16 and
+    vs_default_path (its ms / the default plan's). Its check's error figures should equal the default plan's (the
+    budget's promise: the same bits; tests/cuda_budget.c compares the videos themselves)."""
+    import torch
+    from wan22vae import protocol
+    from wan22vae.decoder import parse_size
+    budget = parse_size(a.memory_budget, "--memory-budget")
+    ours.release()  # the default plan's decoder goes first: one decoder's memory at a time
+    torch.cuda.empty_cache()
+    protocol.set_memory_budget(budget)
+    try:
+        weights_run = ours.prepare(weights, 0, 1, pg)
+        torch.cuda.synchronize()
+        held = ours.device_bytes()  # the weights: the workspace is made at the first decode
+        log(f"budget: a decoder under a work-memory budget of {budget / GIB:.3f} GiB")
+        marks = fingerprint(weights_run)
+        for c, w in order1:
+            name = workload_name(c, w)
+            try:
+                r = run_workload(a, c, w, ours, weights_run, marks, pg, z_full, refs, calib, sampler, mem0,
+                                 our_names, uuid)
+            except Exception as e:  # noqa: BLE001 - the workload fails, the next one runs
+                r = {"error": f"{type(e).__name__}: {e}"}
+                log(f"{name} budget: FAILED: {traceback.format_exc(limit=6)}")
+            r["memory_budget_bytes"] = budget
+            now = ours.device_bytes()
+            if held is not None and now is not None:
+                r["library_work_gib"] = (now - held) / GIB
+                r["within_budget"] = now - held <= budget
+            rec = report["workloads"][name]
+            d = rec.get("diffusers") or {}
+            if r.get("ms") and d.get("ms"):
+                r["speedup"] = d["ms"] / r["ms"]
+            if r.get("ms") and rec.get("ms"):
+                r["vs_default_path"] = r["ms"] / rec["ms"]
+            rec["budget"] = r
+            torch.cuda.empty_cache()
+            final = save()
+            show(f"{name}:budget", {**final["workloads"][name]["budget"], "timed": rec.get("timed"), "diffusers": d})
+            if r.get("ms"):
+                log(f"{name}: under {budget / GIB:.2f} GiB {r['ms']:.1f} ms"
+                    + (f", x{r['vs_default_path']:.2f} the default plan's {rec['ms']:.1f} ms"
+                       if r.get("vs_default_path") else "")
+                    + (f", work {r['library_work_gib']:.3f} GiB" if r.get("library_work_gib") is not None else ""))
+    finally:
+        ours.release()
+        protocol.set_memory_budget(None)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", nargs="*", default=list(WORKLOADS),
@@ -1651,6 +1709,9 @@ def main(argv=None):
     p.add_argument("--portable-winograd", type=int, nargs="*", default=[], metavar="N",
                    help="with --portable: a pass more per N on the portable kernels with W22_WINOGRAD=N (the 3x3x3 "
                         "convs of N channels and up as Winograd), recorded under 'portable_wN'")
+    p.add_argument("--memory-budget", metavar="SIZE",
+                   help="world 1 also under a work-memory budget (bytes or 2.5G, 2560M: powers of 1024; issue 46), "
+                        "recorded under 'budget': its time, check, peak and the library's work memory")
     p.add_argument("--start-timeout", type=float, default=SESSION_START_SEC,
                    help="worlds > 1: seconds for the ranks to start (NCCL, weights, prepare) before they are stopped")
     p.add_argument("--workload-timeout", type=float, default=WORKLOAD_SEC,
@@ -1667,6 +1728,11 @@ def main(argv=None):
             p.error(f"--lib {a.lib}: no such file")
         os.environ["W22_LIB"] = os.path.abspath(a.lib)
     w22 = package()
+    if a.memory_budget:  # refused now, not after the default plan's workloads
+        try:
+            w22.decoder.parse_size(a.memory_budget, "--memory-budget")
+        except w22.Error as e:
+            p.error(str(e))
 
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -1824,6 +1890,9 @@ def main(argv=None):
         for wino in ([None] + list(a.portable_winograd) if ours and a.portable else []):
             portable_pass(a, order1, ours, weights, pg, z_full, refs, calib, sampler, mem0, our_names, uuid, report,
                           save, wino)
+        if ours and a.memory_budget:
+            budget_pass(a, order1, ours, weights, pg, z_full, refs, calib, sampler, mem0, our_names, uuid, report,
+                        save)
         if ours and worlds:
             ours.release()  # world 1's decoder leaves GPU 0 before rank 0 comes
         if pg is not None:

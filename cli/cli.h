@@ -24,6 +24,8 @@ int cli_fail(const char *what_fmt, ...) __attribute__((format(printf, 1, 2)));
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* An integer option's value in [lo, hi]; 0 on success, else prints a usage error and returns 2. */
 int cli_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi, long long *v);
+/* A size in bytes with an optional unit (K, M, G, T: powers of 1024, "2.5G"), at least lo; 2 after the message. */
+int cli_size(const char *cmd, const char *opt, const char *s, size_t lo, size_t *v);
 /* getopt_long's complaint (an unknown option or a missing value) as a usage error; returns 2. */
 int cli_bad_option(const char *cmd, char **argv, int optopt_value);
 /* Whether CUDA GPU `device` can run this build's kernels (sm_90); why says what was found either way, in plain

@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include "common.h"
 #include "io/io.h"
+#include "plan/plan.h"
 #include "weights/source.h"
 #include "cli.h"
 
@@ -77,6 +78,11 @@ static const char usage[] =
     "      --device D         cpu (the default), cuda (GPU 0) or cuda:N\n"
     "      --cuda-device N    which GPU for --device cuda (the same as cuda:N)\n"
     "      --frames-per-pass N  latent frames per pass (default 2; the output does not change)\n"
+    "      --memory-budget SIZE  the decoder's work memory at most SIZE (on a GPU its memory beyond the weights),\n"
+    "                         e.g. 2.5G or 2560M (K, M, G, T: powers of 1024), at least 64M; the same video,\n"
+    "                         slower: the causal caches of the later stages go to host memory until the plan\n"
+    "                         fits (704x1280 TI2V-5B: 4.1G by default, 2.2G under 2.5G); a budget below what the\n"
+    "                         size needs fails, naming the need. Default: none (the fastest plan)\n"
     "      --exact            CUDA: every conv in the direct arithmetic (default: the 3x3x3 convs of 512 channels and\n"
     "                         up as Winograd F(2x2, 3x3), ~2.2x their error, within the allowance; the CPU is exact)\n"
     "      --kernels K        CUDA: auto (the default: a Hopper's sm_90a kernels, the portable ones on any other\n"
@@ -437,11 +443,12 @@ int cli_decode(int argc, char **argv) {
     const char *latents_key = NULL;
     w22_video_options vopt = {NULL, -1, NULL, NULL};
     long long fpp = 0, threads = 0, cuda_device = -1, crf = -1, dev_index = -1, png_level = -1;
+    size_t budget = 0;
     double fps = 24, interval = 0;
     int force = 0, progress = 0, verbose = 0, quiet = 0, normalized = 0, sync_write = 0, exact = 0;
     int kernels = W22_KERNELS_AUTO;
     enum { O_CUDA = 256, O_FPP, O_THREADS, O_FPS, O_PROGRESS, O_VARIANT, O_NORM, O_CODEC, O_CRF, O_PIX, O_FFARGS,
-           O_INTERVAL, O_DEVICE, O_WRITE_SYNC, O_PNG_LEVEL, O_EXACT, O_KERNELS, O_LKEY };
+           O_INTERVAL, O_DEVICE, O_WRITE_SYNC, O_PNG_LEVEL, O_EXACT, O_KERNELS, O_LKEY, O_BUDGET };
     static const struct option opts[] = {
         {"weights", required_argument, 0, 'w'},      {"latents", required_argument, 0, 'l'},
         {"out", required_argument, 0, 'o'},          {"device", required_argument, 0, O_DEVICE},
@@ -454,7 +461,7 @@ int cli_decode(int argc, char **argv) {
         {"pix-fmt", required_argument, 0, O_PIX},    {"ffmpeg-args", required_argument, 0, O_FFARGS},
         {"progress-interval", required_argument, 0, O_INTERVAL}, {"png-level", required_argument, 0, O_PNG_LEVEL},
         {"exact", no_argument, 0, O_EXACT},          {"kernels", required_argument, 0, O_KERNELS},
-        {"latents-key", required_argument, 0, O_LKEY},
+        {"latents-key", required_argument, 0, O_LKEY}, {"memory-budget", required_argument, 0, O_BUDGET},
         {"write-sync", no_argument, 0, O_WRITE_SYNC}, /* hidden: write in the decode's callback (tests' A/B) */
         {"help", no_argument, 0, 'h'},               {0, 0, 0, 0},
     };
@@ -468,6 +475,9 @@ int cli_decode(int argc, char **argv) {
         case O_DEVICE: device = optarg; break;
         case O_CUDA: if (cli_int("decode", "--cuda-device", optarg, 0, 1023, &cuda_device)) return 2; break;
         case O_FPP: if (cli_int("decode", "--frames-per-pass", optarg, 1, 1024, &fpp)) return 2; break;
+        case O_BUDGET:
+            if (cli_size("decode", "--memory-budget", optarg, W22_WORK_RESERVE, &budget)) return 2;
+            break;
         case O_THREADS: if (cli_int("decode", "--threads", optarg, 1, 4096, &threads)) return 2; break;
         case O_CRF: if (cli_int("decode", "--crf", optarg, 0, 63, &crf)) return 2; break;
         case O_PNG_LEVEL: if (cli_int("decode", "--png-level", optarg, 0, 9, &png_level)) return 2; break;
@@ -631,6 +641,7 @@ int cli_decode(int argc, char **argv) {
     p.device = dev;
     p.cuda_device = gpu;
     p.frames_per_pass = (int)fpp;
+    p.work_budget_bytes = budget;
     p.exact = exact;
     p.kernels = kernels;
     p.threads = (int)threads;
@@ -725,6 +736,14 @@ int cli_decode(int argc, char **argv) {
                 t_checked - t_start, t_latents - t_checked, t_weights - t_latents, t_open - t_weights,
                 t_decode - t_open, t_decoded - t_decode, c.copy_s, c.wait_s, t_written - t_decoded,
                 w22_now() - t_written, c.write_s);
+    if (verbose && budget) { /* what the budget made the plan do (plan.h's host_stages) */
+        size_t need = 0;
+        (void)w22_plan_work_bytes(dec, h, w, dec->host_stages, &need);
+        fprintf(stderr, "wan22vae: memory budget %.3f GiB: work %.3f GiB, the causal caches of stages%s%s%s%s%s in "
+                "host memory (%.3f GiB)\n", budget / 1073741824.0, need / 1073741824.0,
+                dec->host_stages & 1 ? " 0" : "", dec->host_stages & 2 ? " 1" : "", dec->host_stages & 4 ? " 2" : "",
+                dec->host_stages & 8 ? " 3" : "", dec->host_stages ? "" : " none", dec->host_cache_bytes / 1073741824.0);
+    }
     if (c.show) print_progress(&c, 1, 0);
     if (!quiet)
         fprintf(stderr, "wan22vae: wrote %s: %d frame%s of %dx%d (%s)\n", out_name, F, F == 1 ? "" : "s", W, H,

@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include "wan22vae.h"
 #include "cli.h"
 
@@ -75,6 +77,29 @@ int cli_int(const char *cmd, const char *opt, const char *s, long long lo, long 
     if (errno || end == s || *end || x < lo || x > hi)
         return cli_usage_error(cmd, "%s: expected an integer in %lld..%lld, found '%s'", opt, lo, hi, s);
     *v = x;
+    return 0;
+}
+
+int cli_size(const char *cmd, const char *opt, const char *s, size_t lo, size_t *v) {
+    /* a number, then an optional unit K, M, G or T (powers of 1024; "2.5G", "2560M", "2.5GiB"), else bytes */
+    char *end;
+    errno = 0;
+    const double x = strtod(s, &end);
+    double unit = 1;
+    const char *u = end;
+    if (*u) {
+        static const char units[] = "kmgt";
+        const char *k = strchr(units, tolower((unsigned char)*u));
+        if (k) unit = ldexp(1.0, 10 * (int)(k - units + 1)), u++;
+        if (k && (*u == 'i' || *u == 'I')) u++;
+        if (*u == 'b' || *u == 'B') u++;
+    }
+    const double bytes = x * unit, hi = ldexp(1.0, 50); /* 1 PiB */
+    if (errno || end == s || *u || !(bytes >= (double)lo) || !(bytes <= hi) || !isfinite(bytes))
+        return cli_usage_error(cmd, "%s: expected a size of at least %zu bytes (%.0f MiB) and at most 1P, a number "
+                               "with an optional unit K, M, G or T (powers of 1024: 2.5G, 2560M), found '%s'",
+                               opt, lo, lo / 1048576.0, s);
+    *v = (size_t)bytes;
     return 0;
 }
 

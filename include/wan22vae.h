@@ -170,6 +170,15 @@ typedef struct {
                            * about 2.2x the direct conv's error, within the allowance (docs/PERF.md v18). W22_WINOGRAD
                            * =N sets the threshold for decoders left at 0 (0: exact). The CPU backend is exact. */
     int kernels;          /* CUDA: a w22_kernels, W22_KERNELS_AUTO by default (w22_decoder_path says which ran) */
+    size_t work_budget_bytes; /* the decoder's work memory at most this many bytes (on CUDA its device memory beyond
+                           * the weights, the backend's own scratch included; not the latents, which a host decode
+                           * copies to the device); 0: the default plan. Under a budget the plan keeps its chunks and
+                           * moves the causal caches of its last stages (then of earlier ones) to host memory, pinned
+                           * on CUDA, copying each conv's two history frames to the device before it runs: the same
+                           * bits as the default plan, slower by those copies. At 704x1280 TI2V-5B's default plan
+                           * needs 4.1 GiB, 2.2 GiB with stages 2 and 3 hosted, at least 1.6 (tests/test_workspace.c
+                           * prints them). A nonzero budget under 64 MiB fails the open; one below what the smallest
+                           * plan needs at a decode's size fails that decode, W22_ERR_INVALID_ARG naming both. */
 } w22_decoder_params;
 
 W22_API void w22_decoder_params_init(w22_decoder_params *p);

@@ -94,7 +94,8 @@ typedef struct {
                                 w22_bweight **out);
     void (*weight_free)(w22_backend *b, w22_bweight *w);
     size_t (*weight_bytes)(const w22_bweight *w);
-    /* Byte copies: backend <-> host, and within backend memory. Ordered with the backend's other work; to_host
+    /* Byte copies: backend <-> host, and within backend memory (copy_bytes: also to and from host memory that
+     * host_alloc gave, without waiting: the plan's hosted caches). Ordered with the backend's other work; to_host
      * returns when the data is on the host. */
     w22_status (*to_host)(w22_backend *b, void *dst, const void *src, size_t bytes);
     w22_status (*from_host)(w22_backend *b, void *dst, const void *src, size_t bytes);
@@ -195,6 +196,8 @@ void w22_backend_cuda_use_callers_stream(w22_backend *b, void *stream);
 void *w22_backend_cuda_stream(w22_backend *b);
 /* CUDA: device memory in use by the backend (allocations it made), and its peak since creation. */
 size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak);
+/* CUDA: the peak restarts from the bytes held now (tests/cuda_budget.c: one decode's peak, not the open's staging). */
+void w22_backend_cuda_reset_peak(w22_backend *b);
 /* CUDA: the weights are all uploaded; frees the staging their layouts were made in. */
 void w22_backend_cuda_weights_done(w22_backend *b);
 /* CUDA: a copy of device memory of GPU `device` to the host (complete on return). */

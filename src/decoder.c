@@ -69,6 +69,10 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
     if (p->kernels != W22_KERNELS_AUTO && p->kernels != W22_KERNELS_PORTABLE)
         return w22_fail(W22_ERR_INVALID_ARG, "kernels %d, expected W22_KERNELS_AUTO (0) or W22_KERNELS_PORTABLE (1)",
                         p->kernels);
+    if (p->work_budget_bytes && p->work_budget_bytes < W22_WORK_RESERVE)
+        return w22_fail(W22_ERR_INVALID_ARG, "work_budget_bytes %zu, expected 0 (the default plan) or at least %zu "
+                        "(the backend's own scratch, plan.h's W22_WORK_RESERVE; a decode needs more)",
+                        p->work_budget_bytes, (size_t)W22_WORK_RESERVE);
     if (p->device != W22_DEVICE_CPU && p->device != W22_DEVICE_CUDA)
         return w22_fail(W22_ERR_INVALID_ARG, "device %d, expected W22_DEVICE_CPU or W22_DEVICE_CUDA", p->device);
     /* weights mapped from a file are read in place below: a file shrunk in place since the load would fault this
@@ -348,6 +352,7 @@ static w22_status decode_host(w22_decoder *d, const void *z, w22_dtype zt, int T
     d->deliver = deliver_host;
     d->deliver_user = k;
     if (s == W22_OK) s = run(d, zb, zt, T, h, w);
+    else s = agree(d, s); /* the other ranks wait in run's agreement (a plan over a work budget fails here) */
     if (s == W22_OK && deliver_pending(d, k)) /* the last delivery */
         s = k->failed ? W22_OK : w22_fail(W22_ERR_INVALID_ARG, "the decode was stopped by the caller");
     if (k->failed) s = w22_fail(k->failed, "w22_decode: %s", k->why);

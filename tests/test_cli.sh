@@ -115,6 +115,23 @@ if run "decode .npy" 0 "" dec --out v.npy; then
 fi
 run "decode .npy, 1 latent frame per pass" 0 "" dec --out v1.npy --frames-per-pass 1 --threads 2
 cmp -s v.npy v1.npy && ok "frames per pass does not change the output" || bad "frames per pass changes the output"
+# a budget the default plan fits: the same video; 64M (the reserve alone): fails at the decode, naming the need; that
+# need as the budget (every causal cache in host memory): the same video again, bit for bit
+run "decode under --memory-budget 2.5G" 0 "" dec --out vb.npy --memory-budget 2.5G --threads 2
+cmp -s v.npy vb.npy && ok "--memory-budget 2.5G: the same video" || bad "--memory-budget 2.5G changes the output"
+run "decode under --memory-budget 64M" 1 "below what the smallest plan needs" dec --out vb64.npy --memory-budget 64M
+need=$(sed -n 's/.*needs for latents [0-9x]*: [0-9.]* GiB (\([0-9]*\) bytes;.*/\1/p' err.txt | head -1)
+if [ -n "$need" ] && run "decode under --memory-budget $need (the floor)" 0 "" dec --out vbf.npy --memory-budget "$need" \
+       --threads 2 -v; then
+    cmp -s v.npy vbf.npy && ok "--memory-budget at the floor: the same video" || bad "--memory-budget at the floor changes the output"
+    grep -q "the causal caches of stages 0 1 2 3 in host memory" err.txt && ok "-v says every stage's caches are hosted" ||
+        bad "-v under the floor's budget" "$(grep budget err.txt)"
+else
+    bad "the need from the failure's message" "$(cat err.txt)"
+fi
+[ ! -e vb64.npy ] && ok "a failed budget leaves no output" || bad "a failed budget left vb64.npy"
+"$BIN" help decode 2>&1 | grep -q -- "--memory-budget SIZE" && ok "help decode lists --memory-budget" ||
+    bad "help decode lacks --memory-budget"
 run "decode .safetensors" 0 "" dec --out v.safetensors
 [ -f v.safetensors ] && [ "$(stat -c %s v.safetensors)" -gt $((3 * 5 * 48 * 64 * 4)) ] && ok ".safetensors size" ||
     bad ".safetensors size"
@@ -572,6 +589,10 @@ run "bad --device cuda:x" 2 "found 'cuda:x'" dec --out o9.y4m --device cuda:x
 run "--device cuda:1 and --cuda-device 2" 2 "disagree" dec --out o9.y4m --device cuda:1 --cuda-device 2
 run "--cuda-device with --device cpu" 2 "expected --device cuda" dec --out o9.y4m --cuda-device 1
 run "bad --frames-per-pass" 2 "--frames-per-pass" dec --out o10.y4m --frames-per-pass 0
+# --memory-budget SIZE (w22_decoder_params.work_budget_bytes): sizes with units; bad ones exit 2
+for b in 0 -1 abc 2.5X 1e300 nan "" 63M 2P 1G5; do
+    run "bad --memory-budget '$b'" 2 "--memory-budget" dec --out o10.y4m --memory-budget "$b"
+done
 run "a still-image extension" 2 "still-image extension '.png'" dec --out o11.png
 if have ffmpeg; then
     run "an extension ffmpeg does not write" 2 "ffmpeg writes no format for the extension '.notavideo'" \

@@ -10,7 +10,10 @@
  * or 3 frames copy where the other stages rotate. The default (stages 1 and 2 in chunks of 2, their upsample convs
  * handing the next stage one chunk at a time: plan.h's interleave; stage 1's temporal one two frames per input frame,
  * the decode's first one) makes the reference, at T frames per pass; runs whose next stage's chunk is as large as
- * the upsampler's output, or odd after a temporal one, hand on the whole chunk at once. */
+ * the upsampler's output, or odd after a temporal one, hand on the whole chunk at once.
+ *
+ * The work-memory budget (budget_cases): the plan under a budget keeps the default's chunks and hosts caches, so its
+ * video must be the default's bit for bit (memcmp), not to the chunkings' rounding. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +50,8 @@ typedef struct {
     float *video;
     w22_status s;
     char err[512];
+    size_t budget;  /* work_budget_bytes (0: none) */
+    unsigned host;  /* out: the stages whose caches this rank's plan hosted */
 } rank_job;
 
 static void *rank_main(void *p) {
@@ -56,6 +61,7 @@ static void *rank_main(void *p) {
     prm.comm = j->comm;
     prm.frames_per_pass = j->fpp;
     prm.threads = 1;
+    prm.work_budget_bytes = j->budget;
     w22_decoder *d = NULL;
     j->s = w22_decoder_open(j->w, &prm, &d);
     w22_plan_test t;
@@ -63,6 +69,7 @@ static void *rank_main(void *p) {
     if (d) set_flags(d, j->flags, &t);
     if (j->s == W22_OK) j->s = w22_decode(d, j->z, W22_DTYPE_F32, j->T, j->h, j->wd, j->video, W22_DTYPE_F32);
     if (j->s != W22_OK) snprintf(j->err, sizeof j->err, "%s", w22_last_error());
+    if (d) j->host = d->host_stages;
     w22_decoder_free(d);
     return NULL;
 }
@@ -117,6 +124,170 @@ static w22_config narrow21(void) {
     c.z_dim = 4;
     c.base_dim = 8;
     return c;
+}
+
+/* One decode under a work-memory budget (0: none) on a fresh decoder, with the checking mode when check; *host: the
+ * stages whose caches the plan put in host memory. Returns the decode's status (the open's must be OK). */
+static w22_status budget_decode(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, int check,
+                                float *video, size_t n, unsigned *host) {
+    t_fill_nan(video, n);
+    w22_decoder_params prm;
+    w22_decoder_params_init(&prm);
+    prm.work_budget_bytes = budget;
+    prm.check = check;
+    w22_decoder *d = NULL;
+    CHECK_OK(w22_decoder_open(w, &prm, &d));
+    if (!d) return W22_ERR_INTERNAL;
+    const w22_status s = w22_decode(d, z, W22_DTYPE_F32, T, h, wd, video, W22_DTYPE_F32);
+    *host = d->host_stages;
+    w22_decoder_free(d);
+    return s;
+}
+
+/* The work-memory budget (w22_decoder_params.work_budget_bytes; plan.h's host_stages): at each rung's need (the
+ * caches of stage 3, 2-3, 1-3, 0-3 in host memory, counted by w22_plan_work_bytes) the plan takes that rung and the
+ * video has the default plan's bits (memcmp: the same convs on the same values, the history read through the
+ * window); twice on one decoder (the hosted caches zeroed at each start); with the checking mode; over 2 ranks. A
+ * budget a byte below the floor fails naming the need and the budget, the decoder then decodes a smaller size
+ * under the same budget, and a decoder with the floor as its budget decodes the first size. */
+static void budget_cases(w22_weights *w, const float *z, int T, int h, int wd, size_t nv) {
+    float *ref = malloc(nv * 4), *out = malloc(nv * 4);
+    unsigned host = 99;
+    CHECK_OK(budget_decode(w, z, T, h, wd, 0, 0, ref, nv, &host));
+    CHECK(host == 0, "no budget: caches of stages 0x%x in host memory", host);
+    w22_decoder_params prm;
+    w22_decoder_params_init(&prm);
+    w22_decoder *d = NULL;
+    CHECK_OK(w22_decoder_open(w, &prm, &d));
+    if (!d) return;
+    static const unsigned rungs[] = {0x8, 0xc, 0xe, 0xf};
+    size_t need[4] = {0}, floor = 0, dflt = 0;
+    CHECK_OK(w22_plan_work_bytes(d, h, wd, 0, &dflt));
+    for (int i = 0; i < 4; i++) CHECK_OK(w22_plan_work_bytes(d, h, wd, rungs[i], &need[i]));
+    CHECK_OK(w22_plan_budget_floor(d, h, wd, &floor));
+    CHECK(floor == need[3], "the floor %zu is not the last rung's need %zu", floor, need[3]);
+    w22_decoder_free(d);
+    for (int i = 0; i < 4; i++) {
+        const w22_status s = budget_decode(w, z, T, h, wd, need[i], 0, out, nv, &host);
+        CHECK(s == W22_OK, "budget %zu (rung 0x%x): %s", need[i], rungs[i], w22_last_error());
+        printf("  budget %zu bytes (default %zu): caches of stages 0x%x in host memory: %s\n", need[i], dflt, host,
+               s == W22_OK && !memcmp(out, ref, nv * 4) ? "the default's bits" : "DIFFERENT");
+        CHECK(host == rungs[i], "budget %zu: hosted 0x%x, expected 0x%x", need[i], host, rungs[i]);
+        CHECK(s == W22_OK && memcmp(out, ref, nv * 4) == 0, "budget %zu (stages 0x%x hosted): not the default's bits",
+              need[i], rungs[i]);
+    }
+    /* the checking mode (the window's views checked like the caches'), and two calls on one decoder */
+    CHECK_OK(budget_decode(w, z, T, h, wd, floor, 1, out, nv, &host));
+    CHECK(memcmp(out, ref, nv * 4) == 0, "the floor's budget in the checking mode: not the default's bits");
+    prm.work_budget_bytes = floor;
+    CHECK_OK(w22_decoder_open(w, &prm, &d));
+    for (int call = 0; call < 2 && d; call++) {
+        t_fill_nan(out, nv);
+        CHECK_OK(w22_decode(d, z, W22_DTYPE_F32, T, h, wd, out, W22_DTYPE_F32));
+        CHECK(memcmp(out, ref, nv * 4) == 0, "the floor's budget, call %d of one decoder: not the default's bits", call);
+    }
+    w22_decoder_free(d);
+    /* a nonzero budget under the backend's reserve fails the open */
+    prm.work_budget_bytes = W22_WORK_RESERVE - 1;
+    d = NULL;
+    const w22_status so = w22_decoder_open(w, &prm, &d);
+    CHECK(so == W22_ERR_INVALID_ARG && !d && strstr(w22_last_error(), "work_budget_bytes"),
+          "a budget under the reserve: open says %s (%s)", w22_status_string(so), w22_last_error());
+    w22_decoder_free(d);
+    /* below the floor: a clear failure, no crash; the same decoder then decodes a smaller size */
+    prm.work_budget_bytes = floor - 1;
+    d = NULL;
+    CHECK_OK(w22_decoder_open(w, &prm, &d));
+    if (d) {
+        t_fill_nan(out, nv);
+        const w22_status s = w22_decode(d, z, W22_DTYPE_F32, T, h, wd, out, W22_DTYPE_F32);
+        const char *msg = w22_last_error();
+        char want[64];
+        snprintf(want, sizeof want, "(%zu bytes)", floor - 1);
+        CHECK(s == W22_ERR_INVALID_ARG && strstr(msg, "budget") && strstr(msg, want),
+              "a budget below the floor: %s (%s)", w22_status_string(s), msg);
+        snprintf(want, sizeof want, "(%zu bytes;", floor);
+        CHECK(strstr(msg, want) != NULL, "the failure does not name the need %zu: %s", floor, msg);
+        printf("  below the floor: %s\n", msg);
+        const int h2 = 2, w2 = 2;
+        size_t floor2 = 0;
+        CHECK_OK(w22_plan_budget_floor(d, h2, w2, &floor2));
+        if (floor2 < floor) {
+            const w22_config *cfg = w22_weights_config(w);
+            int F2, H2, W2;
+            w22_video_shape(cfg, T, h2, w2, &F2, &H2, &W2);
+            const size_t nz2 = (size_t)cfg->z_dim * T * h2 * w2, nv2 = (size_t)3 * F2 * H2 * W2;
+            float *z2 = malloc(nz2 * 4), *a = malloc(nv2 * 4), *b = malloc(nv2 * 4);
+            t_fill_uniform(z2, nz2, 12, -2.0f, 2.0f);
+            t_fill_nan(a, nv2);
+            CHECK_OK(w22_decode(d, z2, W22_DTYPE_F32, T, h2, w2, a, W22_DTYPE_F32));
+            CHECK(budget_decode(w, z2, T, h2, w2, 0, 0, b, nv2, &host) == W22_OK && memcmp(a, b, nv2 * 4) == 0,
+                  "after the failure, a smaller size under the same budget: not the default's bits");
+            free(z2), free(a), free(b);
+        } else {
+            CHECK(0, "the floor at %dx%d (%zu) is not below the floor at %dx%d (%zu)", h2, w2, floor2, h, wd, floor);
+        }
+        w22_decoder_free(d);
+    }
+    /* and a decoder with a good budget decodes the size that failed */
+    CHECK_OK(budget_decode(w, z, T, h, wd, floor, 0, out, nv, &host));
+    CHECK(memcmp(out, ref, nv * 4) == 0, "retried with the floor's budget: not the default's bits");
+    /* over 2 ranks (rows 2 and 3), the budget the larger rank's floor: that rank hosts every stage's caches, and the
+     * video is the 2-rank default's bits */
+    {
+        w22_decoder_params p2;
+        w22_decoder_params_init(&p2);
+        w22_decoder *dd = NULL;
+        CHECK_OK(w22_decoder_open(w, &p2, &dd));
+        size_t top = 0;
+        for (int r = 0; r < 2 && dd; r++) {
+            size_t f = 0;
+            dd->rank = r, dd->world = 2;
+            CHECK_OK(w22_plan_budget_floor(dd, h, wd, &f));
+            if (f > top) top = f;
+        }
+        if (dd) dd->rank = 0, dd->world = 1;
+        w22_decoder_free(dd);
+        float *v2[2] = {ref, out};
+        unsigned hosted = 0;
+        for (int k = 0; k < 2; k++) {
+            w22_comm *comms[2];
+            CHECK_OK(w22_comm_local_group(2, comms));
+            rank_job jobs[2];
+            pthread_t th[2];
+            for (int r = 0; r < 2; r++) {
+                jobs[r] = (rank_job){w, comms[r], z, T, h, wd, 0, 0, r == 0 ? v2[k] : NULL, W22_OK, "", 0, 0};
+                jobs[r].budget = k ? top : 0;
+            }
+            t_fill_nan(v2[k], nv);
+            for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+            for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+            for (int r = 0; r < 2; r++) {
+                CHECK(jobs[r].s == W22_OK, "budget over 2 ranks (%d): rank %d: %s", k, r, jobs[r].err);
+                if (k) hosted |= jobs[r].host == 0xf;
+                w22_comm_free(comms[r]);
+            }
+        }
+        CHECK(hosted, "budget over 2 ranks: no rank hosted every stage's caches");
+        /* one rank's budget below its floor: it fails naming the budget, the other fails too (no hang) */
+        w22_comm *comms[2];
+        CHECK_OK(w22_comm_local_group(2, comms));
+        rank_job jobs[2];
+        pthread_t th[2];
+        for (int r = 0; r < 2; r++)
+            jobs[r] = (rank_job){w, comms[r], z, T, h, wd, 0, 0, r == 0 ? out : NULL, W22_OK, "", r ? W22_WORK_RESERVE : 0, 0};
+        for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+        for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+        CHECK(jobs[1].s == W22_ERR_INVALID_ARG && strstr(jobs[1].err, "budget"), "rank 1 below its floor: %s (%s)",
+              w22_status_string(jobs[1].s), jobs[1].err);
+        CHECK(jobs[0].s == W22_ERR_COMM, "rank 0 when rank 1's budget fails: %s (%s)", w22_status_string(jobs[0].s),
+              jobs[0].err);
+        for (int r = 0; r < 2; r++) w22_comm_free(comms[r]);
+        CHECK(memcmp(out, ref, nv * 4) == 0, "budget over 2 ranks: not the 2-rank default's bits");
+        printf("  budget over 2 ranks (%zu bytes): %s\n", top, memcmp(out, ref, nv * 4) ? "DIFFERENT" : "the default's bits");
+    }
+    free(ref);
+    free(out);
 }
 
 static void run_model(w22_config cfg, int wan21) {
@@ -214,7 +385,7 @@ static void run_model(w22_config cfg, int wan21) {
             for (int r = 0; r < world; r++) {
                 videos[r] = r == 0 ? out : NULL;
                 jobs[r] = (rank_job){w, comms[r], z, T, h, wd, rank_runs[i].fpp, rank_runs[i].flags, videos[r],
-                                     W22_OK, ""};
+                                     W22_OK, "", 0, 0};
             }
             t_fill_nan(out, nv);
             for (int r = 0; r < world; r++) pthread_create(&th[r], NULL, rank_main, &jobs[r]);
@@ -231,6 +402,9 @@ static void run_model(w22_config cfg, int wan21) {
             check_same(what, out, ref, nv, 1e-5);
         }
 
+    printf("  the work-memory budget:\n");
+    budget_cases(w, z, T, h, wd, nv);
+
     /* A rank that fails makes the others fail, not hang: rank 1 gets NaN latents. */
     if (!wan21) {
         w22_comm *comms[2];
@@ -238,8 +412,8 @@ static void run_model(w22_config cfg, int wan21) {
         float *bad = malloc(nz * 4);
         memcpy(bad, z, nz * 4);
         bad[3] = NAN;
-        rank_job jobs[2] = {{w, comms[0], z, T, h, wd, 2, 0, out, W22_OK, ""},
-                            {w, comms[1], bad, T, h, wd, 2, 0, NULL, W22_OK, ""}};
+        rank_job jobs[2] = {{w, comms[0], z, T, h, wd, 2, 0, out, W22_OK, "", 0, 0},
+                            {w, comms[1], bad, T, h, wd, 2, 0, NULL, W22_OK, "", 0, 0}};
         pthread_t th[2];
         for (int r = 0; r < 2; r++) pthread_create(&th[r], NULL, rank_main, &jobs[r]);
         for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);

@@ -162,6 +162,81 @@ static void portable_24gb_case(w22_backend *b, const w22_config *cfg) {
     }
 }
 
+/* Issue 46's memory budget: at 1280 x 704 (TI2V-5B latents 44 x 80, the Wan2.1 VAE's 88 x 160) the work memory of
+ * each rung of the budget's ladder (the causal caches of no stage, then stage 3's, 2's, 1's, 0's in host memory),
+ * counted by w22_plan_work_bytes (the plan's own layout, plus the backend reserve), printed; the plan a 2.5 GiB
+ * budget takes must need at most 2.5 GiB and keep the default plan's chunks (the bits: tests/test_plan.c's budget
+ * case decodes), and w22_plan_prepare under it must allocate what the count said, less the reserve; the default
+ * plan's work at most 6 GiB (the issue's cap). Constant in T: the plan never sees T. */
+static void budget_case(w22_backend *b, const w22_config *cfg, const char *name, int h, int w) {
+    const double GiB = 1073741824.0;
+    const size_t budget = (size_t)5 << 29; /* 2.5 GiB */
+    w22_decoder *d = calloc(1, sizeof *d);
+    w22_model_build(cfg, &d->model);
+    d->backend = b, d->rank = 0, d->world = 1, d->frames_per_pass = 2; /* decoder.c's default */
+    size_t rung[5], floor = 0;
+    static const unsigned hosts[5] = {0, 8, 12, 14, 15};
+    for (int i = 0; i < 5; i++) {
+        CHECK_OK(w22_plan_work_bytes(d, h, w, hosts[i], &rung[i]));
+        printf("%s %dx%d (latents %dx%d): work with the caches of stages %s in host memory: %.3f GiB\n", name,
+               w * 8 * cfg->patch_size, h * 8 * cfg->patch_size, h, w,
+               i == 0 ? "none" : i == 1 ? "3" : i == 2 ? "2-3" : i == 3 ? "1-3" : "0-3", rung[i] / GiB);
+        if (i) CHECK(rung[i] < rung[i - 1], "%s: hosting more stages did not shrink the work (%zu >= %zu)", name,
+                     rung[i], rung[i - 1]);
+    }
+    /* issue 46: the default plan may grow where it buys time, up to 6 GiB of work at 1280 x 704 */
+    CHECK(rung[0] <= ((size_t)6 << 30), "%s: the default plan's work %.3f GiB, above 6 GiB", name, rung[0] / GiB);
+    CHECK_OK(w22_plan_budget_floor(d, h, w, &floor));
+    CHECK(floor == rung[4], "%s: the floor %zu is not the last rung's %zu", name, floor, rung[4]);
+    /* the default plan (no budget) allocates the first rung less the reserve */
+    counted = 0;
+    CHECK_OK(w22_plan_prepare(d, h, w));
+    CHECK(counted + W22_WORK_RESERVE == rung[0] && d->host_stages == 0, "%s: the default plan allocated %zu, the "
+          "count says %zu + the reserve %zu", name, counted, rung[0] - W22_WORK_RESERVE, (size_t)W22_WORK_RESERVE);
+    int chunk[W22_STAGES];
+    for (int s = 0; s < W22_STAGES; s++) chunk[s] = d->stages[s].chunk;
+    /* under 2.5 GiB */
+    w22_plan_release(d);
+    d->params.work_budget_bytes = budget;
+    counted = 0;
+    const w22_status st = w22_plan_prepare(d, h, w);
+    CHECK(st == W22_OK, "%s: a 2.5 GiB budget: %s", name, w22_last_error());
+    if (st == W22_OK) {
+        size_t need = 0;
+        CHECK_OK(w22_plan_work_bytes(d, h, w, d->host_stages, &need));
+        printf("%s under a 2.5 GiB budget: caches of stages 0x%x in host memory (%.3f GiB), work %.3f GiB (allocated "
+               "%.3f + the reserve)\n", name, d->host_stages, d->host_cache_bytes / GiB, need / GiB, counted / GiB);
+        CHECK(need <= budget && counted + W22_WORK_RESERVE == need, "%s: under a 2.5 GiB budget the plan needs %zu "
+              "bytes, allocated %zu", name, need, counted);
+        /* the budget's cost, for docs/PERF.md's prediction: the bytes over PCIe per video frame. A hosted cache's
+         * conv copies its two history frames in per chunk and the chunk's last min(m, 2) frames out; stage s runs
+         * 2^(s-2) of its frames per video frame at stages 0-1 (their upsamplers double time) and one at 2-3
+         * (TI2V-5B; the Wan2.1 VAE's the same: temporal_up [1, 1, 0] both) */
+        double pcie = 0;
+        for (int s = 0; s < W22_STAGES; s++) {
+            const int m = d->stages[s].chunk, out = m < 2 ? m : 2;
+            const double per_video = s >= 2 ? 1.0 : s == 1 ? 0.5 : 0.25;
+            for (int l = d->stages[s].layer0; l < d->stages[s].layer1; l++)
+                for (int k = 0; k < 3; k++)
+                    if (d->cache_host[l][k])
+                        pcie += per_video / m * (2.0 + out) * (double)(d->cache[l][k].bytes / 2);
+        }
+        printf("%s under a 2.5 GiB budget: %.2f GB over PCIe per video frame (two history frames in, the newest "
+               "out, per hosted conv)\n", name, pcie / 1e9);
+        for (int s = 0; s < W22_STAGES; s++)
+            CHECK(d->stages[s].chunk == chunk[s], "%s: the budget changed stage %d's chunk %d -> %d", name, s,
+                  chunk[s], d->stages[s].chunk);
+    }
+    /* a budget a byte below the floor fails, naming both */
+    w22_plan_release(d);
+    d->params.work_budget_bytes = floor - 1;
+    const w22_status s2 = w22_plan_prepare(d, h, w);
+    CHECK(s2 == W22_ERR_INVALID_ARG && strstr(w22_last_error(), "budget") && !d->scratch.ptr,
+          "%s: a budget below the floor: %s (%s)", name, w22_status_string(s2), w22_last_error());
+    printf("%s below the floor: %s\n", name, w22_last_error());
+    free(d);
+}
+
 int main(void) {
     w22_backend_ops ops;
     memset(&ops, 0, sizeof ops);
@@ -288,5 +363,11 @@ int main(void) {
     }
     wan21(&b);
     portable_24gb_case(&b, &cfg);
+    budget_case(&b, &cfg, "TI2V-5B", 44, 80);
+    {
+        w22_config c21;
+        w22_config_wan21(&c21);
+        budget_case(&b, &c21, "Wan2.1", 88, 160);
+    }
     return t_finish("test_workspace");
 }

@@ -3,6 +3,7 @@ base_dim 8) keeps every decode at milliseconds; the library is $W22_LIB or the p
 import ctypes
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -175,6 +176,32 @@ def test_exact_parameter(weights, latents):
     L.w22_last_error.restype = ctypes.c_char_p
     assert L.w22_decoder_open(weights.handle, ctypes.byref(p), ctypes.byref(h)) != 0
     assert b"exact 2" in L.w22_last_error()
+
+
+def test_memory_budget(weights, latents):
+    """memory_budget= reaches the library (w22_decoder_params.work_budget_bytes): a budget the default plan fits and
+    the smallest plan's own need (every causal cache in host memory), read from the failure of a budget below it,
+    give the default's video bit for bit; under 64 MiB the open fails; bad spellings raise before the library."""
+    ref = wan22vae.Decoder(weights, device="cpu", threads=2)(latents)
+    with wan22vae.Decoder(weights, device="cpu", threads=2, memory_budget="2.5G") as d:
+        assert d.memory_budget == 5 << 29
+        np.testing.assert_array_equal(d(latents), ref)
+    with wan22vae.Decoder(weights, device="cpu", threads=2, memory_budget="64M") as d:
+        with pytest.raises(wan22vae.Error) as e:
+            d(latents)
+    assert e.value.status == "W22_ERR_INVALID_ARG" and "(67108864 bytes)" in e.value.message
+    m = re.search(r"needs for latents \d+x\d+: [0-9.]+ GiB \((\d+) bytes;", e.value.message)
+    assert m, e.value.message
+    need = int(m.group(1))
+    assert need > 64 << 20
+    with wan22vae.Decoder(weights, device="cpu", threads=2, memory_budget=need) as d:
+        np.testing.assert_array_equal(d(latents), ref)
+        np.testing.assert_array_equal(d(latents), ref)  # twice: the hosted caches start from zero each time
+    with pytest.raises(wan22vae.Error, match="work_budget_bytes"):
+        wan22vae.Decoder(weights, device="cpu", memory_budget="63M")
+    for bad in ("abc", "-1", -1, "2.5X", "2P", True, 2.5):
+        with pytest.raises(wan22vae.Error, match="memory_budget"):
+            wan22vae.Decoder(weights, device="cpu", memory_budget=bad)
 
 
 def test_decode_matches_cli(tmp_path, latents):

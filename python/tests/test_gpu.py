@@ -264,6 +264,31 @@ def test_exact_arithmetic(z_bf16, ref):
     assert rms_e <= rms_w * 1.05, f"exact rms {rms_e:.4g} against Winograd's {rms_w:.4g}"
 
 
+def test_memory_budget_on_gpu(z_bf16):
+    """memory_budget= (issue 46) on the GPU: at the test's size a budget at the floor's need (every causal cache in
+    pinned host memory: read from the failure of a 64M budget) gives the default plan's video bit for bit, twice; the
+    failing decoder stays usable at a smaller size. tests/cuda_budget.c does 704x1280 under 2.5 GiB."""
+    w = wan22vae.synthetic_weights(None, SEED_W)
+    try:
+        default = wan22vae.Decoder(w, device=z_bf16.device)(z_bf16)
+        with wan22vae.Decoder(w, device=z_bf16.device, memory_budget="64M") as d:
+            with pytest.raises(wan22vae.Error) as e:
+                d(z_bf16)
+        m = re.search(r"needs for latents \d+x\d+: [0-9.]+ GiB \((\d+) bytes;", e.value.message)
+        assert m, e.value.message
+        floor = int(m.group(1))
+        with wan22vae.Decoder(w, device=z_bf16.device, memory_budget=floor - 1) as d:
+            with pytest.raises(wan22vae.Error, match=f"\\({floor - 1} bytes\\)"):
+                d(z_bf16)
+            small = z_bf16[:, :, :1, :2, :2].contiguous()  # a smaller size fits the same budget
+            assert torch.equal(d(small), wan22vae.Decoder(w, device=z_bf16.device)(small))
+        with wan22vae.Decoder(w, device=z_bf16.device, memory_budget=floor) as d:
+            assert torch.equal(d(z_bf16), default), "the floor's budget: not the default plan's bits"
+            assert torch.equal(d(z_bf16), default), "the floor's budget, second call: not the default plan's bits"
+    finally:
+        w.free()
+
+
 def test_portable_kernels(z_bf16, ref, vae16, monkeypatch):
     """kernels="portable" (issue 45): the portable kernels on this GPU (a Hopper's own path otherwise), said by
     Decoder.path; its video within the allowance of diffusers' fp32 decode, like the default path's, every call the

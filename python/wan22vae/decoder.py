@@ -131,6 +131,29 @@ def make_config(config=None, **overrides):
     return c
 
 
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(size, what="memory_budget"):
+    """Bytes from an int (bytes) or a string with an optional unit K, M, G or T (powers of 1024; "2.5G", "2560M",
+    "2.5GiB"), as the CLI's --memory-budget reads it; None and 0 are 0 (no budget). A bad value raises
+    wan22vae.Error (W22_ERR_INVALID_ARG)."""
+    if size is None:
+        return 0
+    if isinstance(size, bool):
+        raise fail("W22_ERR_INVALID_ARG", f"{what}={size!r}; expected bytes or a size such as '2.5G'")
+    if isinstance(size, int) and 0 <= size < 1 << 64:
+        return size
+    if isinstance(size, str):
+        m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)(?:([kKmMgGtT])[iI]?)?[bB]?", size.strip())
+        if m:
+            v = float(m.group(1)) * _SIZE_UNITS[(m.group(2) or "").lower()]
+            if v < 1 << 50:
+                return int(v)
+    raise fail("W22_ERR_INVALID_ARG", f"{what}={size!r}; expected bytes (an int) or a size with an optional unit K, "
+               "M, G or T (powers of 1024: '2.5G', '2560M'), at most 1P")
+
+
 def _small_int(x):
     """Whether x is a whole number that fits a C int (bools count: diffusers' flags are booleans)."""
     if isinstance(x, float) and x.is_integer():
@@ -684,6 +707,13 @@ class Decoder:
     "portable" (the portable kernels, a Hopper included); dec.path says which the decoder runs ("hopper", "portable"
     or "cpu").
 
+    memory_budget: the decoder's work memory at most this much (on a GPU its memory beyond the weights): bytes, or a
+    size such as "2.5G" or "2560M" (powers of 1024); None (the default) for the fastest plan. Under a budget the
+    plan moves the causal caches of its later stages to host memory (pinned) until it fits: the same video bit for
+    bit, slower by the copies. At 704x1280 TI2V-5B's default plan needs 4.1 GiB, 2.2 GiB under a 2.5G budget. A
+    budget under 64 MiB fails the open; one below what a decode's size needs fails that decode (wan22vae.Error, the
+    message naming both).
+
     Progress: dec(z, progress=True) shows a tqdm bar (lines on stderr without tqdm), dec(z, progress=fn) calls
     fn(latent_frames_done, latent_frames_total) after every pass (frames_per_pass latent frames, 2 by default); an
     exception fn raises stops the decode at the end of that pass and propagates. Ctrl-C (SIGINT) during a call on
@@ -700,7 +730,8 @@ class Decoder:
     frames)."""
 
     def __init__(self, weights, device="auto", cuda_device=None, frames_per_pass=0, threads=0, comm=None,
-                 video_on_all_ranks=False, torch_dtype=None, progress_hook=True, exact=False, kernels="auto"):
+                 video_on_all_ranks=False, torch_dtype=None, progress_hook=True, exact=False, kernels="auto",
+                 memory_budget=None):
         self._lock = threading.Lock()
         self._streams = set()  # the frames() iterators running (_stream.Stream)
         self._h = ctypes.c_void_p()
@@ -729,6 +760,7 @@ class Decoder:
             raise fail("W22_ERR_INVALID_ARG", f"kernels={kernels!r}; expected 'auto' or 'portable'")
         p.kernels = kinds[kernels]
         self.kernels = kernels
+        p.work_budget_bytes = self.memory_budget = parse_size(memory_budget)
         if progress_hook:
             p.progress = self._hook.cfunc  # the decoder's one callback; each call points it at its reporter
         self.progress_hook = bool(progress_hook)

@@ -20,10 +20,20 @@ import sys
 
 from . import _dist
 from ._lib import Error, check, fail, lib
-from .decoder import Decoder, check_latent_dims, make_config, video_shape, weights_from_tensors
+from .decoder import Decoder, check_latent_dims, make_config, parse_size, video_shape, weights_from_tensors
 
 # (the weights' data_ptrs, rank, world) -> _Entry
 _DECODERS = {}
+# the work-memory budget of the decoders opened from now on, in bytes (0: none): set_memory_budget
+_MEMORY_BUDGET = 0
+
+
+def set_memory_budget(size):
+    """The work-memory budget (Decoder's memory_budget: bytes or a size such as "2.5G"; None or 0: none) of the
+    decoders prepare and run open from now on; decoders already open keep theirs (release() first). The bench's
+    --memory-budget."""
+    global _MEMORY_BUDGET
+    _MEMORY_BUDGET = parse_size(size)
 
 
 class _Entry:
@@ -80,7 +90,8 @@ def _open(weights, rank, world, pg):
     if world == 1:
         w, device, config = _local_weights(weights)
         try:
-            return _Entry(Decoder(w, device=device, progress_hook=False), None, device, config)
+            return _Entry(Decoder(w, device=device, progress_hook=False, memory_budget=_MEMORY_BUDGET), None, device,
+                          config)
         finally:
             w.free()
     w = device = config = None
@@ -98,7 +109,7 @@ def _open(weights, rank, world, pg):
     comm = dec = None
     try:
         comm = _dist.nccl_comm(pg, rank, world, device.index)
-        dec = Decoder(w, device=device, comm=comm, progress_hook=False)
+        dec = Decoder(w, device=device, comm=comm, progress_hook=False, memory_budget=_MEMORY_BUDGET)
         ok, reason = True, None
     except Error as e:
         ok, reason = False, str(e)

@@ -253,10 +253,13 @@ static w22_status op_from_host(w22_backend *b, void *dst, const void *src, size_
     CU_TRY(cudaStreamSynchronize(c->stream));
     return W22_OK;
 }
+/* Device memory, or pinned host memory from op_host_alloc on either side (the plan's hosted caches under a work
+ * budget: plan.h's host_stages): cudaMemcpyDefault takes the direction from the pointers (unified addressing), and
+ * the copy stays asynchronous and ordered on the stream either way. */
 static w22_status op_copy_bytes(w22_backend *b, void *dst, const void *src, size_t bytes) {
     w22_cuda *c = cuda_of(b);
     CU_ENTER(c);
-    CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+    CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, c->stream));
     return W22_OK;
 }
 static w22_status op_sync(w22_backend *b) {
@@ -490,6 +493,11 @@ extern "C" size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak) {
     const w22_cuda *c = (const w22_cuda *)b->impl;
     if (peak) *peak = c->peak;
     return c->bytes;
+}
+
+extern "C" void w22_backend_cuda_reset_peak(w22_backend *b) {
+    w22_cuda *c = (w22_cuda *)b->impl;
+    c->peak = c->bytes;
 }
 
 extern "C" void w22_backend_cuda_open_times(const w22_backend *b, double t[4]) {

@@ -31,6 +31,10 @@ void w22_check_where(const w22_decoder *d, const void *p, char *buf, size_t n) {
                 snprintf(buf, n, "the cache %d of layer %d (%s)", k, l, d->model.layers[l].prefix);
                 return;
             }
+    if (IN(d->hist_win)) {
+        snprintf(buf, n, "the hosted caches' history window");
+        return;
+    }
     for (int g = 0; g < d->nspares; g++)
         if (IN(d->spare[g])) {
             snprintf(buf, n, "spare unit %d", g);

@@ -95,12 +95,31 @@ static w22_status spare_view(chunk_ctx *k, int g, int c, int n, w22_view *v) {
 }
 
 /* The two history frames of cache (li, kk), oldest first, shaped like one frame of `like`. The cache is a ring of
- * two frame slots (cache_slot); cache_old says which slot holds the older frame. */
-static void cache_hist(chunk_ctx *k, int li, int kk, w22_view like, int border, w22_view hist[2]) {
+ * two frame slots (cache_slot); cache_old says which slot holds the older frame. A hosted cache (plan.h's
+ * host_stages) is read through the device window: its two frames copied there first, oldest first, in the backend's
+ * order (on a GPU after the work queued before, before the conv); a slot this decode has not written yet is a zero
+ * fill instead (cache_written: the host block is never zeroed). */
+static w22_status cache_hist(chunk_ctx *k, int li, int kk, w22_view like, int border, w22_view hist[2]) {
     w22_decoder *d = k->d;
     const int old = d->cache_old[li][kk];
+    if (d->cache_host[li][kk]) {
+        const size_t fb = w22_frames_bytes(1, like.h, like.w, like.c, border, like.es);
+        if (2 * fb > d->hist_win.bytes)
+            return w22_fail(W22_ERR_INTERNAL, "plan: two history frames of %zu bytes do not fit the window of %zu", fb,
+                            d->hist_win.bytes);
+        w22_backend *b = d->backend;
+        for (int i = 0; i < 2; i++) {
+            char *dst = (char *)d->hist_win.ptr + i * fb;
+            const int p = i == 0 ? old : 1 - old;
+            if (d->cache_written[li][kk] >> p & 1) W22_TRY(b->ops->copy_bytes(b, dst, d->cache_slot[li][kk][p], fb));
+            else W22_TRY(b->ops->fill(b, dst, fb, 0)); /* not yet written in this decode: the causal zeros */
+            hist[i] = mkview(dst, 1, like.h, like.w, like.c, border, like.es);
+        }
+        return W22_OK;
+    }
     for (int i = 0; i < 2; i++)
         hist[i] = mkview(d->cache_slot[li][kk][i == 0 ? old : 1 - old], 1, like.h, like.w, like.c, border, like.es);
+    return W22_OK;
 }
 
 /* After the conv: the window's last two frames become the history. A chunk of its cache's unit whose frames are its
@@ -138,9 +157,11 @@ static w22_status cache_push(chunk_ctx *k, int li, int kk, w22_view fresh, int b
     }
     if (fresh.f == 1) {
         W22_TRY(b->ops->copy_bytes(b, slot[*old], base, fb));
+        d->cache_written[li][kk] |= (unsigned char)(1 << *old);
         *old ^= 1;
         return W22_OK;
     }
+    d->cache_written[li][kk] = 3;
     const char *last2 = base + (size_t)(fresh.f - 2) * fb;
     if (*old == 0 && (char *)slot[1] == (char *)slot[0] + fb) return b->ops->copy_bytes(b, slot[0], last2, 2 * fb);
     W22_TRY(b->ops->copy_bytes(b, slot[*old], last2, fb));
@@ -220,7 +241,7 @@ static w22_status norm_conv(chunk_ctx *k, w22_view src, const w22_bweight *gamma
     w22_conv_args a = {.in = fresh, .out = out, .weight = wt, .bias = bias, .kt = 3, .ks = 3, .residual = residual,
                        .sc_in = sc_in, .sc_weight = scw, .sc_bias = scb, .work = k->work,
                        .work_bytes = k->work_bytes};
-    cache_hist(k, li, kk, fresh, 1, a.hist);
+    W22_TRY(cache_hist(k, li, kk, fresh, 1, a.hist));
     W22_TRY(conv_with_halo(k, &a));
     return cache_push(k, li, kk, fresh, 1);
 }
@@ -330,7 +351,7 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
             w22_conv_args a = {.in = src, .out = w22_view_frames(u, nu, 2 * ntc),
                                .weight = d->wt[L->w[W22_WS_CONV2_W]], .bias = d->wt[L->w[W22_WS_CONV2_B]],
                                .kt = 3, .ks = 1, .time_split = 1};
-            cache_hist(k, li, 1, src, 0, a.hist);
+            W22_TRY(cache_hist(k, li, 1, src, 0, a.hist));
             W22_TRY(b->ops->conv(b, &a));
             W22_TRY(cache_push(k, li, 1, src, 0));
             nu += 2 * ntc;
@@ -478,7 +499,7 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
             W22_TRY(slot_view(&k, W22_SLOT_XA, m, L->cout, 0, &out));
             w22_conv_args a = {.in = fresh, .out = out, .weight = d->wt[L->w[W22_WS_CONV1_W]],
                                .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 3, .ks = 3};
-            cache_hist(&k, li, 0, fresh, 1, a.hist);
+            W22_TRY(cache_hist(&k, li, 0, fresh, 1, a.hist));
             W22_TRY(conv_with_halo(&k, &a));
             W22_TRY(cache_push(&k, li, 0, fresh, 1));
             k.cur = out;
@@ -519,6 +540,10 @@ static w22_status plan_run(w22_decoder *d) {
         const w22_region *r[] = {&d->transient, &d->queue[0], &d->gathered};
         for (int i = 0; i < 3; i++)
             if (r[i]->ptr) W22_TRY(b->ops->fill(b, r[i]->ptr, r[i]->bytes, 0xff));
+        if (d->host_cache_block) { /* the hosted caches too: a slot read before this decode wrote it shows */
+            W22_TRY(b->ops->sync(b));
+            memset(d->host_cache_block, 0xff, d->host_cache_bytes);
+        }
     }
     /* A decode starts with empty history: every cache is zero (the causal convs' zero padding; for the head's
      * partial sums too), and so is every spare frame (its border stays zero: spare_view). The slots start as the
@@ -526,6 +551,7 @@ static w22_status plan_run(w22_decoder *d) {
      * past 4K UHD holds more than 2^31 elements. */
     memset(d->cache_old, 0, sizeof d->cache_old);
     if (d->cache_block.ptr) W22_TRY(b->ops->fill(b, d->cache_block.ptr, d->cache_block.bytes, 0));
+    memset(d->cache_written, 0, sizeof d->cache_written); /* the hosted caches: zeros until written (plan.h) */
     for (int l = 0; l < W22_MAX_LAYERS; l++)
         for (int c = 0; c < 3; c++)
             if (d->cache[l][c].ptr) {

@@ -2,6 +2,7 @@
  * need for latents of h x w on this rank: input queues, one scratch region the stages share (one stage works at a
  * time), the causal caches with their rotation groups' spare frames, and the video staging. Sizes depend on the
  * chunk sizes, never on T. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
@@ -169,15 +170,12 @@ void *w22_stage_free(const w22_decoder *d, int s, size_t *bytes) {
     return a;
 }
 
-void w22_plan_release(w22_decoder *d) {
-    w22_backend *b = d->backend;
-    w22_region *all[] = {&d->transient, &d->queue[0], &d->gathered, &d->zdev, &d->cache_block};
-    for (int i = 0; i < 5; i++) {
-        if (all[i]->ptr) b->ops->free(b, all[i]->ptr);
-        all[i]->ptr = NULL;
-        all[i]->bytes = 0;
-    }
-    for (int i = 0; i <= W22_STAGES; i++) { /* views into transient (queue[0] freed above) */
+/* Forgets a plan's layout (sizes, views, groups) without freeing anything: what w22_plan_release leaves, and where
+ * w22_plan_work_bytes' counting copy starts. */
+static void plan_forget(w22_decoder *d) {
+    w22_region *all[] = {&d->transient, &d->queue[0], &d->gathered, &d->zdev, &d->cache_block, &d->hist_win};
+    for (int i = 0; i < 6; i++) all[i]->ptr = NULL, all[i]->bytes = 0;
+    for (int i = 0; i <= W22_STAGES; i++) { /* views into transient (queue[0] above) */
         d->queue[i].ptr = NULL;
         d->queue[i].bytes = 0;
         if (i < W22_STAGES) d->ubuf[i].ptr = NULL, d->ubuf[i].bytes = 0;
@@ -185,11 +183,11 @@ void w22_plan_release(w22_decoder *d) {
     d->scratch.ptr = NULL;
     d->scratch.bytes = 0;
     for (int l = 0; l < W22_MAX_LAYERS; l++)
-        for (int k = 0; k < 3; k++) { /* views into cache_block */
+        for (int k = 0; k < 3; k++) { /* views into cache_block or host_cache_block */
             d->cache[l][k].ptr = NULL;
             d->cache[l][k].bytes = 0;
             d->cache_slot[l][k][0] = d->cache_slot[l][k][1] = NULL;
-            d->cache_spare[l][k] = d->cache_unit[l][k] = 0;
+            d->cache_spare[l][k] = d->cache_unit[l][k] = d->cache_host[l][k] = 0;
             d->cache_stride[l][k] = 0;
         }
     for (int g = 0; g < W22_MAX_SPARES; g++) {
@@ -198,12 +196,34 @@ void w22_plan_release(w22_decoder *d) {
         d->spare_tag[g] = -1;
     }
     d->nspares = 0;
+    d->host_stages = 0;
+    d->host_cache_block = NULL;
+    d->host_cache_bytes = 0;
     d->h = d->w = 0;
     d->workspace_bytes = 0;
 }
 
+void w22_plan_release(w22_decoder *d) {
+    w22_backend *b = d->backend;
+    w22_region *all[] = {&d->transient, &d->queue[0], &d->gathered, &d->zdev, &d->cache_block, &d->hist_win};
+    for (int i = 0; i < 6; i++)
+        if (all[i]->ptr) b->ops->free(b, all[i]->ptr);
+    if (d->host_cache_block) {
+        if (b->ops->sync) (void)b->ops->sync(b); /* a failed decode's copies into it may still be queued */
+        if (b->ops->host_free) b->ops->host_free(b, d->host_cache_block);
+        else free(d->host_cache_block);
+    }
+    plan_forget(d);
+}
+
 static w22_status region_alloc(w22_decoder *d, w22_region *r, size_t bytes, const char *what) {
     if (bytes == 0) return W22_OK;
+    if (d->dry) { /* w22_plan_work_bytes: laid out at a fake address, never dereferenced */
+        r->ptr = (void *)(uintptr_t)4096;
+        r->bytes = bytes;
+        d->workspace_bytes += bytes;
+        return W22_OK;
+    }
     w22_status s = d->backend->ops->alloc(d->backend, bytes, &r->ptr);
     if (s != W22_OK) return w22_fail_context(s, "workspace (%s): ", what);
     r->bytes = bytes;
@@ -224,22 +244,71 @@ static int default_chunk(const w22_decoder *d, int s) {
 }
 
 /* The plan and its allocations for latents of h x w (plan_make), all or nothing: a failure (out of memory, say)
- * leaves no workspace and no size recorded, so that the next call plans again instead of trusting half a plan. */
-static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum);
+ * leaves no workspace and no size recorded, so that the next call plans again instead of trusting half a plan. host:
+ * the stages whose caches live in host memory (plan.h's host_stages). */
+static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, unsigned host);
+
+/* A budget's hosted stages, tried in this order, the first whose work fits taken: none (the default plan), then the
+ * caches of stage 3 (at 704x1280 1.5 GiB: 352 x 640 frames of 256 and 512 channels), 2, 1 and 0 in turn. */
+static const unsigned host_ladder[] = {0x0, 0x8, 0xc, 0xe, 0xf};
+enum { HOST_RUNGS = sizeof host_ladder / sizeof host_ladder[0] };
+
+w22_status w22_plan_work_bytes(const w22_decoder *d, int h, int w, unsigned host_stages, size_t *bytes) {
+    *bytes = 0;
+    if (h < 1 || w < 1) return w22_fail(W22_ERR_BAD_SHAPE, "plan: latents %dx%d, expected positive sizes", h, w);
+    w22_decoder *t = malloc(sizeof *t);
+    if (!t) return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a plan's count");
+    memcpy(t, d, sizeof *t);
+    plan_forget(t);
+    t->dry = 1;
+    const w22_status s = plan_make(t, h, w, want_rotate(d), want_psum(d), host_stages & 0xf);
+    if (s == W22_OK) *bytes = t->workspace_bytes + W22_WORK_RESERVE;
+    free(t);
+    return s;
+}
+
+w22_status w22_plan_budget_floor(const w22_decoder *d, int h, int w, size_t *bytes) {
+    return w22_plan_work_bytes(d, h, w, host_ladder[HOST_RUNGS - 1], bytes);
+}
+
+/* The hosted stages for the decoder's budget at h x w: the first rung of host_ladder whose work fits, else a failure
+ * that names the need and the budget. */
+static w22_status budget_choice(const w22_decoder *d, int h, int w, unsigned *host) {
+    const size_t budget = d->params.work_budget_bytes;
+    const double GiB = 1073741824.0;
+    size_t need = 0;
+    *host = 0;
+    for (int i = 0; i < HOST_RUNGS; i++) {
+        W22_TRY(w22_plan_work_bytes(d, h, w, host_ladder[i], &need));
+        if (need <= budget) {
+            *host = host_ladder[i];
+            return W22_OK;
+        }
+    }
+    char rank[48] = "";
+    if (d->world > 1) snprintf(rank, sizeof rank, " on rank %d of %d", d->rank, d->world);
+    return w22_fail(W22_ERR_INVALID_ARG, "work memory budget %.3f GiB (%zu bytes) is below what the smallest plan "
+                    "needs for latents %dx%d%s: %.3f GiB (%zu bytes; every causal cache in host memory, %.0f MiB of "
+                    "it the backend's own scratch); give a budget of at least that, or 0 for the default plan",
+                    budget / GiB, budget, h, w, rank, need / GiB, need, W22_WORK_RESERVE / 1048576.0);
+}
 
 w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     const int rotate = want_rotate(d), psum = want_psum(d);
+    unsigned host = 0;
+    if (d->params.work_budget_bytes) W22_TRY(budget_choice(d, h, w, &host));
     /* Skipped re-planning: everything a plan depends on is in this test (the size, the frames per pass, the
-     * switches, the tests' chunk overrides and flags); the workspace's contents are not: w22_plan_run starts every
-     * decode from zeroed caches and re-zeroes every border it reads (plan.h). */
+     * switches, the hosted stages, the tests' chunk overrides and flags); the workspace's contents are not:
+     * w22_plan_run starts every decode from zeroed caches and re-zeroes every border it reads (plan.h). */
     w22_plan_test choices;
     memset(&choices, 0, sizeof choices);
     if (d->test) choices = *d->test;
     if (d->h == h && d->w == w && d->scratch.ptr && d->rotate == rotate && d->head_psum == psum &&
-        d->planned_fpp == d->frames_per_pass && !memcmp(&d->planned_test, &choices, sizeof choices))
+        d->host_stages == host && d->planned_fpp == d->frames_per_pass &&
+        !memcmp(&d->planned_test, &choices, sizeof choices))
         return W22_OK;
     w22_plan_release(d);
-    const w22_status s = plan_make(d, h, w, rotate, psum);
+    const w22_status s = plan_make(d, h, w, rotate, psum, host);
     if (s != W22_OK) {
         w22_plan_release(d);
         return s;
@@ -249,9 +318,10 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     return W22_OK;
 }
 
-static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum) {
+static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, unsigned host) {
     d->rotate = rotate;
     d->head_psum = psum;
+    d->host_stages = host;
     const w22_model *m = &d->model;
     const size_t es = d->backend->ops->elem_size;
     w22_split_rows(h, d->rank, d->world, &d->row0, &d->rows);
@@ -370,6 +440,7 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum) 
             const w22_stage *st = &d->stages[s];
             const int u = st->chunk;
             if (u != pass + 1) continue; /* longer chunks push through the fresh slot (copies) */
+            if (host >> s & 1) continue;  /* hosted caches copy (plan.h's host_stages) */
             for (int l = st->layer0; l < st->layer1; l++)
                 for (int k = 0; k < 2; k++) {
                     const int c = norm_conv_input(&m->layers[l], k, psum);
@@ -401,9 +472,17 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum) 
                                 d->cache_unit[l2][k2] = (unsigned char)u;
                 }
         }
+    /* the hosted caches (plan.h's host_stages): every cache of a hosted stage but the head's partial sums, which the
+     * conv updates in place (20 MiB at 704x1280) */
+    for (s = 0; s < W22_STAGES; s++) {
+        if (!(host >> s & 1)) continue;
+        for (int l = d->stages[s].layer0; l < d->stages[s].layer1; l++)
+            for (int k = 0; k < 3; k++)
+                d->cache_host[l][k] = d->cache[l][k].bytes && !(m->layers[l].kind == W22_L_HEAD && psum);
+    }
     /* the slots: a one-frame unit's cache is two units (slot 1 a unit on), a two-frame one's one unit (its frames
      * adjacent); a cache that copies, its two frames */
-    size_t cache_total = 0;
+    size_t cache_total = 0, host_total = 0, win = 0;
     for (int l = 0; l < W22_MAX_LAYERS; l++)
         for (int k = 0; k < 3; k++) {
             w22_region *c = &d->cache[l][k];
@@ -414,14 +493,33 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum) 
                 if (d->cache_unit[l][k] == 1) d->cache_stride[l][k] = d->spare[g].bytes;
                 c->bytes = d->spare[g].bytes * (d->cache_unit[l][k] == 1 ? 2 : 1); /* two: the frames adjacent */
             }
-            cache_total += align_up(c->bytes);
+            if (d->cache_host[l][k]) {
+                host_total += align_up(c->bytes);
+                if (c->bytes > win) win = c->bytes;
+            } else {
+                cache_total += align_up(c->bytes);
+            }
         }
     for (int g = 0; g < d->nspares; g++) cache_total += align_up(d->spare[g].bytes);
     W22_TRY(region_alloc(d, &d->cache_block, cache_total, "causal caches"));
-    size_t off = 0;
+    W22_TRY(region_alloc(d, &d->hist_win, win, "the hosted caches' history window"));
+    if (host_total) {
+        w22_backend *b = d->backend;
+        if (d->dry) d->host_cache_block = (void *)(uintptr_t)4096;
+        else if (b->ops->host_alloc) {
+            const w22_status e = b->ops->host_alloc(b, host_total, &d->host_cache_block);
+            if (e != W22_OK) return w22_fail_context(e, "causal caches in host memory: ");
+        } else if (!(d->host_cache_block = w22_malloc(host_total, "causal caches in host memory")))
+            return W22_ERR_OUT_OF_MEMORY;
+        d->host_cache_bytes = host_total;
+    }
+    size_t off = 0, hoff = 0;
     for (int l = 0; l < W22_MAX_LAYERS; l++)
         for (int k = 0; k < 3; k++)
-            if (d->cache[l][k].bytes) {
+            if (d->cache[l][k].bytes && d->cache_host[l][k]) {
+                d->cache[l][k].ptr = (char *)d->host_cache_block + hoff;
+                hoff += align_up(d->cache[l][k].bytes);
+            } else if (d->cache[l][k].bytes) {
                 d->cache[l][k].ptr = (char *)d->cache_block.ptr + off;
                 off += align_up(d->cache[l][k].bytes);
             }

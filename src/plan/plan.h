@@ -99,6 +99,23 @@ struct w22_decoder {
     const w22_plan_test *test; /* tests only (plan_internal.h's choices); NULL in every decoder the library opens */
     int planned_fpp;           /* what the workspace was planned for, with planned_test (all zero: no test's) */
     w22_plan_test planned_test;
+    /* The work-memory budget (w22_decoder_params.work_budget_bytes; 0: none) and what it made the plan do. The chunks
+     * stay the default plan's (other chunkings agree only to rounding: tests/test_plan.c, tests/cuda_decode.c), so a
+     * budget moves memory instead: bit s of host_stages set, stage s's causal caches (all but the head's partial
+     * sums) live in host memory (host_cache_block: pinned on CUDA), and before each of their convs the two history
+     * frames are copied into hist_win, a device window of the largest hosted cache; the newest frames go back after
+     * (exec.c's cache_hist, cache_push). The same ops on the same values in the same order: the same bits, and copies
+     * over PCIe on a GPU (time). w22_plan_work_bytes counts a plan's work memory; w22_plan_prepare takes the
+     * fewest hosted stages (the last stage's caches first: the largest) whose count fits the budget. */
+    unsigned host_stages;
+    unsigned char cache_host[W22_MAX_LAYERS][3]; /* 1: the cache lives in host_cache_block */
+    unsigned char cache_written[W22_MAX_LAYERS][3]; /* a hosted cache's slots this decode wrote (bit p: slot p); an
+                                                     * unwritten slot holds the causal zeros and is read as a zero
+                                                     * fill of the window, so the host block is never zeroed */
+    w22_region hist_win;       /* device memory: two frames of the largest hosted cache */
+    void *host_cache_block;    /* host memory (the backend's host_alloc, else malloc): every hosted cache */
+    size_t host_cache_bytes;
+    int dry;                   /* w22_plan_work_bytes' layout: sizes counted, nothing allocated */
     w22_region zdev;     /* latents copied to the backend (host decodes) */
     size_t workspace_bytes;
     /* The current decode. */
@@ -124,6 +141,19 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w);
 void w22_plan_release(w22_decoder *d);
 /* Runs a decode of d->z (in backend memory) through the stages; frames go to d->deliver. */
 w22_status w22_plan_run(w22_decoder *d);
+
+/* The work memory a plan for latents of h x w needs on this decoder's backend and rank: its workspace (the bytes
+ * w22_plan_prepare allocates with the backend, d->workspace_bytes after it) plus W22_WORK_RESERVE, with the causal
+ * caches of the stages in host_stages (bit s: stage s) in host memory. The same layout code as the plan itself
+ * (plan_make on a copy that only counts), so a budget, its tests and the bench's report cannot drift from it. */
+w22_status w22_plan_work_bytes(const w22_decoder *d, int h, int w, unsigned host_stages, size_t *bytes);
+/* The backends' own work memory beside the plan's workspace, which a budget leaves room for: the CUDA backend's
+ * split-tail partials (16.5 MiB, conv_sm90_wgmma_tma.cu), its frames_dev batch of a w22_decode_device_frames and
+ * allocator rounding. Not in it: the latents (the caller's input; a host decode copies them to the device,
+ * 4 z_dim T h w bytes) and the weights. tests/cuda_budget.c measures the peak against the budget. */
+#define W22_WORK_RESERVE ((size_t)64 << 20)
+/* The smallest budget a decode at h x w can take here (every stage's caches hosted), for messages and tests. */
+w22_status w22_plan_budget_floor(const w22_decoder *d, int h, int w, size_t *bytes);
 
 /* The span of the transient block that holds nothing live while stage s runs its convs (see transient), or NULL
  * and 0 before a workspace is made. */

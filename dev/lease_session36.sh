@@ -47,6 +47,7 @@ case ${PLAN:-1} in
     run cuda_dit 30 $B/tests/cuda_dit
     run test_gpu_dit 120 python3 -m pytest -q -x python/tests/test_gpu_dit.py -m "not full_size"
     run cuda_seq12_wan21 90 $B/tests/cuda_sequence 30 64 12 wan21
+    run cuda_budget 150 $B/tests/cuda_budget
     run prof_wan21 90 env W22_PROFILE=1 python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --json "$O/wan21-prof.json"
     run bench_portable_wino 200 python3 bench/bench.py --workload f121 --portable --portable-winograd 256 --no-check --no-audit --no-gemm --commit "$(cat $B/commit.txt)" --json "$O/f121-portable-wino.json"
     run perf_portable 60 env W22_KERNELS=portable $B/tests/cuda_ops --perf -o up_blocks

@@ -665,7 +665,8 @@ class Sampler:
         counter's reading after the window's end did not exist yet and the figure came out None (session 35)."""
         end = max((b for _, b in windows), default=None)
         deadline = time.monotonic() + 5 * CLOCK_PERIOD_S
-        while (end is not None and self.thread and self.thread.is_alive() and time.monotonic() < deadline
+        thread = getattr(self, "thread", None)
+        while (end is not None and thread and thread.is_alive() and time.monotonic() < deadline
                and not any(s[0] >= end and s[3] is not None for s in self.samples[-3:])):
             time.sleep(CLOCK_PERIOD_S / 4)
         pts = [(s[0], s[3]) for s in list(self.samples) if s[3] is not None]

@@ -13,6 +13,8 @@ import math
 import os
 import sys
 import tempfile
+import threading
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -297,6 +299,19 @@ class Worlds(unittest.TestCase):
         self.assertEqual(s.energy([(3.9, 5.0)]), (None, None))     # past the last sample: no figure, not a guess
         s.samples = [(0.5 * k, 1500, 0, None, None) for k in range(9)]
         self.assertEqual(s.energy([(0.25, 2.25)]), (None, None))   # no counter (NVML without it)
+        # a window that ends after the newest sample waits for the sampler's next reading (session 35's None)
+        t0 = time.monotonic()
+        s = bench.Sampler.__new__(bench.Sampler)
+        s.samples, s.done = [(t0 - 1.0, 1500, 0, 0, 700000)], threading.Event()
+
+        def later():
+            time.sleep(0.05)
+            s.samples.append((time.monotonic(), 1500, 0, 700000, 700000))
+        s.thread = threading.Thread(target=later)
+        s.thread.start()
+        joules, _ = s.energy([(t0 - 1.0, t0)])
+        s.thread.join()
+        self.assertIsNotNone(joules)
         self.assertEqual(bench.energy_text(1702.4, 693.2), ", 1702 J a call at 693 W")
         self.assertEqual(bench.energy_text(None, 693.2), "")
 

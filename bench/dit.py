@@ -25,7 +25,7 @@ project's rule: fused within 3x the error of eager bf16).
 Per size it reports, besides each mode's time, peak and profile, the ratios issue 43's targets name: fused vs eager
 (speedup_vs_eager), fused vs compile without its compile step (speedup_vs_compile: compile's median / fused's),
 the time outside GEMMs and attention cut (outside_cut_vs_eager), peak over the weights vs eager's (peak_vs_eager),
-and which targets they meet ("targets"); the fused mode's FFN path ("ffn": the GELU epilogue or why not).
+and which targets they meet ("targets").
 
 Writes a JSON: the GPU's name, its SM clock during the timed forwards (nvidia-smi samples) and the maximum, torch,
 diffusers and CUDA versions, the commit, and per size and mode the timings, memory and profile.
@@ -330,7 +330,7 @@ def main(argv=None):
                     outs[mode] = fn().clone()  # warm-up, and the output compared below
                     if mode == "fused":
                         st = wd.transformer_status(model)
-                        r["path"], r["ffn"] = st["path"], st["ffn"]
+                        r["path"] = st["path"]
                         if st["path"] != "fused":
                             r["error"] = st["reason"]
                     r.update(timed(torch, fn, iters, sampler))
@@ -416,7 +416,7 @@ def main(argv=None):
                   (f"; compile {c['speedup_vs_eager']:.3f}x eager (compile step {c.get('compile_s', 0):.0f} s), "
                    f"fused {f['speedup_vs_compile']:.3f}x compile" if "speedup_vs_compile" in f else
                    (f"; compile: {c.get('error', 'no timing')[:200]}" if c else "")) +
-                  f"; FFN: {f.get('ffn')}; targets {rec['targets']}", flush=True)
+                  f"; targets {rec['targets']}", flush=True)
         del inputs
         torch.cuda.empty_cache()
     save(doc)

@@ -238,29 +238,6 @@ def test_enable_pipeline():
     _close(ours, ref, 1e-4, "pipeline video")
 
 
-@torch.no_grad()
-def test_ffn_gelu_epilogue_choice():
-    """The FFN's GELU epilogue (dit._ffn) is taken only where it computes diffusers' GELU(tanh): the check refuses
-    the CPU's _addmm_activation (the exact erf GELU: the check must be able to say no), the layout test refuses
-    another activation, a hook and training-mode dropout; on the CPU the FFN is diffusers' own, bit for bit."""
-    from diffusers.models.attention import FeedForward
-    why = dit._gelu_epilogue_reason(torch.device("cpu"))
-    assert why and "not the tanh approximation" in why, why
-    ffn = FeedForward(48, inner_dim=64, activation_fn="gelu-approximate").eval()
-    assert dit._ffn_layout_reason(ffn) is None
-    assert "approximate" in dit._ffn_layout_reason(FeedForward(48, inner_dim=64, activation_fn="gelu").eval())
-    assert "FeedForward" in dit._ffn_layout_reason(torch.nn.Linear(2, 2))
-    assert "dropout" in dit._ffn_layout_reason(FeedForward(48, inner_dim=64, dropout=0.1,
-                                                           activation_fn="gelu-approximate").train())
-    hooked = FeedForward(48, inner_dim=64, activation_fn="gelu-approximate").eval()
-    hooked.net[0].proj.register_forward_pre_hook(lambda m, a: None)
-    assert "hook" in dit._ffn_layout_reason(hooked)
-    st = dit._State()
-    x = torch.randn(2, 5, 48)
-    assert torch.equal(dit._ffn(st, ffn, x), ffn(x))
-    assert st.ffn_path.startswith("diffusers (the CPU"), st.ffn_path
-
-
 def test_enable_pipeline_two_transformers():
     """A14B's layout: a WanPipeline with transformer and transformer_2 (boundary_ratio: the high-noise steps on the
     first, the low-noise ones on the second), per-batch timesteps. enable(pipe) fuses both; each takes the fused path

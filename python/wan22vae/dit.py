@@ -9,10 +9,7 @@ Each WanTransformerBlock's forward is replaced by one that runs the same computa
 transformer_wan.py) with its elementwise passes fused (include/wan22vae.h, "DiT"):
     norm1 + modulation (scale_shift_table + temb read inside the kernel),
     norm_q / norm_k RMSNorm across the heads + RoPE (self-attention), RMSNorm alone (cross-attention, I2V's image k),
-    the gated residual + norm2, the residual + norm3 + modulation, the FFN's gated residual;
-and on the GPU the FFN's GELU(tanh) in its first GEMM's epilogue (torch._addmm_activation: cuBLASLt's GELU_BIAS, the
-tanh approximation, checked once per GPU against F.gelu(approximate="tanh"); not on the CPU, whose
-_addmm_activation computes the exact erf GELU).
+    the gated residual + norm2, the residual + norm3 + modulation, the FFN's gated residual.
 The GEMMs (to_q/k/v/out, the FFN) and the attention (diffusers' dispatch_attention_fn, SDPA by default) stay torch's.
 On the GPU the kernels take bf16 activations (a bf16 transformer) and queue on torch's current stream; on the CPU a
 float32 transformer runs the library's float32 CPU versions.
@@ -224,8 +221,6 @@ class _State:
         self.f32 = {}           # id(param) -> (param, version, float32 copy)
         self.rope = None        # (cos source, sin source, cos float32 [L, hd], sin float32 [L, hd])
         self.gpus = {}          # device index -> why the kernels cannot run there (None: they can)
-        self.gelu = {}          # device index -> why the GELU epilogue is not used there (None: it is)
-        self.ffn_path = None    # the last block's FFN: "gelu epilogue" or "diffusers (<why>)"
 
 
 def _note(st, reason):
@@ -412,89 +407,6 @@ def _attention(st, attn, x, enc, rope):
     return attn.to_out[1](out)
 
 
-def _gelu_epilogue_reason(dev):
-    """Why torch._addmm_activation(use_gelu=True) on this GPU is not the GELU diffusers' FFN computes (None: it is).
-    diffusers' FeedForward("gelu-approximate") is F.gelu(linear(x), approximate="tanh"); torch's CUDA
-    _addmm_activation takes cuBLASLt's GELU_BIAS epilogue (documented as the tanh approximation) where its conditions
-    hold and otherwise runs addmm then gelu_(approximate="tanh"), but the CPU's computes the exact erf GELU, so the
-    choice is checked here rather than assumed: 4096 bf16 values in [-5, 5] through an identity GEMM (exact) must
-    land on bf16(gelu_tanh(x)) far more often than on bf16(gelu_erf(x)) (the two differ at a third of them)."""
-    torch = _torch()
-    F = torch.nn.functional
-    import contextlib
-    try:
-        with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
-            x = torch.linspace(-5, 5, 4096, device=dev).to(torch.bfloat16).reshape(64, 64)
-            eye = torch.eye(64, device=dev, dtype=torch.bfloat16)
-            got = torch._addmm_activation(torch.zeros(64, device=dev, dtype=torch.bfloat16), x, eye.t(),
-                                          use_gelu=True)
-            tanh = F.gelu(x.float(), approximate="tanh").to(torch.bfloat16)
-            erf = F.gelu(x.float()).to(torch.bfloat16)
-            off_tanh, off_erf = int((got != tanh).sum()), int((got != erf).sum())
-    except Exception as e:  # an older torch without _addmm_activation, or a GEMM it refuses
-        return f"torch._addmm_activation(use_gelu=True) failed: {type(e).__name__}: {e}"
-    if not off_tanh * 4 <= off_erf:
-        return f"torch._addmm_activation's GELU is not the tanh approximation here ({off_tanh} of 4096 values off " \
-               f"gelu(approximate='tanh'), {off_erf} off the erf GELU)"
-    return None
-
-
-def _ffn_layout_reason(ffn):
-    """Why this FeedForward is not diffusers' [GELU(tanh) with its proj Linear, Dropout, Linear(, Dropout)] with plain
-    modules (None: it is): a LoRA layer, a hook or an offload hook on its modules keeps diffusers' forward."""
-    torch = _torch()
-    net = getattr(ffn, "net", None)
-    if type(ffn).__name__ != "FeedForward" or net is None or len(net) not in (3, 4):
-        return f"the FFN is a {type(ffn).__name__}, not diffusers' FeedForward of 3 or 4 modules"
-    act, proj, out = net[0], getattr(net[0], "proj", None), net[2]
-    from diffusers.models.activations import GELU
-    if type(act) is not GELU or act.approximate != "tanh":
-        return f"the FFN's activation is a {type(act).__name__} (approximate={getattr(act, 'approximate', None)!r}), " \
-               "not diffusers' GELU(approximate='tanh')"
-    for name, m in (("proj", proj), ("out", out)):
-        if type(m) is not torch.nn.Linear or m.bias is None:
-            return f"the FFN's {name} is a {type(m).__name__}{'' if type(m) is not torch.nn.Linear else ' without bias'}"
-    for m in [ffn, act, proj] + list(net[1:]):
-        if m._forward_hooks or m._forward_pre_hooks or "forward" in m.__dict__:
-            return "a hook or a replaced forward on the FFN's modules"
-    for d in list(net[1:2]) + list(net[3:]):
-        if not isinstance(d, torch.nn.Dropout) or (d.training and d.p > 0):
-            return "the FFN's dropout is not an identity (training mode, or not a Dropout)"
-    return None
-
-
-def _ffn(st, ffn, x):
-    """diffusers' FeedForward (gelu-approximate) with the GELU in the first GEMM's epilogue on the GPU: one read and
-    write of the [L, ffn_dim] activations fewer (bf16: the epilogue takes GELU of the float32 accumulator plus bias and
-    rounds once, where diffusers rounds the GEMM's output to bf16 before its GELU: a half-ulp of bf16 apart at most
-    before the second GEMM). Elsewhere, or where the check or the layout says no, diffusers' own forward."""
-    torch = _torch()
-    dev = x.device
-    why = None
-    if dev.type != "cuda":
-        why = "the CPU's _addmm_activation is the erf GELU"
-    else:
-        if dev.index not in st.gelu:
-            st.gelu[dev.index] = _gelu_epilogue_reason(dev)
-        why = st.gelu[dev.index] or _ffn_layout_reason(ffn)
-        if not why:
-            proj, out = ffn.net[0].proj, ffn.net[2]
-            if not (proj.weight.dtype == proj.bias.dtype == x.dtype and proj.weight.device == dev):
-                why = f"the FFN's weights are {proj.weight.dtype} on {proj.weight.device}, the activations " \
-                      f"{x.dtype} on {dev}"
-    if why:
-        st.ffn_path = f"diffusers ({why})"
-        if dev.type == "cuda" and why not in st.warned:  # said once: the block's other passes stay fused
-            st.warned.add(why)
-            logger.warning("wan22vae: the FFN's GELU runs as diffusers' own pass: %s", why)
-        return ffn(x)
-    st.ffn_path = "gelu epilogue"
-    B, L, dim = x.shape
-    proj, out = ffn.net[0].proj, ffn.net[2]
-    g = torch._addmm_activation(proj.bias, x.reshape(B * L, dim), proj.weight.t(), use_gelu=True)
-    return out(g).reshape(B, L, -1)
-
-
 def _fused_forward(st, block, hidden_states, encoder_hidden_states, temb, rotary_emb):
     """WanTransformerBlock.forward (diffusers 0.42.1) with its elementwise passes in the library."""
     torch = _torch()
@@ -526,7 +438,7 @@ def _fused_forward(st, block, hidden_states, encoder_hidden_states, temb, rotary
     del a, n2
     resnorm(h, y=a2, h_out=h, out=a2, mod=mod, shift_chunk=3, eps=block.norm3.eps)
     # 3. feed-forward; h = h + ff * c_gate_msa
-    ff = _ffn(st, block.ffn, a2).contiguous()
+    ff = block.ffn(a2).contiguous()
     del a2
     resnorm(h, y=ff, h_out=h, gate=mod, gate_chunk=5)
     return h
@@ -615,12 +527,10 @@ def disable_transformer(transformer):
 
 def transformer_status(transformer):
     """{"enabled", "fused_possible", "blocks" (how many are ours), "path" of the last block call ("fused",
-    "diffusers" or None), "ffn" (the last fused call's FFN: "gelu epilogue" or "diffusers (<why>)"), "reason" (why
-    the last call fell back, or why every call will)}."""
+    "diffusers" or None), "reason" (why the last call fell back, or why every call will)}."""
     st = getattr(transformer, _ATTR, None)
     if st is None:
-        return {"enabled": False, "fused_possible": False, "blocks": 0, "path": None, "ffn": None,
+        return {"enabled": False, "fused_possible": False, "blocks": 0, "path": None,
                 "reason": "wan22vae.diffusers.enable_transformer() was not called on this transformer"}
     return {"enabled": True, "fused_possible": st.reason is None, "blocks": len(st.blocks), "path": st.last["path"],
-            "ffn": st.ffn_path if st.last["path"] == "fused" else None,
             "reason": st.last["reason"] if st.last["path"] == "diffusers" else st.reason}

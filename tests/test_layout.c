@@ -1,6 +1,7 @@
 /* The GPU backend's weight layouts made on every core (src/weights/layout.c) give the same bits as the serial
  * loops they replace (copied here as the reference), at odd and even channel counts; then the time of both over
  * the TI2V-5B decoder's conv weights on this machine (issue 30: the open's host work). Random weights. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -35,21 +36,45 @@ static void ref_wino(const float *data, int co, int ci, uint16_t *h) {
             }
 }
 
-static void ref_phases(const float *data, int cout, int cin, uint16_t *h) {
-    static const int lo[2][2] = {{0, 1}, {0, 2}}, hi[2][2] = {{0, 2}, {1, 2}};
-    for (int py = 0; py < 2; py++)
-        for (int px = 0; px < 2; px++)
-            for (int o = 0; o < cout; o++)
+/* The phase layout by what it is for, not by a copy of its loops: for each phase (py, px), the 2x2 conv of its
+ * weights over the low-resolution input x with pads (1 - py, 1 - px) must equal the 3x3 conv (pad 1) of x upsampled
+ * by nearest 2x at output pixel (2 i + py, 2 j + px). On a random x of cin channels at 3 x 4 (every border case),
+ * every output channel. Each output's tolerance is what the bf16 rounding of its phase weights allows (a weight is
+ * a float sum of up to four taps rounded once: within 2^-8 of its magnitude, plus float noise): the sum over its
+ * terms of |x| |w_bf16| 2^-8 (1 + 2^-6) + 1e-6. Returns the worst error over that tolerance (<= 1: within). */
+static double phases_vs_upsample_conv(const float *w, int cout, int cin, const uint16_t *ph) {
+    enum { H = 3, W = 4 };
+    float *x = malloc((size_t)H * W * cin * sizeof *x);
+    t_fill_uniform(x, (size_t)H * W * cin, 7, -1.f, 1.f);
+    double worst = 0;
+    for (int o = 0; o < cout; o++)
+        for (int Y = 0; Y < 2 * H; Y++)
+            for (int X = 0; X < 2 * W; X++) {
+                double want = 0, got = 0, tol = 1e-6;
+                for (int ky = 0; ky < 3; ky++)
+                    for (int kx = 0; kx < 3; kx++) {
+                        const int uy = Y + ky - 1, ux = X + kx - 1; /* the upsampled image, zero outside */
+                        if (uy < 0 || uy >= 2 * H || ux < 0 || ux >= 2 * W) continue;
+                        for (int c = 0; c < cin; c++)
+                            want += (double)w[(((size_t)o * cin + c) * 3 + ky) * 3 + kx] *
+                                    x[((size_t)(uy >> 1) * W + (ux >> 1)) * cin + c];
+                    }
+                const int py = Y & 1, px = X & 1, i = Y >> 1, j = X >> 1;
                 for (int d = 0; d < 4; d++) {
-                    const int dy = d >> 1, dx = d & 1;
-                    for (int ci = 0; ci < cin; ci++) {
-                        float sum = 0;
-                        for (int ky = lo[py][dy]; ky <= hi[py][dy]; ky++)
-                            for (int kx = lo[px][dx]; kx <= hi[px][dx]; kx++)
-                                sum += data[(((size_t)o * cin + ci) * 3 + ky) * 3 + kx];
-                        h[((((size_t)(py * 2 + px) * cout + o) * 4) + d) * cin + ci] = w22_f32_to_bf16(sum);
+                    const int yy = i + (d >> 1) - (1 - py), xx = j + (d & 1) - (1 - px);
+                    if (yy < 0 || yy >= H || xx < 0 || xx >= W) continue;
+                    for (int c = 0; c < cin; c++) {
+                        const double v = w22_bf16_to_f32(ph[((((size_t)(py * 2 + px) * cout + o) * 4) + d) * cin + c]),
+                                     xv = x[((size_t)yy * W + xx) * cin + c];
+                        got += v * xv;
+                        tol += fabs(v * xv) * (1.0 / 256.0) * (1.0 + 1.0 / 64.0);
                     }
                 }
+                const double e = fabs(got - want) / tol;
+                if (e > worst) worst = e;
+            }
+    free(x);
+    return worst;
 }
 
 static double now(void) {
@@ -106,9 +131,18 @@ int main(void) {
         }
         if (vol == 9) {
             memset(a, 0xab, np * 2), memset(b, 0xcd, np * 2);
-            ref_phases(d, co, ci, a);
             w22_layout_phases_bf16(d, co, ci, b);
-            CHECK(!memcmp(a, b, np * 2), "phase layout %dx%d differs from the serial loops", co, ci);
+            const double err = phases_vs_upsample_conv(d, co, ci, b);
+            CHECK(err <= 1.0, "phase layout %dx%d: its four 2x2 convs differ from nearest-2x + the 3x3 conv by %.3g of "
+                  "what the bf16 phase weights allow", co, ci, err);
+            /* and not by accident: the same weights with two phases swapped must fail */
+            memcpy(a, b, np * 2);
+            for (size_t q = 0; q < (size_t)4 * co * ci; q++) {
+                const uint16_t t = a[q];
+                a[q] = a[(size_t)4 * co * ci + q], a[(size_t)4 * co * ci + q] = t;
+            }
+            CHECK(phases_vs_upsample_conv(d, co, ci, a) > 1.0, "phase layout %dx%d: the check tells phases apart",
+                  co, ci);
         }
         float *fa = malloc(n * 4), *fb = malloc(n * 4);
         for (int o = 0; o < co; o++) /* the CPU backend's serial loop */

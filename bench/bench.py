@@ -1576,6 +1576,35 @@ def decoder_paths():
     return sorted({e.decoder.path for e in list(protocol._DECODERS.values())})
 
 
+def rerun_world1(a, order1, ours, weights_run, pg, z_full, refs, calib, sampler, mem0, our_names, uuid, report, save,
+                 key, annotate, say):
+    """World 1's workloads again on the decoder `ours` holds now (a pass beside the default one: --portable,
+    --memory-budget): each workload's check, trials, audit and memory as run_workload makes them, annotate(r) adding
+    the pass's own fields, the speedup over diffusers' bf16 and vs_default_path (its ms / the default's), stored under
+    the workload's `key`, saved and shown; say(name, r, rec) logs the pass's line."""
+    import torch
+    marks = fingerprint(weights_run)
+    for c, w in order1:
+        name = workload_name(c, w)
+        try:
+            r = run_workload(a, c, w, ours, weights_run, marks, pg, z_full, refs, calib, sampler, mem0, our_names, uuid)
+        except Exception as e:  # noqa: BLE001 - the workload fails, the next one runs
+            r = {"error": f"{type(e).__name__}: {e}"}
+            log(f"{name} {key}: FAILED: {traceback.format_exc(limit=6)}")
+        annotate(r)
+        rec = report["workloads"][name]
+        d = rec.get("diffusers") or {}
+        if r.get("ms") and d.get("ms"):
+            r["speedup"] = d["ms"] / r["ms"]
+        if r.get("ms") and rec.get("ms"):
+            r["vs_default_path"] = r["ms"] / rec["ms"]
+        rec[key] = r
+        torch.cuda.empty_cache()
+        final = save()
+        show(f"{name}:{key}", {**final["workloads"][name][key], "timed": rec.get("timed"), "diffusers": d})
+        say(name, r, rec)
+
+
 def portable_pass(a, order1, ours, weights, pg, z_full, refs, calib, sampler, mem0, our_names, uuid, report, save,
                   wino=None):
     """--portable: world 1's workloads again on a decoder of the portable kernels (W22_KERNELS=portable at its open,
@@ -1595,31 +1624,19 @@ def portable_pass(a, order1, ours, weights, pg, z_full, refs, calib, sampler, me
         torch.cuda.synchronize()
         paths = decoder_paths()
         log(f"{key}: the decoder runs {', '.join(paths)}" + (f", W22_WINOGRAD={wino}" if wino is not None else ""))
-        marks = fingerprint(weights_run)
-        for c, w in order1:
-            name = workload_name(c, w)
-            try:
-                r = run_workload(a, c, w, ours, weights_run, marks, pg, z_full, refs, calib, sampler, mem0,
-                                 our_names, uuid)
-            except Exception as e:  # noqa: BLE001 - the workload fails, the next one runs
-                r = {"error": f"{type(e).__name__}: {e}"}
-                log(f"{name} {key}: FAILED: {traceback.format_exc(limit=6)}")
+
+        def annotate(r):
             r["path"] = ",".join(paths)
             if wino is not None:
                 r["w22_winograd"] = wino
-            rec = report["workloads"][name]
-            d = rec.get("diffusers") or {}
-            if r.get("ms") and d.get("ms"):
-                r["speedup"] = d["ms"] / r["ms"]
-            if r.get("ms") and rec.get("ms"):
-                r["vs_default_path"] = r["ms"] / rec["ms"]
-            rec[key] = r
-            torch.cuda.empty_cache()
-            final = save()
-            show(f"{name}:{key}", {**final["workloads"][name][key], "timed": rec.get("timed"), "diffusers": d})
+
+        def say(name, r, rec):
             if r.get("vs_default_path"):
                 log(f"{name}: {key} {r['ms']:.1f} ms, x{r['vs_default_path']:.2f} the default path's "
                     f"{rec['ms']:.1f} ms" + (f", x{r['speedup']:.2f} over diffusers bf16" if r.get("speedup") else ""))
+
+        rerun_world1(a, order1, ours, weights_run, pg, z_full, refs, calib, sampler, mem0, our_names, uuid, report,
+                     save, key, annotate, say)
     finally:
         ours.release()
         for k, v in saved.items():
@@ -1648,35 +1665,23 @@ def budget_pass(a, order1, ours, weights, pg, z_full, refs, calib, sampler, mem0
         torch.cuda.synchronize()
         held = ours.device_bytes()  # the weights: the workspace is made at the first decode
         log(f"budget: a decoder under a work-memory budget of {budget / GIB:.3f} GiB")
-        marks = fingerprint(weights_run)
-        for c, w in order1:
-            name = workload_name(c, w)
-            try:
-                r = run_workload(a, c, w, ours, weights_run, marks, pg, z_full, refs, calib, sampler, mem0,
-                                 our_names, uuid)
-            except Exception as e:  # noqa: BLE001 - the workload fails, the next one runs
-                r = {"error": f"{type(e).__name__}: {e}"}
-                log(f"{name} budget: FAILED: {traceback.format_exc(limit=6)}")
+
+        def annotate(r):
             r["memory_budget_bytes"] = budget
             now = ours.device_bytes()
             if held is not None and now is not None:
                 r["library_work_gib"] = (now - held) / GIB
                 r["within_budget"] = now - held <= budget
-            rec = report["workloads"][name]
-            d = rec.get("diffusers") or {}
-            if r.get("ms") and d.get("ms"):
-                r["speedup"] = d["ms"] / r["ms"]
-            if r.get("ms") and rec.get("ms"):
-                r["vs_default_path"] = r["ms"] / rec["ms"]
-            rec["budget"] = r
-            torch.cuda.empty_cache()
-            final = save()
-            show(f"{name}:budget", {**final["workloads"][name]["budget"], "timed": rec.get("timed"), "diffusers": d})
+
+        def say(name, r, rec):
             if r.get("ms"):
                 log(f"{name}: under {budget / GIB:.2f} GiB {r['ms']:.1f} ms"
                     + (f", x{r['vs_default_path']:.2f} the default plan's {rec['ms']:.1f} ms"
                        if r.get("vs_default_path") else "")
                     + (f", work {r['library_work_gib']:.3f} GiB" if r.get("library_work_gib") is not None else ""))
+
+        rerun_world1(a, order1, ours, weights_run, pg, z_full, refs, calib, sampler, mem0, our_names, uuid, report,
+                     save, "budget", annotate, say)
     finally:
         ours.release()
         protocol.set_memory_budget(None)

@@ -3,15 +3,18 @@
  *   cuda_dit              every case; one line each, then "N passed, N failed"; exit 0 iff all pass
  *   cuda_dit -o NAME      only the cases whose name contains NAME
  *   cuda_dit --perf       the passes at TI2V-5B's 704x1280x121 (L = 27,280, dim 3072) and A14B's dim 5120:
- *                         us per call and GB/s of the bytes each must move
+ *                         us per call, GB/s of the bytes each must move, and that as a share of the device's
+ *                         cudaMemcpy rate on the same buffers
  *
  * Method: inputs are random values rounded to bf16 on the host, so both sides see the same numbers; every output
  * buffer starts as NaN and sits between margins of a known pattern that must not change (an element the kernel
  * skips stays NaN and fails; a write outside the view fails); an input that must stay unchanged (h when h_out is
  * elsewhere, x when out is elsewhere) is compared bit for bit afterwards. Shapes: L = 1, odd L, B > 1, dims that
  * take each vector width (8: dim % 8 == 0 and 16-byte pointers; 2; 1: odd dims or pointers off by one element),
- * the real dims (3072, 5120), a row of 32768 (128 KB of shared memory), strided rows (a view of a fused QKV),
- * in place (h_out == h, out == y, qknorm's out == x), bf16 and float32 temb, per token and per batch.
+ * each on both kernels (w22_dit_rows_plan: registers up to 1024 threads a row, the last dim of that reach and the
+ * next, several rows a block, idle threads in a row; shared memory beyond, up to a row of 32768 = 128 KB), the real
+ * dims (3072, 5120, also misaligned), strided rows (a view of a fused QKV), in place (h_out == h, out == y, qknorm's
+ * out == x), bf16 and float32 temb (and both in one call), per token and per batch, a gate with a modulation.
  *
  * The reference repeats the kernel's bf16 roundings where they change what follows: the new residual h is rounded
  * to bf16 before its norm (the CPU version is called twice: the residual, then the norm of the rounded h), and the
@@ -37,9 +40,10 @@ static uint64_t seed = 1;
 
 static int selected(const char *name) { return !filter || strstr(name, filter); }
 
-/* The vector widths the cases ran (dit.h's w22_dit_*_vector, the launchers' own choice): a full run must cover each
- * width of each kernel, RoPE's 8 and 2 included. [kernel: 0 resnorm, 1 qknorm, 2 qknorm with RoPE][width] */
-static int covered[3][9];
+/* The vector widths and row layouts the cases ran (dit.h's w22_dit_*_vector and w22_dit_rows_plan, the launchers' own
+ * choices): a full run must cover each width of each kernel, RoPE's 8 and 2 included, on both the register and the
+ * shared-memory kernel. [kernel: 0 resnorm, 1 qknorm, 2 qknorm with RoPE][width][0 smem, 1 registers] */
+static int covered[3][9][2];
 
 static void cuda_ok(cudaError_t e, const char *what) {
     if (e != cudaSuccess) {
@@ -151,29 +155,32 @@ static int compare(const char *name, const char *what, const float *got, const f
 
 /* ---- resnorm ---- */
 
-enum { R_NORM1, R_GATE_AFFINE, R_ADD_MOD, R_GATE_ONLY, R_AFFINE_MOD, R_WEIGHT_ONLY };
-static const char *rmode_name[] = {"norm1", "gate+norm2", "add+norm3", "gate", "affine+mod", "weight"};
+/* R_ALL (a gate, the affine norm and a modulation in one call; no Wan block has it) takes the register kernel's other
+ * order: shift and scale read after the new h, the weights after the reductions */
+enum { R_NORM1, R_GATE_AFFINE, R_ADD_MOD, R_GATE_ONLY, R_AFFINE_MOD, R_WEIGHT_ONLY, R_ALL, R_MODES };
+static const char *rmode_name[] = {"norm1", "gate+norm2", "add+norm3", "gate", "affine+mod", "weight", "all"};
 
 typedef struct {
     int B, L, dim, mode, per_token, temb_bf16;
     int in_place;  /* h_out == h; and out == y */
     int shift;     /* misalign every activation buffer by this many elements (1: 2 bytes, 2: 4 bytes) */
+    int mixed;     /* the gate's temb bf16, the modulation's float32 (the same values) */
 } rcase;
 
 static void run_resnorm(rcase c) {
     char name[160];
     snprintf(name, sizeof name, "resnorm %s B%d L%d dim%d %s temb %s%s%s", rmode_name[c.mode], c.B, c.L, c.dim,
-             c.per_token ? "per-token" : "per-batch", c.temb_bf16 ? "bf16" : "f32", c.in_place ? " in-place" : "",
-             c.shift ? " misaligned" : "");
+             c.per_token ? "per-token" : "per-batch", c.mixed ? "bf16+f32" : c.temb_bf16 ? "bf16" : "f32",
+             c.in_place ? " in-place" : "", c.shift ? " misaligned" : "");
     if (!selected(name)) return;
     const int B = c.B, L = c.L, D = c.dim;
     const size_t N = (size_t)B * L * D, TN = (size_t)(c.per_token ? (size_t)B * L : (size_t)B) * 6 * D;
-    int has_y = c.mode == R_GATE_AFFINE || c.mode == R_ADD_MOD || c.mode == R_GATE_ONLY;
-    int has_gate = c.mode == R_GATE_AFFINE || c.mode == R_GATE_ONLY;
+    int has_y = c.mode == R_GATE_AFFINE || c.mode == R_ADD_MOD || c.mode == R_GATE_ONLY || c.mode == R_ALL;
+    int has_gate = c.mode == R_GATE_AFFINE || c.mode == R_GATE_ONLY || c.mode == R_ALL;
     int has_out = c.mode != R_GATE_ONLY;
-    int has_w = c.mode == R_GATE_AFFINE || c.mode == R_AFFINE_MOD || c.mode == R_WEIGHT_ONLY;
-    int has_b = c.mode == R_GATE_AFFINE || c.mode == R_AFFINE_MOD;
-    int has_mod = c.mode == R_NORM1 || c.mode == R_ADD_MOD || c.mode == R_AFFINE_MOD;
+    int has_w = c.mode == R_GATE_AFFINE || c.mode == R_AFFINE_MOD || c.mode == R_WEIGHT_ONLY || c.mode == R_ALL;
+    int has_b = c.mode == R_GATE_AFFINE || c.mode == R_AFFINE_MOD || c.mode == R_ALL;
+    int has_mod = c.mode == R_NORM1 || c.mode == R_ADD_MOD || c.mode == R_AFFINE_MOD || c.mode == R_ALL;
     /* inputs: h with an offset so that the mean matters, the branch smaller, the modulation around 0 */
     float *h = rnd(N, -3.f, 5.f), *y = rnd(N, -2.f, 2.f), *table = rnd(6 * (size_t)D, -0.5f, 0.5f);
     float *temb = rnd(TN, -0.5f, 0.5f), *w = rnd(D, 0.5f, 1.5f), *bias = rnd(D, -0.5f, 0.5f);
@@ -190,22 +197,26 @@ static void run_resnorm(rcase c) {
     }
     if (has_out) {
         w22_dit_resnorm r = {B, L, D, 1e-6f, href, NULL, NULL, NULL, 0, oref, has_w ? w : NULL, has_b ? bias : NULL,
-                             has_mod ? &m : NULL, c.mode == R_ADD_MOD ? 3 : 0};
+                             has_mod ? &m : NULL, c.mode == R_ADD_MOD || c.mode == R_ALL ? 3 : 0};
         CHECK_OK(w22_dit_resnorm_cpu(&r));
     }
     /* device */
     dbuf dh = dalloc(N, 2, c.shift), dy = dalloc(N, 2, c.shift), dho = dalloc(N, 2, c.shift),
          dout = dalloc(N, 2, c.shift), dt = dalloc(6 * (size_t)D, 4, 0), dtemb = dalloc(TN, c.temb_bf16 ? 2 : 4, 0),
          dw = dalloc(D, 4, 0), db = dalloc(D, 4, 0);
+    dbuf dtemb32 = dalloc(c.mixed ? TN : 0, 4, 0); /* mixed: the same (bf16-exact) values as float32 */
     dput(&dh, h), dput(&dy, y), dput(&dt, table), dput(&dtemb, temb), dput(&dw, w), dput(&db, bias);
+    if (c.mixed) dput(&dtemb32, temb);
     w22_dit_mod dm = {dt.p, dtemb.p, c.per_token, c.temb_bf16 ? W22_DTYPE_BF16 : W22_DTYPE_F32};
+    w22_dit_mod dm32 = {dt.p, dtemb32.p, c.per_token, W22_DTYPE_F32};
     void *hout = !has_y ? NULL : c.in_place ? dh.p : dho.p;
     void *out = !has_out ? NULL : (c.in_place && has_y) ? dy.p : dout.p;
     w22_dit_resnorm r = {B, L, D, 1e-6f, dh.p, hout, has_y ? dy.p : NULL, has_gate ? &dm : NULL,
                          c.mode == R_GATE_ONLY ? 5 : 2, out, has_w ? dw.p : NULL, has_b ? db.p : NULL,
-                         has_mod ? &dm : NULL, c.mode == R_ADD_MOD ? 3 : 0};
+                         has_mod ? (c.mixed ? &dm32 : &dm) : NULL, c.mode == R_ADD_MOD || c.mode == R_ALL ? 3 : 0};
     const int vec = w22_dit_resnorm_vector(&r);
-    covered[0][vec]++;
+    const w22_dit_rows plan = w22_dit_rows_plan(D, vec);
+    covered[0][vec][plan.per_thread > 0]++;
     w22_status s = w22_dit_resnorm_cuda(&r, NULL);
     CHECK(s == W22_OK, "%s: %s: %s", name, w22_status_string(s), w22_last_error());
     cuda_ok(cudaDeviceSynchronize(), name);
@@ -235,8 +246,8 @@ static void run_resnorm(rcase c) {
         CHECK(written == 0, "%s: out was written (%zu elements) though the call has none", name, written);
     }
     CHECK(margins == 0, "%s: %zu elements outside the views changed", name, margins);
-    printf("%-80s vec %d %s\n", name, vec, t_failures == fails0 ? "ok" : "FAILED");
-    dbuf *all[] = {&dh, &dy, &dho, &dout, &dt, &dtemb, &dw, &db};
+    printf("%-80s vec %d %s %s\n", name, vec, plan.per_thread ? "regs" : "smem", t_failures == fails0 ? "ok" : "FAILED");
+    dbuf *all[] = {&dh, &dy, &dho, &dout, &dt, &dtemb, &dw, &db, &dtemb32};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) dfree(all[i]);
     free(h), free(y), free(table), free(temb), free(w), free(bias), free(href), free(oref), free(got);
 }
@@ -290,7 +301,8 @@ static void run_qknorm(qcase c) {
     w22_dit_qknorm dq = {B, L, c.heads, c.hd, 1e-6f, dx.p, S, out, S, c.weight ? dw.p : NULL,
                          c.rope ? dc.p : NULL, c.rope ? ds.p : NULL};
     const int vec = w22_dit_qknorm_vector(&dq);
-    covered[c.rope ? 2 : 1][vec]++;
+    const w22_dit_rows plan = w22_dit_rows_plan(D, vec);
+    covered[c.rope ? 2 : 1][vec][plan.per_thread > 0]++;
     w22_status s = w22_dit_qknorm_cuda(&dq, NULL);
     CHECK(s == W22_OK, "%s: %s: %s", name, w22_status_string(s), w22_last_error());
     cuda_ok(cudaDeviceSynchronize(), name);
@@ -316,7 +328,7 @@ static void run_qknorm(qcase c) {
         CHECK(changed == 0, "%s: x changed (%zu elements) though out is elsewhere", name, changed);
     }
     CHECK(margins == 0, "%s: %zu elements outside the views changed", name, margins);
-    printf("%-80s vec %d %s\n", name, vec, t_failures == fails0 ? "ok" : "FAILED");
+    printf("%-80s vec %d %s %s\n", name, vec, plan.per_thread ? "regs" : "smem", t_failures == fails0 ? "ok" : "FAILED");
     dfree(&dx), dfree(&dout), dfree(&dw), dfree(&dc), dfree(&ds);
     free(x), free(w), free(cs), free(sn), free(n), free(ref), free(extra), free(got), free(g2), free(r2), free(e2);
 }
@@ -351,6 +363,22 @@ static void perf(void) {
         cudaMemset(h.p, 0, N * 2), cudaMemset(y.p, 0, N * 2), cudaMemset(te.p, 0, (size_t)L * 6 * D * 2);
         cudaMemset(t.p, 0, 6 * (size_t)D * 4), cudaMemset(w.p, 0, D * 4), cudaMemset(cs.p, 0, (size_t)L * 128 * 4);
         w22_dit_mod m = {t.p, te.p, 1, W22_DTYPE_BF16};
+        /* the device's copy rate on these buffers (a read and a write of one activation), the bar each pass is read
+         * against */
+        double copy_gbs;
+        {
+            for (int it = 0; it < 3; it++) cuda_ok(cudaMemcpyAsync(o.p, h.p, N * 2, cudaMemcpyDeviceToDevice, 0), "copy");
+            cudaEventRecord(e0, 0);
+            for (int it = 0; it < 20; it++) cudaMemcpyAsync(o.p, h.p, N * 2, cudaMemcpyDeviceToDevice, 0);
+            cudaEventRecord(e1, 0);
+            cudaEventSynchronize(e1);
+            float ms;
+            cudaEventElapsedTime(&ms, e0, e1);
+            const double us = ms * 1e3 / 20;
+            copy_gbs = 4.0 * N / (us * 1e-6) / 1e9;
+            printf("perf dim %d L %d %-44s %8.1f us %7.0f GB/s\n", D, L, "copy (cudaMemcpy of h: read + write)", us,
+                   copy_gbs);
+        }
         struct {
             const char *name;
             w22_dit_resnorm r;
@@ -371,8 +399,9 @@ static void perf(void) {
             float ms;
             cudaEventElapsedTime(&ms, e0, e1);
             double us = ms * 1e3 / iters;
-            printf("perf dim %d L %d %-44s %8.1f us %7.0f GB/s\n", D, L, rs[k].name, us,
-                   rs[k].bytes_per_el * N / (us * 1e-6) / 1e9);
+            const double gbs = rs[k].bytes_per_el * N / (us * 1e-6) / 1e9;
+            printf("perf dim %d L %d %-44s %8.1f us %7.0f GB/s %4.0f%% of copy\n", D, L, rs[k].name, us, gbs,
+                   100 * gbs / copy_gbs);
         }
         w22_dit_qknorm q = {1, L, D / 128, 128, 1e-6f, h.p, D, h.p, D, w.p, cs.p, cs.p};
         for (int it = 0; it < 3; it++) CHECK_OK(w22_dit_qknorm_cuda(&q, NULL));
@@ -383,8 +412,9 @@ static void perf(void) {
         float ms;
         cudaEventElapsedTime(&ms, e0, e1);
         double us = ms * 1e3 / 20;
-        printf("perf dim %d L %d %-44s %8.1f us %7.0f GB/s\n", D, L, "qknorm+rope in place (x -> x)", us,
-               (4.0 * N + 8.0 * L * 128) / (us * 1e-6) / 1e9);
+        const double gbs = (4.0 * N + 8.0 * L * 128) / (us * 1e-6) / 1e9;
+        printf("perf dim %d L %d %-44s %8.1f us %7.0f GB/s %4.0f%% of copy\n", D, L, "qknorm+rope in place (x -> x)", us,
+               gbs, 100 * gbs / copy_gbs);
         dbuf *all[] = {&h, &y, &o, &t, &te, &w, &cs};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) dfree(all[i]);
     }
@@ -412,19 +442,37 @@ int main(int argc, char **argv) {
         return t_finish("cuda_dit --perf");
     }
     /* resnorm: every mode at a small even dim, both temb layouts and dtypes; the real dims; hostile shapes */
-    for (int mode = 0; mode < 6; mode++)
+    for (int mode = 0; mode < R_MODES; mode++)
         for (int pt = 0; pt < 2; pt++)
-            for (int tb = 0; tb < 2; tb++) run_resnorm((rcase){2, 37, 96, mode, pt, tb, 0, 0});
-    for (int mode = 0; mode < 6; mode++) {
-        run_resnorm((rcase){1, 1, 3072, mode, 1, 1, 0, 0});            /* L = 1 */
-        run_resnorm((rcase){2, 19, 3072, mode, 1, 1, 1, 0});           /* TI2V-5B: per token, in place */
-        run_resnorm((rcase){3, 7, 5120, mode, 0, 1, 1, 0});            /* A14B: per batch */
-        run_resnorm((rcase){2, 5, 50, mode, 1, 0, 0, 0});              /* dim % 8 != 0: pairs */
-        run_resnorm((rcase){1, 3, 33, mode, 0, 1, 0, 0});              /* odd dim: one element at a time */
-        run_resnorm((rcase){2, 3, 64, mode, 1, 1, mode % 2, 1 + mode % 2}); /* 2 or 4 bytes off: scalar, pairs */
+            for (int tb = 0; tb < 2; tb++) run_resnorm((rcase){2, 37, 96, mode, pt, tb, 0, 0, 0});
+    for (int mode = 0; mode < R_MODES; mode++) {
+        run_resnorm((rcase){1, 1, 3072, mode, 1, 1, 0, 0, 0});            /* L = 1 */
+        run_resnorm((rcase){2, 19, 3072, mode, 1, 1, 1, 0, 0});           /* TI2V-5B: per token, in place */
+        run_resnorm((rcase){3, 7, 5120, mode, 0, 1, 1, 0, 0});            /* A14B: per batch */
+        run_resnorm((rcase){2, 5, 50, mode, 1, 0, 0, 0, 0});              /* dim % 8 != 0: pairs */
+        run_resnorm((rcase){1, 3, 33, mode, 0, 1, 0, 0, 0});              /* odd dim: one element at a time */
+        run_resnorm((rcase){2, 3, 64, mode, 1, 1, mode % 2, 1 + mode % 2, 0}); /* 2 or 4 bytes off: scalar, pairs */
     }
-    run_resnorm((rcase){1, 2, 32768, R_ADD_MOD, 1, 1, 0, 0});          /* 128 KB of shared memory */
-    run_resnorm((rcase){1, 3, 1, R_GATE_AFFINE, 1, 1, 0, 0});          /* dim 1 */
+    run_resnorm((rcase){1, 2, 32768, R_ADD_MOD, 1, 1, 0, 0, 0});          /* 128 KB of shared memory */
+    run_resnorm((rcase){1, 3, 1, R_GATE_AFFINE, 1, 1, 0, 0, 0});          /* dim 1 */
+    /* both sides of the register kernel's reach (w22_dit_rows_plan; test_dit pins it) at each width, a row a block
+     * of 1024 threads on the inside; idle threads in a row (dim 1000: 125 chunks on 128 threads, 2 rows a block);
+     * the real dim off by an element (scalar) and by two (pairs); temb of both dtypes in one call */
+    const int modes4[] = {R_NORM1, R_GATE_AFFINE, R_ADD_MOD, R_ALL};
+    for (int k = 0; k < 4; k++) {
+        const int m = modes4[k], ip = k % 2;
+        run_resnorm((rcase){2, 3, 8192, m, 1, 1, ip, 0, 0});              /* vec 8, registers, 1024 threads */
+        run_resnorm((rcase){1, 3, 8200, m, 1, 1, ip, 0, 0});              /* vec 8, shared memory */
+        run_resnorm((rcase){1, 3, 8190, m, 0, 1, ip, 0, 0});              /* pairs, registers, 1024 threads */
+        run_resnorm((rcase){1, 3, 8194, m, 1, 0, ip, 0, 0});              /* pairs, shared memory */
+        run_resnorm((rcase){2, 3, 4095, m, 1, 1, ip, 0, 0});              /* single, registers, 1024 threads */
+        run_resnorm((rcase){1, 3, 4097, m, 0, 1, ip, 0, 0});              /* single, shared memory */
+        run_resnorm((rcase){2, 5, 1000, m, 1, 1, ip, 0, 0});
+        run_resnorm((rcase){1, 5, 3072, m, 1, 1, !ip, 1, 0});             /* 2 bytes off at 3072: single, registers */
+        run_resnorm((rcase){2, 3, 3072, m, 0, 1, ip, 2, 0});              /* 4 bytes off at 3072: pairs, registers */
+    }
+    run_resnorm((rcase){2, 7, 3072, R_ALL, 1, 1, 1, 0, 1});            /* gate bf16, modulation float32 */
+    run_resnorm((rcase){2, 37, 96, R_ALL, 0, 1, 0, 0, 1});
     /* qknorm */
     run_qknorm((qcase){1, 1, 24, 128, 1, 1, 1, 0, 0});
     run_qknorm((qcase){2, 37, 24, 128, 1, 1, 1, 0, 0});
@@ -437,13 +485,26 @@ int main(int argc, char **argv) {
     run_qknorm((qcase){1, 4, 1, 33, 0, 1, 1, 0, 1});                   /* odd dim, misaligned: scalar */
     run_qknorm((qcase){3, 3, 2, 16, 1, 1, 2, 0, 2});                   /* 4 bytes off: pairs */
     run_qknorm((qcase){2, 5, 5, 6, 0, 1, 1, 1, 0});                    /* dim 30, no RoPE: pairs */
+    /* both sides of the register kernel's reach, as resnorm's */
+    run_qknorm((qcase){2, 3, 64, 128, 1, 1, 1, 0, 0});                 /* 8192, vec 8: registers, 1024 threads */
+    run_qknorm((qcase){1, 3, 72, 128, 1, 1, 3, 1, 0});                 /* 9216: shared memory, strided, in place */
+    run_qknorm((qcase){1, 3, 819, 10, 1, 1, 1, 0, 0});                 /* 8190, pairs: registers, 1024 threads */
+    run_qknorm((qcase){2, 3, 820, 10, 1, 1, 1, 1, 0});                 /* 8200, pairs: shared memory */
+    run_qknorm((qcase){1, 3, 1, 8200, 0, 1, 1, 0, 2});                 /* no RoPE, 4 bytes off: pairs, shared memory */
+    run_qknorm((qcase){1, 5, 1, 4095, 0, 1, 1, 0, 1});                 /* single: registers, 1024 threads */
+    run_qknorm((qcase){2, 3, 1, 4097, 0, 0, 1, 1, 1});                 /* single: shared memory */
+    run_qknorm((qcase){2, 5, 1, 9216, 0, 1, 1, 0, 0});                 /* vec 8 no RoPE: shared memory */
+    run_qknorm((qcase){3, 5, 8, 125, 0, 1, 1, 0, 0});                  /* 1000 (odd head_dim): idle threads */
+    run_qknorm((qcase){2, 7, 24, 128, 1, 1, 3, 0, 2});                 /* 3072 4 bytes off, RoPE: pairs, registers */
     run_refusals();
     if (!filter) {
         const char *kn[] = {"resnorm", "qknorm", "qknorm+rope"};
         for (int k = 0; k < 3; k++)
             for (int v = 1; v <= 8; v *= (v == 1 ? 2 : 4)) {
                 if (k == 2 && v == 1) continue; /* RoPE needs pairs */
-                CHECK(covered[k][v] > 0, "no %s case ran with vector width %d", kn[k], v);
+                for (int path = 0; path < 2; path++)
+                    CHECK(covered[k][v][path] > 0, "no %s case ran with vector width %d on the %s kernel", kn[k], v,
+                          path ? "register" : "shared-memory");
             }
     }
     return t_finish("cuda_dit");

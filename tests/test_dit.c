@@ -157,6 +157,57 @@ static void test_vector_width(void) {
     CHECK(w22_dit_qknorm_vector(&q) == 1, "no RoPE on an odd address: %d", w22_dit_qknorm_vector(&q));
 }
 
+/* ---- the CUDA kernels' row layout: a pure function of dim and the width (dit.h), pinned here; cuda_dit runs both
+ * sides of each boundary ---- */
+static void test_rows_plan(void) {
+    struct {
+        int dim, vec, per_thread, row_threads, rows_per_block;
+    } c[] = {
+        {3072, 8, 1, 384, 1},   /* TI2V-5B: a 16-byte chunk a thread, a row a block */
+        {5120, 8, 1, 640, 1},   /* A14B */
+        {1536, 8, 1, 192, 1},   /* Wan2.1 1.3B */
+        {96, 8, 1, 32, 8},      /* small rows: 8 a block of 256 threads */
+        {1000, 8, 1, 128, 2},   /* 125 chunks: 3 idle threads a row */
+        {8192, 8, 1, 1024, 1},  /* the register path's last dim at 8 */
+        {8200, 8, 0, 1024, 1},  /* past it: the shared-memory kernel */
+        {32768, 8, 0, 1024, 1},
+        {50, 2, 4, 32, 8},      /* pairs: 4 a thread */
+        {8190, 2, 4, 1024, 1},  /* 4095 pairs: the last at 2 */
+        {8194, 2, 0, 1024, 1},
+        {33, 1, 4, 32, 8},      /* single elements: 4 a thread */
+        {4095, 1, 4, 1024, 1},
+        {4097, 1, 0, 1024, 1},
+        {1, 1, 4, 32, 8},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof *c; k++) {
+        w22_dit_rows p = w22_dit_rows_plan(c[k].dim, c[k].vec);
+        CHECK(p.per_thread == c[k].per_thread && p.row_threads == c[k].row_threads &&
+                  p.rows_per_block == c[k].rows_per_block,
+              "rows plan dim %d vec %d: %d a thread, %d threads a row, %d rows a block; expected %d, %d, %d", c[k].dim,
+              c[k].vec, p.per_thread, p.row_threads, p.rows_per_block, c[k].per_thread, c[k].row_threads,
+              c[k].rows_per_block);
+    }
+    /* every dim the API takes, at each width: the layout covers the row, within 1024 threads */
+    for (int vec = 1; vec <= 8; vec = vec == 1 ? 2 : vec == 2 ? 8 : 9) {
+        for (int dim = vec; dim <= W22_DIT_MAX_DIM; dim += vec) {
+            w22_dit_rows p = w22_dit_rows_plan(dim, vec);
+            const int nch = dim / vec;
+            int ok = p.row_threads % 32 == 0 && p.row_threads >= 32 && p.row_threads <= 1024 &&
+                     p.rows_per_block >= 1 && p.row_threads * p.rows_per_block <= 1024;
+            if (p.per_thread) /* covers the row, and no warp of the row idle */
+                ok = ok && p.per_thread * p.row_threads >= nch &&
+                     p.row_threads - 32 < (nch + p.per_thread - 1) / p.per_thread;
+            else
+                ok = ok && p.row_threads == 1024 && nch > 1024;
+            if (!ok) {
+                CHECK(0, "rows plan dim %d vec %d: %d a thread, %d threads a row, %d rows a block", dim, vec,
+                      p.per_thread, p.row_threads, p.rows_per_block);
+                break;
+            }
+        }
+    }
+}
+
 /* ---- numerics against double ---- */
 
 static double mod_d(const float *table, const float *temb, int per_token, int L, int D, int b, int l, int c, int i) {
@@ -283,6 +334,7 @@ static void run_qknorm(int B, int L, int heads, int hd, int rope, int weight, in
 int main(void) {
     test_checks();
     test_vector_width();
+    test_rows_plan();
     int shapes[][3] = {{1, 1, 64}, {2, 7, 48}, {3, 5, 33}, {1, 9, 1}, {2, 1, 96}};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
         for (int pt = 0; pt < 2; pt++) {

@@ -239,6 +239,21 @@ int w22_dit_qknorm_vector(const w22_dit_qknorm *a) {
     return qknorm_fits(a, 8) ? 8 : qknorm_fits(a, 2) ? 2 : a->cos ? 0 : 1;
 }
 
+w22_dit_rows w22_dit_rows_plan(int dim, int vec) {
+    w22_dit_rows p = {0, 0, 1};
+    if (vec != 8 && vec != 2) vec = 1;
+    const int nch = dim / vec, per = vec == 8 ? 1 : 4; /* the register kernels' instances (dit_cuda.cu) */
+    const int t = (nch + per - 1) / per;
+    if (t <= 1024) {
+        p.per_thread = per;
+        p.row_threads = (t + 31) / 32 * 32;
+        p.rows_per_block = p.row_threads < 256 ? 256 / p.row_threads : 1;
+    } else {
+        p.row_threads = nch > 1024 ? 1024 : (nch + 31) / 32 * 32;
+    }
+    return p;
+}
+
 /* ---- CUDA entry points ---- */
 
 w22_status w22_dit_resnorm_cuda(const w22_dit_resnorm *a, void *stream) {

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common.h"
 #include "plan/plan.h"
 #include "testutil.h"
 #include "wan22vae.h"
@@ -126,10 +127,55 @@ static w22_config narrow21(void) {
     return c;
 }
 
-/* One decode under a work-memory budget (0: none) on a fresh decoder, with the checking mode when check; *host: the
- * stages whose caches the plan put in host memory. Returns the decode's status (the open's must be OK). */
-static w22_status budget_decode(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, int check,
-                                float *video, size_t n, unsigned *host) {
+/* The copy queue at its latest (backend.h's copy_begin; the CPU backend's copies are done when they return, its
+ * earliest): a copy runs only when the main queue waits for its tag, or at a sync, in order within its tag, reading
+ * its source then. A plan that reads a window before it waits, or writes a copy's source or destination before the
+ * copy ran, then gets other bits (or NaN where the checking mode poisoned the windows). One decoder at a time (the
+ * queue is the test's own). */
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t n;
+    int tag;
+} lazy_copy;
+static lazy_copy lazy_q[64];
+static int lazy_n;
+static long lazy_begun, lazy_waits;
+static const w22_backend_ops *lazy_inner;
+static w22_backend_ops lazy_ops;
+
+static void lazy_run(int tag) {
+    int j = 0;
+    for (int i = 0; i < lazy_n; i++) {
+        if (tag < 0 || lazy_q[i].tag == tag) memcpy(lazy_q[i].dst, lazy_q[i].src, lazy_q[i].n);
+        else lazy_q[j++] = lazy_q[i];
+    }
+    lazy_n = j;
+}
+static w22_status lazy_begin(w22_backend *b, void *dst, const void *src, size_t n, int tag) {
+    (void)b;
+    if (tag < 0 || tag >= W22_COPY_TAGS || lazy_n == (int)(sizeof lazy_q / sizeof lazy_q[0]))
+        return w22_fail(W22_ERR_INTERNAL, "test copy_begin: tag %d, %d copies in flight", tag, lazy_n);
+    lazy_q[lazy_n++] = (lazy_copy){dst, src, n, tag};
+    lazy_begun++;
+    return W22_OK;
+}
+static w22_status lazy_wait(w22_backend *b, int tag) {
+    (void)b;
+    lazy_waits++;
+    lazy_run(tag);
+    return W22_OK;
+}
+static w22_status lazy_sync(w22_backend *b) {
+    lazy_run(-1);
+    return lazy_inner->sync(b);
+}
+
+/* One decode under a work-memory budget (0: none) on a fresh decoder, with the checking mode when check and the
+ * latest copy queue (above) when lazy; *host: the stages whose caches the plan put in host memory; *pre (NULL: not
+ * wanted): the hosted convs whose history a prefetch brought. Returns the decode's status (the open's must be OK). */
+static w22_status budget_decode_q(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, int check,
+                                  int lazy, float *video, size_t n, unsigned *host, unsigned long *pre) {
     t_fill_nan(video, n);
     w22_decoder_params prm;
     w22_decoder_params_init(&prm);
@@ -138,10 +184,27 @@ static w22_status budget_decode(w22_weights *w, const float *z, int T, int h, in
     w22_decoder *d = NULL;
     CHECK_OK(w22_decoder_open(w, &prm, &d));
     if (!d) return W22_ERR_INTERNAL;
+    if (lazy) {
+        lazy_inner = d->backend->ops;
+        lazy_ops = *lazy_inner;
+        lazy_ops.copy_begin = lazy_begin;
+        lazy_ops.copy_wait = lazy_wait;
+        lazy_ops.sync = lazy_sync;
+        d->backend->ops = &lazy_ops;
+        lazy_n = 0;
+    }
     const w22_status s = w22_decode(d, z, W22_DTYPE_F32, T, h, wd, video, W22_DTYPE_F32);
+    if (lazy) CHECK(lazy_n == 0, "the decode ended with %d copies never waited for", lazy_n);
     *host = d->host_stages;
+    if (pre) *pre = d->prefetched;
+    if (d->host_stages && s == W22_OK)
+        CHECK(d->prefetched + d->loaded > 0, "stages 0x%x hosted: no hosted conv read a window", d->host_stages);
     w22_decoder_free(d);
     return s;
+}
+static w22_status budget_decode(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, int check,
+                                float *video, size_t n, unsigned *host) {
+    return budget_decode_q(w, z, T, h, wd, budget, check, 0, video, n, host, NULL);
 }
 
 /* The work-memory budget (w22_decoder_params.work_budget_bytes; plan.h's host_stages): at each rung's need (the
@@ -175,6 +238,21 @@ static void budget_cases(w22_weights *w, const float *z, int T, int h, int wd, s
         CHECK(host == rungs[i], "budget %zu: hosted 0x%x, expected 0x%x", need[i], host, rungs[i]);
         CHECK(s == W22_OK && memcmp(out, ref, nv * 4) == 0, "budget %zu (stages 0x%x hosted): not the default's bits",
               need[i], rungs[i]);
+        /* the copy queue at its latest (copies run when waited for), with and without the checking mode: the same
+         * bits, and prefetches taken (stage 3 has six hosted convs a chunk, five of them prefetched) */
+        for (int check = 0; check < 2; check++) {
+            unsigned long pre = 0;
+            lazy_begun = lazy_waits = 0;
+            const w22_status sl = budget_decode_q(w, z, T, h, wd, need[i], check, 1, out, nv, &host, &pre);
+            printf("    copies run when waited for%s: %ld begun, %ld waits, %lu prefetched histories: %s\n",
+                   check ? ", checking mode" : "", lazy_begun, lazy_waits, pre,
+                   sl == W22_OK && !memcmp(out, ref, nv * 4) ? "the default's bits" : "DIFFERENT");
+            CHECK(sl == W22_OK, "budget %zu, deferred copies%s: %s", need[i], check ? ", check" : "", w22_last_error());
+            CHECK(sl == W22_OK && memcmp(out, ref, nv * 4) == 0, "budget %zu (stages 0x%x hosted), copies run when "
+                  "waited for%s: not the default's bits", need[i], rungs[i], check ? ", checking mode" : "");
+            CHECK(pre > 0 && lazy_begun > 0 && lazy_waits > 0, "budget %zu: %lu prefetches, %ld copies begun, %ld "
+                  "waits: the copy queue was not used", need[i], pre, lazy_begun, lazy_waits);
+        }
     }
     /* the checking mode (the window's views checked like the caches'), and two calls on one decoder */
     CHECK_OK(budget_decode(w, z, T, h, wd, floor, 1, out, nv, &host));

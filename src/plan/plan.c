@@ -196,6 +196,8 @@ static void plan_forget(w22_decoder *d) {
         d->spare_tag[g] = -1;
     }
     d->nspares = 0;
+    d->win[0] = d->win[1] = NULL;
+    d->win_bytes[0] = d->win_bytes[1] = 0;
     d->host_stages = 0;
     d->host_cache_block = NULL;
     d->host_cache_bytes = 0;
@@ -482,7 +484,7 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
     }
     /* the slots: a one-frame unit's cache is two units (slot 1 a unit on), a two-frame one's one unit (its frames
      * adjacent); a cache that copies, its two frames */
-    size_t cache_total = 0, host_total = 0, win = 0;
+    size_t cache_total = 0, host_total = 0, win = 0, win2 = 0; /* the two largest hosted caches */
     for (int l = 0; l < W22_MAX_LAYERS; l++)
         for (int k = 0; k < 3; k++) {
             w22_region *c = &d->cache[l][k];
@@ -495,14 +497,19 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
             }
             if (d->cache_host[l][k]) {
                 host_total += align_up(c->bytes);
-                if (c->bytes > win) win = c->bytes;
+                if (c->bytes > win) win2 = win, win = c->bytes;
+                else if (c->bytes > win2) win2 = c->bytes;
             } else {
                 cache_total += align_up(c->bytes);
             }
         }
     for (int g = 0; g < d->nspares; g++) cache_total += align_up(d->spare[g].bytes);
     W22_TRY(region_alloc(d, &d->cache_block, cache_total, "causal caches"));
-    W22_TRY(region_alloc(d, &d->hist_win, win, "the hosted caches' history window"));
+    /* two windows (exec.c): the second, of the second largest hosted cache, takes the prefetches that fit it */
+    W22_TRY(region_alloc(d, &d->hist_win, win ? align_up(win) + win2 : 0, "the hosted caches' history windows"));
+    d->win[0] = win ? d->hist_win.ptr : NULL;
+    d->win[1] = win2 ? (char *)d->hist_win.ptr + align_up(win) : NULL;
+    d->win_bytes[0] = win, d->win_bytes[1] = win2;
     if (host_total) {
         w22_backend *b = d->backend;
         if (d->dry) d->host_cache_block = (void *)(uintptr_t)4096;

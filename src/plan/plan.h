@@ -103,16 +103,30 @@ struct w22_decoder {
      * stay the default plan's (other chunkings agree only to rounding: tests/test_plan.c, tests/cuda_decode.c), so a
      * budget moves memory instead: bit s of host_stages set, stage s's causal caches (all but the head's partial
      * sums) live in host memory (host_cache_block: pinned on CUDA), and before each of their convs the two history
-     * frames are copied into hist_win, a device window of the largest hosted cache; the newest frames go back after
-     * (exec.c's cache_hist, cache_push). The same ops on the same values in the same order: the same bits, and copies
-     * over PCIe on a GPU (time). w22_plan_work_bytes counts a plan's work memory; w22_plan_prepare takes the
+     * frames are copied into a device window (hist_win: two of them, so that the next hosted conv's history comes in
+     * while this one runs), and the newest frames go back after through the window (exec.c's cache_hist, cache_push;
+     * the backend's copy queue, copy_begin). The same ops on the same values in the same order: the same bits, and
+     * copies over PCIe on a GPU (time, overlapped with the convs where the bus keeps up). w22_plan_work_bytes counts a plan's work memory; w22_plan_prepare takes the
      * fewest hosted stages (the last stage's caches first: the largest) whose count fits the budget. */
     unsigned host_stages;
     unsigned char cache_host[W22_MAX_LAYERS][3]; /* 1: the cache lives in host_cache_block */
     unsigned char cache_written[W22_MAX_LAYERS][3]; /* a hosted cache's slots this decode wrote (bit p: slot p); an
                                                      * unwritten slot holds the causal zeros and is read as a zero
                                                      * fill of the window, so the host block is never zeroed */
-    w22_region hist_win;       /* device memory: two frames of the largest hosted cache */
+    w22_region hist_win;       /* device memory: the hosted caches' two history windows, one allocation */
+    void *win[2];              /* window 0: two frames of the largest hosted cache; window 1 (after it): two frames
+                                * of the second largest (0 bytes with one hosted cache: nothing to prefetch) */
+    size_t win_bytes[2];
+    /* The hosted caches' copies in a decode (exec.c's windows): the hosted cache whose history a prefetch is bringing
+     * into window pre_win (pre_l < 0: none), the window the current hosted conv reads (cur_win), per window the
+     * copies begun with its tag and those the main queue has waited for, per hosted cache the window of its last
+     * write-back and that copy's count (cache_wb_win 0: none this decode); for tests, the hosted convs whose
+     * history a prefetch brought and those that loaded it themselves. */
+    int pre_l, pre_k, pre_win, cur_win;
+    unsigned win_issued[2], win_waited[2];
+    unsigned char cache_wb_win[W22_MAX_LAYERS][3];
+    unsigned cache_wb_seq[W22_MAX_LAYERS][3];
+    unsigned long prefetched, loaded;
     void *host_cache_block;    /* host memory (the backend's host_alloc, else malloc): every hosted cache */
     size_t host_cache_bytes;
     int dry;                   /* w22_plan_work_bytes' layout: sizes counted, nothing allocated */

@@ -171,11 +171,13 @@ static w22_status lazy_sync(w22_backend *b) {
     return lazy_inner->sync(b);
 }
 
-/* One decode under a work-memory budget (0: none) on a fresh decoder, with the checking mode when check and the
- * latest copy queue (above) when lazy; *host: the stages whose caches the plan put in host memory; *pre (NULL: not
+/* One decode under a work-memory budget (0: none) on a fresh decoder, hosting the caches `force` names (a host_spec;
+ * 0: the budget's choice), with the checking mode when check and the latest copy queue (above) when lazy; *host: the stages whose caches the plan put in host memory; *pre (NULL: not
  * wanted): the hosted convs whose history a prefetch brought. Returns the decode's status (the open's must be OK). */
-static w22_status budget_decode_q(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, int check,
-                                  int lazy, float *video, size_t n, unsigned *host, unsigned long *pre) {
+static unsigned last_spec; /* the host_spec of hosted_decode's last plan */
+static int last_total;     /* and the caches that plan could have hosted */
+static w22_status hosted_decode(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, unsigned force,
+                                int check, int lazy, float *video, size_t n, unsigned *host, unsigned long *pre) {
     t_fill_nan(video, n);
     w22_decoder_params prm;
     w22_decoder_params_init(&prm);
@@ -184,6 +186,10 @@ static w22_status budget_decode_q(w22_weights *w, const float *z, int T, int h, 
     w22_decoder *d = NULL;
     CHECK_OK(w22_decoder_open(w, &prm, &d));
     if (!d) return W22_ERR_INTERNAL;
+    w22_plan_test t;
+    memset(&t, 0, sizeof t);
+    t.host = force;
+    if (force) d->test = &t;
     if (lazy) {
         lazy_inner = d->backend->ops;
         lazy_ops = *lazy_inner;
@@ -196,28 +202,68 @@ static w22_status budget_decode_q(w22_weights *w, const float *z, int T, int h, 
     const w22_status s = w22_decode(d, z, W22_DTYPE_F32, T, h, wd, video, W22_DTYPE_F32);
     if (lazy) CHECK(lazy_n == 0, "the decode ended with %d copies never waited for", lazy_n);
     *host = d->host_stages;
+    last_spec = d->host_spec, last_total = d->host_total;
     if (pre) *pre = d->prefetched;
     if (d->host_stages && s == W22_OK)
         CHECK(d->prefetched + d->loaded > 0, "stages 0x%x hosted: no hosted conv read a window", d->host_stages);
     w22_decoder_free(d);
     return s;
 }
+static w22_status budget_decode_q(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, int check,
+                                  int lazy, float *video, size_t n, unsigned *host, unsigned long *pre) {
+    return hosted_decode(w, z, T, h, wd, budget, 0, check, lazy, video, n, host, pre);
+}
 static w22_status budget_decode(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, int check,
                                 float *video, size_t n, unsigned *host) {
     return budget_decode_q(w, z, T, h, wd, budget, check, 0, video, n, host, NULL);
 }
 
-/* The work-memory budget (w22_decoder_params.work_budget_bytes; plan.h's host_stages): at each rung's need (the
- * caches of stage 3, 2-3, 1-3, 0-3 in host memory, counted by w22_plan_work_bytes) the plan takes that rung and the
- * video has the default plan's bits (memcmp: the same convs on the same values, the history read through the
- * window); twice on one decoder (the hosted caches zeroed at each start); with the checking mode; over 2 ranks. A
- * budget a byte below the floor fails naming the need and the budget, the decoder then decodes a smaller size
- * under the same budget, and a decoder with the floor as its budget decodes the first size. */
+/* Every hosting level (plan.h's host_spec, forced through the test's choices): each prefix of the cost order, one
+ * cache more each time, and each stage's caches alone and the stages from 3 down, each decoded with the copy queue
+ * at its earliest (the CPU's), at its latest (copies run when waited for), and at its latest in the checking mode:
+ * the default plan's bits every time (memcmp). */
+static void hosting_levels(w22_weights *w, const float *z, int T, int h, int wd, size_t nv, const float *ref) {
+    float *out = malloc(nv * 4);
+    unsigned host = 0;
+    CHECK_OK(hosted_decode(w, z, T, h, wd, 0, 0xf, 0, 0, out, nv, &host, NULL));
+    const int total = last_total;
+    CHECK(host == 0xf && total > 8 && memcmp(out, ref, nv * 4) == 0, "every cache hosted: stages 0x%x of %d caches",
+          host, total);
+    int levels = 0, bad = 0;
+    long prefetched = 0;
+    static const unsigned masks[] = {0x1, 0x2, 0x4, 0x8, 0xc, 0xe};
+    for (int i = 1; i <= total + 6; i++) {
+        const unsigned spec = i <= total ? W22_HOST_CACHES(i) : masks[i - total - 1];
+        for (int mode = 0; mode < 3; mode++) {
+            unsigned long pre = 0;
+            const w22_status s = hosted_decode(w, z, T, h, wd, 0, spec, mode == 2, mode > 0, out, nv, &host, &pre);
+            const int same = s == W22_OK && memcmp(out, ref, nv * 4) == 0;
+            CHECK(same, "hosting 0x%x (stages 0x%x), copies %s%s: %s", spec, host, mode ? "when waited for" : "at once",
+                  mode == 2 ? ", checking mode" : "", s == W22_OK ? "not the default's bits" : w22_last_error());
+            bad += !same;
+            prefetched += (long)pre;
+        }
+        levels++;
+    }
+    printf("  every hosting level (%d: the cost order's %d prefixes, 6 of whole stages), three copy queues each: %s "
+           "(%ld histories prefetched)\n", levels, total, bad ? "DIFFERENT" : "the default's bits", prefetched);
+    CHECK(prefetched > 0, "no hosted history was prefetched at any level");
+    free(out);
+}
+
+/* The work-memory budget (w22_decoder_params.work_budget_bytes; plan.h's host_spec): at the needs of hosting whole
+ * stages (3, 2-3, 1-3, 0-3: counts of w22_plan_work_bytes) the plan takes the fewest caches of the cost order that fit
+ * (one fewer does not), and the video has the default plan's bits (memcmp: the same convs on the same values, the
+ * history read through the windows), also with the copies deferred to their wait, with and without the checking
+ * mode; every hosting level (hosting_levels); twice on one decoder (the hosted caches zeroed at each start); over 2
+ * ranks. A budget a byte below the floor fails naming the need and the budget, the decoder then decodes a smaller
+ * size under the same budget, and a decoder with the floor as its budget decodes the first size. */
 static void budget_cases(w22_weights *w, const float *z, int T, int h, int wd, size_t nv) {
     float *ref = malloc(nv * 4), *out = malloc(nv * 4);
     unsigned host = 99;
     CHECK_OK(budget_decode(w, z, T, h, wd, 0, 0, ref, nv, &host));
     CHECK(host == 0, "no budget: caches of stages 0x%x in host memory", host);
+    hosting_levels(w, z, T, h, wd, nv, ref);
     w22_decoder_params prm;
     w22_decoder_params_init(&prm);
     w22_decoder *d = NULL;
@@ -229,17 +275,21 @@ static void budget_cases(w22_weights *w, const float *z, int T, int h, int wd, s
     for (int i = 0; i < 4; i++) CHECK_OK(w22_plan_work_bytes(d, h, wd, rungs[i], &need[i]));
     CHECK_OK(w22_plan_budget_floor(d, h, wd, &floor));
     CHECK(floor == need[3], "the floor %zu is not the last rung's need %zu", floor, need[3]);
-    w22_decoder_free(d);
     for (int i = 0; i < 4; i++) {
         const w22_status s = budget_decode(w, z, T, h, wd, need[i], 0, out, nv, &host);
         CHECK(s == W22_OK, "budget %zu (rung 0x%x): %s", need[i], rungs[i], w22_last_error());
-        printf("  budget %zu bytes (default %zu): caches of stages 0x%x in host memory: %s\n", need[i], dflt, host,
+        const int n = (int)(last_spec >> 8);
+        size_t got = 0, less = 0;
+        CHECK_OK(w22_plan_work_bytes(d, h, wd, last_spec, &got));
+        if (n > 0) CHECK_OK(w22_plan_work_bytes(d, h, wd, W22_HOST_CACHES(n - 1), &less));
+        printf("  budget %zu bytes (default %zu; stages 0x%x whole): %d caches hosted (stages 0x%x), work %zu: %s\n",
+               need[i], dflt, rungs[i], n, host, got,
                s == W22_OK && !memcmp(out, ref, nv * 4) ? "the default's bits" : "DIFFERENT");
-        CHECK(host == rungs[i], "budget %zu: hosted 0x%x, expected 0x%x", need[i], host, rungs[i]);
-        CHECK(s == W22_OK && memcmp(out, ref, nv * 4) == 0, "budget %zu (stages 0x%x hosted): not the default's bits",
-              need[i], rungs[i]);
-        /* the copy queue at its latest (copies run when waited for), with and without the checking mode: the same
-         * bits, and prefetches taken (stage 3 has six hosted convs a chunk, five of them prefetched) */
+        CHECK(last_spec == W22_HOST_CACHES(n) && n > 0 && got <= need[i] && less > need[i],
+              "budget %zu: the plan hosts 0x%x (work %zu; one cache fewer: %zu)", need[i], last_spec, got, less);
+        CHECK(s == W22_OK && memcmp(out, ref, nv * 4) == 0, "budget %zu (%d caches hosted): not the default's bits",
+              need[i], n);
+        /* the copy queue at its latest (copies run when waited for), with and without the checking mode */
         for (int check = 0; check < 2; check++) {
             unsigned long pre = 0;
             lazy_begun = lazy_waits = 0;
@@ -248,12 +298,13 @@ static void budget_cases(w22_weights *w, const float *z, int T, int h, int wd, s
                    check ? ", checking mode" : "", lazy_begun, lazy_waits, pre,
                    sl == W22_OK && !memcmp(out, ref, nv * 4) ? "the default's bits" : "DIFFERENT");
             CHECK(sl == W22_OK, "budget %zu, deferred copies%s: %s", need[i], check ? ", check" : "", w22_last_error());
-            CHECK(sl == W22_OK && memcmp(out, ref, nv * 4) == 0, "budget %zu (stages 0x%x hosted), copies run when "
-                  "waited for%s: not the default's bits", need[i], rungs[i], check ? ", checking mode" : "");
+            CHECK(sl == W22_OK && memcmp(out, ref, nv * 4) == 0, "budget %zu (%d caches hosted), copies run when "
+                  "waited for%s: not the default's bits", need[i], n, check ? ", checking mode" : "");
             CHECK(pre > 0 && lazy_begun > 0 && lazy_waits > 0, "budget %zu: %lu prefetches, %ld copies begun, %ld "
                   "waits: the copy queue was not used", need[i], pre, lazy_begun, lazy_waits);
         }
     }
+    w22_decoder_free(d);
     /* the checking mode (the window's views checked like the caches'), and two calls on one decoder */
     CHECK_OK(budget_decode(w, z, T, h, wd, floor, 1, out, nv, &host));
     CHECK(memcmp(out, ref, nv * 4) == 0, "the floor's budget in the checking mode: not the default's bits");

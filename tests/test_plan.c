@@ -141,6 +141,9 @@ typedef struct {
 static lazy_copy lazy_q[64];
 static int lazy_n;
 static long lazy_begun, lazy_waits;
+static long lazy_stop_at;        /* nonzero: the lazy_stop_at-th copy begun sets lazy_stop (a decoder's interrupt) */
+static volatile int lazy_stop;
+static int lazy_n_at_stop;       /* the copies in flight then */
 static const w22_backend_ops *lazy_inner;
 static w22_backend_ops lazy_ops;
 
@@ -157,7 +160,7 @@ static w22_status lazy_begin(w22_backend *b, void *dst, const void *src, size_t 
     if (tag < 0 || tag >= W22_COPY_TAGS || lazy_n == (int)(sizeof lazy_q / sizeof lazy_q[0]))
         return w22_fail(W22_ERR_INTERNAL, "test copy_begin: tag %d, %d copies in flight", tag, lazy_n);
     lazy_q[lazy_n++] = (lazy_copy){dst, src, n, tag};
-    lazy_begun++;
+    if (++lazy_begun == lazy_stop_at) lazy_stop = 1, lazy_n_at_stop = lazy_n;
     return W22_OK;
 }
 static w22_status lazy_wait(w22_backend *b, int tag) {
@@ -174,6 +177,7 @@ static w22_status lazy_sync(w22_backend *b) {
 /* One decode under a work-memory budget (0: none) on a fresh decoder, hosting the caches `force` names (a host_spec;
  * 0: the budget's choice), with the checking mode when check and the latest copy queue (above) when lazy; *host: the stages whose caches the plan put in host memory; *pre (NULL: not
  * wanted): the hosted convs whose history a prefetch brought. Returns the decode's status (the open's must be OK). */
+static int hosted_fpp;     /* hosted_decode's frames per pass (0: the decoder's default) */
 static unsigned last_spec; /* the host_spec of hosted_decode's last plan */
 static int last_total;     /* and the caches that plan could have hosted */
 static w22_status hosted_decode(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, unsigned force,
@@ -183,6 +187,7 @@ static w22_status hosted_decode(w22_weights *w, const float *z, int T, int h, in
     w22_decoder_params_init(&prm);
     prm.work_budget_bytes = budget;
     prm.check = check;
+    if (hosted_fpp) prm.frames_per_pass = hosted_fpp;
     w22_decoder *d = NULL;
     CHECK_OK(w22_decoder_open(w, &prm, &d));
     if (!d) return W22_ERR_INTERNAL;
@@ -248,6 +253,59 @@ static void hosting_levels(w22_weights *w, const float *z, int T, int h, int wd,
     printf("  every hosting level (%d: the cost order's %d prefixes, 6 of whole stages), three copy queues each: %s "
            "(%ld histories prefetched)\n", levels, total, bad ? "DIFFERENT" : "the default's bits", prefetched);
     CHECK(prefetched > 0, "no hosted history was prefetched at any level");
+    /* other frames per pass (each against its own default plan: chunkings agree to rounding only): at 1 the decode's
+     * first chunk skips stage 0's time_conv, whose prefetch is then never taken (waited for at the next hosted conv);
+     * at 3 stage 0 pushes two of three frames */
+    float *ref_f = malloc(nv * 4);
+    for (int fpp = 1; fpp <= 3; fpp += 2) {
+        hosted_fpp = fpp;
+        CHECK_OK(hosted_decode(w, z, T, h, wd, 0, 0, 0, 0, ref_f, nv, &host, NULL));
+        for (int mode = 0; mode < 3; mode++) {
+            const w22_status s = hosted_decode(w, z, T, h, wd, 0, 0xf, mode == 2, mode > 0, out, nv, &host, NULL);
+            CHECK(s == W22_OK && memcmp(out, ref_f, nv * 4) == 0, "frames per pass %d, every cache hosted, copies "
+                  "%s%s: %s", fpp, mode ? "when waited for" : "at once", mode == 2 ? ", checking mode" : "",
+                  s == W22_OK ? "not the default's bits" : w22_last_error());
+        }
+    }
+    hosted_fpp = 0;
+    free(ref_f);
+    /* a decode interrupted in its second pass, right after a copy began (the latest queue keeps it and those before
+     * it not yet waited for), then a retry on the same decoder: the default plan's bits (the next decode syncs the
+     * copies before it starts) */
+    {
+        w22_decoder_params prm;
+        w22_decoder_params_init(&prm);
+        w22_decoder *d = NULL;
+        CHECK_OK(w22_decoder_open(w, &prm, &d));
+        w22_plan_test t;
+        memset(&t, 0, sizeof t);
+        t.host = 0xf;
+        if (d) {
+            d->test = &t;
+            lazy_inner = d->backend->ops;
+            lazy_ops = *lazy_inner;
+            lazy_ops.copy_begin = lazy_begin;
+            lazy_ops.copy_wait = lazy_wait;
+            lazy_ops.sync = lazy_sync;
+            d->backend->ops = &lazy_ops;
+            lazy_n = 0;
+            t_fill_nan(out, nv);
+            lazy_begun = 0, lazy_stop = 0, lazy_stop_at = 60;
+            w22_decoder_set_interrupt(d, &lazy_stop);
+            const w22_status s1 = w22_decode(d, z, W22_DTYPE_F32, T, h, wd, out, W22_DTYPE_F32);
+            const int left = lazy_n_at_stop;
+            CHECK(s1 != W22_OK && strstr(w22_last_error(), "stopped") && left > 0, "the interrupted decode: %s (%s), "
+                  "%d copies in flight", w22_status_string(s1), w22_last_error(), left);
+            lazy_stop = 0, lazy_stop_at = 0;
+            t_fill_nan(out, nv);
+            const w22_status s2 = w22_decode(d, z, W22_DTYPE_F32, T, h, wd, out, W22_DTYPE_F32);
+            CHECK(s2 == W22_OK && memcmp(out, ref, nv * 4) == 0, "the retry after a stopped decode (%d copies left "
+                  "in flight): %s", left, s2 == W22_OK ? "not the default's bits" : w22_last_error());
+            printf("  a decode interrupted after its %ldth copy (%d in flight), then a retry: %s\n", 60L, left,
+                   s2 == W22_OK && !memcmp(out, ref, nv * 4) ? "the default's bits" : "DIFFERENT");
+        }
+        w22_decoder_free(d);
+    }
     free(out);
 }
 

@@ -180,6 +180,7 @@ static w22_status lazy_sync(w22_backend *b) {
 static int hosted_fpp;     /* hosted_decode's frames per pass (0: the decoder's default) */
 static unsigned last_spec; /* the host_spec of hosted_decode's last plan */
 static int last_total;     /* and the caches that plan could have hosted */
+static unsigned long last_loaded; /* and its hosted convs that loaded their history themselves (no prefetch) */
 static w22_status hosted_decode(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, unsigned force,
                                 int check, int lazy, float *video, size_t n, unsigned *host, unsigned long *pre) {
     t_fill_nan(video, n);
@@ -207,7 +208,7 @@ static w22_status hosted_decode(w22_weights *w, const float *z, int T, int h, in
     const w22_status s = w22_decode(d, z, W22_DTYPE_F32, T, h, wd, video, W22_DTYPE_F32);
     if (lazy) CHECK(lazy_n == 0, "the decode ended with %d copies never waited for", lazy_n);
     *host = d->host_stages;
-    last_spec = d->host_spec, last_total = d->host_total;
+    last_spec = d->host_spec, last_total = d->host_total, last_loaded = d->loaded;
     if (pre) *pre = d->prefetched;
     if (d->host_stages && s == W22_OK)
         CHECK(d->prefetched + d->loaded > 0, "stages 0x%x hosted: no hosted conv read a window", d->host_stages);
@@ -352,8 +353,8 @@ static void budget_cases(w22_weights *w, const float *z, int T, int h, int wd, s
             unsigned long pre = 0;
             lazy_begun = lazy_waits = 0;
             const w22_status sl = budget_decode_q(w, z, T, h, wd, need[i], check, 1, out, nv, &host, &pre);
-            printf("    copies run when waited for%s: %ld begun, %ld waits, %lu prefetched histories: %s\n",
-                   check ? ", checking mode" : "", lazy_begun, lazy_waits, pre,
+            printf("    copies run when waited for%s: %ld begun, %ld waits, %lu histories prefetched, %lu loaded at "
+                   "their conv: %s\n", check ? ", checking mode" : "", lazy_begun, lazy_waits, pre, last_loaded,
                    sl == W22_OK && !memcmp(out, ref, nv * 4) ? "the default's bits" : "DIFFERENT");
             CHECK(sl == W22_OK, "budget %zu, deferred copies%s: %s", need[i], check ? ", check" : "", w22_last_error());
             CHECK(sl == W22_OK && memcmp(out, ref, nv * 4) == 0, "budget %zu (%d caches hosted), copies run when "

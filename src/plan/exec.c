@@ -30,7 +30,19 @@ typedef struct {
     w22_view zeroed;   /* the fresh view whose border was zeroed last in this chunk (ptr NULL: none) */
     void *work;        /* what this stage leaves free during its convs (w22_stage_free): their scratch */
     size_t work_bytes;
+    int after;         /* the hosted cache (l * 3 + k) whose conv runs next after this chunk and the chunks it hands
+                        * on to (-1: none, or not known): prefetch_next's target at the chunk's last hosted conv */
 } chunk_ctx;
+
+/* The first hosted cache (l * 3 + k) a chunk of stage s reaches: its stage's first in layer order, else, as a chunk
+ * hands its frames on before the next one runs, the first of the nearest later stage that has one (-1: none). */
+static int first_run(const w22_decoder *d, int s) {
+    for (; s < W22_STAGES; s++)
+        for (int l = d->stages[s].layer0; l < d->stages[s].layer1; l++)
+            for (int c = 0; c < 3; c++)
+                if (d->cache_host[l][c]) return l * 3 + c;
+    return -1;
+}
 
 /* A view of f frames (c channels) in scratch buffer `slot` of this stage (plan.c's w22_stage_scratch), checked
  * against the size the plan gave it: a layout rule that drifted from plan.c fails here instead of overwriting
@@ -153,26 +165,34 @@ static int win_fit(const w22_decoder *d, size_t need) {
     return best;
 }
 
-/* While the hosted conv of cache (li, kk) runs from window 1 - o: the next hosted cache of this stage's chunk (layer
- * order is the order of their convs; none after the upsampler's time_conv, the stage's last) has its history copied
- * into window o, if it fits. Its slots and their order do not change before its conv: only its own push changes
- * them, and no other stage runs in between (plan.h's interleave hands on after the time_conv). A prefetch its conv
- * does not take (a decode's first chunk skips the time_conv) is waited for at the next hosted conv. */
+/* While the hosted conv of cache (li, kk) runs from window 1 - o, the history of the hosted conv that runs next is
+ * copied into window o, if it fits: the next hosted cache of this stage's chunk in layer order (their convs' order;
+ * none after the upsampler's time_conv, the stage's last), else, at the chunk's last, the next chunk's first: the
+ * stages run depth first (a chunk hands its frames on, and the later stages' chunks run, before the next chunk of
+ * this stage), so that is the first hosted cache of the later stages (first_run), else the chunk's `after` (a
+ * sibling chunk's first, or its parent's after). That cache's slots and their order do not change before its conv:
+ * only its own push changes them, and its push in this round is done (the caches of other chunks), or it is later
+ * in this chunk (not this cache: a stage's only hosted cache is not prefetched for its next chunk). A prefetch its
+ * conv does not take (a decode's first chunk skips the time_conv) is waited for at the next hosted conv. */
 static w22_status prefetch_next(chunk_ctx *k, int li, int kk, int o) {
     w22_decoder *d = k->d;
     const w22_stage *st = &d->stages[k->s];
-    for (int l = li, c = kk + 1; l < st->layer1; c++) {
+    int target = -1;
+    for (int l = li, c = kk + 1; l < st->layer1 && target < 0; c++) {
         if (c == 3) {
             l++, c = -1;
             continue;
         }
-        if (!d->cache_host[l][c]) continue;
-        const size_t fb = d->cache_stride[l][c];
-        if (!d->win[o] || 2 * fb > d->win_bytes[o]) return W22_OK; /* it loads at its conv */
-        W22_TRY(hist_load(d, l, c, o, fb));
-        d->pre_l = l, d->pre_k = c, d->pre_win = o;
-        return W22_OK;
+        if (d->cache_host[l][c]) target = l * 3 + c;
     }
+    if (target < 0) target = k->s + 1 < W22_STAGES ? first_run(d, k->s + 1) : -1;
+    if (target < 0) target = k->after;
+    if (target < 0 || target == li * 3 + kk) return W22_OK;
+    const int l = target / 3, c = target % 3;
+    const size_t fb = d->cache_stride[l][c];
+    if (!d->win[o] || 2 * fb > d->win_bytes[o]) return W22_OK; /* it loads at its conv */
+    W22_TRY(hist_load(d, l, c, o, fb));
+    d->pre_l = l, d->pre_k = c, d->pre_win = o;
     return W22_OK;
 }
 
@@ -434,7 +454,7 @@ static w22_status run_attention(chunk_ctx *k, int li) {
     return W22_OK;
 }
 
-static w22_status run_chunk(w22_decoder *d, int s, int c0, int m);
+static w22_status run_chunk(w22_decoder *d, int s, int c0, int m, int after);
 
 /* [time_conv, two frames per input frame but the decode's first] then nearest 2x + 3x3 conv into the next
  * stage's queue, with the block's DupUp as the conv's residual when the layer after is that DupUp (model.c puts it
@@ -507,7 +527,7 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
             if (dup && !k->dup_fused)
                 W22_TRY(b->ops->dupup_add(b, out, din, next->temporal ? 2 : 1, k->first && i == 0 && next->temporal));
             k->dup_fused = 1; /* the W22_L_DUPUP layer after has nothing left to do */
-            W22_TRY(run_chunk(d, k->s + 1, 0, n));
+            W22_TRY(run_chunk(d, k->s + 1, 0, n, i + si < m ? first_run(d, k->s + 1) : k->after));
             k->nout = 0; /* handed on already */
         }
     }
@@ -574,7 +594,7 @@ static w22_status run_head(chunk_ctx *k, int li) {
     return W22_OK;
 }
 
-static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
+static w22_status run_chunk(w22_decoder *d, int s, int c0, int m, int after) {
     w22_stage *st = &d->stages[s];
     chunk_ctx k = {0};
     k.d = d;
@@ -583,6 +603,7 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
     k.W = d->w << st->level;
     k.m = m;
     k.first = st->done == 0;
+    k.after = after;
     k.es = (int)d->backend->ops->elem_size;
     k.scratch = d->scratch.ptr;
     k.work = w22_stage_free(d, s, &k.work_bytes);
@@ -639,7 +660,7 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
         w22_stage *nx = &d->stages[s + 1];
         for (int c = 0; c < k.nout; c += nx->chunk) {
             int n = k.nout - c < nx->chunk ? k.nout - c : nx->chunk;
-            W22_TRY(run_chunk(d, s + 1, c, n));
+            W22_TRY(run_chunk(d, s + 1, c, n, c + n < k.nout ? first_run(d, s + 1) : k.after));
         }
     }
     return W22_OK;
@@ -692,7 +713,7 @@ static w22_status plan_run(w22_decoder *d) {
         if (w22_interrupted(d->interrupt)) return w22_stopped();
         w22_view zin = mkview(d->queue[0].ptr, n, d->rows, d->w, m->cfg.z_dim, 0, es);
         W22_TRY(b->ops->latents_in(b, d->z, d->zt, m->cfg.z_dim, d->T, d->h, d->w, t0, d->row0, zin));
-        W22_TRY(run_chunk(d, 0, 0, n));
+        W22_TRY(run_chunk(d, 0, 0, n, t0 + n < d->T ? first_run(d, 0) : -1));
         if (d->params.progress && d->params.progress(d->params.progress_user, t0 + n, d->T))
             return w22_fail(W22_ERR_INVALID_ARG, "the decode was stopped by the caller");
     }

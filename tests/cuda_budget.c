@@ -8,6 +8,7 @@
  *     work at most the budget and at most the plan's prediction (w22_plan_work_bytes, with W22_WORK_RESERVE for the
  *     backend's own scratch: a larger measure means the reserve is too small), the same at both T (constant in T);
  *  3. a decoder at the floor's budget (every stage's caches hosted): the same bits, and its work within that budget;
+ *  3b. the checking mode under the floor's budget at 16 x 20 latents: the same bits (the windows checked);
  *  4. a budget a byte below the floor: W22_ERR_INVALID_ARG naming it, and the same decoder then decodes T = 1 at a
  *     quarter of the size (16 x 20 latents) with the default plan's bits there.
  * Times are printed (the budget's cost: the hosted caches' copies over PCIe, overlapped with the convs by exec.c's
@@ -165,6 +166,42 @@ static void one_model(const char *name, const w22_config *cfg, int h, int w, int
         CHECK(d->host_stages == 0xf && work <= floor, "%s: the floor's budget: stages 0x%x hosted, work %zu above %zu",
               name, d->host_stages, work, floor);
         w22_decoder_free(d);
+    }
+
+    /* 3b. the checking mode under the floor's budget at a small size (16 x 20 latents, T = 3): every hosted conv's
+     * window checked finite with zero borders after its copies (the window poisoned first), the default plan's bits */
+    {
+        const int hs = 16, ws = 20, Ts = 3;
+        size_t fl = 0;
+        w22_decoder *d0 = open_dec(wt, 0);
+        if (d0) CHECK_OK(w22_plan_budget_floor(d0, hs, ws, &fl));
+        w22_decoder_params p;
+        w22_decoder_params_init(&p);
+        p.device = W22_DEVICE_CUDA;
+        p.work_budget_bytes = fl;
+        p.check = 1;
+        w22_decoder *dc = NULL;
+        CHECK_OK(w22_decoder_open(wt, &p, &dc));
+        int Fs, Hs, Ws;
+        w22_video_shape(cfg, Ts, hs, ws, &Fs, &Hs, &Ws);
+        const size_t nvs = (size_t)3 * Fs * Hs * Ws;
+        uint16_t *a = malloc(nvs * 2), *b = malloc(nvs * 2);
+        if (d0 && dc) {
+            double t;
+            size_t wk;
+            CHECK_OK(dec(d0, zd, Ts, hs, ws, vd, b, nvs, &t, &wk)); /* the first 3 x 16 x 20 of zd's elements */
+            s = dec(dc, zd, Ts, hs, ws, vd, a, nvs, &t, &wk);
+            CHECK(s == W22_OK, "%s: the checking mode under the floor's budget at %dx%d: %s", name, ws, hs,
+                  w22_last_error());
+            printf("%s: the checking mode under the floor's budget at %dx%d (%d of %d caches hosted, %lu histories "
+                   "prefetched): %s\n", name, ws, hs, dc->host_count, dc->host_total, dc->prefetched,
+                   s == W22_OK && !memcmp(a, b, nvs * 2) ? "the default plan's bits" : "DIFFERENT");
+            CHECK(s == W22_OK && memcmp(a, b, nvs * 2) == 0, "%s: the checking mode under the floor's budget: not the "
+                  "default plan's bits", name);
+        }
+        free(a), free(b);
+        w22_decoder_free(dc);
+        w22_decoder_free(d0);
     }
 
     /* 4. below the floor: a clear failure; the decoder then decodes a smaller size */

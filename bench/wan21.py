@@ -26,6 +26,14 @@ On the device (one GPU; diffusers from the wheels in .whl as bench/README.md say
     python3 bench/wan21.py --commit $C --json $OUT/w21.json                    ~5 min (all three workloads)
 
 --no-check skips the fp32 decodes (the later calls still equal the first), --no-diffusers diffusers' timing.
+
+--memory-budget SIZE (issue 46; bytes or 2.5G, 2560M: powers of 1024; or `target`: issue 44's 4 GiB less the
+library's weights, as prepare leaves them): after the default plan, each workload runs again on a decoder opened
+under that work-memory budget: its first call must give the default plan's bits (a budget keeps its chunks and
+kernels and moves causal caches to pinned host memory), then the same trials; the record's "budget" holds the
+budget, ms, the ratio to the default plan's time, NVML's peak with the weights and whether it is within 4 GiB.
+
+    python3 bench/wan21.py --workload w720 --no-check --memory-budget target --json $OUT/w21b.json   ~2 min
 """
 import argparse
 import datetime
@@ -214,10 +222,12 @@ def run_workload(a, w22, name, names, weights, device, nvml, sampler, our_names,
         B.log(f"   audit: {audit['launches']} kernels, library kernels {audit['library_kernels']} "
               f"({'ok' if audit['passed'] else 'FAIL'})")
     w22.protocol.release()
+    if a.memory_budget:
+        r["budget"] = budget_run(a, w22, weights, z, out, first, r["ours_ms"], nvml, sampler)
     del out, first, z
     torch.cuda.empty_cache()
     ok = (r.get("check", {"passed": True})["passed"] and same and r["weights_unwritten"] and r["z_unwritten"]
-          and r.get("audit", {"passed": True})["passed"])
+          and r.get("audit", {"passed": True})["passed"] and r.get("budget", {"passed": True})["passed"])
     r["passed"] = bool(ok)
     if name == "w720" and "speedup" in r:
         r["targets"] = {"speedup": TARGET_SPEEDUP, "peak_gib": TARGET_GIB,
@@ -226,6 +236,61 @@ def run_workload(a, w22, name, names, weights, device, nvml, sampler, our_names,
         t = r["targets"]
         B.log(f"   targets: speedup >= {TARGET_SPEEDUP}: {'met' if t['speedup_met'] else 'NOT met'}; peak <= "
               f"{TARGET_GIB} GiB: {'met' if t['memory_met'] else 'NOT met'}")
+
+
+def budget_run(a, w22, weights, z, out, first, default_ms, nvml, sampler):
+    """--memory-budget: the workload again on a decoder opened under the budget (wan22vae.protocol's
+    set_memory_budget), beside the default plan's in this run: the first call's video must be the default plan's bits
+    (first), later calls equal to it; time, the ratio to the default's, NVML's peak with the weights."""
+    import torch
+    torch.cuda.synchronize()
+    used0 = nvml.used()
+    t_prep = time.monotonic()
+    w22.prepare(weights, 0, 1, None)  # the default plan's decoder was released: this one opens with the budget
+    weights_bytes = w22.protocol.device_bytes()
+    if a.memory_budget == "target":
+        budget = int(TARGET_GIB * B.GIB) - weights_bytes
+    else:
+        budget = w22.decoder.parse_size(a.memory_budget, "--memory-budget")
+    w22.protocol.release()
+    w22.protocol.set_memory_budget(budget)
+    r = {"memory_budget_bytes": budget, "weights_gib": weights_bytes / B.GIB}
+    try:
+        w22.prepare(weights, 0, 1, None)
+        windows = [(t_prep, time.monotonic())]
+        out.fill_(float("nan"))
+        t0 = time.monotonic()
+        _, warm = timed(lambda: w22.run(z, weights, 0, 1, None, out))
+        windows.append((t0, time.monotonic()))
+        r["default_bits"] = bool(torch.equal(out, first))
+        times, same = [], True
+        for _ in range(1 if a.quick else B.trials_for(warm)):
+            out.fill_(float("nan"))
+            t0 = time.monotonic()
+            _, s = timed(lambda: w22.run(z, weights, 0, 1, None, out))
+            windows.append((t0, time.monotonic()))
+            times.append(s)
+            same = same and torch.equal(out, first)
+        r["ms"] = 1e3 * sum(times) / len(times)
+        r["trials_ms"] = [1e3 * t for t in times]
+        r["vs_default"] = r["ms"] / default_ms
+        peaks = [p for p in (sampler.peak_used(wdw) for wdw in windows) if p is not None]
+        r["peak_gib"] = (max(peaks) - used0) / B.GIB if peaks and used0 is not None else None
+        r["library_device_gib"] = w22.protocol.device_bytes() / B.GIB
+        r["within_target_gib"] = r["peak_gib"] is not None and r["peak_gib"] <= TARGET_GIB
+        r["passed"] = r["default_bits"] and same
+        peak_txt = f"{r['peak_gib']:.2f} GiB" if r["peak_gib"] is not None else "? (no NVML)"
+        B.log(f"   under a budget of {budget / B.GIB:.3f} GiB: {r['ms']:.0f} ms (x{r['vs_default']:.2f} the default "
+              f"plan's), peak with the weights {peak_txt} (<= {TARGET_GIB} GiB: "
+              f"{'met' if r['within_target_gib'] else 'NOT met'}); the default plan's bits {r['default_bits']}, "
+              f"trials equal {same}")
+    except Exception as e:  # a budget below the floor: the library's message, recorded
+        r["error"], r["passed"] = str(e), False
+        B.log(f"   under a budget of {budget / B.GIB:.3f} GiB: FAILED: {e}")
+    finally:
+        w22.protocol.release()
+        w22.protocol.set_memory_budget(None)
+    return r
 
 
 def main(argv=None):
@@ -237,9 +302,17 @@ def main(argv=None):
     ap.add_argument("--no-audit", action="store_true")
     ap.add_argument("--commit", default=None)
     ap.add_argument("--json", default=None, help="the results JSON (default bench/results/<date>-<gpu>-wan21.json)")
+    ap.add_argument("--memory-budget", metavar="SIZE",
+                    help="each workload also under a work-memory budget (bytes or 2.5G, 2560M; 'target': 4 GiB less "
+                         "the weights), recorded under 'budget': time, ratio to the default plan, peak, bits")
     a = ap.parse_args(argv)
     names_wl = ["quick"] if a.quick else (a.workload or DEFAULT)
     w22 = B.package()
+    if a.memory_budget and a.memory_budget != "target":  # refused now, not after the default plan's workloads
+        try:
+            w22.decoder.parse_size(a.memory_budget, "--memory-budget")
+        except Exception as e:
+            raise SystemExit(f"wan21.py: {e}")
     import torch
     if not torch.cuda.is_available():
         raise SystemExit("wan21.py: no CUDA GPU visible to torch")

@@ -736,11 +736,12 @@ int cli_decode(int argc, char **argv) {
                 t_checked - t_start, t_latents - t_checked, t_weights - t_latents, t_open - t_weights,
                 t_decode - t_open, t_decoded - t_decode, c.copy_s, c.wait_s, t_written - t_decoded,
                 w22_now() - t_written, c.write_s);
-    if (verbose && budget) { /* what the budget made the plan do (plan.h's host_stages) */
+    if (verbose && budget) { /* what the budget made the plan do (plan.h's host_spec) */
         size_t need = 0;
-        (void)w22_plan_work_bytes(dec, h, w, dec->host_stages, &need);
-        fprintf(stderr, "wan22vae: memory budget %.3f GiB: work %.3f GiB, the causal caches of stages%s%s%s%s%s in "
-                "host memory (%.3f GiB)\n", budget / 1073741824.0, need / 1073741824.0,
+        (void)w22_plan_work_bytes(dec, h, w, dec->host_spec, &need);
+        fprintf(stderr, "wan22vae: memory budget %.3f GiB: work %.3f GiB, %d of %d causal caches (of stages%s%s%s%s%s) "
+                "in host memory (%.3f GiB)\n", budget / 1073741824.0, need / 1073741824.0, dec->host_count,
+                dec->host_total,
                 dec->host_stages & 1 ? " 0" : "", dec->host_stages & 2 ? " 1" : "", dec->host_stages & 4 ? " 2" : "",
                 dec->host_stages & 8 ? " 3" : "", dec->host_stages ? "" : " none", dec->host_cache_bytes / 1073741824.0);
     }

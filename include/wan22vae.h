@@ -173,11 +173,11 @@ typedef struct {
     size_t work_budget_bytes; /* the decoder's work memory at most this many bytes (on CUDA its device memory beyond
                            * the weights, the backend's own scratch included; not the latents, which a host decode
                            * copies to the device); 0: the default plan. Under a budget the plan keeps its chunks and
-                           * moves the causal caches of its last stages (then of earlier ones) to host memory, pinned
-                           * on CUDA, copying each conv's two history frames to the device before it runs: the same
-                           * bits as the default plan, slower by those copies. At 704x1280 TI2V-5B's default plan
-                           * needs 4.1 GiB, 2.2 GiB with stages 2 and 3 hosted, at least 1.6 (tests/test_workspace.c
-                           * prints them). A nonzero budget under 64 MiB fails the open; one below what the smallest
+                           * moves the fewest causal caches that fit to host memory, pinned on CUDA, those of the
+                           * stages with the fewest convs first, copying each conv's two history frames to the device
+                           * while the conv before runs: the same bits as the default plan, slower where the bus does
+                           * not keep up. At 704x1280 TI2V-5B's default plan needs 4.1 GiB, 2.26 GiB under a 2.5 GiB
+                           * budget, at least 1.8 (tests/test_workspace.c prints them). A nonzero budget under 64 MiB fails the open; one below what the smallest
                            * plan needs at a decode's size fails that decode, W22_ERR_INVALID_ARG naming both. */
 } w22_decoder_params;
 

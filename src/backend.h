@@ -156,7 +156,19 @@ typedef struct {
     void (*host_free)(w22_backend *b, void *ptr);
     w22_status (*to_host_begin)(w22_backend *b, void *dst, const void *src, size_t bytes, int slot);
     w22_status (*to_host_wait)(w22_backend *b, int slot);
+    /* Optional (NULL: copy_bytes on the main queue, nothing to wait for), the plan's hosted caches (issue 46): a byte
+     * copy (device memory and host_alloc's memory, either way) on a copy queue beside the main one (CUDA: one stream
+     * into the device, one out of it, so both directions of the bus run at once). It starts after the work queued
+     * on the main queue so far and after every earlier copy begun with the same tag (0 .. W22_COPY_TAGS - 1), and runs
+     * beside the main queue's later work; copy_wait(tag): the main queue's later work waits for every copy begun
+     * with that tag. Nothing orders a copy with the main queue's work queued after it, nor copies of other tags:
+     * the caller waits before it writes a copy's source or reads or writes its destination (exec.c's windows).
+     * sync waits for the copies too. */
+    w22_status (*copy_begin)(w22_backend *b, void *dst, const void *src, size_t bytes, int tag);
+    w22_status (*copy_wait)(w22_backend *b, int tag);
 } w22_backend_ops;
+
+#define W22_COPY_TAGS 4
 
 struct w22_backend {
     const w22_backend_ops *ops;

@@ -17,6 +17,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common.h"
 #include "plan/plan.h"
 #include "testutil.h"
 #include "wan22vae.h"
@@ -126,35 +127,202 @@ static w22_config narrow21(void) {
     return c;
 }
 
-/* One decode under a work-memory budget (0: none) on a fresh decoder, with the checking mode when check; *host: the
- * stages whose caches the plan put in host memory. Returns the decode's status (the open's must be OK). */
-static w22_status budget_decode(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, int check,
-                                float *video, size_t n, unsigned *host) {
+/* The copy queue at its latest (backend.h's copy_begin; the CPU backend's copies are done when they return, its
+ * earliest): a copy runs only when the main queue waits for its tag, or at a sync, in order within its tag, reading
+ * its source then. A plan that reads a window before it waits, or writes a copy's source or destination before the
+ * copy ran, then gets other bits (or NaN where the checking mode poisoned the windows). One decoder at a time (the
+ * queue is the test's own). */
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t n;
+    int tag;
+} lazy_copy;
+static lazy_copy lazy_q[64];
+static int lazy_n;
+static long lazy_begun, lazy_waits;
+static long lazy_stop_at;        /* nonzero: the lazy_stop_at-th copy begun sets lazy_stop (a decoder's interrupt) */
+static volatile int lazy_stop;
+static int lazy_n_at_stop;       /* the copies in flight then */
+static const w22_backend_ops *lazy_inner;
+static w22_backend_ops lazy_ops;
+
+static void lazy_run(int tag) {
+    int j = 0;
+    for (int i = 0; i < lazy_n; i++) {
+        if (tag < 0 || lazy_q[i].tag == tag) memcpy(lazy_q[i].dst, lazy_q[i].src, lazy_q[i].n);
+        else lazy_q[j++] = lazy_q[i];
+    }
+    lazy_n = j;
+}
+static w22_status lazy_begin(w22_backend *b, void *dst, const void *src, size_t n, int tag) {
+    (void)b;
+    if (tag < 0 || tag >= W22_COPY_TAGS || lazy_n == (int)(sizeof lazy_q / sizeof lazy_q[0]))
+        return w22_fail(W22_ERR_INTERNAL, "test copy_begin: tag %d, %d copies in flight", tag, lazy_n);
+    lazy_q[lazy_n++] = (lazy_copy){dst, src, n, tag};
+    if (++lazy_begun == lazy_stop_at) lazy_stop = 1, lazy_n_at_stop = lazy_n;
+    return W22_OK;
+}
+static w22_status lazy_wait(w22_backend *b, int tag) {
+    (void)b;
+    lazy_waits++;
+    lazy_run(tag);
+    return W22_OK;
+}
+static w22_status lazy_sync(w22_backend *b) {
+    lazy_run(-1);
+    return lazy_inner->sync(b);
+}
+
+/* One decode under a work-memory budget (0: none) on a fresh decoder, hosting the caches `force` names (a host_spec;
+ * 0: the budget's choice), with the checking mode when check and the latest copy queue (above) when lazy; *host: the stages whose caches the plan put in host memory; *pre (NULL: not
+ * wanted): the hosted convs whose history a prefetch brought. Returns the decode's status (the open's must be OK). */
+static int hosted_fpp;     /* hosted_decode's frames per pass (0: the decoder's default) */
+static unsigned last_spec; /* the host_spec of hosted_decode's last plan */
+static int last_total;     /* and the caches that plan could have hosted */
+static unsigned long last_loaded; /* and its hosted convs that loaded their history themselves (no prefetch) */
+static w22_status hosted_decode(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, unsigned force,
+                                int check, int lazy, float *video, size_t n, unsigned *host, unsigned long *pre) {
     t_fill_nan(video, n);
     w22_decoder_params prm;
     w22_decoder_params_init(&prm);
     prm.work_budget_bytes = budget;
     prm.check = check;
+    if (hosted_fpp) prm.frames_per_pass = hosted_fpp;
     w22_decoder *d = NULL;
     CHECK_OK(w22_decoder_open(w, &prm, &d));
     if (!d) return W22_ERR_INTERNAL;
+    w22_plan_test t;
+    memset(&t, 0, sizeof t);
+    t.host = force;
+    if (force) d->test = &t;
+    if (lazy) {
+        lazy_inner = d->backend->ops;
+        lazy_ops = *lazy_inner;
+        lazy_ops.copy_begin = lazy_begin;
+        lazy_ops.copy_wait = lazy_wait;
+        lazy_ops.sync = lazy_sync;
+        d->backend->ops = &lazy_ops;
+        lazy_n = 0;
+    }
     const w22_status s = w22_decode(d, z, W22_DTYPE_F32, T, h, wd, video, W22_DTYPE_F32);
+    if (lazy) CHECK(lazy_n == 0, "the decode ended with %d copies never waited for", lazy_n);
     *host = d->host_stages;
+    last_spec = d->host_spec, last_total = d->host_total, last_loaded = d->loaded;
+    if (pre) *pre = d->prefetched;
+    if (d->host_stages && s == W22_OK)
+        CHECK(d->prefetched + d->loaded > 0, "stages 0x%x hosted: no hosted conv read a window", d->host_stages);
     w22_decoder_free(d);
     return s;
 }
+static w22_status budget_decode_q(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, int check,
+                                  int lazy, float *video, size_t n, unsigned *host, unsigned long *pre) {
+    return hosted_decode(w, z, T, h, wd, budget, 0, check, lazy, video, n, host, pre);
+}
+static w22_status budget_decode(w22_weights *w, const float *z, int T, int h, int wd, size_t budget, int check,
+                                float *video, size_t n, unsigned *host) {
+    return budget_decode_q(w, z, T, h, wd, budget, check, 0, video, n, host, NULL);
+}
 
-/* The work-memory budget (w22_decoder_params.work_budget_bytes; plan.h's host_stages): at each rung's need (the
- * caches of stage 3, 2-3, 1-3, 0-3 in host memory, counted by w22_plan_work_bytes) the plan takes that rung and the
- * video has the default plan's bits (memcmp: the same convs on the same values, the history read through the
- * window); twice on one decoder (the hosted caches zeroed at each start); with the checking mode; over 2 ranks. A
- * budget a byte below the floor fails naming the need and the budget, the decoder then decodes a smaller size
- * under the same budget, and a decoder with the floor as its budget decodes the first size. */
+/* Every hosting level (plan.h's host_spec, forced through the test's choices): each prefix of the cost order, one
+ * cache more each time, and each stage's caches alone and the stages from 3 down, each decoded with the copy queue
+ * at its earliest (the CPU's), at its latest (copies run when waited for), and at its latest in the checking mode:
+ * the default plan's bits every time (memcmp). */
+static void hosting_levels(w22_weights *w, const float *z, int T, int h, int wd, size_t nv, const float *ref) {
+    float *out = malloc(nv * 4);
+    unsigned host = 0;
+    CHECK_OK(hosted_decode(w, z, T, h, wd, 0, 0xf, 0, 0, out, nv, &host, NULL));
+    const int total = last_total;
+    CHECK(host == 0xf && total > 8 && memcmp(out, ref, nv * 4) == 0, "every cache hosted: stages 0x%x of %d caches",
+          host, total);
+    int levels = 0, bad = 0;
+    long prefetched = 0;
+    static const unsigned masks[] = {0x1, 0x2, 0x4, 0x8, 0xc, 0xe};
+    for (int i = 1; i <= total + 6; i++) {
+        const unsigned spec = i <= total ? W22_HOST_CACHES(i) : masks[i - total - 1];
+        for (int mode = 0; mode < 3; mode++) {
+            unsigned long pre = 0;
+            const w22_status s = hosted_decode(w, z, T, h, wd, 0, spec, mode == 2, mode > 0, out, nv, &host, &pre);
+            const int same = s == W22_OK && memcmp(out, ref, nv * 4) == 0;
+            CHECK(same, "hosting 0x%x (stages 0x%x), copies %s%s: %s", spec, host, mode ? "when waited for" : "at once",
+                  mode == 2 ? ", checking mode" : "", s == W22_OK ? "not the default's bits" : w22_last_error());
+            bad += !same;
+            prefetched += (long)pre;
+        }
+        levels++;
+    }
+    printf("  every hosting level (%d: the cost order's %d prefixes, 6 of whole stages), three copy queues each: %s "
+           "(%ld histories prefetched)\n", levels, total, bad ? "DIFFERENT" : "the default's bits", prefetched);
+    CHECK(prefetched > 0, "no hosted history was prefetched at any level");
+    /* other frames per pass (each against its own default plan: chunkings agree to rounding only): at 1 the decode's
+     * first chunk skips stage 0's time_conv, whose prefetch is then never taken (waited for at the next hosted conv);
+     * at 3 stage 0 pushes two of three frames */
+    float *ref_f = malloc(nv * 4);
+    for (int fpp = 1; fpp <= 3; fpp += 2) {
+        hosted_fpp = fpp;
+        CHECK_OK(hosted_decode(w, z, T, h, wd, 0, 0, 0, 0, ref_f, nv, &host, NULL));
+        for (int mode = 0; mode < 3; mode++) {
+            const w22_status s = hosted_decode(w, z, T, h, wd, 0, 0xf, mode == 2, mode > 0, out, nv, &host, NULL);
+            CHECK(s == W22_OK && memcmp(out, ref_f, nv * 4) == 0, "frames per pass %d, every cache hosted, copies "
+                  "%s%s: %s", fpp, mode ? "when waited for" : "at once", mode == 2 ? ", checking mode" : "",
+                  s == W22_OK ? "not the default's bits" : w22_last_error());
+        }
+    }
+    hosted_fpp = 0;
+    free(ref_f);
+    /* a decode interrupted in its second pass, right after a copy began (the latest queue keeps it and those before
+     * it not yet waited for), then a retry on the same decoder: the default plan's bits (the next decode syncs the
+     * copies before it starts) */
+    {
+        w22_decoder_params prm;
+        w22_decoder_params_init(&prm);
+        w22_decoder *d = NULL;
+        CHECK_OK(w22_decoder_open(w, &prm, &d));
+        w22_plan_test t;
+        memset(&t, 0, sizeof t);
+        t.host = 0xf;
+        if (d) {
+            d->test = &t;
+            lazy_inner = d->backend->ops;
+            lazy_ops = *lazy_inner;
+            lazy_ops.copy_begin = lazy_begin;
+            lazy_ops.copy_wait = lazy_wait;
+            lazy_ops.sync = lazy_sync;
+            d->backend->ops = &lazy_ops;
+            lazy_n = 0;
+            t_fill_nan(out, nv);
+            lazy_begun = 0, lazy_stop = 0, lazy_stop_at = 60;
+            w22_decoder_set_interrupt(d, &lazy_stop);
+            const w22_status s1 = w22_decode(d, z, W22_DTYPE_F32, T, h, wd, out, W22_DTYPE_F32);
+            const int left = lazy_n_at_stop;
+            CHECK(s1 != W22_OK && strstr(w22_last_error(), "stopped") && left > 0, "the interrupted decode: %s (%s), "
+                  "%d copies in flight", w22_status_string(s1), w22_last_error(), left);
+            lazy_stop = 0, lazy_stop_at = 0;
+            t_fill_nan(out, nv);
+            const w22_status s2 = w22_decode(d, z, W22_DTYPE_F32, T, h, wd, out, W22_DTYPE_F32);
+            CHECK(s2 == W22_OK && memcmp(out, ref, nv * 4) == 0, "the retry after a stopped decode (%d copies left "
+                  "in flight): %s", left, s2 == W22_OK ? "not the default's bits" : w22_last_error());
+            printf("  a decode interrupted after its %ldth copy (%d in flight), then a retry: %s\n", 60L, left,
+                   s2 == W22_OK && !memcmp(out, ref, nv * 4) ? "the default's bits" : "DIFFERENT");
+        }
+        w22_decoder_free(d);
+    }
+    free(out);
+}
+
+/* The work-memory budget (w22_decoder_params.work_budget_bytes; plan.h's host_spec): at the needs of hosting whole
+ * stages (3, 2-3, 1-3, 0-3: counts of w22_plan_work_bytes) the plan takes the fewest caches of the cost order that fit
+ * (one fewer does not), and the video has the default plan's bits (memcmp: the same convs on the same values, the
+ * history read through the windows), also with the copies deferred to their wait, with and without the checking
+ * mode; every hosting level (hosting_levels); twice on one decoder (the hosted caches zeroed at each start); over 2
+ * ranks. A budget a byte below the floor fails naming the need and the budget, the decoder then decodes a smaller
+ * size under the same budget, and a decoder with the floor as its budget decodes the first size. */
 static void budget_cases(w22_weights *w, const float *z, int T, int h, int wd, size_t nv) {
     float *ref = malloc(nv * 4), *out = malloc(nv * 4);
     unsigned host = 99;
     CHECK_OK(budget_decode(w, z, T, h, wd, 0, 0, ref, nv, &host));
     CHECK(host == 0, "no budget: caches of stages 0x%x in host memory", host);
+    hosting_levels(w, z, T, h, wd, nv, ref);
     w22_decoder_params prm;
     w22_decoder_params_init(&prm);
     w22_decoder *d = NULL;
@@ -166,16 +334,36 @@ static void budget_cases(w22_weights *w, const float *z, int T, int h, int wd, s
     for (int i = 0; i < 4; i++) CHECK_OK(w22_plan_work_bytes(d, h, wd, rungs[i], &need[i]));
     CHECK_OK(w22_plan_budget_floor(d, h, wd, &floor));
     CHECK(floor == need[3], "the floor %zu is not the last rung's need %zu", floor, need[3]);
-    w22_decoder_free(d);
     for (int i = 0; i < 4; i++) {
         const w22_status s = budget_decode(w, z, T, h, wd, need[i], 0, out, nv, &host);
         CHECK(s == W22_OK, "budget %zu (rung 0x%x): %s", need[i], rungs[i], w22_last_error());
-        printf("  budget %zu bytes (default %zu): caches of stages 0x%x in host memory: %s\n", need[i], dflt, host,
+        const int n = (int)(last_spec >> 8);
+        size_t got = 0, less = 0;
+        CHECK_OK(w22_plan_work_bytes(d, h, wd, last_spec, &got));
+        if (n > 0) CHECK_OK(w22_plan_work_bytes(d, h, wd, W22_HOST_CACHES(n - 1), &less));
+        printf("  budget %zu bytes (default %zu; stages 0x%x whole): %d caches hosted (stages 0x%x), work %zu: %s\n",
+               need[i], dflt, rungs[i], n, host, got,
                s == W22_OK && !memcmp(out, ref, nv * 4) ? "the default's bits" : "DIFFERENT");
-        CHECK(host == rungs[i], "budget %zu: hosted 0x%x, expected 0x%x", need[i], host, rungs[i]);
-        CHECK(s == W22_OK && memcmp(out, ref, nv * 4) == 0, "budget %zu (stages 0x%x hosted): not the default's bits",
-              need[i], rungs[i]);
+        CHECK(last_spec == W22_HOST_CACHES(n) && n > 0 && got <= need[i] && less > need[i],
+              "budget %zu: the plan hosts 0x%x (work %zu; one cache fewer: %zu)", need[i], last_spec, got, less);
+        CHECK(s == W22_OK && memcmp(out, ref, nv * 4) == 0, "budget %zu (%d caches hosted): not the default's bits",
+              need[i], n);
+        /* the copy queue at its latest (copies run when waited for), with and without the checking mode */
+        for (int check = 0; check < 2; check++) {
+            unsigned long pre = 0;
+            lazy_begun = lazy_waits = 0;
+            const w22_status sl = budget_decode_q(w, z, T, h, wd, need[i], check, 1, out, nv, &host, &pre);
+            printf("    copies run when waited for%s: %ld begun, %ld waits, %lu histories prefetched, %lu loaded at "
+                   "their conv: %s\n", check ? ", checking mode" : "", lazy_begun, lazy_waits, pre, last_loaded,
+                   sl == W22_OK && !memcmp(out, ref, nv * 4) ? "the default's bits" : "DIFFERENT");
+            CHECK(sl == W22_OK, "budget %zu, deferred copies%s: %s", need[i], check ? ", check" : "", w22_last_error());
+            CHECK(sl == W22_OK && memcmp(out, ref, nv * 4) == 0, "budget %zu (%d caches hosted), copies run when "
+                  "waited for%s: not the default's bits", need[i], n, check ? ", checking mode" : "");
+            CHECK(pre > 0 && lazy_begun > 0 && lazy_waits > 0, "budget %zu: %lu prefetches, %ld copies begun, %ld "
+                  "waits: the copy queue was not used", need[i], pre, lazy_begun, lazy_waits);
+        }
     }
+    w22_decoder_free(d);
     /* the checking mode (the window's views checked like the caches'), and two calls on one decoder */
     CHECK_OK(budget_decode(w, z, T, h, wd, floor, 1, out, nv, &host));
     CHECK(memcmp(out, ref, nv * 4) == 0, "the floor's budget in the checking mode: not the default's bits");

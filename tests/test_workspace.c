@@ -203,26 +203,46 @@ static void budget_case(w22_backend *b, const w22_config *cfg, const char *name,
     CHECK(st == W22_OK, "%s: a 2.5 GiB budget: %s", name, w22_last_error());
     if (st == W22_OK) {
         size_t need = 0;
-        CHECK_OK(w22_plan_work_bytes(d, h, w, d->host_stages, &need));
-        printf("%s under a 2.5 GiB budget: caches of stages 0x%x in host memory (%.3f GiB), work %.3f GiB (allocated "
-               "%.3f + the reserve)\n", name, d->host_stages, d->host_cache_bytes / GiB, need / GiB, counted / GiB);
+        CHECK_OK(w22_plan_work_bytes(d, h, w, d->host_spec, &need));
+        printf("%s under a 2.5 GiB budget: %d of %d caches (stages 0x%x) in host memory (%.3f GiB), windows %.1f + %.1f "
+               "MiB, work %.3f GiB (allocated %.3f + the reserve)\n", name, d->host_count, d->host_total,
+               d->host_stages, d->host_cache_bytes / GiB, d->win_bytes[0] / 1048576.0, d->win_bytes[1] / 1048576.0,
+               need / GiB, counted / GiB);
+        /* the budget's choice is the fewest caches of the cost order that fit: one fewer does not */
+        size_t less = 0;
+        CHECK(d->host_spec == W22_HOST_CACHES(d->host_count), "%s: the budget's plan 0x%x is not a prefix of the cost "
+              "order (%d caches hosted)", name, d->host_spec, d->host_count);
+        CHECK_OK(w22_plan_work_bytes(d, h, w, W22_HOST_CACHES(d->host_count - 1), &less));
+        CHECK(d->host_count > 0 && less > budget, "%s: %d caches hosted, but %d need %zu, within the budget", name,
+              d->host_count, d->host_count - 1, less);
         CHECK(need <= budget && counted + W22_WORK_RESERVE == need, "%s: under a 2.5 GiB budget the plan needs %zu "
               "bytes, allocated %zu", name, need, counted);
         /* the budget's cost, for docs/PERF.md's prediction: the bytes over PCIe per video frame. A hosted cache's
          * conv copies its two history frames in per chunk and the chunk's last min(m, 2) frames out; stage s runs
          * 2^(s-2) of its frames per video frame at stages 0-1 (their upsamplers double time) and one at 2-3
          * (TI2V-5B; the Wan2.1 VAE's the same: temporal_up [1, 1, 0] both) */
-        double pcie = 0;
+        double in = 0, out = 0, whole = 0;
         for (int s = 0; s < W22_STAGES; s++) {
-            const int m = d->stages[s].chunk, out = m < 2 ? m : 2;
+            const int m = d->stages[s].chunk, o = m < 2 ? m : 2;
             const double per_video = s >= 2 ? 1.0 : s == 1 ? 0.5 : 0.25;
             for (int l = d->stages[s].layer0; l < d->stages[s].layer1; l++)
                 for (int k = 0; k < 3; k++)
-                    if (d->cache_host[l][k])
-                        pcie += per_video / m * (2.0 + out) * (double)(d->cache[l][k].bytes / 2);
+                    if (d->cache_host[l][k]) {
+                        in += per_video / m * 2.0 * (double)(d->cache[l][k].bytes / 2);
+                        out += per_video / m * o * (double)(d->cache[l][k].bytes / 2);
+                    }
         }
-        printf("%s under a 2.5 GiB budget: %.2f GB over PCIe per video frame (two history frames in, the newest "
-               "out, per hosted conv)\n", name, pcie / 1e9);
+        /* what hosting whole stages 2-3 (the budget's plan before the cost order) moves, for the comparison */
+        for (int s = 2; s < W22_STAGES; s++) {
+            const int m = d->stages[s].chunk, o = m < 2 ? m : 2;
+            for (int l = d->stages[s].layer0; l < d->stages[s].layer1; l++)
+                for (int k = 0; k < 3; k++)
+                    if (d->cache[l][k].bytes && !(d->model.layers[l].kind == W22_L_HEAD && d->head_psum))
+                        whole += 1.0 / m * (2.0 + o) * (double)(d->cache[l][k].bytes / 2);
+        }
+        printf("%s under a 2.5 GiB budget: %.2f GB into the GPU and %.2f GB out per video frame (two history frames "
+               "in, the newest out, per hosted conv; stages 2-3 whole: %.2f GB both ways)\n", name, in / 1e9,
+               out / 1e9, whole / 1e9);
         for (int s = 0; s < W22_STAGES; s++)
             CHECK(d->stages[s].chunk == chunk[s], "%s: the budget changed stage %d's chunk %d -> %d", name, s,
                   chunk[s], d->stages[s].chunk);
@@ -234,6 +254,44 @@ static void budget_case(w22_backend *b, const w22_config *cfg, const char *name,
     CHECK(s2 == W22_ERR_INVALID_ARG && strstr(w22_last_error(), "budget") && !d->scratch.ptr,
           "%s: a budget below the floor: %s (%s)", name, w22_status_string(s2), w22_last_error());
     printf("%s below the floor: %s\n", name, w22_last_error());
+    free(d);
+}
+
+/* The budget's cost at several budgets (docs/PERF.md's prediction): for each, the caches the plan hosts and the
+ * bytes over the bus per video frame, into the GPU (two history frames per hosted conv) and out (the newest). The
+ * plan of each budget must fit it. */
+static void budget_table(w22_backend *b, const w22_config *cfg, const char *name, int h, int w) {
+    const double GiB = 1073741824.0;
+    static const double budgets[] = {2.5, 3.0, 3.5, 3.75};
+    w22_decoder *d = calloc(1, sizeof *d);
+    w22_model_build(cfg, &d->model);
+    d->backend = b, d->rank = 0, d->world = 1, d->frames_per_pass = 2;
+    for (size_t i = 0; i < sizeof budgets / sizeof budgets[0]; i++) {
+        d->params.work_budget_bytes = (size_t)(budgets[i] * GiB);
+        if (w22_plan_prepare(d, h, w) != W22_OK) {
+            printf("%s latents %dx%d under %.2f GiB: %s\n", name, h, w, budgets[i], w22_last_error());
+            continue;
+        }
+        size_t need = 0;
+        CHECK_OK(w22_plan_work_bytes(d, h, w, d->host_spec, &need));
+        CHECK(need <= d->params.work_budget_bytes, "%s under %.2f GiB: the plan needs %zu", name, budgets[i], need);
+        double in = 0, out = 0;
+        for (int s = 0; s < W22_STAGES; s++) {
+            const int m = d->stages[s].chunk, o = m < 2 ? m : 2;
+            const double per_video = s >= 2 ? 1.0 : s == 1 ? 0.5 : 0.25;
+            for (int l = d->stages[s].layer0; l < d->stages[s].layer1; l++)
+                for (int k = 0; k < 3; k++)
+                    if (d->cache_host[l][k]) {
+                        in += per_video / m * 2.0 * (double)(d->cache[l][k].bytes / 2);
+                        out += per_video / m * o * (double)(d->cache[l][k].bytes / 2);
+                    }
+        }
+        printf("%s latents %dx%d under %.2f GiB: %2d of %d caches hosted (stages 0x%x), work %.3f GiB, windows %.0f + "
+               "%.0f MiB; per video frame %.2f GB in, %.2f GB out\n", name, h, w, budgets[i], d->host_count,
+               d->host_total, d->host_stages, need / GiB, d->win_bytes[0] / 1048576.0, d->win_bytes[1] / 1048576.0,
+               in / 1e9, out / 1e9);
+        w22_plan_release(d);
+    }
     free(d);
 }
 
@@ -368,6 +426,8 @@ int main(void) {
         w22_config c21;
         w22_config_wan21(&c21);
         budget_case(&b, &c21, "Wan2.1", 88, 160);
+        budget_table(&b, &c21, "Wan2.1", 90, 160); /* issue 44's 1280x720: 4 GiB with the weights */
     }
+    budget_table(&b, &cfg, "TI2V-5B", 44, 80);
     return t_finish("test_workspace");
 }

@@ -709,8 +709,9 @@ class Decoder:
 
     memory_budget: the decoder's work memory at most this much (on a GPU its memory beyond the weights): bytes, or a
     size such as "2.5G" or "2560M" (powers of 1024); None (the default) for the fastest plan. Under a budget the
-    plan moves the causal caches of its later stages to host memory (pinned) until it fits: the same video bit for
-    bit, slower by the copies. At 704x1280 TI2V-5B's default plan needs 4.1 GiB, 2.2 GiB under a 2.5G budget. A
+    plan moves causal caches to host memory (pinned), the cheapest over the bus first, until it fits: the same video
+    bit for bit, slower where the copies (overlapped with the convs) outrun them. At 704x1280 TI2V-5B's default plan
+    needs 4.1 GiB, 2.26 GiB under a 2.5G budget. A
     budget under 64 MiB fails the open; one below what a decode's size needs fails that decode (wan22vae.Error, the
     message naming both).
 

@@ -243,6 +243,20 @@ static w22_status cpu_inspect(w22_backend *b, w22_view v, int border, size_t cou
     return W22_OK;
 }
 
+/* The copy queue (backend.h's copy_begin): one queue on the CPU, so a copy is done when it returns; the plan's
+ * prefetching path runs here as on a GPU (tests/test_plan.c also runs it with the copies deferred to the wait). */
+static w22_status cpu_copy_begin(w22_backend *b, void *dst, const void *src, size_t bytes, int tag) {
+    if (tag < 0 || tag >= W22_COPY_TAGS)
+        return w22_fail(W22_ERR_INTERNAL, "cpu copy_begin: tag %d, expected 0 .. %d", tag, W22_COPY_TAGS - 1);
+    return cpu_bytes(b, dst, src, bytes);
+}
+static w22_status cpu_copy_wait(w22_backend *b, int tag) {
+    (void)b;
+    if (tag < 0 || tag >= W22_COPY_TAGS)
+        return w22_fail(W22_ERR_INTERNAL, "cpu copy_wait: tag %d, expected 0 .. %d", tag, W22_COPY_TAGS - 1);
+    return W22_OK;
+}
+
 static const w22_backend_ops cpu_ops = {
     .name = "cpu",
     .elem_size = sizeof(float),
@@ -269,6 +283,8 @@ static const w22_backend_ops cpu_ops = {
     .side_join = cpu_side_noop,
     .fill = cpu_fill,
     .inspect = cpu_inspect,
+    .copy_begin = cpu_copy_begin,
+    .copy_wait = cpu_copy_wait,
 };
 
 w22_status w22_backend_cpu_create(int threads, w22_backend **out) {

@@ -266,6 +266,44 @@ static w22_status op_sync(w22_backend *b) {
     w22_cuda *c = cuda_of(b);
     CU_TRY(cudaSetDevice(c->device));
     CU_TRY(cudaStreamSynchronize(c->stream));
+    if (c->copy_in) CU_TRY(cudaStreamSynchronize(c->copy_in)); /* copy_begin's: a failed decode's may be in flight */
+    if (c->copy_out) CU_TRY(cudaStreamSynchronize(c->copy_out));
+    return W22_OK;
+}
+
+/* The copy queue (backend.h's copy_begin): a copy into host memory goes on copy_out, any other on copy_in, so that
+ * the hosted caches' write-backs and prefetches use both directions of the bus at once. Each starts after the main
+ * stream's queued work (ev_copy_fork) and after the last copy of its tag (ev_copy[tag], on either stream). */
+static w22_status op_copy_begin(w22_backend *b, void *dst, const void *src, size_t bytes, int tag) {
+    w22_cuda *c = cuda_of(b);
+    if (tag < 0 || tag >= W22_COPY_TAGS)
+        return w22_fail(W22_ERR_INTERNAL, "cuda copy_begin: tag %d, expected 0 .. %d", tag, W22_COPY_TAGS - 1);
+    CU_ENTER(c);
+    if (!c->ev_copy_fork) CU_TRY(cudaEventCreateWithFlags(&c->ev_copy_fork, cudaEventDisableTiming));
+    if (!c->copy_out) CU_TRY(cudaStreamCreateWithFlags(&c->copy_out, cudaStreamNonBlocking));
+    if (!c->copy_in) CU_TRY(cudaStreamCreateWithFlags(&c->copy_in, cudaStreamNonBlocking));
+    cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, dst) != cudaSuccess) {
+        (void)cudaGetLastError();
+        at.type = cudaMemoryTypeUnregistered;
+    }
+    const int to_host = at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged;
+    cudaStream_t st = to_host ? c->copy_out : c->copy_in;
+    CU_TRY(cudaEventRecord(c->ev_copy_fork, c->stream));
+    CU_TRY(cudaStreamWaitEvent(st, c->ev_copy_fork, 0));
+    if (c->ev_copy[tag]) CU_TRY(cudaStreamWaitEvent(st, c->ev_copy[tag], 0));
+    else CU_TRY(cudaEventCreateWithFlags(&c->ev_copy[tag], cudaEventDisableTiming));
+    CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, st));
+    CU_TRY(cudaEventRecord(c->ev_copy[tag], st));
+    return W22_OK;
+}
+static w22_status op_copy_wait(w22_backend *b, int tag) {
+    w22_cuda *c = cuda_of(b);
+    if (tag < 0 || tag >= W22_COPY_TAGS)
+        return w22_fail(W22_ERR_INTERNAL, "cuda copy_wait: tag %d, expected 0 .. %d", tag, W22_COPY_TAGS - 1);
+    if (!c->ev_copy[tag]) return W22_OK; /* nothing begun with it */
+    CU_ENTER(c);
+    CU_TRY(cudaStreamWaitEvent(c->stream, c->ev_copy[tag], 0));
     return W22_OK;
 }
 
@@ -319,6 +357,16 @@ static void op_destroy(w22_backend *b) {
         w22_cuda_free_ptr(c, c->wt_stage);
         for (int k = 0; k < 2; k++)
             if (c->ev_host[k]) cudaEventDestroy(c->ev_host[k]);
+        for (int k = 0; k < 2; k++) {
+            cudaStream_t st = k ? c->copy_out : c->copy_in;
+            if (st) {
+                cudaStreamSynchronize(st);
+                cudaStreamDestroy(st);
+            }
+        }
+        if (c->ev_copy_fork) cudaEventDestroy(c->ev_copy_fork);
+        for (int k = 0; k < W22_COPY_TAGS; k++)
+            if (c->ev_copy[k]) cudaEventDestroy(c->ev_copy[k]);
         if (c->side) {
             cudaStreamSynchronize(c->side);
             cudaStreamDestroy(c->side);
@@ -365,6 +413,8 @@ const w22_backend_ops w22_cuda_ops_plain = {
     op_host_free,
     op_to_host_begin,
     op_to_host_wait,
+    op_copy_begin,
+    op_copy_wait,
 };
 
 /* ---- public entry points ---- */

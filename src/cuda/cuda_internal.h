@@ -75,6 +75,10 @@ typedef struct {
      * those in cudaMalloc and those taking the Winograd convs' direct weights to the host */
     double open_layout_s, open_copy_s, open_alloc_s, open_host_s;
     cudaEvent_t ev_host[2]; /* to_host_begin's copies, per slot (made at the first) */
+    /* copy_begin / copy_wait (backend.h): streams into and out of the device, the main stream's fork point, and per
+     * tag the event after its last copy (made at the first copy) */
+    cudaStream_t copy_in, copy_out;
+    cudaEvent_t ev_copy_fork, ev_copy[W22_COPY_TAGS];
     void *wt_stage; /* the open's staging (weights_gpu.cu): a weight's source bytes and float32 copy; freed by */
     size_t wt_stage_bytes; /* w22_backend_cuda_weights_done */
 } w22_cuda;

@@ -30,7 +30,19 @@ typedef struct {
     w22_view zeroed;   /* the fresh view whose border was zeroed last in this chunk (ptr NULL: none) */
     void *work;        /* what this stage leaves free during its convs (w22_stage_free): their scratch */
     size_t work_bytes;
+    int after;         /* the hosted cache (l * 3 + k) whose conv runs next after this chunk and the chunks it hands
+                        * on to (-1: none, or not known): prefetch_next's target at the chunk's last hosted conv */
 } chunk_ctx;
+
+/* The first hosted cache (l * 3 + k) a chunk of stage s reaches: its stage's first in layer order, else, as a chunk
+ * hands its frames on before the next one runs, the first of the nearest later stage that has one (-1: none). */
+static int first_run(const w22_decoder *d, int s) {
+    for (; s < W22_STAGES; s++)
+        for (int l = d->stages[s].layer0; l < d->stages[s].layer1; l++)
+            for (int c = 0; c < 3; c++)
+                if (d->cache_host[l][c]) return l * 3 + c;
+    return -1;
+}
 
 /* A view of f frames (c channels) in scratch buffer `slot` of this stage (plan.c's w22_stage_scratch), checked
  * against the size the plan gave it: a layout rule that drifted from plan.c fails here instead of overwriting
@@ -94,38 +106,163 @@ static w22_status spare_view(chunk_ctx *k, int g, int c, int n, w22_view *v) {
     return w22_check_border(d, v, "a spare unit whose zeroing was skipped (its borders zero in this stage's layout)");
 }
 
+/* ---- the hosted caches' windows (plan.h's host_stages) ----
+ * Two device windows: win[0] holds two frames of the largest hosted cache, win[1] of the second largest. A hosted
+ * conv reads its history from one window; while it runs, the next hosted conv of its stage's chunk gets its history
+ * copied into the other (a prefetch on the backend's copy queue), and after it the newest frames go back to the host
+ * through its own window (a device copy on the main queue, then the copy queue's copy out), so the main queue waits
+ * on the bus only where no prefetch brought the history (a chunk's first hosted conv; a cache too large for the
+ * other window). Ordering: every copy into or out of window w carries tag w, so the copy queue keeps them in order
+ * (a prefetch into w after the write-back out of w); the main queue waits for tag w (win_wait) before a conv reads w
+ * or an op writes it, and for a cache's last write-back before a prefetch reads its host slots (hist_load). Backends
+ * without a copy queue copy on the main queue (copy_bytes), in order. */
+
+/* A copy tagged with window w on the copy queue (or the main queue's copy_bytes where there is none). */
+static w22_status win_copy(w22_decoder *d, int w, void *dst, const void *src, size_t n) {
+    w22_backend *b = d->backend;
+    if (!b->ops->copy_begin || !b->ops->copy_wait) return b->ops->copy_bytes(b, dst, src, n);
+    W22_TRY(b->ops->copy_begin(b, dst, src, n, w));
+    d->win_issued[w]++;
+    return W22_OK;
+}
+
+/* The main queue's later work waits for every copy begun with window w's tag. */
+static w22_status win_wait(w22_decoder *d, int w) {
+    if (d->win_waited[w] == d->win_issued[w]) return W22_OK;
+    w22_backend *b = d->backend;
+    W22_TRY(b->ops->copy_wait(b, w));
+    d->win_waited[w] = d->win_issued[w];
+    return W22_OK;
+}
+
+/* The history of hosted cache (li, kk), frames of fb bytes, oldest first, into window w: each slot this decode has
+ * written copied in (after the cache's last write-back: waited for unless it went through w, whose tag orders it), a
+ * slot not yet written a zero fill (the causal zeros; the host block is never zeroed), on the main queue after the
+ * window's copies. */
+static w22_status hist_load(w22_decoder *d, int li, int kk, int w, size_t fb) {
+    w22_backend *b = d->backend;
+    const int u = d->cache_wb_win[li][kk] - 1;
+    if (u >= 0 && u != w && (int)(d->win_waited[u] - d->cache_wb_seq[li][kk]) < 0) W22_TRY(win_wait(d, u));
+    const int old = d->cache_old[li][kk];
+    for (int i = 0; i < 2; i++) {
+        char *dst = (char *)d->win[w] + i * fb;
+        const int p = i == 0 ? old : 1 - old;
+        if (d->cache_written[li][kk] >> p & 1) {
+            W22_TRY(win_copy(d, w, dst, d->cache_slot[li][kk][p], fb));
+        } else {
+            W22_TRY(win_wait(d, w));
+            W22_TRY(b->ops->fill(b, dst, fb, 0));
+        }
+    }
+    return W22_OK;
+}
+
+/* The window of the fewest bytes that holds `need` (-1: none). */
+static int win_fit(const w22_decoder *d, size_t need) {
+    int best = -1;
+    for (int w = 0; w < 2; w++)
+        if (d->win[w] && d->win_bytes[w] >= need && (best < 0 || d->win_bytes[w] < d->win_bytes[best])) best = w;
+    return best;
+}
+
+/* While the hosted conv of cache (li, kk) runs from window 1 - o, the history of the hosted conv that runs next is
+ * copied into window o, if it fits: the next hosted cache of this stage's chunk in layer order (their convs' order;
+ * none after the upsampler's time_conv, the stage's last), else, at the chunk's last, the next chunk's first: the
+ * stages run depth first (a chunk hands its frames on, and the later stages' chunks run, before the next chunk of
+ * this stage), so that is the first hosted cache of the later stages (first_run), else the chunk's `after` (a
+ * sibling chunk's first, or its parent's after). That cache's slots and their order do not change before its conv:
+ * only its own push changes them, and its push in this round is done (the caches of other chunks), or it is later
+ * in this chunk (not this cache: a stage's only hosted cache is not prefetched for its next chunk). A prefetch its
+ * conv does not take (a decode's first chunk skips the time_conv) is waited for at the next hosted conv. */
+static w22_status prefetch_next(chunk_ctx *k, int li, int kk, int o) {
+    w22_decoder *d = k->d;
+    const w22_stage *st = &d->stages[k->s];
+    int target = -1;
+    for (int l = li, c = kk + 1; l < st->layer1 && target < 0; c++) {
+        if (c == 3) {
+            l++, c = -1;
+            continue;
+        }
+        if (d->cache_host[l][c]) target = l * 3 + c;
+    }
+    if (target < 0) target = k->s + 1 < W22_STAGES ? first_run(d, k->s + 1) : -1;
+    if (target < 0) target = k->after;
+    if (target < 0 || target == li * 3 + kk) return W22_OK;
+    const int l = target / 3, c = target % 3;
+    const size_t fb = d->cache_stride[l][c];
+    if (!d->win[o] || 2 * fb > d->win_bytes[o]) return W22_OK; /* it loads at its conv */
+    W22_TRY(hist_load(d, l, c, o, fb));
+    d->pre_l = l, d->pre_k = c, d->pre_win = o;
+    return W22_OK;
+}
+
 /* The two history frames of cache (li, kk), oldest first, shaped like one frame of `like`. The cache is a ring of
  * two frame slots (cache_slot); cache_old says which slot holds the older frame. A hosted cache (plan.h's
- * host_stages) is read through the device window: its two frames copied there first, oldest first, in the backend's
- * order (on a GPU after the work queued before, before the conv); a slot this decode has not written yet is a zero
- * fill instead (cache_written: the host block is never zeroed). */
+ * host_stages) is read through a device window (above): brought there by the prefetch during the hosted conv before,
+ * else loaded now; then the next hosted conv's prefetch begins. */
 static w22_status cache_hist(chunk_ctx *k, int li, int kk, w22_view like, int border, w22_view hist[2]) {
     w22_decoder *d = k->d;
     const int old = d->cache_old[li][kk];
     if (d->cache_host[li][kk]) {
         const size_t fb = w22_frames_bytes(1, like.h, like.w, like.c, border, like.es);
-        if (2 * fb > d->hist_win.bytes)
-            return w22_fail(W22_ERR_INTERNAL, "plan: two history frames of %zu bytes do not fit the window of %zu", fb,
-                            d->hist_win.bytes);
-        w22_backend *b = d->backend;
-        for (int i = 0; i < 2; i++) {
-            char *dst = (char *)d->hist_win.ptr + i * fb;
-            const int p = i == 0 ? old : 1 - old;
-            if (d->cache_written[li][kk] >> p & 1) W22_TRY(b->ops->copy_bytes(b, dst, d->cache_slot[li][kk][p], fb));
-            else W22_TRY(b->ops->fill(b, dst, fb, 0)); /* not yet written in this decode: the causal zeros */
-            hist[i] = mkview(dst, 1, like.h, like.w, like.c, border, like.es);
+        if (fb != d->cache_stride[li][kk] || 2 * fb > d->win_bytes[0])
+            return w22_fail(W22_ERR_INTERNAL, "plan: hosted cache %d of layer %d: history frames of %zu bytes, planned "
+                            "%zu, windows of %zu and %zu bytes", kk, li, fb, d->cache_stride[li][kk], d->win_bytes[0],
+                            d->win_bytes[1]);
+        int w;
+        if (d->pre_l == li && d->pre_k == kk) {
+            w = d->pre_win;
+            d->prefetched++;
+        } else {
+            if (d->pre_l >= 0) W22_TRY(win_wait(d, d->pre_win)); /* not taken: done before its window is reused */
+            w = win_fit(d, 2 * fb);
+            W22_TRY(hist_load(d, li, kk, w, fb));
+            d->loaded++;
         }
-        return W22_OK;
+        d->pre_l = -1;
+        d->cur_win = w;
+        W22_TRY(win_wait(d, w));
+        for (int i = 0; i < 2; i++)
+            hist[i] = mkview((char *)d->win[w] + i * fb, 1, like.h, like.w, like.c, border, like.es);
+        return prefetch_next(k, li, kk, 1 - w);
     }
     for (int i = 0; i < 2; i++)
         hist[i] = mkview(d->cache_slot[li][kk][i == 0 ? old : 1 - old], 1, like.h, like.w, like.c, border, like.es);
     return W22_OK;
 }
 
+/* A hosted cache's push: the chunk's newest frame (two with two or more) into the window its conv just read (the
+ * main queue, after the conv: the fresh frames' buffer is free for the next op at once), then out to the host slots
+ * from there on the copy queue (tag cur_win: the window's next prefetch waits for it). */
+static w22_status hosted_push(w22_decoder *d, int li, int kk, const char *base, int f, size_t fb) {
+    w22_backend *b = d->backend;
+    const int w = d->cur_win, n = f == 1 ? 1 : 2;
+    if (w < 0 || w > 1 || !d->win[w] || n * fb > d->win_bytes[w])
+        return w22_fail(W22_ERR_INTERNAL, "plan: hosted cache %d of layer %d: %d frames of %zu bytes for window %d",
+                        kk, li, n, fb, w);
+    void **slot = d->cache_slot[li][kk];
+    unsigned char *old = &d->cache_old[li][kk];
+    char *win = d->win[w];
+    W22_TRY(b->ops->copy_bytes(b, win, base + (size_t)(f - n) * fb, n * fb));
+    if (n == 1) {
+        W22_TRY(win_copy(d, w, slot[*old], win, fb));
+        d->cache_written[li][kk] |= (unsigned char)(1 << *old);
+        *old ^= 1;
+    } else {
+        W22_TRY(win_copy(d, w, slot[*old], win, fb));
+        W22_TRY(win_copy(d, w, slot[1 - *old], win + fb, fb));
+        d->cache_written[li][kk] = 3;
+    }
+    d->cache_wb_win[li][kk] = (unsigned char)(w + 1);
+    d->cache_wb_seq[li][kk] = d->win_issued[w];
+    return W22_OK;
+}
+
 /* After the conv: the window's last two frames become the history. A chunk of its cache's unit whose frames are its
  * group's spare (spare_view) rotates, nothing copied: one frame becomes the newer slot and the older slot's memory
  * the spare; two frames become both slots and the old unit (the two slots, adjacent) the spare. Else the newest
- * frame is copied over the older slot (two frames when the chunk has two or more). */
+ * frame is copied over the older slot (two frames when the chunk has two or more); a hosted cache's through its
+ * window (hosted_push). */
 static w22_status cache_push(chunk_ctx *k, int li, int kk, w22_view fresh, int border) {
     w22_decoder *d = k->d;
     w22_backend *b = d->backend;
@@ -134,6 +271,7 @@ static w22_status cache_push(chunk_ctx *k, int li, int kk, w22_view fresh, int b
         return w22_fail(W22_ERR_INTERNAL, "plan: conv input frames of %zu bytes do not fit a cache of %zu", fb,
                         d->cache[li][kk].bytes);
     char *base = (char *)fresh.ptr - (border * fresh.sh + border * fresh.sw) * fresh.es;
+    if (d->cache_host[li][kk]) return hosted_push(d, li, kk, base, fresh.f, fb);
     void **slot = d->cache_slot[li][kk];
     unsigned char *old = &d->cache_old[li][kk];
     const int g = d->cache_spare[li][kk] - 1;
@@ -157,11 +295,9 @@ static w22_status cache_push(chunk_ctx *k, int li, int kk, w22_view fresh, int b
     }
     if (fresh.f == 1) {
         W22_TRY(b->ops->copy_bytes(b, slot[*old], base, fb));
-        d->cache_written[li][kk] |= (unsigned char)(1 << *old);
         *old ^= 1;
         return W22_OK;
     }
-    d->cache_written[li][kk] = 3;
     const char *last2 = base + (size_t)(fresh.f - 2) * fb;
     if (*old == 0 && (char *)slot[1] == (char *)slot[0] + fb) return b->ops->copy_bytes(b, slot[0], last2, 2 * fb);
     W22_TRY(b->ops->copy_bytes(b, slot[*old], last2, fb));
@@ -318,7 +454,7 @@ static w22_status run_attention(chunk_ctx *k, int li) {
     return W22_OK;
 }
 
-static w22_status run_chunk(w22_decoder *d, int s, int c0, int m);
+static w22_status run_chunk(w22_decoder *d, int s, int c0, int m, int after);
 
 /* [time_conv, two frames per input frame but the decode's first] then nearest 2x + 3x3 conv into the next
  * stage's queue, with the block's DupUp as the conv's residual when the layer after is that DupUp (model.c puts it
@@ -391,7 +527,7 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
             if (dup && !k->dup_fused)
                 W22_TRY(b->ops->dupup_add(b, out, din, next->temporal ? 2 : 1, k->first && i == 0 && next->temporal));
             k->dup_fused = 1; /* the W22_L_DUPUP layer after has nothing left to do */
-            W22_TRY(run_chunk(d, k->s + 1, 0, n));
+            W22_TRY(run_chunk(d, k->s + 1, 0, n, i + si < m ? first_run(d, k->s + 1) : k->after));
             k->nout = 0; /* handed on already */
         }
     }
@@ -458,7 +594,7 @@ static w22_status run_head(chunk_ctx *k, int li) {
     return W22_OK;
 }
 
-static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
+static w22_status run_chunk(w22_decoder *d, int s, int c0, int m, int after) {
     w22_stage *st = &d->stages[s];
     chunk_ctx k = {0};
     k.d = d;
@@ -467,6 +603,7 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
     k.W = d->w << st->level;
     k.m = m;
     k.first = st->done == 0;
+    k.after = after;
     k.es = (int)d->backend->ops->elem_size;
     k.scratch = d->scratch.ptr;
     k.work = w22_stage_free(d, s, &k.work_bytes);
@@ -523,7 +660,7 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m) {
         w22_stage *nx = &d->stages[s + 1];
         for (int c = 0; c < k.nout; c += nx->chunk) {
             int n = k.nout - c < nx->chunk ? k.nout - c : nx->chunk;
-            W22_TRY(run_chunk(d, s + 1, c, n));
+            W22_TRY(run_chunk(d, s + 1, c, n, c + n < k.nout ? first_run(d, s + 1) : k.after));
         }
     }
     return W22_OK;
@@ -535,10 +672,13 @@ static w22_status plan_run(w22_decoder *d) {
     for (int s = 0; s < W22_STAGES; s++) d->stages[s].done = 0;
     d->first_out_frame = 0;
     d->at_stage = 0, d->at_layer = -1;
+    /* a failed decode's copies into the windows or the host block may still be in flight: sync waits for the copy
+     * queue too (backend.h) */
+    if (d->host_cache_block) W22_TRY(b->ops->sync(b));
     /* The checking mode: everything but the caches reads NaN until this decode writes it (check.c). */
     if (d->check) {
-        const w22_region *r[] = {&d->transient, &d->queue[0], &d->gathered};
-        for (int i = 0; i < 3; i++)
+        const w22_region *r[] = {&d->transient, &d->queue[0], &d->gathered, &d->hist_win};
+        for (int i = 0; i < 4; i++)
             if (r[i]->ptr) W22_TRY(b->ops->fill(b, r[i]->ptr, r[i]->bytes, 0xff));
         if (d->host_cache_block) { /* the hosted caches too: a slot read before this decode wrote it shows */
             W22_TRY(b->ops->sync(b));
@@ -552,6 +692,11 @@ static w22_status plan_run(w22_decoder *d) {
     memset(d->cache_old, 0, sizeof d->cache_old);
     if (d->cache_block.ptr) W22_TRY(b->ops->fill(b, d->cache_block.ptr, d->cache_block.bytes, 0));
     memset(d->cache_written, 0, sizeof d->cache_written); /* the hosted caches: zeros until written (plan.h) */
+    /* the hosted caches' windows: no copy begun in this decode (plan.h) */
+    memset(d->cache_wb_win, 0, sizeof d->cache_wb_win);
+    d->pre_l = d->pre_k = d->pre_win = d->cur_win = -1;
+    d->win_issued[0] = d->win_issued[1] = d->win_waited[0] = d->win_waited[1] = 0;
+    d->prefetched = d->loaded = 0;
     for (int l = 0; l < W22_MAX_LAYERS; l++)
         for (int c = 0; c < 3; c++)
             if (d->cache[l][c].ptr) {
@@ -568,10 +713,11 @@ static w22_status plan_run(w22_decoder *d) {
         if (w22_interrupted(d->interrupt)) return w22_stopped();
         w22_view zin = mkview(d->queue[0].ptr, n, d->rows, d->w, m->cfg.z_dim, 0, es);
         W22_TRY(b->ops->latents_in(b, d->z, d->zt, m->cfg.z_dim, d->T, d->h, d->w, t0, d->row0, zin));
-        W22_TRY(run_chunk(d, 0, 0, n));
+        W22_TRY(run_chunk(d, 0, 0, n, t0 + n < d->T ? first_run(d, 0) : -1));
         if (d->params.progress && d->params.progress(d->params.progress_user, t0 + n, d->T))
             return w22_fail(W22_ERR_INVALID_ARG, "the decode was stopped by the caller");
     }
+    for (int w = 0; w < 2; w++) W22_TRY(win_wait(d, w)); /* the last write-backs (and a prefetch not taken) */
     return b->ops->sync(b);
 }
 

@@ -196,7 +196,10 @@ static void plan_forget(w22_decoder *d) {
         d->spare_tag[g] = -1;
     }
     d->nspares = 0;
-    d->host_stages = 0;
+    d->win[0] = d->win[1] = NULL;
+    d->win_bytes[0] = d->win_bytes[1] = 0;
+    d->host_stages = d->host_spec = 0;
+    d->host_count = d->host_total = 0;
     d->host_cache_block = NULL;
     d->host_cache_bytes = 0;
     d->h = d->w = 0;
@@ -245,15 +248,11 @@ static int default_chunk(const w22_decoder *d, int s) {
 
 /* The plan and its allocations for latents of h x w (plan_make), all or nothing: a failure (out of memory, say)
  * leaves no workspace and no size recorded, so that the next call plans again instead of trusting half a plan. host:
- * the stages whose caches live in host memory (plan.h's host_stages). */
+ * the caches that live in host memory (plan.h's host_spec). */
 static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, unsigned host);
 
-/* A budget's hosted stages, tried in this order, the first whose work fits taken: none (the default plan), then the
- * caches of stage 3 (at 704x1280 1.5 GiB: 352 x 640 frames of 256 and 512 channels), 2, 1 and 0 in turn. */
-static const unsigned host_ladder[] = {0x0, 0x8, 0xc, 0xe, 0xf};
-enum { HOST_RUNGS = sizeof host_ladder / sizeof host_ladder[0] };
-
-w22_status w22_plan_work_bytes(const w22_decoder *d, int h, int w, unsigned host_stages, size_t *bytes) {
+/* w22_plan_work_bytes, and the number of caches that could be hosted (*total). */
+static w22_status plan_count(const w22_decoder *d, int h, int w, unsigned host, size_t *bytes, int *total) {
     *bytes = 0;
     if (h < 1 || w < 1) return w22_fail(W22_ERR_BAD_SHAPE, "plan: latents %dx%d, expected positive sizes", h, w);
     w22_decoder *t = malloc(sizeof *t);
@@ -261,30 +260,39 @@ w22_status w22_plan_work_bytes(const w22_decoder *d, int h, int w, unsigned host
     memcpy(t, d, sizeof *t);
     plan_forget(t);
     t->dry = 1;
-    const w22_status s = plan_make(t, h, w, want_rotate(d), want_psum(d), host_stages & 0xf);
+    const w22_status s = plan_make(t, h, w, want_rotate(d), want_psum(d), host);
     if (s == W22_OK) *bytes = t->workspace_bytes + W22_WORK_RESERVE;
+    if (total) *total = t->host_total;
     free(t);
     return s;
 }
 
-w22_status w22_plan_budget_floor(const w22_decoder *d, int h, int w, size_t *bytes) {
-    return w22_plan_work_bytes(d, h, w, host_ladder[HOST_RUNGS - 1], bytes);
+w22_status w22_plan_work_bytes(const w22_decoder *d, int h, int w, unsigned host, size_t *bytes) {
+    return plan_count(d, h, w, host, bytes, NULL);
 }
 
-/* The hosted stages for the decoder's budget at h x w: the first rung of host_ladder whose work fits, else a failure
- * that names the need and the budget. */
+w22_status w22_plan_budget_floor(const w22_decoder *d, int h, int w, size_t *bytes) {
+    return w22_plan_work_bytes(d, h, w, 0xf, bytes);
+}
+
+/* The hosting for the decoder's budget at h x w (plan.h's host_spec): the fewest caches of the cost order
+ * (plan_make's host_rank: the cheapest bytes over the bus first) whose plan's work fits, else a failure that names
+ * the need (every cache hosted) and the budget. One count per hosted cache tried (a layout on a copy, no
+ * allocation: microseconds each). */
 static w22_status budget_choice(const w22_decoder *d, int h, int w, unsigned *host) {
     const size_t budget = d->params.work_budget_bytes;
     const double GiB = 1073741824.0;
     size_t need = 0;
     *host = 0;
-    for (int i = 0; i < HOST_RUNGS; i++) {
-        W22_TRY(w22_plan_work_bytes(d, h, w, host_ladder[i], &need));
+    int total = 0;
+    for (int n = 0; n <= total; n++) {
+        W22_TRY(plan_count(d, h, w, W22_HOST_CACHES(n), &need, &total));
         if (need <= budget) {
-            *host = host_ladder[i];
+            *host = W22_HOST_CACHES(n);
             return W22_OK;
         }
     }
+    W22_TRY(w22_plan_budget_floor(d, h, w, &need));
     char rank[48] = "";
     if (d->world > 1) snprintf(rank, sizeof rank, " on rank %d of %d", d->rank, d->world);
     return w22_fail(W22_ERR_INVALID_ARG, "work memory budget %.3f GiB (%zu bytes) is below what the smallest plan "
@@ -296,7 +304,8 @@ static w22_status budget_choice(const w22_decoder *d, int h, int w, unsigned *ho
 w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     const int rotate = want_rotate(d), psum = want_psum(d);
     unsigned host = 0;
-    if (d->params.work_budget_bytes) W22_TRY(budget_choice(d, h, w, &host));
+    if (d->test && d->test->host) host = d->test->host;
+    else if (d->params.work_budget_bytes) W22_TRY(budget_choice(d, h, w, &host));
     /* Skipped re-planning: everything a plan depends on is in this test (the size, the frames per pass, the
      * switches, the hosted stages, the tests' chunk overrides and flags); the workspace's contents are not:
      * w22_plan_run starts every decode from zeroed caches and re-zeroes every border it reads (plan.h). */
@@ -304,7 +313,7 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     memset(&choices, 0, sizeof choices);
     if (d->test) choices = *d->test;
     if (d->h == h && d->w == w && d->scratch.ptr && d->rotate == rotate && d->head_psum == psum &&
-        d->host_stages == host && d->planned_fpp == d->frames_per_pass &&
+        d->host_spec == host && d->planned_fpp == d->frames_per_pass &&
         !memcmp(&d->planned_test, &choices, sizeof choices))
         return W22_OK;
     w22_plan_release(d);
@@ -321,7 +330,9 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
 static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, unsigned host) {
     d->rotate = rotate;
     d->head_psum = psum;
-    d->host_stages = host;
+    d->host_spec = host;
+    d->host_stages = 0;
+    d->host_count = 0;
     const w22_model *m = &d->model;
     const size_t es = d->backend->ops->elem_size;
     w22_split_rows(h, d->rank, d->world, &d->row0, &d->rows);
@@ -425,6 +436,44 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
             }
         }
     }
+    /* The hosted caches (plan.h's host_spec): every cache of the stages in its mask, and the first n of the cost order
+     * (W22_HOST_CACHES(n)), never the head's partial sums, which the conv updates in place (20 MiB at 704x1280). The
+     * cost order: a cache's bytes over the bus per decode over the bytes it frees on the device are its stage's convs
+     * per decode, frames / chunk (each conv copies its two history frames in), so the caches of the stages with the
+     * fewest convs come first (at 704x1280: stage 0's frames 1/8 of stage 3's per video frame, stage 1's 1/4, stage
+     * 2's 1/2), within a stage the largest first, then layer order. Decided before the rotation groups below, which
+     * leave hosted caches out (their pushes copy through a window). */
+    {
+        int nh = 0, hl[W22_MAX_LAYERS * 3], hk[W22_MAX_LAYERS * 3];
+        long tf = 1, num[W22_STAGES];
+        for (s = 0; s < W22_STAGES; s++) {
+            num[s] = tf; /* the stage's convs per decode ~ frames (tf per latent frame) / chunk */
+            if (d->stages[s].temporal) tf *= 2;
+        }
+        for (int l = 0; l < m->nlayers; l++)
+            for (int k = 0; k < 3; k++)
+                if (d->cache[l][k].bytes && !(m->layers[l].kind == W22_L_HEAD && psum)) hl[nh] = l, hk[nh] = k, nh++;
+        int stage_of[W22_MAX_LAYERS];
+        for (s = 0; s < W22_STAGES; s++)
+            for (int l = d->stages[s].layer0; l < d->stages[s].layer1; l++) stage_of[l] = s;
+        for (int i = 1; i < nh; i++) /* insertion sort by (num / chunk, -bytes), stable: layer order last */
+            for (int j = i; j > 0; j--) {
+                const int a = stage_of[hl[j - 1]], b = stage_of[hl[j]];
+                const long ca = num[a] * d->stages[b].chunk, cb = num[b] * d->stages[a].chunk;
+                const size_t ba = d->cache[hl[j - 1]][hk[j - 1]].bytes, bb = d->cache[hl[j]][hk[j]].bytes;
+                if (ca < cb || (ca == cb && ba <= bb)) break;
+                const int tl = hl[j], tk = hk[j];
+                hl[j] = hl[j - 1], hk[j] = hk[j - 1], hl[j - 1] = tl, hk[j - 1] = tk;
+            }
+        const int n = (int)(host >> 8);
+        for (int i = 0; i < nh; i++)
+            if (i < n || (host >> stage_of[hl[i]] & 1)) {
+                d->cache_host[hl[i]][hk[i]] = 1;
+                d->host_stages |= 1u << stage_of[hl[i]];
+                d->host_count++;
+            }
+        d->host_total = nh;
+    }
     /* Spare units (rotation): at a stage of one- or two-frame chunks, the caches whose new frames a norm writes
      * (norm_conv) and that have one frame size form a group; a group of two or more gets one spare unit (a chunk's
      * frames), so that each push is a pointer swap (exec.c's cache_push) instead of a copy. A group of one would
@@ -440,14 +489,14 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
             const w22_stage *st = &d->stages[s];
             const int u = st->chunk;
             if (u != pass + 1) continue; /* longer chunks push through the fresh slot (copies) */
-            if (host >> s & 1) continue;  /* hosted caches copy (plan.h's host_stages) */
             for (int l = st->layer0; l < st->layer1; l++)
                 for (int k = 0; k < 2; k++) {
                     const int c = norm_conv_input(&m->layers[l], k, psum);
-                    if (!c || d->cache_spare[l][k]) continue;
+                    if (!c || d->cache_spare[l][k] || d->cache_host[l][k]) continue; /* hosted caches copy */
                     int members = 0;
                     for (int l2 = l; l2 < st->layer1; l2++)
-                        for (int k2 = 0; k2 < 2; k2++) members += norm_conv_input(&m->layers[l2], k2, psum) == c;
+                        for (int k2 = 0; k2 < 2; k2++)
+                            members += norm_conv_input(&m->layers[l2], k2, psum) == c && !d->cache_host[l2][k2];
                     if (members < 2) continue;
                     const size_t unit = w22_frames_bytes(u, d->rows << st->level, w << st->level, c, 1, es);
                     int g = -1;
@@ -467,22 +516,14 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
                     if (unit > d->spare[g].bytes) d->spare[g].bytes = unit;
                     for (int l2 = l; l2 < st->layer1; l2++)
                         for (int k2 = 0; k2 < 2; k2++)
-                            if (norm_conv_input(&m->layers[l2], k2, psum) == c)
+                            if (norm_conv_input(&m->layers[l2], k2, psum) == c && !d->cache_host[l2][k2])
                                 d->cache_spare[l2][k2] = (unsigned char)(g + 1),
                                 d->cache_unit[l2][k2] = (unsigned char)u;
                 }
         }
-    /* the hosted caches (plan.h's host_stages): every cache of a hosted stage but the head's partial sums, which the
-     * conv updates in place (20 MiB at 704x1280) */
-    for (s = 0; s < W22_STAGES; s++) {
-        if (!(host >> s & 1)) continue;
-        for (int l = d->stages[s].layer0; l < d->stages[s].layer1; l++)
-            for (int k = 0; k < 3; k++)
-                d->cache_host[l][k] = d->cache[l][k].bytes && !(m->layers[l].kind == W22_L_HEAD && psum);
-    }
     /* the slots: a one-frame unit's cache is two units (slot 1 a unit on), a two-frame one's one unit (its frames
      * adjacent); a cache that copies, its two frames */
-    size_t cache_total = 0, host_total = 0, win = 0;
+    size_t cache_total = 0, host_total = 0, win = 0, win2 = 0; /* the two largest hosted caches */
     for (int l = 0; l < W22_MAX_LAYERS; l++)
         for (int k = 0; k < 3; k++) {
             w22_region *c = &d->cache[l][k];
@@ -495,14 +536,19 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
             }
             if (d->cache_host[l][k]) {
                 host_total += align_up(c->bytes);
-                if (c->bytes > win) win = c->bytes;
+                if (c->bytes > win) win2 = win, win = c->bytes;
+                else if (c->bytes > win2) win2 = c->bytes;
             } else {
                 cache_total += align_up(c->bytes);
             }
         }
     for (int g = 0; g < d->nspares; g++) cache_total += align_up(d->spare[g].bytes);
     W22_TRY(region_alloc(d, &d->cache_block, cache_total, "causal caches"));
-    W22_TRY(region_alloc(d, &d->hist_win, win, "the hosted caches' history window"));
+    /* two windows (exec.c): the second, of the second largest hosted cache, takes the prefetches that fit it */
+    W22_TRY(region_alloc(d, &d->hist_win, win ? align_up(win) + win2 : 0, "the hosted caches' history windows"));
+    d->win[0] = win ? d->hist_win.ptr : NULL;
+    d->win[1] = win2 ? (char *)d->hist_win.ptr + align_up(win) : NULL;
+    d->win_bytes[0] = win, d->win_bytes[1] = win2;
     if (host_total) {
         w22_backend *b = d->backend;
         if (d->dry) d->host_cache_block = (void *)(uintptr_t)4096;

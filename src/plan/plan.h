@@ -46,6 +46,7 @@ typedef struct w22_plan_test {
     int psum_off;          /* 1: the head's input frames instead of its partial sums */
     int share_any;         /* 1: the stages' rotation groups share a spare whatever their units' sizes (at test sizes
                             * the borders make stage 2's and 3's units differ by more than plan.c's 2%) */
+    unsigned host;         /* nonzero: the caches to host (a host_spec), whatever the budget (every hosting level) */
 } w22_plan_test;
 
 struct w22_decoder {
@@ -101,18 +102,36 @@ struct w22_decoder {
     w22_plan_test planned_test;
     /* The work-memory budget (w22_decoder_params.work_budget_bytes; 0: none) and what it made the plan do. The chunks
      * stay the default plan's (other chunkings agree only to rounding: tests/test_plan.c, tests/cuda_decode.c), so a
-     * budget moves memory instead: bit s of host_stages set, stage s's causal caches (all but the head's partial
-     * sums) live in host memory (host_cache_block: pinned on CUDA), and before each of their convs the two history
-     * frames are copied into hist_win, a device window of the largest hosted cache; the newest frames go back after
-     * (exec.c's cache_hist, cache_push). The same ops on the same values in the same order: the same bits, and copies
-     * over PCIe on a GPU (time). w22_plan_work_bytes counts a plan's work memory; w22_plan_prepare takes the
-     * fewest hosted stages (the last stage's caches first: the largest) whose count fits the budget. */
-    unsigned host_stages;
+     * budget moves memory instead: the hosted causal caches (cache_host; never the head's partial sums) live in host
+     * memory (host_cache_block: pinned on CUDA), and before each of their convs the two history
+     * frames are copied into a device window (hist_win: two of them, so that the next hosted conv's history comes in
+     * while this one runs), and the newest frames go back after through the window (exec.c's cache_hist, cache_push;
+     * the backend's copy queue, copy_begin). The same ops on the same values in the same order: the same bits, and
+     * copies over PCIe on a GPU (time, overlapped with the convs where the bus keeps up). w22_plan_work_bytes counts
+     * a plan's work memory; w22_plan_prepare takes the fewest caches of plan.c's cost order (the fewest bytes over the
+     * bus per byte freed first: the stages with the fewest convs per decode) whose count fits the budget. */
+    unsigned host_spec;   /* what the plan was asked to host: bit s (s < 4), every cache of stage s; W22_HOST_CACHES(n),
+                           * the first n of plan.c's cost order (the budget's choice: the fewest that fit) */
+    unsigned host_stages; /* bit s: stage s has a hosted cache */
+    int host_count, host_total; /* the hosted caches, of those that could be */
     unsigned char cache_host[W22_MAX_LAYERS][3]; /* 1: the cache lives in host_cache_block */
     unsigned char cache_written[W22_MAX_LAYERS][3]; /* a hosted cache's slots this decode wrote (bit p: slot p); an
                                                      * unwritten slot holds the causal zeros and is read as a zero
                                                      * fill of the window, so the host block is never zeroed */
-    w22_region hist_win;       /* device memory: two frames of the largest hosted cache */
+    w22_region hist_win;       /* device memory: the hosted caches' two history windows, one allocation */
+    void *win[2];              /* window 0: two frames of the largest hosted cache; window 1 (after it): two frames
+                                * of the second largest (0 bytes with one hosted cache: nothing to prefetch) */
+    size_t win_bytes[2];
+    /* The hosted caches' copies in a decode (exec.c's windows): the hosted cache whose history a prefetch is bringing
+     * into window pre_win (pre_l < 0: none), the window the current hosted conv reads (cur_win), per window the
+     * copies begun with its tag and those the main queue has waited for, per hosted cache the window of its last
+     * write-back and that copy's count (cache_wb_win 0: none this decode); for tests, the hosted convs whose
+     * history a prefetch brought and those that loaded it themselves. */
+    int pre_l, pre_k, pre_win, cur_win;
+    unsigned win_issued[2], win_waited[2];
+    unsigned char cache_wb_win[W22_MAX_LAYERS][3];
+    unsigned cache_wb_seq[W22_MAX_LAYERS][3];
+    unsigned long prefetched, loaded;
     void *host_cache_block;    /* host memory (the backend's host_alloc, else malloc): every hosted cache */
     size_t host_cache_bytes;
     int dry;                   /* w22_plan_work_bytes' layout: sizes counted, nothing allocated */
@@ -144,9 +163,12 @@ w22_status w22_plan_run(w22_decoder *d);
 
 /* The work memory a plan for latents of h x w needs on this decoder's backend and rank: its workspace (the bytes
  * w22_plan_prepare allocates with the backend, d->workspace_bytes after it) plus W22_WORK_RESERVE, with the causal
- * caches of the stages in host_stages (bit s: stage s) in host memory. The same layout code as the plan itself
+ * caches host_spec names (bit s: every cache of stage s; W22_HOST_CACHES(n): the first n of the cost order) in host
+ * memory and the windows they need. The same layout code as the plan itself
  * (plan_make on a copy that only counts), so a budget, its tests and the bench's report cannot drift from it. */
-w22_status w22_plan_work_bytes(const w22_decoder *d, int h, int w, unsigned host_stages, size_t *bytes);
+w22_status w22_plan_work_bytes(const w22_decoder *d, int h, int w, unsigned host_spec, size_t *bytes);
+/* A host_spec of the first n hostable caches of plan.c's cost order (the cheapest bytes over the bus first). */
+#define W22_HOST_CACHES(n) ((unsigned)(n) << 8)
 /* The backends' own work memory beside the plan's workspace, which a budget leaves room for: the CUDA backend's
  * split-tail partials (16.5 MiB, conv_sm90_wgmma_tma.cu), its frames_dev batch of a w22_decode_device_frames and
  * allocator rounding. Not in it: the latents (the caller's input; a host decode copies them to the device,

@@ -1327,6 +1327,14 @@ static void run_cases(void) {
     rmsnorm_case(512, 3, 5, 9, 1, 0);
     rmsnorm_case(1024, 2, 4, 5, 0, 1);
     rmsnorm_case(20, 1, 3, 5, 1, 0); /* scalar path */
+    /* C <= 256 not a multiple of 256 (Wan2.1's 96 and 192): LP lanes a pixel (8, 16, 32), pixels past the last in
+     * the last warp, in place */
+    rmsnorm_case(96, 2, 5, 7, 1, 0);
+    rmsnorm_case(96, 1, 9, 13, 1, 1);
+    rmsnorm_case(192, 3, 5, 9, 1, 0);
+    rmsnorm_case(40, 1, 7, 9, 0, 0);
+    rmsnorm_case(128, 1, 3, 5, 1, 1);
+    rmsnorm_case(384, 1, 5, 7, 1, 0);
     /* larger frames: many blocks of rows, odd widths (a warp's second pixel past the row's end), in place; they
      * ran v24's bulk-copy trial kernel (e14807d, 2095c01) over every slot of its ring */
     rmsnorm_case(256, 2, 264, 100, 1, 0);
@@ -1662,6 +1670,9 @@ static void run_perf(void) {
     perf_norm(1, 352, 624, 256);
     perf_norm(2, 176, 312, 512);
     perf_norm(2, 88, 156, 1024);
+    /* the Wan2.1 decoder's at 1280x720: one frame at 96 channels, two at 192 */
+    perf_norm(1, 720, 1280, 96);
+    perf_norm(2, 360, 640, 192);
 }
 
 int main(int argc, char **argv) {

@@ -59,6 +59,46 @@ __global__ void w22_rmsnorm_kernel(const bf16 *in, long isf, long ish, long isw,
     }
 }
 
+/* The same op for C <= 256 not a multiple of 256 (the Wan2.1 decoder's 96 and 192 channels), 16-byte aligned views:
+ * LP lanes a pixel (8, 16 or 32: C / 8 chunks of 8 channels, the rest of the group idle), 32 / LP pixels a warp, each
+ * lane's chunk held in registers between the sum of squares and the scaling (one read). The warp-per-pixel kernel
+ * above ran C = 96 with 12 of 32 lanes and two reads: 781 GB/s, 13.8% of the Wan2.1 decode at 1280x720 (session 36's
+ * H100 profile). In place is fine: a lane reads its chunk before any lane of its group writes. */
+template <int LP>
+__global__ void __launch_bounds__(256) w22_rmsnorm_group_kernel(const bf16 *in, long isf, long ish, long isw, bf16 *out,
+                                                              long osf, long osh, long osw, const float *gamma,
+                                                              int F, int H, int W, int C, int silu) {
+    const int lane = threadIdx.x & 31, sub = lane % LP;
+    const long pix = ((long)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5)) * (32 / LP) + lane / LP;
+    const bool live = pix < (long)F * H * W, mine = live && sub * 8 < C;
+    const int x = live ? (int)(pix % W) : 0, y = live ? (int)((pix / W) % H) : 0;
+    const int f = live ? (int)(pix / ((long)W * H)) : 0;
+    const bf16 *ip = in + f * isf + y * ish + x * isw + sub * 8;
+    uint4 u = make_uint4(0, 0, 0, 0);
+    if (mine) u = *(const uint4 *)ip;
+    __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const float2 v = __bfloat1622float2(h2[k]);
+        ss += v.x * v.x + v.y * v.y;
+    }
+#pragma unroll
+    for (int o = LP / 2; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o); /* within the group of LP lanes */
+    if (!mine) return;
+    const float scale = sqrtf((float)C) / fmaxf(sqrtf(ss), 1e-12f);
+    const float4 g0 = *(const float4 *)(gamma + sub * 8), g1 = *(const float4 *)(gamma + sub * 8 + 4);
+    const float gm[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const float2 v = __bfloat1622float2(h2[k]);
+        float a = v.x * scale * gm[2 * k], b = v.y * scale * gm[2 * k + 1];
+        if (silu) a = w22_silu(a), b = w22_silu(b);
+        h2[k] = __floats2bfloat162_rn(a, b);
+    }
+    *(uint4 *)(out + f * osf + y * osh + x * osw + sub * 8) = u;
+}
+
 /* The same op for C = 256 NV (NV = 1, 2, 4) with 16-byte aligned views: a warp's pixel stays in registers
  * between the sum of squares and the scaling (one read instead of two), blocks of 8 pixels along a row (grid: x
  * blocks by F * H rows, no divisions), gamma as float4. The default since v5 (docs/PERF.md: 2.00 -> 2.57 TB/s at
@@ -154,6 +194,18 @@ w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
         W22_NORM_NV(2);
 #undef W22_NORM_NV
 #undef W22_NORM_ROWS
+    } else if (vec && in.c <= 256 && (uintptr_t)g->dev % 16 == 0) {
+        /* LP lanes a pixel: the power of two that holds C / 8 chunks */
+        const int lp = in.c <= 64 ? 8 : in.c <= 128 ? 16 : 32;
+        const long gblocks = (pixels + warps * (32 / lp) - 1) / (warps * (32 / lp));
+#define W22_NORM_GROUP(LP)                                                                                     \
+    w22_rmsnorm_group_kernel<LP><<<(unsigned)gblocks, warps * 32, 0, c->stream>>>(                              \
+        (const bf16 *)in.ptr, in.sf, in.sh, in.sw, (bf16 *)out.ptr, out.sf, out.sh, out.sw, (const float *)g->dev, \
+        in.f, in.h, in.w, in.c, silu)
+        if (lp == 8) W22_NORM_GROUP(8);
+        else if (lp == 16) W22_NORM_GROUP(16);
+        else W22_NORM_GROUP(32);
+#undef W22_NORM_GROUP
     } else if (vec)
         w22_rmsnorm_kernel<8><<<(unsigned)blocks, warps * 32, 0, c->stream>>>(
             (const bf16 *)in.ptr, in.sf, in.sh, in.sw, (bf16 *)out.ptr, out.sf, out.sh, out.sw,

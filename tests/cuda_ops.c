@@ -1232,6 +1232,9 @@ static void run_cases(void) {
     conv_case("rows2d", 256, 12, 2, 19, 37, 3, 3, 0, 0, RES_NONE, 0);    /* tiles 16 + 3 rows, 32 + 5 columns */
     conv_case("rows2d", 64, 16, 2, 33, 70, 1, 3, 0, 0, RES_SEPARATE, 0); /* kt 1: 3 x 3 tiles, all edges partial */
     conv_case("rows2d", 128, 2, 1, 6, 9, 3, 3, 0, 0, RES_INPLACE, 0);    /* N 2, the fewest rows it takes */
+    conv_case("rows2d", 96, 12, 2, 19, 37, 3, 3, 0, 0, RES_NONE, 0);     /* cin 96: three 32-channel slices */
+    conv_case("rows2d", 32, 16, 1, 7, 40, 3, 3, 0, 0, RES_SEPARATE, 0);  /* cin 32: one slice */
+    conv_case("rows", 96, 12, 1, 4, 40, 3, 3, 0, 0, RES_NONE, 0);        /* cin 96 under 6 rows: not the row kernel */
     conv_case("rows2d", 64, 12, 2, 48, 320, 3, 3, 0, 0, RES_NONE, 0);   /* 2 x 3 x 10 tiles, none partial */
     conv_case("rows2d", 64, 12, 3, 80, 300, 3, 3, 0, 0, RES_SEPARATE, 0); /* 150 tiles: a second round on 132 SMs */
     /* 16 < N <= 48 on the 2D tiles' three 16-channel blocks per warp (the psum conv_out's N = 36), from 6 rows on and

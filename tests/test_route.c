@@ -313,7 +313,7 @@ static int wan21_want(const w22_layer *L, const char *what) {
     case W22_L_ATTN: return !strcmp(what, "to_qkv") || !strcmp(what, "proj") ? W22_GEMM_TMA : -1;
     /* the time_conv and every upsampler's phases (to 192 and to 96 channels) on the TMA conv */
     case W22_L_UPSAMPLE: return W22_GEMM_TMA;
-    case W22_L_HEAD: return W22_GEMM_MMA_SMALL;
+    case W22_L_HEAD: return W22_GEMM_ROWS2D; /* the partial sums (N 10) on the 2D tiles: cin 96 in 32-channel slices */
     default: return -1;
     }
 }

@@ -17,7 +17,7 @@
  * are 64 bytes with 16-byte chunks XOR-swizzled by bits 1-2 of the row (swz64), so the 8 rows one ldmatrix phase
  * reads fill 8 distinct slots (every A window and B read conflict-free). K order per tile: 32-channel slices outer,
  * dt inner, so a place's frames are read within 3 consecutive stages, together in L2.
- * Requirements: w22_route_rows_blocker's (ks 3, kt 1 or 3, centred pads, N <= 48 and even, cin % 64 == 0, one [N][K]
+ * Requirements: w22_route_rows_blocker's (ks 3, kt 1 or 3, centred pads, N <= 48 and even, cin % 32 == 0, one [N][K]
  * weight block, the mma kernel's alignment and int-offset checks) and w22_rows2d_takes' (N <= 48, H >= 6, the
  * tile's pixel offsets fit an int). Epilogue: the shared one (conv_epilogue.cuh): bias, residual, time split, bf16 or
  * fp32. */

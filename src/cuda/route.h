@@ -188,7 +188,10 @@ static inline const char *w22_route_rows_blocker(const w22_mm *g, int hopper) {
      * N <= 48 and H >= 6), else the mma kernel */
     if (g->N > W22_ROWS_BN && !w22_route_rows2d_takes(g, hopper))
         return hopper ? "N > 16 and not on the 2D tiles (N > 48 or H < 6)" : "N > 16 (the portable path)";
-    if (g->cin % 64) return "cin % 64";
+    /* the 2D tiles load 32-channel slices (conv_rows2d.cu's R2_BK), the row kernel 64-channel ones: Wan2.1's
+     * conv_out (cin 96) on the 2D tiles, where the mma.sync 128 x 32 tile ran its partial sums at 18 TFLOP/s */
+    if (g->cin % 32) return "cin % 32";
+    if (g->cin % 64 && !w22_route_rows2d_takes(g, hopper)) return "cin % 64 (the row kernel; the 2D tiles take % 32)";
     if (g->b_w < g->N) return "weights not one [N][K] block";
     if ((long)g->F * g->H * ((g->W + W22_ROWS_BM - 1) / W22_ROWS_BM) > 0x7fffffffL) return "too many tiles";
     return NULL;

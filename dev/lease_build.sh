@@ -6,17 +6,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 x="$(git rev-parse --git-common-dir)/info/exclude"; grep -qx '/.carry/' "$x" 2>/dev/null || echo /.carry/ >> "$x"
-make -j2 BUILD=build-run all > /tmp/lease_build.log 2>&1 || { tail -30 /tmp/lease_build.log; exit 1; }
-git rev-parse --short HEAD > build-run/commit.txt
-git diff --quiet HEAD -- src include tests cli || echo "+uncommitted" >> build-run/commit.txt
+D=${BUILD_DIR:-build-run}
+make -j2 BUILD=$D all > /tmp/lease_build.log 2>&1 || { tail -30 /tmp/lease_build.log; exit 1; }
+git rev-parse --short HEAD > $D/commit.txt
+git diff --quiet HEAD -- src include tests cli || echo "+uncommitted" >> $D/commit.txt
 mkdir -p .carry
 # the GPU programs a single-GPU call runs (CARRY_TESTS to choose; cuda_nccl needs several GPUs): each fat program is
 # ~5-6 MB packed, and the call carries at most 64 MiB with .whl and the working tree (session 36: all of them 67 MiB)
 tests=${CARRY_TESTS:-cuda_ops cuda_decode cuda_dit cuda_sequence cuda_budget cuda_large cuda_interrupt}
-files=(build-run/commit.txt build-run/libwan22vae.so build-run/wan22vae $(for t in $tests; do echo build-run/tests/$t; done))
+files=($D/commit.txt $D/libwan22vae.so $D/wan22vae $(for t in $tests; do echo $D/tests/$t; done))
 strip --strip-debug "${files[@]:1}"
-tar -czf .carry/build-run.tgz "${files[@]}"
-ls -la .carry/build-run.tgz
-total=$(( $(stat -c %s .carry/build-run.tgz) + $(du -sb .whl 2>/dev/null | cut -f1 || echo 0) + $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) ))
+tar -czf .carry/$D.tgz "${files[@]}"
+ls -la .carry/
+total=$(( $(cat .carry/*.tgz | wc -c) + $(du -sb .whl 2>/dev/null | cut -f1 || echo 0) + $(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1) ))
 echo "carry with .whl and the tracked tree: $((total / 1048576)) MiB of the 64 MiB a call takes"
 [ "$total" -lt $((62 * 1048576)) ] || echo "WARNING: too close to 64 MiB: set CARRY_TESTS to fewer programs" >&2

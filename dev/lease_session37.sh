@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Session 37's device call: the four branches merged on main (ditk, overlap, norm96, rows96: CPU-tested, never run on
+# a GPU) proven and timed against the commit before them, then what session 36 left due (the checking mode, TI2V-5B on
+# both paths after the mma.sync K cursor, test_gpu, test_gpu_dit), the most needed first. Every result is written as
+# it comes (suite.txt one line a program, logs.tgz re-packed after each), so a call cut short still returns what ran.
+# Two builds travel, both for sm_90a alone (what an H100 runs of the fat build; half the carry): build-run/ at this
+# checkout (.carry/build-run.tgz) and build-base/ at the commit before the merges (.carry/build-base.tgz), each made
+# here by dev/lease_build.sh (BUILD_DIR, CUDA_ARCHS=90a). diffusers and pytest's deps as wheels in .whl/.
+#   carry: [".whl", ".carry"]; command: LEASE_SECONDS=540 PLAN=1 bash dev/lease_session37.sh
+set -u
+O=${OUT:-/tmp/w22-lease}
+L=/tmp/w22-lease-logs
+mkdir -p "$O" "$L"
+for t in .carry/*.tgz; do tar -xzf "$t"; done
+end=$(($(date +%s) + ${LEASE_SECONDS:-540}))
+S=$O/suite.txt
+echo "build-run: $(cat build-run/commit.txt 2>/dev/null)  build-base: $(cat build-base/commit.txt 2>/dev/null)  plan ${PLAN:-1}  $(date -u +%FT%TZ)" > "$S"
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,memory.used --format=csv,noheader >> "$S" 2>&1
+(nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader -lms 1000 > "$O/clock.txt" 2>&1 &)
+if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$L/pip.log" 2>&1; then export PYTHONPATH=/tmp/site; else echo "wheels: FAILED $(tail -n 2 $L/pip.log)" >> "$S"; fi
+export PYTHONUNBUFFERED=1 W22_LIB=$PWD/build-run/libwan22vae.so
+fail=0
+run() { # NAME SECONDS COMMAND...
+    local name=$1 limit=$2 start left rc
+    shift 2
+    left=$((end - $(date +%s)))
+    if [ "$left" -lt 15 ]; then echo "$name: skipped (the budget is spent)" >> "$S"; fail=$((fail + 1)); return; fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    start=$(date +%s)
+    timeout "$limit" "$@" > "$L/$name.log" 2>&1
+    rc=$?
+    [ "$rc" -ne 0 ] && fail=$((fail + 1))
+    echo "$name: $([ $rc -eq 0 ] && echo ok || echo "FAILED (rc $rc)"), $(($(date +%s) - start)) s: $(tail -n 1 "$L/$name.log")" >> "$S"
+    tar -C "$L" -czf "$O/logs.tgz" . 2>/dev/null
+}
+B=build-run
+A=build-base
+C="$(cat $B/commit.txt 2>/dev/null)"
+P="env W22_KERNELS=portable"
+case ${PLAN:-1} in
+1)
+    # the merged branches' kernels against the CPU backend, then each one's A/B against the base build on this machine
+    run cuda_ops 60 $B/tests/cuda_ops
+    run cuda_ops_portable 60 $P $B/tests/cuda_ops
+    run cuda_dit 30 $B/tests/cuda_dit
+    run dit_perf_base 40 $A/tests/cuda_dit --perf
+    run dit_perf 40 $B/tests/cuda_dit --perf
+    run rms_perf_base 30 $A/tests/cuda_ops --perf -o rmsnorm
+    run rms_perf 30 $B/tests/cuda_ops --perf -o rmsnorm
+    run cuda_decode_wan21 60 $B/tests/cuda_decode wan21
+    run bench_wan21 120 python3 bench/wan21.py --workload w720 --no-check --no-audit --commit "$C" --json "$O/wan21.json"
+    run bench_wan21_base 60 env W22_LIB=$PWD/$A/libwan22vae.so python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --commit "$(cat $A/commit.txt)" --json "$O/wan21-base.json"
+    run cuda_budget 120 $B/tests/cuda_budget
+    run bench_wan21_budget 90 python3 bench/wan21.py --workload w720 --memory-budget target --no-check --no-diffusers --no-audit --commit "$C" --json "$O/wan21-budget.json"
+    run test_gpu_dit 90 python3 -m pytest -q -x python/tests/test_gpu_dit.py -m "not full_size"
+    # session 36's due list: the checking mode (parts 3-4) on both paths and both models, TI2V-5B's call sequence on
+    # both paths (the K cursor), the Python suite, the large sizes
+    run cuda_seq34 120 $B/tests/cuda_sequence 24 48 34
+    run cuda_seq34_portable 120 $P $B/tests/cuda_sequence 24 48 34
+    run cuda_seq34_wan21 120 $B/tests/cuda_sequence 24 48 34 wan21
+    run cuda_seq12 60 $B/tests/cuda_sequence 30 64 12
+    run cuda_seq12_portable 60 $P $B/tests/cuda_sequence 30 64 12
+    run cuda_decode 60 $B/tests/cuda_decode
+    run cuda_decode_portable 60 $P $B/tests/cuda_decode
+    run test_gpu 100 python3 -m pytest -q -x python/tests/test_gpu.py
+    run cuda_large 60 $B/tests/cuda_large
+    run bench_f121 200 python3 bench/bench.py --workload f121 --portable --memory-budget 2.5G --no-audit --no-gemm --commit "$C" --json "$O/f121.json"
+    run bench_dit_704 200 python3 bench/dit.py --sizes 704x1280x121 --iters 2 --commit "$C" --json "$O/dit-704.json"
+    ;;
+2)
+    run cuda_ops 60 $B/tests/cuda_ops
+    ;;
+esac
+echo "lease: $fail of the programs failed or were skipped" >> "$S"
+cat "$S"

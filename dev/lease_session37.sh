@@ -69,6 +69,14 @@ case ${PLAN:-1} in
     run bench_dit_704 200 python3 bench/dit.py --sizes 704x1280x121 --iters 2 --commit "$C" --json "$O/dit-704.json"
     ;;
 2)
+    # the records: issue 44's checked and audited Wan2.1 bench (its three workloads, the 4 GiB budget beside the
+    # default), the f121 bench on both paths and under 2.5 GiB (issues 45, 46), the budget's cost curve warmed
+    run bench_wan21 300 python3 bench/wan21.py --memory-budget target --commit "$C" --json "$O/wan21-checked.json"
+    run cuda_budget 90 $B/tests/cuda_budget
+    run bench_f121 170 python3 bench/bench.py --workload f121 --portable --memory-budget 2.5G --no-check --no-audit --no-gemm --commit "$C" --json "$O/f121.json"
+    run bench_portable_wino 150 python3 bench/bench.py --workload f121 --portable --portable-winograd 256 --no-diffusers --no-check --no-audit --no-gemm --commit "$C" --json "$O/f121-portable-wino.json"
+    ;;
+3)
     run cuda_ops 60 $B/tests/cuda_ops
     ;;
 esac

@@ -77,7 +77,13 @@ case ${PLAN:-1} in
     run bench_portable_wino 150 python3 bench/bench.py --workload f121 --portable --portable-winograd 256 --no-diffusers --no-check --no-audit --no-gemm --commit "$C" --json "$O/f121-portable-wino.json"
     ;;
 3)
-    run cuda_ops 60 $B/tests/cuda_ops
+    # issue 43's records: the DiT forward against eager and torch.compile at both sizes (ditk's kernels now), the
+    # full-size denoising step, the errors against float32; then why the budget's copies did not hide (issue 46)
+    run bench_dit 330 python3 bench/dit.py --iters 2 --commit "$C" --json "$O/dit.json"
+    run test_gpu_dit_full 170 python3 -m pytest -q -s python/tests/test_gpu_dit.py -m full_size
+    run pcie_probe 40 python3 dev/pcie_probe.py
+    run prof_wan21_budget 60 env W22_PROFILE=1 python3 bench/wan21.py --workload w720 --memory-budget target --no-check --no-diffusers --no-audit --json "$O/wan21-budget-prof.json"
+    run bench_dit_fp32 120 python3 bench/dit.py --sizes 704x1280x121 --no-compile --no-profile --iters 1 --check-fp32 --commit "$C" --json "$O/dit-fp32.json"
     ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"

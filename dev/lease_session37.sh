@@ -85,6 +85,12 @@ case ${PLAN:-1} in
     run prof_wan21_budget 60 env W22_PROFILE=1 python3 bench/wan21.py --workload w720 --memory-budget target --no-check --no-diffusers --no-audit --json "$O/wan21-budget-prof.json"
     run bench_dit_fp32 120 python3 bench/dit.py --sizes 704x1280x121 --no-compile --no-profile --iters 1 --check-fp32 --commit "$C" --json "$O/dit-fp32.json"
     ;;
+4)
+    # issue 46's "no slow shape": the odd x odd latents checked against float32 and timed, then every size of the set
+    # below 4K timed against diffusers' bf16 (the 2.3x target)
+    run sizes_odd 150 python3 bench/sizes.py --commit "$C" --json "$O/sizes-odd.json" --cases 45x45T1 45x81T1 33x57T1 45x45T2 45x81T2 33x57T2 45x45T5 45x81T5 33x57T5
+    run sizes_all 280 python3 bench/sizes.py --no-fp32 --commit "$C" --json "$O/sizes-timed.json" --cases $(python3 -c "import sys; sys.path.insert(0, 'bench'); import sizes; print(' '.join(c[0] for c in sizes.CASES if c[3] < 100 and c[2] in (1, 5) and c[3] % 2 + c[4] % 2 < 2))")
+    ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"
 cat "$S"

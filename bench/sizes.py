@@ -61,6 +61,7 @@ def main():
                          "with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)")
     a = ap.parse_args()
     import torch
+    bench.package()  # this checkout's package (python/), its library found as bench.py finds it
     import wan22vae
     import wan22vae.diffusers
     torch.backends.cuda.matmul.allow_tf32 = False

@@ -91,6 +91,12 @@ case ${PLAN:-1} in
     run sizes_odd 150 python3 bench/sizes.py --commit "$C" --json "$O/sizes-odd.json" --cases 45x45T1 45x81T1 33x57T1 45x45T2 45x81T2 33x57T2 45x45T5 45x81T5 33x57T5
     run sizes_all 280 python3 bench/sizes.py --no-fp32 --commit "$C" --json "$O/sizes-timed.json" --cases $(python3 -c "import sys; sys.path.insert(0, 'bench'); import sizes; print(' '.join(c[0] for c in sizes.CASES if c[3] < 100 and c[2] in (1, 5) and c[3] % 2 + c[4] % 2 < 2))")
     ;;
+5)
+    # where the time goes next: a one-frame decode (T = 1: 2.0-2.37x where T = 5 is 2.35-2.49x) and the portable
+    # path's f121 (1.22x; issue 45), op by op
+    run prof_t1 40 env W22_PROFILE=1 $B/tests/cuda_decode --time 1 1
+    run prof_portable 90 env W22_PROFILE=1 W22_KERNELS=portable $B/tests/cuda_decode --time 31 2
+    ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"
 cat "$S"

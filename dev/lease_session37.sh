@@ -97,6 +97,11 @@ case ${PLAN:-1} in
     run prof_t1 40 env W22_PROFILE=1 $B/tests/cuda_decode --time 1 1
     run prof_portable 90 env W22_PROFILE=1 W22_KERNELS=portable $B/tests/cuda_decode --time 31 2
     ;;
+6)
+    # the portable path's Winograd at 256 channels, op by op (bench.py's W22_WINOGRAD=256 pass came out 5049 ms
+    # against 5050: was it applied?)
+    run prof_portable_w256 90 env W22_PROFILE=1 W22_KERNELS=portable W22_WINOGRAD=256 $B/tests/cuda_decode --time 31 2
+    ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"
 cat "$S"

@@ -102,6 +102,18 @@ case ${PLAN:-1} in
     # against 5050: was it applied?)
     run prof_portable_w256 90 env W22_PROFILE=1 W22_KERNELS=portable W22_WINOGRAD=256 $B/tests/cuda_decode --time 31 2
     ;;
+7)
+    # branch wino256 (build-wino/: the plan keeps each stage's Winograd band free, backend.h's conv_work), beside
+    # build-run/ (main) on the same machine: W22_WINOGRAD=256 on both paths, f121's ops and time; its correctness on
+    # the portable path; then main's Wan2.1 with W22_WINOGRAD=384 (its 384-channel convs, stages 0-1, direct today)
+    W=build-wino
+    run wino_prof_portable 40 env W22_PROFILE=1 W22_KERNELS=portable W22_WINOGRAD=256 $W/tests/cuda_decode --time 31 2
+    run base_time_portable 30 env W22_KERNELS=portable $B/tests/cuda_decode --time 31 2
+    run wino_time_portable 30 env W22_KERNELS=portable W22_WINOGRAD=256 $W/tests/cuda_decode --time 31 2
+    run wino_prof_hopper 30 env W22_PROFILE=1 W22_WINOGRAD=256 $W/tests/cuda_decode --time 31 2
+    run wino_decode_portable 40 env W22_KERNELS=portable W22_WINOGRAD=256 $W/tests/cuda_decode
+    run wan21_w384 90 env W22_WINOGRAD=384 python3 bench/wan21.py --workload w720 --no-diffusers --no-audit --json "$O/wan21-w384.json"
+    ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"
 cat "$S"

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "cuda/route.h"
+#include "cuda/lower.h"
 #include "model/model.h"
 #include "testutil.h"
 
@@ -242,60 +243,148 @@ static void step_cases(void) {
     CHECK(w22_route_conv_step(&a, 0, "psum") == W22_CONV_PSUM, "step: the history as partial sums");
 }
 
-/* The GEMMs a decoder layer makes at F frames of H x W (the layer's input resolution), as exec.c, conv.cu, conv_psum.cu
- * and attention.cu lower them: at most four, each with what it is. */
+/* The GEMMs a decoder layer makes at F frames of H x W (the layer's input resolution): its convs' w22_conv_args as
+ * exec.c passes them (channels-last views, a one-pixel border where ks is 3, the history frames in the caches), lowered
+ * by lower.h, the functions conv.cu and conv_psum.cu lower through; the attention's products as attention.cu forms
+ * them. At most eight, each with what it is. */
 typedef struct {
     const char *what;
     w22_mm g;
 } lowered;
+#define W22_LOWERED_MAX 8
 
-static int lower_layer(const w22_layer *L, int F, int H, int W, lowered out[4]) {
+/* A view of f frames of h x w x c at fake, 256-byte aligned addresses (nothing is read): a one-pixel border where
+ * border, the pointer at pixel (0, 0) inside it */
+static w22_view view_at(uintptr_t base, int f, int h, int w, int c, int border) {
+    w22_view v;
+    memset(&v, 0, sizeof v);
+    v.f = f, v.h = h, v.w = w, v.c = c, v.es = 2;
+    v.sw = c, v.sh = (long)(w + 2 * border) * c, v.sf = (long)(h + 2 * border) * v.sh;
+    v.ptr = (void *)(base + (border ? 2 * (uintptr_t)(v.sh + v.sw) : 0));
+    return v;
+}
+
+static const uintptr_t IN = 0x7f0000000000ull, OUT = 0x7e0000000000ull, HIST = 0x7d0000000000ull,
+                       RES = 0x7c0000000000ull, WTS = 0x7b0000000000ull;
+
+/* One conv's args: F output frames (kt 3 with history: F fresh frames in; without: F + kt - 1) of H x W, cin -> cout */
+typedef struct {
+    w22_conv_args a;
+    w22_view hist[2], res, sc, dup, ps;
+} conv_call;
+static void conv_call_make(conv_call *k, int F, int H, int W, int cin, int cout, int kt, int ks, int hist) {
+    memset(k, 0, sizeof *k);
+    const int b = ks == 3;
+    k->a.kt = kt, k->a.ks = ks;
+    k->a.in = view_at(IN, hist ? F : F + kt - 1, H, W, cin, b);
+    if (hist)
+        for (int i = 0; i < 2; i++) k->a.hist[i] = view_at(HIST + (uintptr_t)i * 0x100000000ull, 1, H, W, cin, b);
+    k->a.out = view_at(OUT, F, H, W, cout, 0);
+}
+static w22_conv_operands operands(int cin, int cout) {
+    w22_conv_operands o;
+    memset(&o, 0, sizeof o);
+    o.cin = cin, o.cout = cout, o.dev = (const bf16 *)WTS, o.dev_phase = (const bf16 *)(WTS + 0x40000000ull);
+    return o;
+}
+
+static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered out[W22_LOWERED_MAX]) {
+    const w22_layer *L = &m->layers[li];
     const int ci = L->cin, co = L->cout;
     int n = 0;
+    conv_call k;
+    w22_conv_operands o = operands(ci, co);
     switch (L->kind) {
-    case W22_L_POST_QUANT: out[n++] = (lowered){"1x1x1", conv(F, H, W, ci, co, 1, 1, 0)}; break;
-    case W22_L_CONV_IN: out[n++] = (lowered){"3x3x3 conv_in", conv(F, H, W, ci, co, 3, 3, 1)}; break;
+    case W22_L_POST_QUANT:
+        conv_call_make(&k, F, H, W, ci, co, 1, 1, 0);
+        out[n].what = "1x1x1";
+        w22_lower_direct(&k.a, &o, &out[n++].g);
+        break;
+    case W22_L_CONV_IN:
+        conv_call_make(&k, F, H, W, ci, co, 3, 3, 1);
+        out[n].what = "3x3x3 conv_in";
+        w22_lower_direct(&k.a, &o, &out[n++].g);
+        break;
     case W22_L_RESBLOCK: {
-        out[n++] = (lowered){"conv1", conv(F, H, W, ci, co, 3, 3, 1)};
-        w22_mm g = conv(F, H, W, co, co, 3, 3, 1);
+        conv_call_make(&k, F, H, W, ci, co, 3, 3, 1);
+        out[n].what = "conv1";
+        w22_lower_direct(&k.a, &o, &out[n++].g);
+        conv_call_make(&k, F, H, W, co, co, 3, 3, 1);
+        o = operands(co, co);
         if (ci != co) { /* the 1x1 shortcut as extra K (exec.c's run_resblock passes it to conv2) */
-            g.sc = g.a, g.sc_cin = ci, g.sc_sw = ci, g.sc_sh = (long)W * ci, g.sc_sf = (long)H * g.sc_sh;
-            g.scb = g.b;
+            k.sc = view_at(RES, F, H, W, ci, 0);
+            k.a.sc_in = &k.sc;
+            o.sc_cin = ci, o.sc_dev = (const bf16 *)(WTS + 0x80000000ull);
+        } else { /* the residual in place */
+            k.res = k.a.out;
+            k.a.residual = &k.res;
         }
-        g.res = ci == co ? g.out : NULL, g.r_sw = g.o_sw, g.r_sh = g.o_sh, g.r_sf = g.o_sf;
-        out[n++] = (lowered){ci != co ? "conv2 + shortcut" : "conv2 + residual", g};
+        out[n].what = ci != co ? "conv2 + shortcut" : "conv2 + residual";
+        w22_lower_direct(&k.a, &o, &out[n++].g);
         break;
     }
     case W22_L_ATTN: {
-        out[n++] = (lowered){"to_qkv", conv(1, H, W, ci, 3 * ci, 1, 1, 0)};
-        /* attention.cu: S = Q Kp^T with N = Pp (the frame's pixels rounded up to 8), Kp one dense [Pp][C] block */
+        conv_call_make(&k, 1, H, W, ci, 3 * ci, 1, 1, 0);
+        o = operands(ci, 3 * ci);
+        out[n].what = "to_qkv";
+        w22_lower_direct(&k.a, &o, &out[n++].g);
+        /* attention.cu (its own lowering, not a conv's): S = Q Kp^T with N = Pp (the frame's pixels rounded up to 8),
+         * Kp one dense [Pp][C] block; O = Pm Vt^T, K = Pp, B = Vt [C][Pp] */
         const int Pp = (H * W + 7) / 8 * 8;
-        w22_mm g = conv(1, H, W, ci, Pp, 1, 1, 0);
-        g.b_w = Pp, g.b_sh = 0, g.b_sw = ci, g.out_f32 = 1;
+        w22_mm g = out[0].g;
+        g.N = Pp, g.b_w = Pp, g.b_sh = 0, g.b_sw = ci, g.out_f32 = 1, g.o_sw = Pp, g.o_sh = (long)W * Pp,
+        g.o_sf = (long)H * g.o_sh;
         out[n++] = (lowered){"Q K^T", g};
-        g = conv(1, H, W, Pp, ci, 1, 1, 0); /* O = Pm Vt^T: K = Pp, B = Vt [C][Pp] */
-        g.a_sh = (long)W * Pp, g.a_sw = Pp, g.a_sf = 0, g.b_w = ci, g.b_sh = 0, g.b_sw = Pp;
+        g = out[0].g;
+        g.cin = Pp, g.N = ci, g.a_sh = (long)W * Pp, g.a_sw = Pp, g.a_sf = 0, g.b_w = ci, g.b_sh = 0, g.b_sw = Pp;
+        g.o_sw = ci, g.o_sh = (long)W * ci, g.o_sf = (long)H * g.o_sh;
         out[n++] = (lowered){"P V", g};
-        out[n++] = (lowered){"proj", conv(1, H, W, ci, ci, 1, 1, 0)};
+        conv_call_make(&k, 1, H, W, ci, ci, 1, 1, 0);
+        o = operands(ci, ci);
+        k.res = view_at(RES, 1, H, W, ci, 0);
+        k.a.residual = &k.res;
+        out[n].what = "proj";
+        w22_lower_direct(&k.a, &o, &out[n++].g);
         break;
     }
     case W22_L_UPSAMPLE: {
+        int f = F;
         if (L->temporal) { /* time_conv C -> 2C, its output split over two frames */
-            w22_mm g = conv(F, H, W, ci, 2 * ci, 3, 1, 1);
-            g.split_c = ci, g.o_sw = ci, g.o_sh = (long)W * ci, g.o_sf = (long)H * g.o_sh;
-            out[n++] = (lowered){"time_conv", g};
+            conv_call_make(&k, F, H, W, ci, 2 * ci, 3, 1, 1);
+            k.a.out = view_at(OUT, 2 * F, H, W, ci, 0);
+            k.a.time_split = 1;
+            o = operands(ci, 2 * ci);
+            out[n].what = "time_conv";
+            w22_lower_direct(&k.a, &o, &out[n++].g);
+            f = 2 * F;
         }
-        /* nearest 2x + 3x3 as four 2x2 phase GEMMs on the low-resolution grid (conv.cu), C -> cout */
-        w22_mm g = conv((L->temporal ? 2 : 1) * F, H, W, ci, co, 1, 3, 0);
-        g.ks = 2, g.b_sw = 4L * ci, g.o_sh *= 4, g.o_sw *= 2;
-        out[n++] = (lowered){"upsample phase", g};
+        /* nearest 2x + 3x3 as four 2x2 phase GEMMs on the low-resolution grid (lower.h), C -> cout, and the
+         * Wan2.2 up block's DupUp shortcut as their residual where it fuses */
+        conv_call_make(&k, f, H, W, ci, co, 1, 3, 0);
+        k.a.upsample = 1;
+        k.a.out = view_at(OUT, f, 2 * H, 2 * W, co, 0);
+        if (li + 1 < m->nlayers && m->layers[li + 1].kind == W22_L_DUPUP) { /* exec.c's run_upsample */
+            int bi = li;
+            while (bi > 0 && m->layers[bi].kind != W22_L_BLOCK_BEGIN) bi--;
+            k.dup = view_at(RES, F, H, W, m->layers[bi].cin, 0);
+            k.a.dup_in = &k.dup, k.a.dup_ft = L->temporal ? 2 : 1;
+        }
+        o = operands(ci, co);
+        w22_mm g, q[4];
+        w22_lower_direct(&k.a, &o, &g);
+        w22_lower_phases(&k.a, &o, &g, q);
+        for (int p = 0; p < 4; p++) out[n++] = (lowered){"upsample phase", q[p]};
         break;
     }
-    case W22_L_HEAD: { /* conv_psum.cu: the three temporal taps as one 3x3 GEMM of even N, fp32 */
-        const int pn = w22_psum_tmp_channels(co);
-        w22_mm g = conv(F, H, W, ci, pn, 1, 3, 0);
-        g.b_sw = 9L * ci, g.out_f32 = 1;
-        out[n++] = (lowered){"conv_out partial sums", g};
+    case W22_L_HEAD: { /* the three temporal taps as one 3x3 GEMM of even N, fp32 (conv_psum.cu) */
+        conv_call_make(&k, F, H, W, ci, co, 3, 3, 0);
+        k.a.in = view_at(IN, F, H, W, ci, 1);
+        k.ps = view_at(RES, 2, H, W, co, 0);
+        k.a.psum = &k.ps;
+        k.a.psum_tmp = view_at(OUT + 0x10000000000ull, F, H, W, w22_psum_tmp_channels(co), 0);
+        k.a.psum_tmp.es = 4, k.a.psum_tmp.sh *= 1;
+        out[n].what = "conv_out partial sums";
+        w22_lower_psum(&k.a, &o, &out[n++].g);
         break;
     }
     default: break;
@@ -346,8 +435,8 @@ static void wan21_cases(void) {
     printf("Wan2.1 at 1280x720 (latents 90x160):\n");
     for (int i = 0; i < m.nlayers; i++) {
         const w22_layer *L = &m.layers[i];
-        lowered gs[4];
-        const int n = lower_layer(L, chunk[L->level], h << L->level, w << L->level, gs);
+        lowered gs[W22_LOWERED_MAX];
+        const int n = lower_layer(&m, i, chunk[L->level], h << L->level, w << L->level, gs);
         for (int j = 0; j < n; j++) wan21_gemm(L->prefix, gs[j].what, &gs[j].g, wan21_want(L, gs[j].what));
         if (L->kind == W22_L_HEAD) {
             CHECK(gs[0].g.N == 10, "the head's partial sums for 3 outputs: %d channels, expected 10", gs[0].g.N);
@@ -373,16 +462,16 @@ static void census(void) {
     for (int mi = 0; mi < 2; mi++) {
         w22_model_build(&cfg[mi], &ms[mi]);
         for (int i = 0; i < ms[mi].nlayers; i++) { /* every size lowers a layer to the same GEMMs */
-            lowered gs[4];
-            expected += 2L * 160 * 160 * lower_layer(&ms[mi].layers[i], 1, 8, 8, gs);
+            lowered gs[W22_LOWERED_MAX];
+            expected += 2L * 160 * 160 * lower_layer(&ms[mi], i, 1, 8, 8, gs);
         }
         for (int hopper = 0; hopper <= 1; hopper++)
             for (int h = 1; h <= 160; h++)
                 for (int w = 1; w <= 160; w++)
                     for (int i = 0; i < ms[mi].nlayers; i++) {
                         const w22_layer *L = &ms[mi].layers[i];
-                        lowered gs[4];
-                        const int n = lower_layer(L, chunk[L->level], h << L->level, w << L->level, gs);
+                        lowered gs[W22_LOWERED_MAX];
+                        const int n = lower_layer(&ms[mi], i, chunk[L->level], h << L->level, w << L->level, gs);
                         for (int j = 0; j < n; j++, gemms++) {
                             const char *why = NULL;
                             if (w22_route_gemm(&gs[j].g, hopper, &why) != W22_GEMM_SCALAR) continue;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include "cuda_internal.h"
 #include "cuda_ops.h"
+#include "lower.h"
 
 static w22_status bad(const char *fmt_what, long got, long want) {
     return w22_fail(W22_ERR_BAD_SHAPE, "cuda conv: %s is %ld, expected %ld", fmt_what, got, want);
@@ -15,28 +16,6 @@ static w22_status bad(const char *fmt_what, long got, long want) {
     do {                                                          \
         if ((long)(got) != (long)(want)) return bad(what, got, want); \
     } while (0)
-
-/* The DupUp residual of upsample phase (py, px) as w22_mm's r_tsh .. r_coff (cuda_internal.h), or 0 when the
- * epilogue cannot take this DupUp. The phase GEMM's row (T, y, x) is the DupUp input pixel (y, x) of frame (T + ft - 1)
- * >> 1 with first_single, else T >> 1 (ft 2; T with ft 1), time copy the rest, and output channel o reads input channel
- * (o ft 4 + tc 4 + py 2 + px) / r (backend.h), r = cout ft 4 / cin. When r divides ft 4 that is o cs + (tc 4 + py 2 +
- * px) / r with cs = ft 4 / r; the epilogue takes cs 1 or 2 and an offset that no time copy changes (one GEMM row
- * serves every time copy of its frame only through T). The model's two: ft 2, r 8 (cin = cout): o; ft 1, r 2
- * (cin = 2 cout): 2 o + py. Others (cs 4 or 8, or ft 2 with r 4: the offset is tc) run the separate kernel. */
-static int dup_phase(const w22_conv_args *a, int py, int px, w22_mm *q) {
-    const int ft = a->dup_ft, r = a->out.c * ft * 4 / a->dup_in->c, sub = py * 2 + px;
-    if ((ft * 4) % r) return 0;
-    const int cs = ft * 4 / r, coff = sub / r;
-    if (cs > 2) return 0;
-    for (int tc = 1; tc < ft; tc++)
-        if ((tc * 4 + sub) / r != coff) return 0;
-    if (cs == 1 && coff) return 0; /* never (cs 1: r = ft 4 > sub); the pair store's bf16x2 load needs it */
-    q->res = (const bf16 *)a->dup_in->ptr; /* the vector loads' base: r_coff is applied in the pick */
-    q->r_sf = a->dup_in->sf, q->r_sh = a->dup_in->sh, q->r_sw = a->dup_in->sw;
-    q->r_tsh = ft == 2, q->r_toff = a->dup_first_single ? ft - 1 : 0;
-    q->r_csh = cs == 2, q->r_coff = coff;
-    return 1;
-}
 
 w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     w22_cuda *c = cuda_of(b);
@@ -126,71 +105,19 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     if (a->residual) W22_TRY(w22_cuda_check_view(c, a->residual, 0, "conv residual"));
     if (a->sc_in) W22_TRY(w22_cuda_check_view(c, a->sc_in, 0, "conv sc_in"));
 
+    /* the GEMMs (lower.h: the lowering test_route's census runs too) */
+    w22_conv_operands o = {w->cin, w->cout, (const bf16 *)w->dev, (const bf16 *)w->dev_phase,
+                           bias ? (const float *)bias->dev : NULL, scw ? scw->cin : 0,
+                           scw ? (const bf16 *)scw->dev : NULL, scb ? (const float *)scb->dev : NULL};
     w22_mm g;
-    memset(&g, 0, sizeof g);
-    g.F = nf;
-    g.H = a->out.h;
-    g.W = a->out.w;
-    g.M = nf * a->out.h * a->out.w;
-    g.N = w->cout;
-    g.a = (const bf16 *)a->in.ptr;
-    g.a_sf = a->in.sf, g.a_sh = a->in.sh, g.a_sw = a->in.sw;
-    if (hist) {
-        g.a_hist[0] = (const bf16 *)a->hist[0].ptr;
-        g.a_hist[1] = (const bf16 *)a->hist[1].ptr;
-        g.hist_n = 2;
-    }
-    g.cin = w->cin, g.kt = a->kt, g.ks = a->ks, g.upsample = a->upsample ? 1 : 0;
-    g.pad_y = g.pad_x = a->ks / 2;
-    g.b = (const bf16 *)w->dev;
-    g.b_w = w->cout, g.b_sh = 0, g.b_sw = (long)a->kt * a->ks * a->ks * w->cin;
-    if (a->sc_in) {
-        g.sc = (const bf16 *)a->sc_in->ptr;
-        g.sc_sf = a->sc_in->sf, g.sc_sh = a->sc_in->sh, g.sc_sw = a->sc_in->sw;
-        g.sc_cin = scw->cin;
-        g.scb = (const bf16 *)scw->dev;
-        g.sc_bias = scb ? (const float *)scb->dev : NULL;
-    }
-    g.bias = bias ? (const float *)bias->dev : NULL;
-    g.out = a->out.ptr;
-    g.o_sf = a->out.sf, g.o_sh = a->out.sh, g.o_sw = a->out.sw;
-    g.split_c = a->time_split ? a->out.c : 0;
-    if (a->residual) {
-        g.res = (const bf16 *)a->residual->ptr;
-        g.r_sf = a->residual->sf, g.r_sh = a->residual->sh, g.r_sw = a->residual->sw;
-    }
+    w22_lower_direct(a, &o, &g);
     const int phases = c->route.step == W22_CONV_PHASES; /* phase weights are made at upload for every upsample conv */
-    /* the DupUp fused when every phase takes it (the one 9-tap GEMM without phases has high-resolution rows: not
-     * there) */
-    int fuse = dup && phases;
-    for (int p = 0; p < 4 && fuse; p++) {
-        w22_mm q = g;
-        fuse = dup_phase(a, p >> 1, p & 1, &q);
-    }
+    int fuse = 0;
     if (phases) {
-        /* nearest-2x + 3x3 as four 2x2 phase convs on the low-resolution grid (cuda_internal.h) */
-        const int kv = 4 * w->cin;
+        /* nearest-2x + 3x3 as four 2x2 phase convs on the low-resolution grid, the DupUp fused where every phase
+         * takes it (the one 9-tap GEMM without phases has high-resolution rows: not there) */
         w22_mm q[4];
-        for (int py = 0; py < 2; py++)
-            for (int px = 0; px < 2; px++) {
-                w22_mm *p = &q[py * 2 + px];
-                *p = g;
-                p->H = a->in.h, p->W = a->in.w, p->M = nf * a->in.h * a->in.w;
-                p->ks = 2, p->upsample = 0, p->pad_y = 1 - py, p->pad_x = 1 - px;
-                p->b = (const bf16 *)w->dev_phase + (size_t)(py * 2 + px) * w->cout * kv; /* phases contiguous */
-                p->b_sw = kv;
-                p->out = (char *)a->out.ptr + (py * a->out.sh + px * a->out.sw) * 2;
-                p->o_sh = 2 * a->out.sh, p->o_sw = 2 * a->out.sw;
-                if (a->residual) {
-                    p->res = (const bf16 *)a->residual->ptr + py * a->residual->sh + px * a->residual->sw;
-                    p->r_sh = 2 * a->residual->sh, p->r_sw = 2 * a->residual->sw;
-                }
-                if (a->sc_in) {
-                    p->sc = (const bf16 *)a->sc_in->ptr + py * a->sc_in->sh + px * a->sc_in->sw;
-                    p->sc_sh = 2 * a->sc_in->sh, p->sc_sw = 2 * a->sc_in->sw;
-                }
-                if (fuse) dup_phase(a, py, px, p); /* rows are the DupUp's input pixels: its own strides */
-            }
+        fuse = w22_lower_phases(a, &o, &g, q);
         const char *what = fuse ? "conv (upsample phases + DupUp)" : "conv (upsample phases)";
         W22_TRY(w22_cuda_gemm_phases(c, q, what)); /* one launch where the TMA conv takes them (v16), else four */
     } else if (c->route.step == W22_CONV_WINOGRAD) {

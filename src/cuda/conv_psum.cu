@@ -17,6 +17,7 @@
  * the 2D tiles' three-channel-block variant (conv_rows2d.cu, `rows2d 16x32x48`: each input pixel loaded once per
  * 32-channel slice for all nine taps, fp32 stores) from 6 rows on; under 6 rows, the mma.sync kernel's 128 x 128 tile (conv_sm90_mma.cu), which gathers A per tap. */
 #include "cuda_internal.h"
+#include "lower.h"
 #include "cuda_ops.h"
 
 /* One thread per (pixel, output channel o): Y of frame f at y + f * ysf + pixel + 3 o + dt (fp32). */
@@ -92,19 +93,11 @@ w22_status w22_cuda_conv_psum(w22_backend *b, const w22_conv_args *a) {
     W22_TRY(w22_cuda_check_view(c, ps, 0, "conv (partial sums) state"));
     W22_TRY(w22_cuda_check_view(c, tmp, 0, "conv (partial sums) scratch"));
 
+    w22_conv_operands o;
+    memset(&o, 0, sizeof o);
+    o.cin = w->cin, o.cout = w->cout, o.dev = (const bf16 *)w->dev;
     w22_mm g;
-    memset(&g, 0, sizeof g);
-    g.F = a->in.f, g.H = a->out.h, g.W = a->out.w;
-    g.M = g.F * g.H * g.W;
-    g.N = tmp->c; /* 3 cout, or one more where cout is odd: a zero weight row (weights_gpu.cu), an even N */
-    g.a = (const bf16 *)a->in.ptr;
-    g.a_sf = a->in.sf, g.a_sh = a->in.sh, g.a_sw = a->in.sw;
-    g.cin = w->cin, g.kt = 1, g.ks = 3, g.pad_y = g.pad_x = 1;
-    g.b = (const bf16 *)w->dev; /* row n = o * 3 + dt at n * 9 cin: the taps of (o, dt) */
-    g.b_w = g.N, g.b_sh = 0, g.b_sw = 9L * w->cin;
-    g.out = tmp->ptr;
-    g.out_f32 = 1;
-    g.o_sf = tmp->sf, g.o_sh = tmp->sh, g.o_sw = tmp->sw;
+    w22_lower_psum(a, &o, &g); /* lower.h: N = tmp->c, 3 cout or one more where cout is odd (a zero weight row) */
     W22_TRY(w22_cuda_gemm(c, &g, "conv (partial sums: the three temporal taps)"));
 
     const long n = (long)a->out.h * a->out.w * w->cout;

@@ -1,7 +1,8 @@
 /* Which kernel a conv runs, and how: the one place that decides it, pure functions of the conv's GEMM (w22_mm, mm.h)
  * and of the GPU's counts, in a header that the CPU suite compiles (tests/test_route.c: the decoder's real shapes,
  * the 4K frames of issue 27's cliff, the shapes that must fall back, the TMA conv's launch plans). The executors
- * (conv.cu, conv_sm90_mma.cu, conv_sm90_wgmma_tma.cu, winograd.cu) call these and record the answer in w22_route,
+ * (conv.cu, conv_sm90_mma.cu, conv_sm90_wgmma_tma.cu, winograd.cu; the GEMMs themselves from lower.h) call these and
+ * record the answer in w22_route,
  * which the backend's query (w22_backend_cuda_last_route) returns and tests/cuda_ops checks against what launched.
  *   0. The kernel path, taken by the backend at open from the GPU's compute capability (w22_route_path; issue 45):
  *      sm_90 the Hopper path (hopper 1: the sm_90a kernels, wgmma + TMA + clusters, and the mma.sync tiles of up

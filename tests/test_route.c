@@ -288,6 +288,61 @@ static w22_conv_operands operands(int cin, int cout) {
     return o;
 }
 
+/* One conv's GEMMs as the backend runs them (conv.cu): its step from route.h (phases for an upsample, Winograd where
+ * the default threshold made its weights and the blocker takes it, with the whole frame as its band as the backend's
+ * own scratch gives, else direct), then lower.h's GEMMs: a Winograd conv's shortcut GEMM and its batch of 16. */
+static void conv_gemms(const conv_call *k, const w22_conv_operands *o, const char *what, lowered *out, int *n) {
+    const w22_conv_args *a = &k->a;
+    const int wino = w22_route_wino_weights(a->kt, a->ks, a->ks, o->cin, o->cout, W22_WINO_MIN_DEFAULT);
+    const char *wb = w22_route_winograd_blocker(a, o->cin, o->cout, wino,
+                                                16L * (a->out.w / 2) * ((w22_lower_frames(a) + 2L) * o->cin +
+                                                                         (long)w22_lower_frames(a) * o->cout) * 2);
+    w22_mm g;
+    w22_lower_direct(a, o, &g);
+    switch (w22_route_conv_step(a, a->upsample, wb)) {
+    case W22_CONV_PHASES: {
+        w22_mm q[4];
+        w22_lower_phases(a, o, &g, q);
+        for (int p = 0; p < 4; p++) out[(*n)++] = (lowered){"upsample phase", q[p]};
+        break;
+    }
+    case W22_CONV_WINOGRAD: {
+        if (g.sc) { /* winograd.cu: the shortcut's 1x1 GEMM first */
+            w22_mm q;
+            memset(&q, 0, sizeof q);
+            q.F = g.F, q.H = g.H, q.W = g.W, q.M = g.M, q.N = o->cout;
+            q.a = g.sc, q.a_sf = g.sc_sf, q.a_sh = g.sc_sh, q.a_sw = g.sc_sw;
+            q.cin = g.sc_cin, q.kt = 1, q.ks = 1, q.b = g.scb, q.b_w = o->cout, q.b_sw = g.sc_cin;
+            q.out = g.out, q.o_sf = g.o_sf, q.o_sh = g.o_sh, q.o_sw = g.o_sw;
+            out[(*n)++] = (lowered){"winograd's shortcut", q};
+        }
+        w22_mm q;
+        w22_lower_wino_batch(g.F, a->out.h / 2, a->out.w / 2, o->cin, o->cout, (const bf16 *)(WTS + 0xc0000000ull),
+                             (const bf16 *)(RES + 0x100000000ull), (bf16 *)(RES + 0x200000000ull), &q);
+        out[(*n)++] = (lowered){"winograd batch", q};
+        break;
+    }
+    default: out[(*n)++] = (lowered){what, g}; break;
+    }
+}
+
+/* The kernel a lowered GEMM runs on (a batch: one launch of the TMA conv or of the mma.sync kernel, else a component
+ * apart), and why not a faster one */
+static w22_gemm_kernel route_lowered(const w22_mm *g, int hopper, const char **why) {
+    *why = NULL;
+    if (!g->batch) return w22_route_gemm(g, hopper, why);
+    switch (w22_route_batch(g, hopper)) {
+    case W22_BATCH_TMA: return W22_GEMM_TMA;
+    case W22_BATCH_MMA: return w22_route_mma_tile(g->N, hopper);
+    default: {
+        w22_mm one = *g;
+        one.batch = 0, one.a_frames = 0;
+        memset(one.ph_o, 0, sizeof one.ph_o);
+        return w22_route_gemm(&one, hopper, why);
+    }
+    }
+}
+
 static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered out[W22_LOWERED_MAX]) {
     const w22_layer *L = &m->layers[li];
     const int ci = L->cin, co = L->cout;
@@ -302,13 +357,11 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
         break;
     case W22_L_CONV_IN:
         conv_call_make(&k, F, H, W, ci, co, 3, 3, 1);
-        out[n].what = "3x3x3 conv_in";
-        w22_lower_direct(&k.a, &o, &out[n++].g);
+        conv_gemms(&k, &o, "3x3x3 conv_in", out, &n);
         break;
     case W22_L_RESBLOCK: {
         conv_call_make(&k, F, H, W, ci, co, 3, 3, 1);
-        out[n].what = "conv1";
-        w22_lower_direct(&k.a, &o, &out[n++].g);
+        conv_gemms(&k, &o, "conv1", out, &n);
         conv_call_make(&k, F, H, W, co, co, 3, 3, 1);
         o = operands(co, co);
         if (ci != co) { /* the 1x1 shortcut as extra K (exec.c's run_resblock passes it to conv2) */
@@ -319,8 +372,7 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
             k.res = k.a.out;
             k.a.residual = &k.res;
         }
-        out[n].what = ci != co ? "conv2 + shortcut" : "conv2 + residual";
-        w22_lower_direct(&k.a, &o, &out[n++].g);
+        conv_gemms(&k, &o, ci != co ? "conv2 + shortcut" : "conv2 + residual", out, &n);
         break;
     }
     case W22_L_ATTN: {
@@ -370,10 +422,7 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
             k.a.dup_in = &k.dup, k.a.dup_ft = L->temporal ? 2 : 1;
         }
         o = operands(ci, co);
-        w22_mm g, q[4];
-        w22_lower_direct(&k.a, &o, &g);
-        w22_lower_phases(&k.a, &o, &g, q);
-        for (int p = 0; p < 4; p++) out[n++] = (lowered){"upsample phase", q[p]};
+        conv_gemms(&k, &o, "upsample", out, &n);
         break;
     }
     case W22_L_HEAD: { /* the three temporal taps as one 3x3 GEMM of even N, fp32 (conv_psum.cu) */
@@ -411,7 +460,7 @@ static int wan21_want(const w22_layer *L, const char *what) {
  * tensor-core one). */
 static void wan21_gemm(const char *layer, const char *what, const w22_mm *g, int want) {
     const char *why = NULL;
-    const w22_gemm_kernel k = w22_route_gemm(g, 1, &why);
+    const w22_gemm_kernel k = route_lowered(g, 1, &why);
     printf("  %-40s %-22s M %8d N %5d cin %5d: %s\n", layer, what, g->M, g->N, g->cin, kernel_names[k]);
     CHECK(k != W22_GEMM_SCALAR, "Wan2.1 %s %s (N %d, cin %d): the scalar kernel (%s)", layer, what, g->N, g->cin,
           why ? why : "-");
@@ -474,7 +523,7 @@ static void census(void) {
                         const int n = lower_layer(&ms[mi], i, chunk[L->level], h << L->level, w << L->level, gs);
                         for (int j = 0; j < n; j++, gemms++) {
                             const char *why = NULL;
-                            if (w22_route_gemm(&gs[j].g, hopper, &why) != W22_GEMM_SCALAR) continue;
+                            if (route_lowered(&gs[j].g, hopper, &why) != W22_GEMM_SCALAR) continue;
                             if (scalar++ < 5)
                                 CHECK(0, "census: %s latents %dx%d, the %s path: %s %s (M %d, N %d, cin %d) on the "
                                       "scalar kernel (%s)", model_name[mi], h, w, hopper ? "Hopper" : "portable",

@@ -318,10 +318,10 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
 }
 
 w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_mm q[4], const char *what) {
-    int one = c->hopper && c->use_wgmma; /* every phase on the wgmma kernel, as w22_cuda_gemm would route it */
-    for (int p = 0; p < 4 && one; p++)
-        one = q[p].M > 0 && q[p].N > 0 && !w22_route_layout_blocker(&q[p]) && !w22_route_wgmma_blocker(&q[p]);
-    if (one && !w22_cuda_wgmma_phases_blocker(c, q)) {
+    /* one launch of the TMA conv where route.h takes the four (the Hopper path with its kernels: wgmma and the TMA's
+     * im2col encoder) */
+    const int one = c->hopper && c->use_wgmma && w22_cuda_wgmma_tma_on(c) && !w22_route_phases_blocker(q, 1);
+    if (one) {
         c->route.phases4 = 1;
         c->route.kernel = W22_GEMM_TMA, c->route.why = NULL; /* w22_route_gemm's answer for each phase */
         return w22_cuda_gemm_wgmma_phases(c, q, what);

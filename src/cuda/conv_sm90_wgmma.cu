@@ -36,11 +36,6 @@ w22_status w22_wgmma_kmajor_map(w22_cuda *c, CUtensorMap *m, const bf16 *ptr, lo
     return W22_OK;
 }
 
-/* The phases' one launch is the TMA kernel's. */
-const char *w22_cuda_wgmma_phases_blocker(const w22_cuda *c, const w22_mm q[4]) {
-    if (!w22_cuda_wgmma_tma_on(c)) return "phases: no TMA im2col encoder";
-    return w22_cuda_wgmma_tma_phases_blocker(q);
-}
 
 /* g is one route.h's w22_route_gemm gives W22_GEMM_TMA (conv_sm90_mma.cu's w22_cuda_gemm routes). */
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_mm *g, const char *what) {

@@ -441,63 +441,21 @@ w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_mm *g, const char *wha
     return run_tma(c, g, mode, what);
 }
 
-/* Phase p's output and residual offsets from phase 0's (elements; the residual's with p's DupUp r_coff). */
-static long phase_o(const w22_mm q[4], int p) { return (const bf16 *)q[p].out - (const bf16 *)q[0].out; }
-static long phase_r(const w22_mm q[4], int p) { return q[p].res ? q[p].res - q[0].res + q[p].r_coff : 0; }
-
-const char *w22_cuda_wgmma_tma_phases_blocker(const w22_mm q[4]) {
-    const w22_mm *a = &q[0];
-    if (a->hist_n || a->sc) return "phases: history or shortcut (their map slots carry phases 1-3's A)";
-    if (a->out_f32) return "phases: fp32 output";
-    for (int p = 0; p < 4; p++) {
-        const w22_mm *b = &q[p];
-        const char *why = w22_cuda_wgmma_tma_blocker(b);
-        if (why) return why;
-#define SAME(f) (b->f == a->f)
-        if (b->phases || !SAME(M) || !SAME(N) || !SAME(F) || !SAME(H) || !SAME(W) || !SAME(a) || !SAME(a_sf) ||
-            !SAME(a_sh) || !SAME(a_sw) || !SAME(hist_n) || !SAME(cin) || !SAME(kt) || !SAME(ks) || !SAME(upsample) ||
-            !SAME(b_w) || !SAME(b_sh) || !SAME(b_sw) || !SAME(sc) || !SAME(bias) || !SAME(sc_bias) || !SAME(out_f32) ||
-            !SAME(o_sf) || !SAME(o_sh) || !SAME(o_sw) || !SAME(split_c) || !SAME(r_sf) || !SAME(r_sh) ||
-            !SAME(r_sw) || !SAME(r_tsh) || !SAME(r_toff) || !SAME(r_csh) || !b->res != !a->res)
-            return "phases: GEMMs differ beyond pads, weights, output and residual";
-#undef SAME
-        if (b->pad_y != a->pad_y - (p >> 1) || b->pad_x != a->pad_x - (p & 1)) return "phases: pads not pad - (py, px)";
-        if (b->b != a->b + (size_t)p * a->N * a->b_sw) return "phases: weights not one block of 4 N rows";
-        if (((const char *)b->out - (const char *)a->out) % 2) return "phases: output offset not in elements";
-        const long po = phase_o(q, p), pr = phase_r(q, p);
-        if (po < 0 || po >= INT_MAX || pr < 0 || pr >= INT_MAX) return "phases: offsets from phase 0 not in int";
-    }
-    return NULL;
-}
-
 /* The four phase GEMMs as one (w22_mm.phases): phase 0's fields, the others' offsets. */
 w22_status w22_cuda_gemm_wgmma_phases(w22_cuda *c, const w22_mm q[4], const char *what) {
-    const char *why = w22_cuda_wgmma_tma_phases_blocker(q);
+    const char *why = w22_route_phases_blocker(q, 1);
     if (why) return w22_fail(W22_ERR_INVALID_ARG, "%s: the four phases as one launch: %s", what, why);
     w22_mm g = q[0];
     g.phases = 4, g.r_coff = 0; /* each phase's r_coff is in its ph_r */
-    for (int p = 0; p < 4; p++) g.ph_o[p] = (int)phase_o(q, p), g.ph_r[p] = (int)phase_r(q, p);
+    for (int p = 0; p < 4; p++) g.ph_o[p] = (int)w22_route_phase_o(q, p), g.ph_r[p] = (int)w22_route_phase_r(q, p);
     return run_tma(c, &g, mode_for(q, 4, g.ph_o, g.ph_r), what);
-}
-
-const char *w22_cuda_wgmma_tma_batch_blocker(const w22_mm *g) {
-    if (g->batch < 2 || g->batch > W22_GEMM_BATCH) return "batch: not 2-16 GEMMs";
-    if (g->phases || g->hist_n || g->sc || g->res || g->out_f32 || g->split_c || g->upsample)
-        return "batch: phases, history, shortcut, residual, fp32 or split output";
-    if (g->a_frames < (long)g->M / ((long)g->H * g->W) + g->kt - 1) return "batch: a_frames under a GEMM's window";
-    if ((long)g->batch * g->a_frames > INT_MAX / 2) return "batch: too many frames";
-    const char *why = w22_cuda_wgmma_tma_blocker(g);
-    if (why) return why;
-    for (int p = 0; p < g->batch; p++)
-        if (g->ph_o[p] < 0 || (p == 0 && g->ph_o[p] != 0)) return "batch: output offsets negative, or GEMM 0's not 0";
-    return NULL;
 }
 
 /* A batch GEMM's tiles are stored through shared memory by the TMA (MODE_EPI_TMA, v20: f121 -1.8% in the decode,
  * against v19's overlapped epilogue on a ring of 4). */
 /* The batch as one launch (w22_mm.batch). */
 w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_mm *g, const char *what) {
-    const char *why = w22_cuda_wgmma_tma_batch_blocker(g);
+    const char *why = w22_route_tma_batch_blocker(g);
     if (why) return w22_fail(W22_ERR_INVALID_ARG, "%s: the GEMMs as one launch: %s", what, why);
     w22_mm q[W22_GEMM_BATCH];
     for (int p = 0; p < g->batch; p++) q[p] = *g;

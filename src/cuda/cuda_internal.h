@@ -155,7 +155,7 @@ static __host__ __device__ __forceinline__ const bf16 *w22_gemm_frame(const w22_
 /* Runs the GEMM on the tensor cores when its shape allows (conv_sm90_mma.cu), else the scalar kernel. */
 w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what);
 /* An upsample conv's four phase GEMMs q[py 2 + px] (each phases 0): one launch of the TMA wgmma kernel where it takes
- * them (w22_cuda_wgmma_phases_blocker), else four w22_cuda_gemm calls. */
+ * them (route.h's w22_route_phases_blocker), else four w22_cuda_gemm calls. */
 w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_mm q[4], const char *what);
 w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_mm *g, const char *what);
 /* conv_rows.cu: the 3x3(x3) conv with N <= 16 (conv_out) on row tiles or, where route.h's w22_route_rows2d_takes,
@@ -176,8 +176,7 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
 /* The batch GEMM (w22_mm.batch) as one launch of the mma.sync kernel (route.h's w22_route_mma_batch_blocker passed;
  * conv_sm90_mma.cu) */
 w22_status w22_cuda_gemm_mma_batch(w22_cuda *c, const w22_mm *g, const char *what);
-/* The batch GEMM (w22_mm.batch) on the TMA wgmma kernel; NULL from the blocker: it can run */
-const char *w22_cuda_wgmma_tma_batch_blocker(const w22_mm *g);
+/* The batch GEMM (w22_mm.batch) on the TMA wgmma kernel (route.h's w22_route_batch: W22_BATCH_TMA) */
 w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_mm *g, const char *what);
 #define W22_WINO_FRAMES 8 /* input frames per launch of the Winograd input transform */
 w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *const *x, int nf, long xsh, long xsw, bf16 *v, long vcs,
@@ -201,9 +200,8 @@ void w22_cuda_prof_part_end(w22_cuda *c, int part, double flops, double bytes, c
 w22_status w22_cuda_wgmma_init(w22_cuda *c);
 int w22_cuda_wgmma_tma_on(const w22_cuda *c); /* the TMA's im2col encoder is there (conv_sm90_wgmma_tma.cu) */
 w22_status w22_cuda_gemm_wgmma(w22_cuda *c, const w22_mm *g, const char *what);
-/* Why the four phase GEMMs q[0..3] (each taken by the wgmma kernel) do not run as one launch (NULL: they do), and
- * that launch (conv_sm90_wgmma_tma.cu). */
-const char *w22_cuda_wgmma_phases_blocker(const w22_cuda *c, const w22_mm q[4]);
+/* The four phase GEMMs q[0..3] as one launch, where route.h's w22_route_phases_blocker takes them
+ * (conv_sm90_wgmma_tma.cu). */
 w22_status w22_cuda_gemm_wgmma_phases(w22_cuda *c, const w22_mm q[4], const char *what);
 
 /* Every op starts here: the calling thread may not have the backend's GPU current (one thread per rank). */

@@ -7,6 +7,7 @@
 #ifndef W22_CUDA_LOWER_H
 #define W22_CUDA_LOWER_H
 
+#include <limits.h>
 #include <string.h>
 #include "backend.h"
 #include "mm.h"
@@ -139,6 +140,25 @@ static inline void w22_lower_psum(const w22_conv_args *a, const w22_conv_operand
     g->out = tmp->ptr;
     g->out_f32 = 1;
     g->o_sf = tmp->sf, g->o_sh = tmp->sh, g->o_sw = tmp->sw;
+}
+
+/* Winograd F(2x2, 3x3)'s 16 component GEMMs for a band of hh tile rows (winograd.cu's wino_band) as one batch GEMM:
+ * component xi reads its transformed input V + xi vcs (F + 2 frames of hh x w2 tiles, cin; the three temporal taps
+ * as K = 3 cin) and its weights dev_wino + xi cout 3 cin, and writes M + xi mcs (F frames, cout). Where the
+ * components' output offsets pass an int the batch is 0 (route.h's w22_route_batch: the GEMMs apart). */
+static inline void w22_lower_wino_batch(int F, int hh, int w2, int ci, int co, const bf16 *dev_wino, const bf16 *V,
+                                        bf16 *M, w22_mm *q) {
+    const long mcs = (long)F * hh * w2 * co; /* a component's output elements */
+    memset(q, 0, sizeof *q);
+    q->F = F, q->H = hh, q->W = w2, q->M = F * hh * w2, q->N = co;
+    q->a = V, q->a_sf = (long)hh * w2 * ci, q->a_sh = (long)w2 * ci, q->a_sw = ci;
+    q->cin = ci, q->kt = 3, q->ks = 1;
+    q->b = dev_wino, q->b_w = co, q->b_sw = 3L * ci;
+    q->out = M, q->o_sf = (long)hh * w2 * co, q->o_sh = (long)w2 * co, q->o_sw = co;
+    if (mcs * 16 < INT_MAX) {
+        q->batch = 16, q->a_frames = F + 2;
+        for (int xi = 0; xi < 16; xi++) q->ph_o[xi] = (int)(xi * mcs);
+    }
 }
 
 #endif

@@ -249,6 +249,74 @@ static inline const char *w22_route_mma_batch_blocker(const w22_mm *g) {
     return NULL;
 }
 
+/* NULL when a batch GEMM (w22_mm.batch: Winograd's 16 components) runs as one launch of the TMA conv (the Hopper path),
+ * else why not. */
+static inline const char *w22_route_tma_batch_blocker(const w22_mm *g) {
+    if (g->batch < 2 || g->batch > W22_GEMM_BATCH) return "batch: not 2-16 GEMMs";
+    if (g->phases || g->hist_n || g->sc || g->res || g->out_f32 || g->split_c || g->upsample)
+        return "batch: phases, history, shortcut, residual, fp32 or split output";
+    if (g->a_frames < (long)g->M / ((long)g->H * g->W) + g->kt - 1) return "batch: a_frames under a GEMM's window";
+    if ((long)g->batch * g->a_frames > INT_MAX / 2) return "batch: too many frames";
+    const char *why = w22_route_tma_blocker(g);
+    if (why) return why;
+    for (int p = 0; p < g->batch; p++)
+        if (g->ph_o[p] < 0 || (p == 0 && g->ph_o[p] != 0)) return "batch: output offsets negative, or GEMM 0's not 0";
+    return NULL;
+}
+
+/* How a batch GEMM launches: one launch of the TMA conv (the Hopper path), one of the mma.sync kernel, or its GEMMs
+ * apart (batch 0: lower.h's w22_lower_wino_batch leaves it so where the outputs' offsets pass an int), each then
+ * routed by w22_route_gemm. */
+typedef enum { W22_BATCH_TMA, W22_BATCH_MMA, W22_BATCH_APART } w22_batch_launch;
+static inline w22_batch_launch w22_route_batch(const w22_mm *g, int hopper) {
+    if (!g->batch) return W22_BATCH_APART;
+    if (hopper && !w22_route_tma_batch_blocker(g)) return W22_BATCH_TMA;
+    return w22_route_mma_batch_blocker(g) ? W22_BATCH_APART : W22_BATCH_MMA;
+}
+
+/* Phase p's output and residual offsets from phase 0's (elements; the residual's with p's DupUp r_coff). */
+static inline long w22_route_phase_o(const w22_mm q[4], int p) {
+    return (const bf16 *)q[p].out - (const bf16 *)q[0].out;
+}
+static inline long w22_route_phase_r(const w22_mm q[4], int p) {
+    return q[p].res ? q[p].res - q[0].res + q[p].r_coff : 0;
+}
+
+/* NULL when an upsample's four phase GEMMs q[py 2 + px] (lower.h's w22_lower_phases) run as one launch of the TMA
+ * conv (w22_mm.phases: one ramp and one part-empty last round instead of four; v16), else why not: then each is
+ * routed by w22_route_gemm. hopper: the Hopper path with its TMA conv. */
+static inline const char *w22_route_phases_blocker(const w22_mm q[4], int hopper) {
+    if (!hopper) return "phases: the portable path (four launches)";
+    for (int p = 0; p < 4; p++) {
+        if (q[p].M <= 0 || q[p].N <= 0) return "phases: an empty GEMM";
+        const char *why = w22_route_layout_blocker(&q[p]);
+        if (!why) why = w22_route_wgmma_blocker(&q[p]);
+        if (why) return why;
+    }
+    const w22_mm *a = &q[0];
+    if (a->hist_n || a->sc) return "phases: history or shortcut (their map slots carry phases 1-3's A)";
+    if (a->out_f32) return "phases: fp32 output";
+    for (int p = 0; p < 4; p++) {
+        const w22_mm *b = &q[p];
+        const char *why = w22_route_tma_blocker(b);
+        if (why) return why;
+#define SAME(f) (b->f == a->f)
+        if (b->phases || !SAME(M) || !SAME(N) || !SAME(F) || !SAME(H) || !SAME(W) || !SAME(a) || !SAME(a_sf) ||
+            !SAME(a_sh) || !SAME(a_sw) || !SAME(hist_n) || !SAME(cin) || !SAME(kt) || !SAME(ks) || !SAME(upsample) ||
+            !SAME(b_w) || !SAME(b_sh) || !SAME(b_sw) || !SAME(sc) || !SAME(bias) || !SAME(sc_bias) || !SAME(out_f32) ||
+            !SAME(o_sf) || !SAME(o_sh) || !SAME(o_sw) || !SAME(split_c) || !SAME(r_sf) || !SAME(r_sh) ||
+            !SAME(r_sw) || !SAME(r_tsh) || !SAME(r_toff) || !SAME(r_csh) || !b->res != !a->res)
+            return "phases: GEMMs differ beyond pads, weights, output and residual";
+#undef SAME
+        if (b->pad_y != a->pad_y - (p >> 1) || b->pad_x != a->pad_x - (p & 1)) return "phases: pads not pad - (py, px)";
+        if (b->b != a->b + (size_t)p * a->N * a->b_sw) return "phases: weights not one block of 4 N rows";
+        if (((const char *)b->out - (const char *)a->out) % 2) return "phases: output offset not in elements";
+        const long po = w22_route_phase_o(q, p), pr = w22_route_phase_r(q, p);
+        if (po < 0 || po >= INT_MAX || pr < 0 || pr >= INT_MAX) return "phases: offsets from phase 0 not in int";
+    }
+    return NULL;
+}
+
 /* ---- 1. the conv's step ---- */
 
 typedef enum {

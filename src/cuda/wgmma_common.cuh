@@ -498,7 +498,6 @@ w22_status w22_cuda_wgmma_tma_init(w22_cuda *c);
 int w22_cuda_wgmma_tma_on(const w22_cuda *c);
 const char *w22_cuda_wgmma_tma_blocker(const w22_mm *g);
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_mm *g, const char *what);
-const char *w22_cuda_wgmma_tma_phases_blocker(const w22_mm q[4]); /* why q[0..3] are not one launch; NULL: they are */
 
 
 #endif

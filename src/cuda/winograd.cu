@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_internal.h"
+#include "lower.h"
 
 /* VW bf16 channels (8: one 16-byte vector; 4: 8 bytes) <-> VW floats */
 template <int VW> struct w_vec;
@@ -209,22 +210,15 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_mm 
     }
     w22_cuda_prof_part_end(c, part, 0, 2.0 * FI * hh * w2 * ci * (4 + 16), "winograd input transform c%d %dx%d f%d", ci,
                            2 * hh, 2 * w2, FI);
-    /* the 16 GEMMs: one launch where the TMA conv takes the batch (v18; the Hopper path), else one launch of the
-     * mma.sync kernel (the portable path, route.h's w22_route_mma_batch_blocker), else 16 launches */
+    /* the 16 GEMMs (lower.h): one launch where the TMA conv takes the batch (v18; the Hopper path), else one launch of
+     * the mma.sync kernel (the portable path), else 16 launches (route.h's w22_route_batch) */
     w22_mm q;
-    memset(&q, 0, sizeof q);
-    q.F = F, q.H = hh, q.W = w2, q.M = F * hh * w2, q.N = co;
-    q.a = V, q.a_sf = (long)hh * w2 * ci, q.a_sh = (long)w2 * ci, q.a_sw = ci;
-    q.cin = ci, q.kt = 3, q.ks = 1;
-    q.b = (const bf16 *)w->dev_wino, q.b_w = co, q.b_sw = 3L * ci;
-    q.out = M, q.o_sf = (long)hh * w2 * co, q.o_sh = (long)w2 * co, q.o_sw = co;
-    q.batch = 16, q.a_frames = FI;
-    const int fits = mcs * 16 < INT_MAX;
-    for (int xi = 0; xi < 16 && fits; xi++) q.ph_o[xi] = (int)(xi * mcs);
+    w22_lower_wino_batch(F, hh, w2, ci, co, (const bf16 *)w->dev_wino, V, M, &q);
     part = w22_cuda_prof_part_begin(c);
-    if (fits && c->hopper && !w22_cuda_wgmma_tma_batch_blocker(&q)) {
+    const w22_batch_launch how = w22_route_batch(&q, c->hopper);
+    if (how == W22_BATCH_TMA) {
         W22_TRY(w22_cuda_gemm_wgmma_batch(c, &q, "conv (winograd components, one launch)"));
-    } else if (fits && !w22_route_mma_batch_blocker(&q)) {
+    } else if (how == W22_BATCH_MMA) {
         W22_TRY(w22_cuda_gemm_mma_batch(c, &q, "conv (winograd components, one mma launch)"));
     } else {
         q.batch = 0, q.a_frames = 0;

@@ -380,16 +380,15 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
         o = operands(ci, 3 * ci);
         out[n].what = "to_qkv";
         w22_lower_direct(&k.a, &o, &out[n++].g);
-        /* attention.cu (its own lowering, not a conv's): S = Q Kp^T with N = Pp (the frame's pixels rounded up to 8),
-         * Kp one dense [Pp][C] block; O = Pm Vt^T, K = Pp, B = Vt [C][Pp] */
+        /* the products as attention.cu forms them (lower.h), the whole frame one band: q and the output are the
+         * qkv and proj views' pixels (channels-last), the scratch's S, Pm, Vt and Kp dense */
         const int Pp = (H * W + 7) / 8 * 8;
-        w22_mm g = out[0].g;
-        g.N = Pp, g.b_w = Pp, g.b_sh = 0, g.b_sw = ci, g.out_f32 = 1, g.o_sw = Pp, g.o_sh = (long)W * Pp,
-        g.o_sf = (long)H * g.o_sh;
+        w22_mm g;
+        w22_lower_attn_scores((const bf16 *)IN, (long)W * 3 * ci, 3 * ci, H, W, ci, Pp, (const bf16 *)WTS,
+                              (float *)RES, &g);
         out[n++] = (lowered){"Q K^T", g};
-        g = out[0].g;
-        g.cin = Pp, g.N = ci, g.a_sh = (long)W * Pp, g.a_sw = Pp, g.a_sf = 0, g.b_w = ci, g.b_sh = 0, g.b_sw = Pp;
-        g.o_sw = ci, g.o_sh = (long)W * ci, g.o_sf = (long)H * g.o_sh;
+        w22_lower_attn_values((const bf16 *)HIST, H, W, ci, Pp, (const bf16 *)(WTS + 0x40000000ull), (bf16 *)OUT,
+                              (long)W * ci, ci, &g);
         out[n++] = (lowered){"P V", g};
         conv_call_make(&k, 1, H, W, ci, ci, 1, 1, 0);
         o = operands(ci, ci);

@@ -15,6 +15,7 @@
  * the queries go in bands of whole rows, as many as fit the larger of the two (every output element is the same
  * sum either way: a query row's softmax and products never span two bands). */
 #include "cuda_internal.h"
+#include "lower.h"
 #include "cuda_ops.h"
 
 /* Vt[c][p] = v(p / vw, p % vw, c) for p < P, 0 for P <= p < Pp. 32x32 tiles through shared memory so that both
@@ -147,24 +148,14 @@ w22_status w22_cuda_attention(w22_backend *b, w22_view q, w22_view k, w22_view v
 
         for (int y0 = 0; y0 < q.h; y0 += rows) { /* one band: every query row when the scratch holds them */
             const int nr = q.h - y0 < rows ? q.h - y0 : rows, nb = nr * q.w;
-            w22_mm g;
-            memset(&g, 0, sizeof g);
-            g.M = nb, g.N = Pp, g.F = 1, g.H = nr, g.W = q.w;
-            g.a = qf + (long)y0 * q.sh, g.a_sf = 0, g.a_sh = q.sh, g.a_sw = q.sw;
-            g.cin = C, g.kt = 1, g.ks = 1;
-            g.b = Kp, g.b_w = Pp, g.b_sh = 0, g.b_sw = C;
-            g.out = S, g.out_f32 = 1, g.o_sf = 0, g.o_sh = (long)q.w * Pp, g.o_sw = Pp;
+            w22_mm g; /* lower.h */
+            w22_lower_attn_scores(qf + (long)y0 * q.sh, q.sh, q.sw, nr, q.w, C, Pp, Kp, S, &g);
             W22_TRY(w22_cuda_gemm(c, &g, "attention Q K^T"));
 
             w22_softmax_rows_kernel<<<nb, 256, 0, c->stream>>>(S, Pm, P, Pp, scale_log2e);
             CU_LAUNCHED(c, "attention softmax");
 
-            memset(&g, 0, sizeof g);
-            g.M = nb, g.N = C, g.F = 1, g.H = nr, g.W = q.w;
-            g.a = Pm, g.a_sf = 0, g.a_sh = (long)q.w * Pp, g.a_sw = Pp;
-            g.cin = Pp, g.kt = 1, g.ks = 1;
-            g.b = Vt, g.b_w = C, g.b_sh = 0, g.b_sw = Pp;
-            g.out = of + (long)y0 * out.sh, g.o_sf = 0, g.o_sh = out.sh, g.o_sw = out.sw;
+            w22_lower_attn_values(Pm, nr, q.w, C, Pp, Vt, of + (long)y0 * out.sh, out.sh, out.sw, &g);
             W22_TRY(w22_cuda_gemm(c, &g, "attention P V"));
         }
     }

@@ -161,4 +161,26 @@ static inline void w22_lower_wino_batch(int F, int hh, int w2, int ci, int co, c
     }
 }
 
+/* The attention's two products for a band of nr query rows of width qw (attention.cu): the scores S = Q Kp^T (fp32,
+ * N = Pp: the frame's P pixels rounded up to 8, Kp the packed keys, one dense [Pp][C] block), and after the softmax
+ * O = Pm Vt^T (K = Pp, B = the transposed values Vt [C][Pp]) into the output rows. */
+static inline void w22_lower_attn_scores(const bf16 *q, long q_sh, long q_sw, int nr, int qw, int C, int Pp,
+                                         const bf16 *Kp, float *S, w22_mm *g) {
+    memset(g, 0, sizeof *g);
+    g->M = nr * qw, g->N = Pp, g->F = 1, g->H = nr, g->W = qw;
+    g->a = q, g->a_sf = 0, g->a_sh = q_sh, g->a_sw = q_sw;
+    g->cin = C, g->kt = 1, g->ks = 1;
+    g->b = Kp, g->b_w = Pp, g->b_sh = 0, g->b_sw = C;
+    g->out = S, g->out_f32 = 1, g->o_sf = 0, g->o_sh = (long)qw * Pp, g->o_sw = Pp;
+}
+static inline void w22_lower_attn_values(const bf16 *Pm, int nr, int qw, int C, int Pp, const bf16 *Vt, bf16 *o,
+                                         long o_sh, long o_sw, w22_mm *g) {
+    memset(g, 0, sizeof *g);
+    g->M = nr * qw, g->N = C, g->F = 1, g->H = nr, g->W = qw;
+    g->a = Pm, g->a_sf = 0, g->a_sh = (long)qw * Pp, g->a_sw = Pp;
+    g->cin = Pp, g->kt = 1, g->ks = 1;
+    g->b = Vt, g->b_w = C, g->b_sh = 0, g->b_sw = Pp;
+    g->out = o, g->o_sf = 0, g->o_sh = o_sh, g->o_sw = o_sw;
+}
+
 #endif

@@ -567,6 +567,13 @@ int main(void) {
           "4K stage 3: its input past an int in all, each frame's within (the mma kernel's frames are 64-bit bases)");
     expect("4K stage 3's conv (issue 27's cliff)", &g, 1, W22_GEMM_TMA);
     expect("4K stage 3 on the portable path: 64-bit frame bases, the mma kernel", &g, 0, W22_GEMM_MMA_MID);
+    /* 4096x2160's stage-3 conv with the 512-channel shortcut of its first resblock (a frame of 1.13 G elements at
+     * 1080 x 2048): its int offsets hold one frame's (the portable path's mma kernel), not two */
+    g = conv(1, 1080, 2048, 256, 256, 3, 3, 1);
+    g.sc = g.a, g.sc_cin = 512, g.sc_sw = 512, g.sc_sh = 2048L * 512, g.sc_sf = 1080L * g.sc_sh, g.scb = g.b;
+    expect("4096x2160's conv with a 512-channel shortcut, one frame, portable: the mma kernel", &g, 0, W22_GEMM_MMA_MID);
+    g.F = 2, g.M *= 2;
+    expect("the same over two frames (past an int): scalar", &g, 0, W22_GEMM_SCALAR);
     g = conv(1, 4320, 2160, 256, 256, 3, 3, 1); /* one frame of 2.4 G elements: past an int within the frame */
     expect("a frame past an int on the portable path: scalar", &g, 0, W22_GEMM_SCALAR);
     g = conv(4, 1080, 2048, 256, 12, 3, 3, 1);

@@ -107,7 +107,13 @@ static inline const char *w22_route_int_blocker(const w22_mm *g) {
     const int ih = g->upsample ? g->H / 2 + 1 : g->H, iw = g->upsample ? g->W / 2 + 1 : g->W;
     if (!w22_fits_int(g->a_sh * (ih + 2) + g->a_sw * (iw + 2) + g->cin))
         return "scalar: input offsets within a frame exceed int";
-    if (g->sc && !w22_fits_int(g->sc_sf * g->F + g->sc_sh * g->H + g->sc_sw * g->W + g->sc_cin))
+    /* the shortcut's: ints from its base (conv_sm90_mma.cu's s_off = t sc_sf + y sc_sh + x sc_sw, plus the channel),
+     * so the last pixel's of the last frame, and a frame stride that fits where there is a second frame. Exact, not
+     * a frame more: the census through exec.c found 4096x2160's stage-3 conv with its 512-channel shortcut (one frame,
+     * 1.13 G elements) on the scalar kernel on the portable path, where the bound counted F + 1 frames (session 37) */
+    if (g->sc && (!w22_fits_int((long)(g->F > 1 ? g->F - 1 : 0) * g->sc_sf + (long)(g->H > 1 ? g->H - 1 : 0) * g->sc_sh +
+                                (long)(g->W > 1 ? g->W - 1 : 0) * g->sc_sw + g->sc_cin) ||
+                  (g->F > 1 && !w22_fits_int(g->sc_sf))))
         return "scalar: shortcut offsets exceed int";
     return NULL;
 }

@@ -1,0 +1,281 @@
+/* Issue 47.11's census through the real plan: exec.c decodes on a recording backend (no arithmetic, fake 256-byte
+ * aligned addresses, as cudaMalloc gives), and every conv and attention the plan issues is lowered by lower.h and
+ * routed by route.h as the CUDA backend would (conv.cu's step: partial sums, upsample phases, Winograd at the default
+ * threshold, direct; the phases as one launch of the TMA conv where route.h takes them; a batch as one launch or
+ * apart), with the arguments exec.c passes, not a test's copy of them (test_route.c's census walks every size with
+ * its own). For both VAEs, at the sizes below (every latent size from 1 to 48 on a side, the sizes users decode, odd
+ * ones to 160), T = 3 (a first frame, a pass of two and one of one), on both kernel paths: no GEMM on the scalar
+ * kernel, and the GEMM kernels any decode reaches printed per path (what issue 47.10's deletions must rest on: a
+ * kernel no decode reaches is not compiled in). One rank: the ranks' edge rows (exec.c's conv_with_halo) are not
+ * walked here. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cuda/lower.h"
+#include "cuda/route.h"
+#include "plan/plan_internal.h"
+#include "testutil.h"
+
+/* ---- the recording backend ---- */
+static uintptr_t next_addr;
+static w22_status rec_alloc(w22_backend *b, size_t bytes, void **ptr) {
+    (void)b;
+    *ptr = (void *)next_addr;
+    next_addr += (bytes + 255) & ~(uintptr_t)255;
+    next_addr += 256; /* no two buffers adjacent */
+    return W22_OK;
+}
+static void rec_free(w22_backend *b, void *p) { (void)b, (void)p; }
+
+typedef struct {
+    w22_weight_kind kind;
+    int cout, cin, kt, kh, kw, phases;
+    const bf16 *dev, *dev_phase;
+} rec_weight;
+static w22_status rec_upload(w22_backend *b, w22_weight_kind kind, w22_wsrc src, const int64_t *shape, int ndim,
+                             w22_bweight **out) {
+    (void)src;
+    rec_weight *w = calloc(1, sizeof *w);
+    if (!w) return W22_ERR_OUT_OF_MEMORY;
+    w->kind = kind;
+    if (kind == W22_WK_CONV) {
+        w->cout = (int)shape[0], w->cin = (int)shape[1];
+        w->kt = ndim == 5 ? (int)shape[2] : 1;
+        w->kh = (int)shape[ndim - 2], w->kw = (int)shape[ndim - 1];
+        w->phases = ndim == 4 && w->kh == 3 && w->kw == 3; /* cuda_backend.cu: every 2D 3x3 conv (the resamplers) */
+    } else {
+        w->cout = (int)shape[0];
+    }
+    void *p;
+    rec_alloc(b, 1 << 20, &p);
+    w->dev = (const bf16 *)p;
+    rec_alloc(b, 1 << 20, &p);
+    w->dev_phase = w->phases ? (const bf16 *)p : NULL;
+    *out = (w22_bweight *)w;
+    return W22_OK;
+}
+static void rec_weight_free(w22_backend *b, w22_bweight *w) { (void)b, free(w); }
+static size_t rec_weight_bytes(const w22_bweight *w) { (void)w; return 0; }
+static w22_status rec_bytes(w22_backend *b, void *d, const void *s, size_t n) { (void)b, (void)d, (void)s, (void)n; return W22_OK; }
+static w22_status rec_view(w22_backend *b, w22_view v) { (void)b, (void)v; return W22_OK; }
+static w22_status rec_copy(w22_backend *b, w22_view d, w22_view s) { (void)b, (void)d, (void)s; return W22_OK; }
+static w22_status rec_latents(w22_backend *b, const void *z, w22_dtype zt, int C, int T, int H, int W, int t0, int y0,
+                              w22_view out) {
+    (void)b, (void)z, (void)zt, (void)C, (void)T, (void)H, (void)W, (void)t0, (void)y0, (void)out;
+    return W22_OK;
+}
+static w22_status rec_norm(w22_backend *b, w22_view in, w22_view out, const w22_bweight *g, int silu) {
+    (void)b, (void)in, (void)out, (void)g, (void)silu;
+    return W22_OK;
+}
+static w22_status rec_dupup(w22_backend *b, w22_view out, w22_view in, int ft, int first) {
+    (void)b, (void)out, (void)in, (void)ft, (void)first;
+    return W22_OK;
+}
+static w22_status rec_unpatchify(w22_backend *b, w22_view in, int p, w22_video_dst dst) {
+    (void)b, (void)in, (void)p, (void)dst;
+    return W22_OK;
+}
+static w22_status rec_b(w22_backend *b) { (void)b; return W22_OK; }
+static w22_status rec_fill(w22_backend *b, void *p, size_t n, int v) { (void)b, (void)p, (void)n, (void)v; return W22_OK; }
+static w22_status rec_copy_begin(w22_backend *b, void *d, const void *s, size_t n, int tag) {
+    (void)b, (void)d, (void)s, (void)n, (void)tag;
+    return W22_OK;
+}
+static w22_status rec_copy_wait(w22_backend *b, int tag) { (void)b, (void)tag; return W22_OK; }
+
+/* the tally: GEMMs per path and kernel, and what fell back */
+static const char *const kernel_names[W22_GEMM_KERNELS] = {"scalar", "tma", "rows2d", "rows", "mma 128x32",
+                                                           "mma 128x128", "mma 128x256", "mma 128x96"};
+static long tally[2][W22_GEMM_KERNELS], phases_one, batches[3], gemms, scalar;
+static const char *where; /* the case, for a failure's message */
+
+static void route_one(const w22_mm *g, const char *what) {
+    for (int hopper = 0; hopper <= 1; hopper++) {
+        const char *why = NULL;
+        w22_gemm_kernel k;
+        if (g->batch) {
+            const w22_batch_launch how = w22_route_batch(g, hopper);
+            batches[how]++;
+            if (how == W22_BATCH_TMA) k = W22_GEMM_TMA;
+            else if (how == W22_BATCH_MMA) k = w22_route_mma_tile(g->N, hopper);
+            else {
+                w22_mm one = *g;
+                one.batch = 0, one.a_frames = 0;
+                memset(one.ph_o, 0, sizeof one.ph_o);
+                k = w22_route_gemm(&one, hopper, &why);
+            }
+        } else {
+            k = w22_route_gemm(g, hopper, &why);
+        }
+        tally[hopper][k]++;
+        gemms++;
+        if (k == W22_GEMM_SCALAR && scalar++ < 5)
+            CHECK(0, "census: %s, the %s path: %s (M %d, N %d, cin %d) on the scalar kernel (%s)", where,
+                  hopper ? "Hopper" : "portable", what, g->M, g->N, g->cin, why ? why : "-");
+    }
+}
+
+static w22_conv_operands operands_of(const w22_conv_args *a) {
+    const rec_weight *w = (const rec_weight *)a->weight, *sw = (const rec_weight *)a->sc_weight;
+    w22_conv_operands o = {w->cin, w->cout, w->dev, w->dev_phase, a->bias ? (const float *)w->dev : NULL,
+                           sw ? sw->cin : 0, sw ? sw->dev : NULL, NULL};
+    return o;
+}
+
+/* conv.cu's step and lowering, then the routes */
+static w22_status rec_conv(w22_backend *b, const w22_conv_args *a) {
+    (void)b;
+    const rec_weight *w = (const rec_weight *)a->weight;
+    const w22_conv_operands o = operands_of(a);
+    const int wino = w22_route_wino_weights(w->kt, w->kh, w->kw, w->cin, w->cout, W22_WINO_MIN_DEFAULT);
+    const char *wb = w22_route_winograd_blocker(
+        a, w->cin, w->cout, wino,
+        (size_t)16 * (a->out.w / 2) * ((size_t)(w22_lower_frames(a) + 2) * w->cin + (size_t)w22_lower_frames(a) * w->cout) * 2);
+    w22_mm g;
+    switch (w22_route_conv_step(a, w->phases, a->psum ? "psum" : wb)) {
+    case W22_CONV_PSUM:
+        w22_lower_psum(a, &o, &g);
+        route_one(&g, "the head's partial sums");
+        break;
+    case W22_CONV_PHASES: {
+        w22_mm q[4];
+        w22_lower_direct(a, &o, &g);
+        w22_lower_phases(a, &o, &g, q);
+        if (!w22_route_phases_blocker(q, 1)) phases_one++; /* the Hopper path's one launch */
+        for (int p = 0; p < 4; p++) route_one(&q[p], "an upsample phase");
+        break;
+    }
+    case W22_CONV_WINOGRAD: {
+        w22_lower_direct(a, &o, &g);
+        if (g.sc) {
+            w22_mm q;
+            memset(&q, 0, sizeof q);
+            q.F = g.F, q.H = g.H, q.W = g.W, q.M = g.M, q.N = w->cout;
+            q.a = g.sc, q.a_sf = g.sc_sf, q.a_sh = g.sc_sh, q.a_sw = g.sc_sw;
+            q.cin = g.sc_cin, q.kt = 1, q.ks = 1, q.b = g.scb, q.b_w = w->cout, q.b_sw = g.sc_cin;
+            q.out = g.out, q.o_sf = g.o_sf, q.o_sh = g.o_sh, q.o_sw = g.o_sw;
+            route_one(&q, "a Winograd conv's shortcut");
+        }
+        w22_mm q;
+        void *v, *m;
+        rec_alloc(b, 1 << 20, &v), rec_alloc(b, 1 << 20, &m);
+        w22_lower_wino_batch(g.F, a->out.h / 2, a->out.w / 2, w->cin, w->cout, w->dev, (const bf16 *)v, (bf16 *)m, &q);
+        route_one(&q, "Winograd's batch");
+        break;
+    }
+    default:
+        w22_lower_direct(a, &o, &g);
+        route_one(&g, "a direct conv");
+        break;
+    }
+    return W22_OK;
+}
+
+static w22_status rec_attention(w22_backend *b, w22_view q, w22_view k, w22_view v, w22_view out, void *work,
+                                size_t work_bytes) {
+    (void)k, (void)v, (void)work, (void)work_bytes;
+    const int C = q.c, P = k.h * k.w, Pp = (P + 7) & ~7;
+    void *s, *pm, *vt, *kp;
+    rec_alloc(b, 1 << 20, &s), rec_alloc(b, 1 << 20, &pm), rec_alloc(b, 1 << 20, &vt), rec_alloc(b, 1 << 20, &kp);
+    for (int f = 0; f < q.f; f++) {
+        w22_mm g;
+        w22_lower_attn_scores((const bf16 *)q.ptr + f * q.sf, q.sh, q.sw, q.h, q.w, C, Pp, (const bf16 *)kp,
+                              (float *)s, &g);
+        route_one(&g, "the attention's Q K^T");
+        w22_lower_attn_values((const bf16 *)pm, q.h, q.w, C, Pp, (const bf16 *)vt, (bf16 *)out.ptr + f * out.sf,
+                              out.sh, out.sw, &g);
+        route_one(&g, "the attention's P V");
+    }
+    return W22_OK;
+}
+
+static int deliver_none(w22_decoder *d, const void *staging, int m) { (void)d, (void)staging, (void)m; return 0; }
+
+static w22_backend_ops rec_ops;
+static void ops_init(void) {
+    rec_ops.name = "census";
+    rec_ops.elem_size = 2;
+    rec_ops.alloc = rec_alloc, rec_ops.free = rec_free;
+    rec_ops.weight_upload = rec_upload, rec_ops.weight_free = rec_weight_free, rec_ops.weight_bytes = rec_weight_bytes;
+    rec_ops.to_host = rec_bytes, rec_ops.from_host = rec_bytes, rec_ops.copy_bytes = rec_bytes;
+    rec_ops.zero = rec_view, rec_ops.copy = rec_copy, rec_ops.latents_in = rec_latents;
+    rec_ops.conv = rec_conv, rec_ops.rmsnorm = rec_norm, rec_ops.attention = rec_attention;
+    rec_ops.dupup_add = rec_dupup, rec_ops.unpatchify = rec_unpatchify, rec_ops.sync = rec_b;
+    rec_ops.zero_border = rec_view, rec_ops.fill = rec_fill;
+    rec_ops.copy_begin = rec_copy_begin, rec_ops.copy_wait = rec_copy_wait;
+}
+
+/* A decoder of cfg's model on the recording backend, its weights "uploaded" (shapes only) */
+static w22_decoder *open_rec(w22_backend *b, const w22_config *cfg) {
+    w22_decoder *d = calloc(1, sizeof *d);
+    w22_model_build(cfg, &d->model);
+    d->backend = b, d->rank = 0, d->world = 1, d->frames_per_pass = 2; /* decoder.c's default */
+    d->rank_rows = calloc(2, sizeof *d->rank_rows);
+    for (int i = 0; i < d->model.nweights; i++) {
+        const w22_weight_desc *wd = &d->model.weights[i];
+        const w22_weight_kind kind = (wd->is_gamma || wd->ndim == 1) ? W22_WK_VECTOR : W22_WK_CONV;
+        w22_wsrc none = {NULL, W22_DTYPE_F32, -1};
+        CHECK_OK(rec_upload(b, kind, none, wd->shape, kind == W22_WK_VECTOR ? 1 : wd->ndim, &d->wt[i]));
+    }
+    d->deliver = deliver_none;
+    return d;
+}
+
+int main(void) {
+    ops_init();
+    w22_backend b;
+    memset(&b, 0, sizeof b);
+    b.ops = &rec_ops;
+    b.threads = 1;
+    static const int users[][2] = {{44, 80}, {80, 44}, {45, 80}, {30, 52}, {52, 30}, {64, 64}, {68, 120}, {44, 78},
+                                   {45, 45}, {45, 81}, {33, 57}, {60, 104}, {90, 160}, {135, 240}, {135, 256},
+                                   {101, 159}, {127, 127}, {159, 33}, {160, 160}};
+    for (int mi = 0; mi < 2; mi++) {
+        w22_config cfg;
+        if (mi) w22_config_wan21(&cfg);
+        else w22_config_default(&cfg);
+        w22_decoder *d = open_rec(&b, &cfg);
+        long before = gemms;
+        const int nsizes = 48 * 48 + (int)(sizeof users / sizeof users[0]);
+        for (int i = 0; i < nsizes; i++) {
+            const int h = i < 2304 ? i / 48 + 1 : users[i - 2304][0], w = i < 2304 ? i % 48 + 1 : users[i - 2304][1];
+            char buf[96];
+            snprintf(buf, sizeof buf, "%s latents %dx%d", mi ? "Wan2.1" : "Wan2.2", h, w);
+            where = buf;
+            next_addr = (uintptr_t)0x100000000000ull;
+            w22_status s = w22_plan_prepare(d, h, w);
+            CHECK(s == W22_OK, "%s: the plan: %s", where, w22_last_error());
+            if (s != W22_OK) continue;
+            d->z = (const void *)(uintptr_t)0x7f0000000000ull, d->zt = W22_DTYPE_BF16, d->T = 3;
+            w22_video_shape(&d->model.cfg, 3, h, w, &d->video_frames, &d->video_h, &d->video_w);
+            s = w22_plan_run(d);
+            CHECK(s == W22_OK, "%s: the decode: %s", where, w22_last_error());
+        }
+        printf("%s: %ld GEMMs routed at %d sizes (both paths)\n", mi ? "Wan2.1" : "Wan2.2 TI2V-5B", gemms - before,
+               nsizes);
+        w22_plan_release(d);
+        for (int i = 0; i < d->model.nweights; i++) free(d->wt[i]);
+        free(d->rank_rows);
+        free(d);
+    }
+    CHECK(gemms > 0 && scalar == 0, "census: %ld of %ld GEMMs on the scalar kernel", scalar, gemms);
+    for (int hopper = 1; hopper >= 0; hopper--) {
+        printf("the %s path:", hopper ? "Hopper" : "portable");
+        for (int k = 0; k < W22_GEMM_KERNELS; k++) printf(" %s %ld%s", kernel_names[k], tally[hopper][k],
+                                                          k + 1 < W22_GEMM_KERNELS ? "," : "\n");
+    }
+    printf("upsample phases as one launch on the Hopper path: %ld; batches (both paths): TMA %ld, mma %ld, apart %ld\n",
+           phases_one, batches[W22_BATCH_TMA], batches[W22_BATCH_MMA], batches[W22_BATCH_APART]);
+    /* what the decoder reaches on each path, pinned: the TMA conv on the Hopper path only; the row kernel (conv_rows)
+     * nowhere at one rank (its only callers are the ranks' edge rows); the scalar kernel nowhere */
+    CHECK(tally[0][W22_GEMM_TMA] == 0 && tally[0][W22_GEMM_MMA_BIG] == 0,
+          "the portable path reached a Hopper-only kernel (tma %ld, mma 128x256 %ld)", tally[0][W22_GEMM_TMA],
+          tally[0][W22_GEMM_MMA_BIG]);
+    CHECK(tally[1][W22_GEMM_TMA] > 0 && tally[1][W22_GEMM_ROWS2D] > 0 && tally[0][W22_GEMM_MMA_MID] > 0,
+          "the census reached too little (tma %ld, rows2d %ld, portable mma 128x128 %ld)", tally[1][W22_GEMM_TMA],
+          tally[1][W22_GEMM_ROWS2D], tally[0][W22_GEMM_MMA_MID]);
+    printf("census: %ld GEMMs through exec.c's decode: %ld on the scalar kernel\n", gemms, scalar);
+    return t_finish("test_census");
+}

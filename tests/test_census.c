@@ -6,14 +6,15 @@
  * its own). For both VAEs, at the sizes below (every latent size from 1 to 48 on a side, the sizes users decode, odd
  * ones to 160), T = 3 (a first frame, a pass of two and one of one), on both kernel paths: no GEMM on the scalar
  * kernel, and the GEMM kernels any decode reaches printed per path (what issue 47.10's deletions must rest on: a
- * kernel no decode reaches is not compiled in). One rank: the ranks' edge rows (exec.c's conv_with_halo) are not
- * walked here. */
+ * kernel no decode reaches is not compiled in). Then each rank of 2, 3 and 4 (a comm that moves nothing): the ranks'
+ * row slices, and the edge rows exec.c's conv_with_halo runs apart beside the interior's conv. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cuda/lower.h"
 #include "cuda/route.h"
+#include "dist/comm.h"
 #include "plan/plan_internal.h"
 #include "testutil.h"
 
@@ -89,6 +90,7 @@ static w22_status rec_copy_wait(w22_backend *b, int tag) { (void)b, (void)tag; r
 static const char *const kernel_names[W22_GEMM_KERNELS] = {"scalar", "tma", "rows2d", "rows", "mma 128x32",
                                                            "mma 128x128", "mma 128x256", "mma 128x96"};
 static long tally[2][W22_GEMM_KERNELS], phases_one, batches[3], gemms, scalar;
+static long tally1[2][W22_GEMM_KERNELS]; /* at one rank */
 static const char *where; /* the case, for a failure's message */
 
 static void route_one(const w22_mm *g, const char *what) {
@@ -191,6 +193,15 @@ static w22_status rec_attention(w22_backend *b, w22_view q, w22_view k, w22_view
     return W22_OK;
 }
 
+/* the ranks' comm: nothing moves (the census reads no data) */
+static w22_status comm_exchange(w22_comm *c, w22_backend *b, const w22_xfer *x, int n) {
+    (void)c, (void)b, (void)x, (void)n;
+    return W22_OK;
+}
+static w22_status comm_agree(w22_comm *c, int *ok) { (void)c, (void)ok; return W22_OK; }
+static void comm_abort(w22_comm *c, const char *why) { (void)c, (void)why; }
+static const w22_comm_ops census_comm_ops = {comm_exchange, comm_agree, comm_abort, NULL};
+
 static int deliver_none(w22_decoder *d, const void *staging, int m) { (void)d, (void)staging, (void)m; return 0; }
 
 static w22_backend_ops rec_ops;
@@ -205,14 +216,18 @@ static void ops_init(void) {
     rec_ops.dupup_add = rec_dupup, rec_ops.unpatchify = rec_unpatchify, rec_ops.sync = rec_b;
     rec_ops.zero_border = rec_view, rec_ops.fill = rec_fill;
     rec_ops.copy_begin = rec_copy_begin, rec_ops.copy_wait = rec_copy_wait;
+    rec_ops.side_begin = rec_b, rec_ops.side_end = rec_b, rec_ops.side_join = rec_b; /* the halo's side queue */
 }
 
 /* A decoder of cfg's model on the recording backend, its weights "uploaded" (shapes only) */
-static w22_decoder *open_rec(w22_backend *b, const w22_config *cfg) {
+static w22_decoder *open_rec(w22_backend *b, const w22_config *cfg, w22_comm *comm) {
     w22_decoder *d = calloc(1, sizeof *d);
     w22_model_build(cfg, &d->model);
-    d->backend = b, d->rank = 0, d->world = 1, d->frames_per_pass = 2; /* decoder.c's default */
-    d->rank_rows = calloc(2, sizeof *d->rank_rows);
+    d->backend = b, d->frames_per_pass = 2; /* decoder.c's default */
+    d->comm = comm, d->rank = comm ? comm->rank : 0, d->world = comm ? comm->world : 1;
+    d->rank_rows = calloc((size_t)d->world + 1, sizeof *d->rank_rows);
+    d->rank_off = calloc((size_t)d->world, sizeof *d->rank_off);
+    d->rank_bytes = calloc((size_t)d->world, sizeof *d->rank_bytes);
     for (int i = 0; i < d->model.nweights; i++) {
         const w22_weight_desc *wd = &d->model.weights[i];
         const w22_weight_kind kind = (wd->is_gamma || wd->ndim == 1) ? W22_WK_VECTOR : W22_WK_CONV;
@@ -221,6 +236,13 @@ static w22_decoder *open_rec(w22_backend *b, const w22_config *cfg) {
     }
     d->deliver = deliver_none;
     return d;
+}
+
+static void close_rec(w22_decoder *d) {
+    w22_plan_release(d);
+    for (int i = 0; i < d->model.nweights; i++) free(d->wt[i]);
+    free(d->rank_rows), free(d->rank_off), free(d->rank_bytes);
+    free(d);
 }
 
 int main(void) {
@@ -236,7 +258,9 @@ int main(void) {
         w22_config cfg;
         if (mi) w22_config_wan21(&cfg);
         else w22_config_default(&cfg);
-        w22_decoder *d = open_rec(&b, &cfg);
+        w22_decoder *d = open_rec(&b, &cfg, NULL);
+        long t0[2][W22_GEMM_KERNELS];
+        memcpy(t0, tally, sizeof t0);
         long before = gemms;
         const int nsizes = 48 * 48 + (int)(sizeof users / sizeof users[0]);
         for (int i = 0; i < nsizes; i++) {
@@ -255,12 +279,42 @@ int main(void) {
         }
         printf("%s: %ld GEMMs routed at %d sizes (both paths)\n", mi ? "Wan2.1" : "Wan2.2 TI2V-5B", gemms - before,
                nsizes);
-        w22_plan_release(d);
-        for (int i = 0; i < d->model.nweights; i++) free(d->wt[i]);
-        free(d->rank_rows);
-        free(d);
+        for (int p = 0; p < 2; p++)
+            for (int k = 0; k < W22_GEMM_KERNELS; k++) tally1[p][k] += tally[p][k] - t0[p][k];
+        close_rec(d);
+        /* the ranks: each of 2, 3 and 4 at latent heights from the world up (a row each at least), a few widths */
+        before = gemms;
+        int cases = 0;
+        for (int world = 2; world <= 4; world++)
+            for (int rank = 0; rank < world; rank++) {
+                w22_comm comm = {&census_comm_ops, rank, world, NULL};
+                d = open_rec(&b, &cfg, &comm);
+                for (int h = world; h <= 48; h += h < 12 ? 1 : 7)
+                    for (int wi = 0; wi < 3; wi++) {
+                        const int w = wi == 0 ? 7 : wi == 1 ? 30 : 80;
+                        char buf[96];
+                        snprintf(buf, sizeof buf, "%s latents %dx%d, rank %d of %d", mi ? "Wan2.1" : "Wan2.2", h, w,
+                                 rank, world);
+                        where = buf;
+                        next_addr = (uintptr_t)0x100000000000ull;
+                        w22_status s = w22_plan_prepare(d, h, w);
+                        CHECK(s == W22_OK, "%s: the plan: %s", where, w22_last_error());
+                        if (s != W22_OK) continue;
+                        d->z = (const void *)(uintptr_t)0x7f0000000000ull, d->zt = W22_DTYPE_BF16, d->T = 3;
+                        w22_video_shape(&d->model.cfg, 3, h, w, &d->video_frames, &d->video_h, &d->video_w);
+                        s = w22_plan_run(d);
+                        CHECK(s == W22_OK, "%s: the decode: %s", where, w22_last_error());
+                        cases++;
+                    }
+                close_rec(d);
+            }
+        printf("%s: %ld GEMMs routed in %d rank slices (both paths)\n", mi ? "Wan2.1" : "Wan2.2 TI2V-5B",
+               gemms - before, cases);
     }
     CHECK(gemms > 0 && scalar == 0, "census: %ld of %ld GEMMs on the scalar kernel", scalar, gemms);
+    printf("at one rank, the row kernel (conv_rows): %ld GEMMs on the Hopper path, %ld on the portable one; with the "
+           "ranks: %ld and %ld (their edge rows)\n", tally1[1][W22_GEMM_ROWS], tally1[0][W22_GEMM_ROWS],
+           tally[1][W22_GEMM_ROWS], tally[0][W22_GEMM_ROWS]);
     for (int hopper = 1; hopper >= 0; hopper--) {
         printf("the %s path:", hopper ? "Hopper" : "portable");
         for (int k = 0; k < W22_GEMM_KERNELS; k++) printf(" %s %ld%s", kernel_names[k], tally[hopper][k],
@@ -268,8 +322,7 @@ int main(void) {
     }
     printf("upsample phases as one launch on the Hopper path: %ld; batches (both paths): TMA %ld, mma %ld, apart %ld\n",
            phases_one, batches[W22_BATCH_TMA], batches[W22_BATCH_MMA], batches[W22_BATCH_APART]);
-    /* what the decoder reaches on each path, pinned: the TMA conv on the Hopper path only; the row kernel (conv_rows)
-     * nowhere at one rank (its only callers are the ranks' edge rows); the scalar kernel nowhere */
+    /* what the decoder reaches on each path, pinned: the TMA conv on the Hopper path only; the scalar kernel nowhere */
     CHECK(tally[0][W22_GEMM_TMA] == 0 && tally[0][W22_GEMM_MMA_BIG] == 0,
           "the portable path reached a Hopper-only kernel (tma %ld, mma 128x256 %ld)", tally[0][W22_GEMM_TMA],
           tally[0][W22_GEMM_MMA_BIG]);

@@ -87,10 +87,9 @@ static w22_status rec_copy_begin(w22_backend *b, void *d, const void *s, size_t 
 static w22_status rec_copy_wait(w22_backend *b, int tag) { (void)b, (void)tag; return W22_OK; }
 
 /* the tally: GEMMs per path and kernel, and what fell back */
-static const char *const kernel_names[W22_GEMM_KERNELS] = {"scalar", "tma", "rows2d", "rows", "mma 128x32",
+static const char *const kernel_names[W22_GEMM_KERNELS] = {"scalar", "tma", "rows2d", "mma 128x32",
                                                            "mma 128x128", "mma 128x256", "mma 128x96"};
 static long tally[2][W22_GEMM_KERNELS], phases_one, batches[3], gemms, scalar;
-static long tally1[2][W22_GEMM_KERNELS]; /* at one rank */
 static const char *where; /* the case, for a failure's message */
 
 static void route_one(const w22_mm *g, const char *what) {
@@ -259,8 +258,6 @@ int main(void) {
         if (mi) w22_config_wan21(&cfg);
         else w22_config_default(&cfg);
         w22_decoder *d = open_rec(&b, &cfg, NULL);
-        long t0[2][W22_GEMM_KERNELS];
-        memcpy(t0, tally, sizeof t0);
         long before = gemms;
         const int nsizes = 48 * 48 + (int)(sizeof users / sizeof users[0]);
         for (int i = 0; i < nsizes; i++) {
@@ -279,8 +276,6 @@ int main(void) {
         }
         printf("%s: %ld GEMMs routed at %d sizes (both paths)\n", mi ? "Wan2.1" : "Wan2.2 TI2V-5B", gemms - before,
                nsizes);
-        for (int p = 0; p < 2; p++)
-            for (int k = 0; k < W22_GEMM_KERNELS; k++) tally1[p][k] += tally[p][k] - t0[p][k];
         close_rec(d);
         /* the ranks: each of 2, 3 and 4 at latent heights from the world up (a row each at least), a few widths */
         before = gemms;
@@ -312,9 +307,6 @@ int main(void) {
                gemms - before, cases);
     }
     CHECK(gemms > 0 && scalar == 0, "census: %ld of %ld GEMMs on the scalar kernel", scalar, gemms);
-    printf("at one rank, the row kernel (conv_rows): %ld GEMMs on the Hopper path, %ld on the portable one; with the "
-           "ranks: %ld and %ld (their edge rows)\n", tally1[1][W22_GEMM_ROWS], tally1[0][W22_GEMM_ROWS],
-           tally[1][W22_GEMM_ROWS], tally[0][W22_GEMM_ROWS]);
     for (int hopper = 1; hopper >= 0; hopper--) {
         printf("the %s path:", hopper ? "Hopper" : "portable");
         for (int k = 0; k < W22_GEMM_KERNELS; k++) printf(" %s %ld%s", kernel_names[k], tally[hopper][k],

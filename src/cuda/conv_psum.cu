@@ -13,7 +13,7 @@
  * GEMM runs N + 1 (w22_psum_tmp_channels), its last row of B the zero row that weights_gpu.cu puts after every
  * 3x3x3 conv weight of odd cout, its last output channel in the scratch never read.
  *
- * Which kernel runs (1): N = 36 is not a multiple of 128 (no wgmma) and above the row conv's 16 (conv_rows.cu), so
+ * Which kernel runs (1): N = 36 is not a multiple of 128 (no wgmma), so
  * the 2D tiles' three-channel-block variant (conv_rows2d.cu, `rows2d 16x32x48`: each input pixel loaded once per
  * 32-channel slice for all nine taps, fp32 stores) from 6 rows on; under 6 rows, the mma.sync kernel's 128 x 128 tile (conv_sm90_mma.cu), which gathers A per tap. */
 #include "cuda_internal.h"

@@ -1,8 +1,8 @@
 /* conv_out (the 3x3(x3) conv with N <= 16 output channels: 256 -> 12) and the head's partial-sums conv_out GEMM
  * (conv_psum.cu: N = 36, kt 1, fp32 out) on 2D tiles that serve all nine spatial taps from one shared-memory tile.
- * They run the shapes route.h's w22_route_rows_blocker takes with H >= 6; the row kernel (conv_rows.cu) the
- * shorter ones; 16 < N <= 48 runs here or on the mma kernel (route.h decides). docs/PERF.md v14: conv_out 1.95x
- * faster than on the row kernel, whose tiles of one output row fetched each input pixel from L2 three times per dt.
+ * They run the shapes route.h's w22_route_rows_blocker takes (from 6 rows on; shorter ones go to the mma kernel).
+ * docs/PERF.md v14: conv_out 1.95x faster than on the row kernel of one-row tiles (deleted in session 37, no decode
+ * reaching it), whose tiles fetched each input pixel from L2 three times per dt.
  *
  * A tile is 16 output rows x 32 columns; per (dt, 32-channel slice) it loads the 18 x 34 input pixels around it
  * once, and every tap (dy, dx) reads its window of that tile by ldmatrix row addresses. Block = 256 threads (8 warps

@@ -261,7 +261,7 @@ w22_status w22_cuda_gemm_init(w22_cuda *c) {
     /* Qualifying GEMMs run on the wgmma conv (conv_sm90_wgmma.cu, conv_sm90_wgmma_tma.cu): sm_90a code, the Hopper
      * path's alone (its kernels have no image for another GPU) */
     if (c->hopper) W22_TRY(w22_cuda_wgmma_init(c));
-    W22_TRY(w22_cuda_rows_init(c));
+    W22_TRY(w22_cuda_rows2d_init(c));
     return W22_OK;
 }
 
@@ -308,7 +308,7 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
     const w22_gemm_kernel k = w22_route_gemm(g, hopper, &why); /* route.h */
     c->route.kernel = k, c->route.why = why, c->route.launches = 0, c->route.ran_kernel = W22_GEMM_SCALAR;
     if (k == W22_GEMM_TMA) return w22_cuda_gemm_wgmma(c, g, what);
-    if (k == W22_GEMM_ROWS2D || k == W22_GEMM_ROWS) return w22_cuda_gemm_rows(c, g, what);
+    if (k == W22_GEMM_ROWS2D) return w22_cuda_gemm_rows2d(c, g, what);
     if (k == W22_GEMM_SCALAR) {
         c->last_path = why;
         c->route.ran_kernel = W22_GEMM_SCALAR;

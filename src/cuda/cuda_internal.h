@@ -158,11 +158,8 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what);
  * them (route.h's w22_route_phases_blocker), else four w22_cuda_gemm calls. */
 w22_status w22_cuda_gemm_phases(w22_cuda *c, const w22_mm q[4], const char *what);
 w22_status w22_cuda_gemm_scalar(w22_cuda *c, const w22_mm *g, const char *what);
-/* conv_rows.cu: the 3x3(x3) conv with N <= 16 (conv_out) on row tiles or, where route.h's w22_route_rows2d_takes,
- * on the 2D tiles of conv_rows2d.cu, N <= 48 on the 2D tiles alone (the Hopper path's) */
-w22_status w22_cuda_rows_init(w22_cuda *c);
-w22_status w22_cuda_gemm_rows(w22_cuda *c, const w22_mm *g, const char *what);
-/* conv_rows2d.cu: its init and launch (for the path's tiles) */
+/* conv_rows2d.cu: the centred 3x3(x3) convs of N <= 48 (N <= 16 on the portable path) from 6 rows on (conv_out's
+ * partial sums): its init and launch (for the path's tiles) */
 w22_status w22_cuda_rows2d_init(w22_cuda *c);
 w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_mm *g, const char *what);
 /* conv_psum.cu: the conv op with w22_conv_args.psum (the causal history as partial sums): a GEMM of the three

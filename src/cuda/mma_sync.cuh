@@ -1,4 +1,4 @@
-/* The mma.sync kernels' PTX wrappers (conv_sm90_mma.cu, conv_rows.cu): 16-byte cp.async with zero fill, its
+/* The mma.sync kernels' PTX wrappers (conv_sm90_mma.cu, conv_rows2d.cu): 16-byte cp.async with zero fill, its
  * groups, ldmatrix, mma.sync m16n8k16 bf16 -> fp32, and the 128-byte-row XOR swizzle both kernels' shared-memory
  * tiles use. */
 #ifndef W22_MMA_SYNC_CUH

@@ -12,8 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "cuda/lower.h"
-#include "cuda/route.h"
+#include "conv_gemms.h"
 #include "dist/comm.h"
 #include "plan/plan_internal.h"
 #include "testutil.h"
@@ -125,52 +124,16 @@ static w22_conv_operands operands_of(const w22_conv_args *a) {
     return o;
 }
 
-/* conv.cu's step and lowering, then the routes */
+/* conv.cu's step and lowering (conv_gemms.h), then the routes */
 static w22_status rec_conv(w22_backend *b, const w22_conv_args *a) {
     (void)b;
     const rec_weight *w = (const rec_weight *)a->weight;
     const w22_conv_operands o = operands_of(a);
-    const int wino = w22_route_wino_weights(w->kt, w->kh, w->kw, w->cin, w->cout, W22_WINO_MIN_DEFAULT);
-    const char *wb = w22_route_winograd_blocker(
-        a, w->cin, w->cout, wino,
-        (size_t)16 * (a->out.w / 2) * ((size_t)(w22_lower_frames(a) + 2) * w->cin + (size_t)w22_lower_frames(a) * w->cout) * 2);
-    w22_mm g;
-    switch (w22_route_conv_step(a, w->phases, a->psum ? "psum" : wb)) {
-    case W22_CONV_PSUM:
-        w22_lower_psum(a, &o, &g);
-        route_one(&g, "the head's partial sums");
-        break;
-    case W22_CONV_PHASES: {
-        w22_mm q[4];
-        w22_lower_direct(a, &o, &g);
-        w22_lower_phases(a, &o, &g, q);
-        if (!w22_route_phases_blocker(q, 1)) phases_one++; /* the Hopper path's one launch */
-        for (int p = 0; p < 4; p++) route_one(&q[p], "an upsample phase");
-        break;
-    }
-    case W22_CONV_WINOGRAD: {
-        w22_lower_direct(a, &o, &g);
-        if (g.sc) {
-            w22_mm q;
-            memset(&q, 0, sizeof q);
-            q.F = g.F, q.H = g.H, q.W = g.W, q.M = g.M, q.N = w->cout;
-            q.a = g.sc, q.a_sf = g.sc_sf, q.a_sh = g.sc_sh, q.a_sw = g.sc_sw;
-            q.cin = g.sc_cin, q.kt = 1, q.ks = 1, q.b = g.scb, q.b_w = w->cout, q.b_sw = g.sc_cin;
-            q.out = g.out, q.o_sf = g.o_sf, q.o_sh = g.o_sh, q.o_sw = g.o_sw;
-            route_one(&q, "a Winograd conv's shortcut");
-        }
-        w22_mm q;
-        void *v, *m;
-        rec_alloc(b, 1 << 20, &v), rec_alloc(b, 1 << 20, &m);
-        w22_lower_wino_batch(g.F, a->out.h / 2, a->out.w / 2, w->cin, w->cout, w->dev, (const bf16 *)v, (bf16 *)m, &q);
-        route_one(&q, "Winograd's batch");
-        break;
-    }
-    default:
-        w22_lower_direct(a, &o, &g);
-        route_one(&g, "a direct conv");
-        break;
-    }
+    lowered gs[5];
+    const int n = conv_gemms(a, &o, w->kt, w->kh, w->kw, w->phases, "a direct conv", gs);
+    if (n == 4 && !w22_route_phases_blocker((const w22_mm[4]){gs[0].g, gs[1].g, gs[2].g, gs[3].g}, 1))
+        phases_one++; /* the Hopper path's one launch */
+    for (int i = 0; i < n; i++) route_one(&gs[i].g, gs[i].what);
     return W22_OK;
 }
 
@@ -237,6 +200,19 @@ static w22_decoder *open_rec(w22_backend *b, const w22_config *cfg, w22_comm *co
     return d;
 }
 
+/* One decode of T = 3 at latents h x w through exec.c, its GEMMs routed (label: the case, for a failure) */
+static void census_decode(w22_decoder *d, int h, int w, const char *label) {
+    where = label;
+    next_addr = (uintptr_t)0x100000000000ull;
+    w22_status s = w22_plan_prepare(d, h, w);
+    CHECK(s == W22_OK, "%s: the plan: %s", where, w22_last_error());
+    if (s != W22_OK) return;
+    d->z = (const void *)(uintptr_t)0x7f0000000000ull, d->zt = W22_DTYPE_BF16, d->T = 3;
+    w22_video_shape(&d->model.cfg, 3, h, w, &d->video_frames, &d->video_h, &d->video_w);
+    s = w22_plan_run(d);
+    CHECK(s == W22_OK, "%s: the decode: %s", where, w22_last_error());
+}
+
 static void close_rec(w22_decoder *d) {
     w22_plan_release(d);
     for (int i = 0; i < d->model.nweights; i++) free(d->wt[i]);
@@ -264,15 +240,7 @@ int main(void) {
             const int h = i < 2304 ? i / 48 + 1 : users[i - 2304][0], w = i < 2304 ? i % 48 + 1 : users[i - 2304][1];
             char buf[96];
             snprintf(buf, sizeof buf, "%s latents %dx%d", mi ? "Wan2.1" : "Wan2.2", h, w);
-            where = buf;
-            next_addr = (uintptr_t)0x100000000000ull;
-            w22_status s = w22_plan_prepare(d, h, w);
-            CHECK(s == W22_OK, "%s: the plan: %s", where, w22_last_error());
-            if (s != W22_OK) continue;
-            d->z = (const void *)(uintptr_t)0x7f0000000000ull, d->zt = W22_DTYPE_BF16, d->T = 3;
-            w22_video_shape(&d->model.cfg, 3, h, w, &d->video_frames, &d->video_h, &d->video_w);
-            s = w22_plan_run(d);
-            CHECK(s == W22_OK, "%s: the decode: %s", where, w22_last_error());
+            census_decode(d, h, w, buf);
         }
         printf("%s: %ld GEMMs routed at %d sizes (both paths)\n", mi ? "Wan2.1" : "Wan2.2 TI2V-5B", gemms - before,
                nsizes);
@@ -290,15 +258,7 @@ int main(void) {
                         char buf[96];
                         snprintf(buf, sizeof buf, "%s latents %dx%d, rank %d of %d", mi ? "Wan2.1" : "Wan2.2", h, w,
                                  rank, world);
-                        where = buf;
-                        next_addr = (uintptr_t)0x100000000000ull;
-                        w22_status s = w22_plan_prepare(d, h, w);
-                        CHECK(s == W22_OK, "%s: the plan: %s", where, w22_last_error());
-                        if (s != W22_OK) continue;
-                        d->z = (const void *)(uintptr_t)0x7f0000000000ull, d->zt = W22_DTYPE_BF16, d->T = 3;
-                        w22_video_shape(&d->model.cfg, 3, h, w, &d->video_frames, &d->video_h, &d->video_w);
-                        s = w22_plan_run(d);
-                        CHECK(s == W22_OK, "%s: the decode: %s", where, w22_last_error());
+                        census_decode(d, h, w, buf);
                         cases++;
                     }
                 close_rec(d);

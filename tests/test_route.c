@@ -7,6 +7,7 @@
 #include <string.h>
 #include "cuda/route.h"
 #include "cuda/lower.h"
+#include "conv_gemms.h"
 #include "model/model.h"
 #include "testutil.h"
 
@@ -247,10 +248,6 @@ static void step_cases(void) {
  * exec.c passes them (channels-last views, a one-pixel border where ks is 3, the history frames in the caches), lowered
  * by lower.h, the functions conv.cu and conv_psum.cu lower through; the attention's products as attention.cu forms
  * them. At most eight, each with what it is. */
-typedef struct {
-    const char *what;
-    w22_mm g;
-} lowered;
 #define W22_LOWERED_MAX 8
 
 /* A view of f frames of h x w x c at fake, 256-byte aligned addresses (nothing is read): a one-pixel border where
@@ -288,44 +285,6 @@ static w22_conv_operands operands(int cin, int cout) {
     return o;
 }
 
-/* One conv's GEMMs as the backend runs them (conv.cu): its step from route.h (phases for an upsample, Winograd where
- * the default threshold made its weights and the blocker takes it, with the whole frame as its band as the backend's
- * own scratch gives, else direct), then lower.h's GEMMs: a Winograd conv's shortcut GEMM and its batch of 16. */
-static void conv_gemms(const conv_call *k, const w22_conv_operands *o, const char *what, lowered *out, int *n) {
-    const w22_conv_args *a = &k->a;
-    const int wino = w22_route_wino_weights(a->kt, a->ks, a->ks, o->cin, o->cout, W22_WINO_MIN_DEFAULT);
-    const char *wb = w22_route_winograd_blocker(a, o->cin, o->cout, wino,
-                                                16L * (a->out.w / 2) * ((w22_lower_frames(a) + 2L) * o->cin +
-                                                                         (long)w22_lower_frames(a) * o->cout) * 2);
-    w22_mm g;
-    w22_lower_direct(a, o, &g);
-    switch (w22_route_conv_step(a, a->upsample, wb)) {
-    case W22_CONV_PHASES: {
-        w22_mm q[4];
-        w22_lower_phases(a, o, &g, q);
-        for (int p = 0; p < 4; p++) out[(*n)++] = (lowered){"upsample phase", q[p]};
-        break;
-    }
-    case W22_CONV_WINOGRAD: {
-        if (g.sc) { /* winograd.cu: the shortcut's 1x1 GEMM first */
-            w22_mm q;
-            memset(&q, 0, sizeof q);
-            q.F = g.F, q.H = g.H, q.W = g.W, q.M = g.M, q.N = o->cout;
-            q.a = g.sc, q.a_sf = g.sc_sf, q.a_sh = g.sc_sh, q.a_sw = g.sc_sw;
-            q.cin = g.sc_cin, q.kt = 1, q.ks = 1, q.b = g.scb, q.b_w = o->cout, q.b_sw = g.sc_cin;
-            q.out = g.out, q.o_sf = g.o_sf, q.o_sh = g.o_sh, q.o_sw = g.o_sw;
-            out[(*n)++] = (lowered){"winograd's shortcut", q};
-        }
-        w22_mm q;
-        w22_lower_wino_batch(g.F, a->out.h / 2, a->out.w / 2, o->cin, o->cout, (const bf16 *)(WTS + 0xc0000000ull),
-                             (const bf16 *)(RES + 0x100000000ull), (bf16 *)(RES + 0x200000000ull), &q);
-        out[(*n)++] = (lowered){"winograd batch", q};
-        break;
-    }
-    default: out[(*n)++] = (lowered){what, g}; break;
-    }
-}
-
 /* The kernel a lowered GEMM runs on (a batch: one launch of the TMA conv or of the mma.sync kernel, else a component
  * apart), and why not a faster one */
 static w22_gemm_kernel route_lowered(const w22_mm *g, int hopper, const char **why) {
@@ -357,11 +316,11 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
         break;
     case W22_L_CONV_IN:
         conv_call_make(&k, F, H, W, ci, co, 3, 3, 1);
-        conv_gemms(&k, &o, "3x3x3 conv_in", out, &n);
+        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, "3x3x3 conv_in", out + n);
         break;
     case W22_L_RESBLOCK: {
         conv_call_make(&k, F, H, W, ci, co, 3, 3, 1);
-        conv_gemms(&k, &o, "conv1", out, &n);
+        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, "conv1", out + n);
         conv_call_make(&k, F, H, W, co, co, 3, 3, 1);
         o = operands(co, co);
         if (ci != co) { /* the 1x1 shortcut as extra K (exec.c's run_resblock passes it to conv2) */
@@ -372,7 +331,8 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
             k.res = k.a.out;
             k.a.residual = &k.res;
         }
-        conv_gemms(&k, &o, ci != co ? "conv2 + shortcut" : "conv2 + residual", out, &n);
+        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, ci != co ? "conv2 + shortcut" : "conv2 + residual",
+                        out + n);
         break;
     }
     case W22_L_ATTN: {
@@ -421,7 +381,7 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
             k.a.dup_in = &k.dup, k.a.dup_ft = L->temporal ? 2 : 1;
         }
         o = operands(ci, co);
-        conv_gemms(&k, &o, "upsample", out, &n);
+        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, "upsample", out + n);
         break;
     }
     case W22_L_HEAD: { /* the three temporal taps as one 3x3 GEMM of even N, fp32 (conv_psum.cu) */
@@ -431,8 +391,7 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
         k.a.psum = &k.ps;
         k.a.psum_tmp = view_at(OUT + 0x10000000000ull, F, H, W, w22_psum_tmp_channels(co), 0);
         k.a.psum_tmp.es = 4, k.a.psum_tmp.sh *= 1;
-        out[n].what = "conv_out partial sums";
-        w22_lower_psum(&k.a, &o, &out[n++].g);
+        n += conv_gemms(&k.a, &o, 3, 3, 3, 0, "conv_out", out + n);
         break;
     }
     default: break;

@@ -142,6 +142,20 @@ static inline void w22_lower_psum(const w22_conv_args *a, const w22_conv_operand
     g->o_sf = tmp->sf, g->o_sh = tmp->sh, g->o_sw = tmp->sw;
 }
 
+/* A Winograd conv's 1x1 shortcut (winograd.cu): from the conv's direct GEMM g (w22_lower_direct, g->sc set), its own
+ * GEMM with the shortcut's bias and the residual, into g's output first; the Winograd output transform then adds the
+ * transformed conv to it. */
+static inline void w22_lower_wino_shortcut(const w22_mm *g, w22_mm *q) {
+    memset(q, 0, sizeof *q);
+    q->F = g->F, q->H = g->H, q->W = g->W, q->M = g->M, q->N = g->N;
+    q->a = g->sc, q->a_sf = g->sc_sf, q->a_sh = g->sc_sh, q->a_sw = g->sc_sw;
+    q->cin = g->sc_cin, q->kt = 1, q->ks = 1;
+    q->b = g->scb, q->b_w = g->N, q->b_sw = g->sc_cin;
+    q->bias = g->sc_bias;
+    q->out = g->out, q->o_sf = g->o_sf, q->o_sh = g->o_sh, q->o_sw = g->o_sw;
+    q->res = g->res, q->r_sf = g->r_sf, q->r_sh = g->r_sh, q->r_sw = g->r_sw;
+}
+
 /* Winograd F(2x2, 3x3)'s 16 component GEMMs for a band of hh tile rows (winograd.cu's wino_band) as one batch GEMM:
  * component xi reads its transformed input V + xi vcs (F + 2 frames of hh x w2 tiles, cin; the three temporal taps
  * as K = 3 cin) and its weights dev_wino + xi cout 3 cin, and writes M + xi mcs (F frames, cout). Where the

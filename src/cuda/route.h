@@ -347,6 +347,12 @@ static inline const char *w22_route_winograd_blocker(const w22_conv_args *a, int
     return NULL;
 }
 
+/* The scratch of one Winograd tile row (two output rows) of a conv of F output frames, w2 tile columns: V (16
+ * components of F + 2 input frames, cin) and M (16 components of F frames, cout), bf16 (winograd.cu's bands). */
+static inline size_t w22_route_wino_row_bytes(int F, int w2, int cin, int cout) {
+    return (size_t)16 * w2 * ((size_t)(F + 2) * cin + (size_t)F * cout) * 2;
+}
+
 /* The Winograd threshold when W22_WINOGRAD is unset: the 3x3x3 convs of 512 channels and up (v18's A/B). */
 #define W22_WINO_MIN_DEFAULT 512
 

@@ -181,16 +181,10 @@ int w22_cuda_winograd_min_cin(void) {
 
 /* The 16 components' weights of a 3x3x3 conv weight (float [cout][cin][3][3][3]): component xi's B operand
  * [cout][dt][cin] bf16 (K-major, K = 3 cin), the components contiguous. G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]. */
-/* Scratch bytes per tile row (two output rows) of a conv of F output frames: V (16 components of F + 2 input
- * frames, cin) and M (16 components of F frames, cout), bf16. */
-static size_t wino_row_bytes(int F, int w2, int ci, int co) {
-    return (size_t)16 * w2 * ((size_t)(F + 2) * ci + (size_t)F * co) * 2;
-}
-
 /* Whether conv a takes the Winograd path (route.h's rule); NULL: it does, else why not. */
 const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w) {
     return w22_route_winograd_blocker(a, w->cin, w->cout, w->dev_wino != NULL,
-                                      wino_row_bytes(a->out.f, a->out.w / 2, w->cin, w->cout));
+                                      w22_route_wino_row_bytes(a->out.f, a->out.w / 2, w->cin, w->cout));
 }
 
 /* One band: tile rows [ty0, ty0 + hh) of the output (rows 2 ty0..), the 16 GEMMs and both transforms, V and M the
@@ -243,7 +237,7 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_mm 
 
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_mm *g) {
     const int F = g->F, h2 = a->out.h / 2, w2 = a->out.w / 2, ci = w->cin, co = w->cout, FI = F + 2;
-    const size_t row = wino_row_bytes(F, w2, ci, co);
+    const size_t row = w22_route_wino_row_bytes(F, w2, ci, co);
     /* the caller's free memory (a decode's: plan.c's w22_stage_free), else the backend's own grow-only scratch;
      * bands of equal height, as few as fit */
     const int own = !a->work;
@@ -265,14 +259,7 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
     long rsf = g->r_sf, rsh = g->r_sh, rsw = g->r_sw;
     if (g->sc) { /* the shortcut's 1x1 GEMM (its bias, and the residual if any) into out first, then added */
         w22_mm q;
-        memset(&q, 0, sizeof q);
-        q.F = F, q.H = g->H, q.W = g->W, q.M = g->M, q.N = co;
-        q.a = g->sc, q.a_sf = g->sc_sf, q.a_sh = g->sc_sh, q.a_sw = g->sc_sw;
-        q.cin = g->sc_cin, q.kt = 1, q.ks = 1;
-        q.b = g->scb, q.b_w = co, q.b_sw = g->sc_cin;
-        q.bias = g->sc_bias;
-        q.out = g->out, q.o_sf = g->o_sf, q.o_sh = g->o_sh, q.o_sw = g->o_sw;
-        q.res = g->res, q.r_sf = g->r_sf, q.r_sh = g->r_sh, q.r_sw = g->r_sw;
+        w22_lower_wino_shortcut(g, &q); /* lower.h */
         const int part = w22_cuda_prof_part_begin(c);
         W22_TRY(w22_cuda_gemm(c, &q, "conv (winograd: the shortcut)"));
         w22_cuda_prof_part_end(c, part, 2.0 * q.M * co * q.cin, 0, "winograd: the shortcut's 1x1 GEMM %d->%d", q.cin, co);

@@ -14,7 +14,7 @@ mkdir -p .carry
 # the GPU programs a single-GPU call runs (CARRY_TESTS to choose; cuda_nccl needs several GPUs): each fat program is
 # ~5-6 MB packed, and the call carries at most 64 MiB with .whl and the working tree (session 36: all of them 67 MiB)
 tests=${CARRY_TESTS:-cuda_ops cuda_decode cuda_dit cuda_sequence cuda_budget cuda_large cuda_interrupt}
-files=($D/commit.txt $D/libwan22vae.so $D/wan22vae $(for t in $tests; do echo $D/tests/$t; done))
+files=($D/commit.txt $D/libwan22vae.so $D/wan22vae $D/bench/bits $(for t in $tests; do echo $D/tests/$t; done))
 strip --strip-debug "${files[@]:1}"
 tar -czf .carry/$D.tgz "${files[@]}"
 ls -la .carry/

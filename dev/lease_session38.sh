@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Session 38's device calls: what tests/GPU_RUNS.md holds due, the most needed first. Plan 1 proves main after 0db9212
+# (lower.h, route.h's phase and batch answers, the row kernel deleted: never run on a GPU) against the CPU backend and
+# bit for bit against 0db9212 on both paths; plan 2 was branch wino256's experiment (lost, deleted; its build no longer
+# carried); plan 3 the scripts and 4K sizes;
+# plans 4-6 the six-clip checked bench. Every result is written as
+# it comes (suite.txt one line a program, logs.tgz re-packed after each), so a call cut short still returns what ran.
+# Two builds travel, both for sm_90a alone (what an H100 runs of the fat build; half the carry): build-run/ at this
+# checkout (.carry/build-run.tgz) and build-base/ at the baseline commit (.carry/build-base.tgz), each made
+# here by dev/lease_build.sh (BUILD_DIR, CUDA_ARCHS=90a). diffusers and pytest's deps as wheels in .whl/.
+#   carry: [".whl", ".carry"]; command: LEASE_SECONDS=540 PLAN=1 bash dev/lease_session38.sh
+set -u
+O=${OUT:-/tmp/w22-lease}
+L=/tmp/w22-lease-logs
+mkdir -p "$O" "$L"
+for t in .carry/*.tgz; do tar -xzf "$t"; done
+end=$(($(date +%s) + ${LEASE_SECONDS:-540}))
+S=$O/suite.txt
+echo "build-run: $(cat build-run/commit.txt 2>/dev/null)  build-base: $(cat build-base/commit.txt 2>/dev/null)  plan ${PLAN:-1}  $(date -u +%FT%TZ)" > "$S"
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,memory.used --format=csv,noheader >> "$S" 2>&1
+(nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader -lms 1000 > "$O/clock.txt" 2>&1 &)
+if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$L/pip.log" 2>&1; then export PYTHONPATH=/tmp/site; else echo "wheels: FAILED $(tail -n 2 $L/pip.log)" >> "$S"; fi
+export PYTHONUNBUFFERED=1 W22_LIB=$PWD/build-run/libwan22vae.so
+fail=0
+run() { # NAME SECONDS COMMAND...
+    local name=$1 limit=$2 start left rc
+    shift 2
+    left=$((end - $(date +%s)))
+    if [ "$left" -lt 15 ]; then echo "$name: skipped (the budget is spent)" >> "$S"; fail=$((fail + 1)); return; fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    start=$(date +%s)
+    timeout "$limit" "$@" > "$L/$name.log" 2>&1
+    rc=$?
+    [ "$rc" -ne 0 ] && fail=$((fail + 1))
+    echo "$name: $([ $rc -eq 0 ] && echo ok || echo "FAILED (rc $rc)"), $(($(date +%s) - start)) s: $(tail -n 1 "$L/$name.log")" >> "$S"
+    tar -C "$L" -czf "$O/logs.tgz" . 2>/dev/null
+}
+B=build-run
+MERGE=${MERGE:-bench/results/six.json}
+A=build-base
+C="$(cat $B/commit.txt 2>/dev/null)"
+P="env W22_KERNELS=portable"
+case ${PLAN:-1} in
+1)
+    # GPU_RUNS item 0: main's kernels against the CPU backend on both paths and both VAEs, the call sequence, then
+    # the same bits as 0db9212 (build-base) on both paths with f121's time beside it, then portable cuda_large whole
+    run cuda_ops 60 $B/tests/cuda_ops
+    run cuda_ops_portable 60 $P $B/tests/cuda_ops
+    run cuda_decode 60 $B/tests/cuda_decode
+    run cuda_decode_portable 60 $P $B/tests/cuda_decode
+    run cuda_decode_wan21 60 $B/tests/cuda_decode wan21
+    run cuda_seq12 60 $B/tests/cuda_sequence 30 64 12
+    run cuda_seq12_portable 60 $P $B/tests/cuda_sequence 30 64 12
+    mkdir -p "$O/ab" "$O/ab_portable"
+    run bits_ab 150 bash bench/ab.sh $A $B 2 "$O/ab"
+    run bits_ab_portable 120 $P bash bench/ab.sh $A $B 1 "$O/ab_portable"
+    run cuda_large_portable 150 $P $B/tests/cuda_large
+    ;;
+2)
+    # GPU_RUNS item 1: branch wino256 (build-wino/: the plan keeps each stage's Winograd band free, backend.h's
+    # conv_work) beside build-run/ (main) on the same machine: W22_WINOGRAD=256 on both paths, f121's ops and time;
+    # its correctness on the portable path; main's Wan2.1 with W22_WINOGRAD=384; then the checking mode
+    W=build-wino
+    run base_time_portable 30 $P $B/tests/cuda_decode --time 31 2
+    run wino_time_portable 30 $P W22_WINOGRAD=256 $W/tests/cuda_decode --time 31 2
+    run base_time_portable2 30 $P $B/tests/cuda_decode --time 31 2
+    run wino_time_portable2 30 $P W22_WINOGRAD=256 $W/tests/cuda_decode --time 31 2
+    run base_time_hopper 30 $B/tests/cuda_decode --time 31 2
+    run wino_time_hopper 30 env W22_WINOGRAD=256 $W/tests/cuda_decode --time 31 2
+    run wino_prof_portable 40 $P W22_PROFILE=1 W22_WINOGRAD=256 $W/tests/cuda_decode --time 31 2
+    run wino_decode_portable 40 $P W22_WINOGRAD=256 $W/tests/cuda_decode
+    run wan21_w384 90 env W22_WINOGRAD=384 python3 bench/wan21.py --workload w720 --no-diffusers --no-audit --json "$O/wan21-w384.json"
+    run cuda_seq34 120 $B/tests/cuda_sequence 24 48 34
+    run cuda_seq34_portable 120 $P $B/tests/cuda_sequence 24 48 34
+    ;;
+3)
+    # GPU_RUNS items 3-4: the scripts not run since session 29, then the 4K cases of bench/sizes.py
+    run cuda_epi_tma 120 env BUILD=$B bash tests/cuda_epi_tma.sh
+    run cuda_profile 90 env BUILD=$B bash tests/cuda_profile.sh
+    run cuda_sanitize 200 env BUILD=$B bash tests/cuda_sanitize.sh
+    run sizes_4k 200 python3 bench/sizes.py --commit "$C" --json "$O/sizes-4k.json" --cases $(python3 -c "import sys; sys.path.insert(0, 'bench'); import sizes; print(' '.join(c[0] for c in sizes.CASES if c[3] >= 100))")
+    ;;
+4)
+    # the six-clip checked bench (issue 46), call 1 of 3: f1 f5 f17 f121
+    run bench_six1 560 python3 bench/bench.py --workload f1 f5 f17 f121 --commit "$C" --json "$O/six1.json"
+    ;;
+5)
+    run bench_six2 560 python3 bench/bench.py --workload f241 --commit "$C" --merge "$MERGE" --json "$O/six2.json"
+    ;;
+6)
+    run bench_six3 590 python3 bench/bench.py --workload f481 --commit "$C" --merge "$MERGE" --json "$O/six3.json"
+    ;;
+esac
+echo "lease: $fail of the programs failed or were skipped" >> "$S"
+cat "$S"

@@ -91,6 +91,42 @@ case ${PLAN:-1} in
 6)
     run bench_six3 590 python3 bench/bench.py --workload f481 --commit "$C" --merge "$MERGE" --json "$O/six3.json"
     ;;
+7)
+    # branch pbig (build-pbig/: W22_EXP_PTILE=big|big3 puts the portable path's N >= 256 GEMMs on the 128 x 256 mma.sync
+    # tile, 4 or 3 stages, with the Hopper's shared memory) beside main's portable path, alternating; its correctness
+    # against the CPU backend; then Wan2.1 1280x720x81 with W22_WINOGRAD=384 beside the default (GPU_RUNS item 5)
+    X=build-pbig
+    for r in 1 2; do
+        run base_portable_$r 30 $P $B/tests/cuda_decode --time 31 2
+        run pbig_big_$r 30 $P W22_EXP_PTILE=big $X/tests/cuda_decode --time 31 2
+        run pbig_big3_$r 30 $P W22_EXP_PTILE=big3 $X/tests/cuda_decode --time 31 2
+    done
+    run pbig_prof 30 $P W22_EXP_PTILE=big W22_PROFILE=1 $X/tests/cuda_decode --time 31 1
+    run pbig_decode_big 40 $P W22_EXP_PTILE=big $X/tests/cuda_decode
+    run pbig_decode_big3 40 $P W22_EXP_PTILE=big3 $X/tests/cuda_decode
+    for r in 1 2; do
+        run wan21_default_$r 45 python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --commit "$C" --json "$O/wan21-default-$r.json"
+        run wan21_w384_$r 45 env W22_WINOGRAD=384 python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --commit "$C" --json "$O/wan21-w384-$r.json"
+    done
+    ;;
+8)
+    # issue 47.10-11's plain ops (route.h's section 4; the norms' and the DupUp's one-channel forms and group<8>
+    # deleted, the open's refusal of feature channels not a multiple of 8): against the CPU backend on both paths,
+    # the same bits as build-base (5eb0787) on both, then GPU_RUNS items 3-4
+    run cuda_ops 60 $B/tests/cuda_ops
+    run cuda_ops_portable 60 $P $B/tests/cuda_ops
+    run cuda_decode 60 $B/tests/cuda_decode
+    run cuda_decode_portable 60 $P $B/tests/cuda_decode
+    run cuda_decode_wan21 60 $B/tests/cuda_decode wan21
+    mkdir -p "$O/ab" "$O/ab_portable"
+    run bits_ab 150 bash bench/ab.sh $A $B 2 "$O/ab"
+    run bits_ab_portable 120 $P bash bench/ab.sh $A $B 1 "$O/ab_portable"
+    run cuda_seq12 60 $B/tests/cuda_sequence 30 64 12
+    run cuda_profile 60 env BUILD=$B bash tests/cuda_profile.sh
+    run cuda_epi_tma 90 env BUILD=$B bash tests/cuda_epi_tma.sh
+    run cuda_sanitize 200 env BUILD=$B bash tests/cuda_sanitize.sh
+    run sizes_4k 200 python3 bench/sizes.py --no-fp32 --commit "$C" --json "$O/sizes-4k.json" --cases $(python3 -c "import sys; sys.path.insert(0, 'bench'); import sizes; print(' '.join(c[0] for c in sizes.CASES if c[3] >= 100))")
+    ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"
 cat "$S"

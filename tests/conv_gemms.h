@@ -3,7 +3,9 @@
  * with the whole frame as its band, as the backend's own scratch gives, else direct), then lower.h's GEMMs. Shared
  * by the two censuses: tests/test_route.c's (its own arguments per layer) and tests/test_census.c's (exec.c's).
  * kt, kh, kw: the weight's; phases: the backend made its phase weights. Nothing is read through any pointer (the
- * Winograd scratch is a fake address). Returns the GEMMs (at most 5), each with what it is. */
+ * Winograd scratch is a fake address). Returns the GEMMs (at most 5), each with what it is; conv_dup_apart says
+ * whether the conv's DupUp residual runs as the separate dupup_add kernel after them (conv.cu: the phases did not
+ * fuse it). */
 #ifndef W22_TEST_CONV_GEMMS_H
 #define W22_TEST_CONV_GEMMS_H
 
@@ -15,6 +17,7 @@ typedef struct {
     const char *what;
     w22_mm g;
 } lowered;
+static int conv_dup_apart; /* the last conv_gemms call's */
 
 static int conv_gemms(const w22_conv_args *a, const w22_conv_operands *o, int kt, int kh, int kw, int phases,
                       const char *what, lowered out[5]) {
@@ -24,6 +27,7 @@ static int conv_gemms(const w22_conv_args *a, const w22_conv_operands *o, int kt
                                                                          o->cout));
     int n = 0;
     w22_mm g;
+    conv_dup_apart = a->dup_in != NULL; /* until the phases fuse it */
     switch (w22_route_conv_step(a, phases, a->psum ? "psum" : wb)) {
     case W22_CONV_PSUM:
         w22_lower_psum(a, o, &g);
@@ -32,7 +36,7 @@ static int conv_gemms(const w22_conv_args *a, const w22_conv_operands *o, int kt
     case W22_CONV_PHASES: {
         w22_mm q[4];
         w22_lower_direct(a, o, &g);
-        w22_lower_phases(a, o, &g, q);
+        if (w22_lower_phases(a, o, &g, q)) conv_dup_apart = 0;
         for (int p = 0; p < 4; p++) out[n++] = (lowered){"an upsample phase", q[p]};
         break;
     }

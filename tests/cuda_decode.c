@@ -193,6 +193,24 @@ int main(int argc, char **argv) {
     const int timing21 = argc > 1 && strcmp(argv[1], "--time-wan21") == 0;
     const int only21 = argc > 1 && strcmp(argv[1], "wan21") == 0, only_ti2v = argc > 1 && strcmp(argv[1], "ti2v") == 0;
     if (!timing && !timing21 && !only21) {
+    /* feature channels not a multiple of 8 (base_dim 12: 48, 24 and 12 channels): refused at the open, naming the
+     * CPU backend (decoder.c; the norm and DupUp kernels take 8 channels a thread: route.h) */
+    {
+        w22_config odd = narrow;
+        odd.base_dim = 12;
+        w22_weights *w = NULL;
+        CHECK_OK(w22_weights_synthetic(&odd, 1, &w));
+        w22_decoder_params p;
+        w22_decoder_params_init(&p);
+        p.device = W22_DEVICE_CUDA;
+        w22_decoder *d = NULL;
+        const w22_status s = w22_decoder_open(w, &p, &d);
+        CHECK(s == W22_ERR_UNSUPPORTED && !d && strstr(w22_last_error(), "multiples of 8") &&
+                  strstr(w22_last_error(), "CPU backend"),
+              "base_dim 12 on CUDA: status %d, %s", (int)s, w22_last_error());
+        w22_decoder_free(d);
+        w22_weights_free(w);
+    }
     one_case("narrow T=1 4x4", narrow, 1, 4, 4, 1);
     one_case("narrow T=2 3x5", narrow, 2, 3, 5, 3);
     one_case("narrow T=5 5x3", narrow, 5, 5, 3, 2);

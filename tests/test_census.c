@@ -7,7 +7,8 @@
  * ones to 160), T = 3 (a first frame, a pass of two and one of one), on both kernel paths: no GEMM on the scalar
  * kernel, and the GEMM kernels any decode reaches printed per path (what issue 47.10's deletions must rest on: a
  * kernel no decode reaches is not compiled in). Then each rank of 2, 3 and 4 (a comm that moves nothing): the ranks'
- * row slices, and the edge rows exec.c's conv_with_halo runs apart beside the interior's conv. */
+ * row slices, and the edge rows exec.c's conv_with_halo runs apart beside the interior's conv. The plain ops too
+ * (norms, copies, zeros, borders, DupUps: route.h's section 4), path-independent, pinned below. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,19 +59,51 @@ static w22_status rec_upload(w22_backend *b, w22_weight_kind kind, w22_wsrc src,
 static void rec_weight_free(w22_backend *b, w22_bweight *w) { (void)b, free(w); }
 static size_t rec_weight_bytes(const w22_bweight *w) { (void)w; return 0; }
 static w22_status rec_bytes(w22_backend *b, void *d, const void *s, size_t n) { (void)b, (void)d, (void)s, (void)n; return W22_OK; }
-static w22_status rec_view(w22_backend *b, w22_view v) { (void)b, (void)v; return W22_OK; }
-static w22_status rec_copy(w22_backend *b, w22_view d, w22_view s) { (void)b, (void)d, (void)s; return W22_OK; }
+/* the plain ops' kernels (route.h's section 4), path-independent: the norm's kernel, and for the copy, the zero, the
+ * border and the DupUp whether they run 8 channels a thread (1) or one (0) */
+enum { OP_COPY, OP_ZERO, OP_BORDER, OP_DUPUP, OP_N };
+static const char *const op_names[OP_N] = {"copy", "zero", "zero_border", "dupup_add"};
+static const char *const norm_names[W22_NORM_KERNELS + 1] = {"rows<1>", "rows<2>", "rows<4>", "group<16>",
+                                                             "group<32>", "pixel", "none"};
+static long norm_tally[W22_NORM_KERNELS + 1], op_tally[OP_N][2];
+static const char *where; /* the case, for a failure's message */
+static void plain_one(int op, int vec, const w22_view *v) {
+    op_tally[op][vec]++;
+    if (!vec && op_tally[op][0] <= 3)
+        printf("  %s: %s of %dx%dx%dx%d (strides %ld %ld %ld) one channel a thread\n", where, op_names[op], v->f, v->h,
+               v->w, v->c, v->sf, v->sh, v->sw);
+}
+static w22_status rec_zero(w22_backend *b, w22_view v) {
+    (void)b;
+    plain_one(OP_ZERO, w22_route_copy(&v, NULL), &v);
+    return W22_OK;
+}
+static w22_status rec_border(w22_backend *b, w22_view v) {
+    (void)b;
+    plain_one(OP_BORDER, w22_route_vec8(&v), &v);
+    return W22_OK;
+}
+static w22_status rec_copy(w22_backend *b, w22_view d, w22_view s) {
+    (void)b;
+    plain_one(OP_COPY, w22_route_copy(&d, &s), &d);
+    return W22_OK;
+}
 static w22_status rec_latents(w22_backend *b, const void *z, w22_dtype zt, int C, int T, int H, int W, int t0, int y0,
                               w22_view out) {
     (void)b, (void)z, (void)zt, (void)C, (void)T, (void)H, (void)W, (void)t0, (void)y0, (void)out;
     return W22_OK;
 }
 static w22_status rec_norm(w22_backend *b, w22_view in, w22_view out, const w22_bweight *g, int silu) {
-    (void)b, (void)in, (void)out, (void)g, (void)silu;
+    (void)b, (void)silu;
+    const w22_norm_kernel k = w22_route_norm(&in, &out, ((const rec_weight *)g)->dev);
+    if (k == W22_NORM_NONE && norm_tally[k] < 3)
+        CHECK(0, "%s: an rmsnorm of %dx%dx%dx%d no norm kernel takes", where, in.f, in.h, in.w, in.c);
+    norm_tally[k]++;
     return W22_OK;
 }
 static w22_status rec_dupup(w22_backend *b, w22_view out, w22_view in, int ft, int first) {
-    (void)b, (void)out, (void)in, (void)ft, (void)first;
+    (void)b, (void)in, (void)ft, (void)first;
+    plain_one(OP_DUPUP, w22_route_vec8(&out), &out);
     return W22_OK;
 }
 static w22_status rec_unpatchify(w22_backend *b, w22_view in, int p, w22_video_dst dst) {
@@ -89,7 +122,6 @@ static w22_status rec_copy_wait(w22_backend *b, int tag) { (void)b, (void)tag; r
 static const char *const kernel_names[W22_GEMM_KERNELS] = {"scalar", "tma", "rows2d", "mma 128x32",
                                                            "mma 128x128", "mma 128x256", "mma 128x96"};
 static long tally[2][W22_GEMM_KERNELS], phases_one, batches[3], gemms, scalar;
-static const char *where; /* the case, for a failure's message */
 
 static void route_one(const w22_mm *g, const char *what) {
     for (int hopper = 0; hopper <= 1; hopper++) {
@@ -134,6 +166,7 @@ static w22_status rec_conv(w22_backend *b, const w22_conv_args *a) {
     if (n == 4 && !w22_route_phases_blocker((const w22_mm[4]){gs[0].g, gs[1].g, gs[2].g, gs[3].g}, 1))
         phases_one++; /* the Hopper path's one launch */
     for (int i = 0; i < n; i++) route_one(&gs[i].g, gs[i].what);
+    if (conv_dup_apart) plain_one(OP_DUPUP, w22_route_vec8(&a->out), &a->out); /* conv.cu's dupup_add after */
     return W22_OK;
 }
 
@@ -173,10 +206,10 @@ static void ops_init(void) {
     rec_ops.alloc = rec_alloc, rec_ops.free = rec_free;
     rec_ops.weight_upload = rec_upload, rec_ops.weight_free = rec_weight_free, rec_ops.weight_bytes = rec_weight_bytes;
     rec_ops.to_host = rec_bytes, rec_ops.from_host = rec_bytes, rec_ops.copy_bytes = rec_bytes;
-    rec_ops.zero = rec_view, rec_ops.copy = rec_copy, rec_ops.latents_in = rec_latents;
+    rec_ops.zero = rec_zero, rec_ops.copy = rec_copy, rec_ops.latents_in = rec_latents;
     rec_ops.conv = rec_conv, rec_ops.rmsnorm = rec_norm, rec_ops.attention = rec_attention;
     rec_ops.dupup_add = rec_dupup, rec_ops.unpatchify = rec_unpatchify, rec_ops.sync = rec_b;
-    rec_ops.zero_border = rec_view, rec_ops.fill = rec_fill;
+    rec_ops.zero_border = rec_border, rec_ops.fill = rec_fill;
     rec_ops.copy_begin = rec_copy_begin, rec_ops.copy_wait = rec_copy_wait;
     rec_ops.side_begin = rec_b, rec_ops.side_end = rec_b, rec_ops.side_join = rec_b; /* the halo's side queue */
 }
@@ -282,5 +315,40 @@ int main(void) {
           "the census reached too little (tma %ld, rows2d %ld, portable mma 128x128 %ld)", tally[1][W22_GEMM_TMA],
           tally[1][W22_GEMM_ROWS2D], tally[0][W22_GEMM_MMA_MID]);
     printf("census: %ld GEMMs through exec.c's decode: %ld on the scalar kernel\n", gemms, scalar);
+    /* The plain ops (route.h's section 4): every norm of a decode on a kernel (none on NONE, which the decoder's open
+     * makes sure of on CUDA by refusing feature channels not a multiple of 8), pinned with the kernels each reaches;
+     * the separate DupUp kernel in no decode of either VAE (the conv fuses their DupUps: dupup.cu); the copies, zeros
+     * and borders of a decode 8 channels a thread (the one-channel forms stay for what a decode does not make: a
+     * video buffer of the caller's at any address, latents of z_dim not a multiple of 8). */
+    CHECK(norm_tally[W22_NORM_NONE] == 0 && norm_tally[W22_NORM_ROWS1] && norm_tally[W22_NORM_ROWS4] &&
+              norm_tally[W22_NORM_GROUP16] && norm_tally[W22_NORM_GROUP32] && norm_tally[W22_NORM_PIXEL8],
+          "the norms' kernels: none %ld, rows<1> %ld, rows<4> %ld, group<16> %ld, group<32> %ld, pixel %ld",
+          norm_tally[W22_NORM_NONE], norm_tally[W22_NORM_ROWS1], norm_tally[W22_NORM_ROWS4],
+          norm_tally[W22_NORM_GROUP16], norm_tally[W22_NORM_GROUP32], norm_tally[W22_NORM_PIXEL8]);
+    CHECK(op_tally[OP_DUPUP][0] + op_tally[OP_DUPUP][1] == 0, "the separate DupUp ran %ld times",
+          op_tally[OP_DUPUP][0] + op_tally[OP_DUPUP][1]);
+    for (int op = 0; op < OP_N; op++)
+        CHECK(op_tally[op][0] == 0, "%s one channel a thread %ld times", op_names[op], op_tally[op][0]);
+    CHECK(op_tally[OP_COPY][1] > 0 && op_tally[OP_BORDER][1] > 0, "the census saw no copy (%ld) or border (%ld)",
+          op_tally[OP_COPY][1], op_tally[OP_BORDER][1]);
+    /* the open's rule (decoder.c): both VAEs pass it, configs of feature channels not a multiple of 8 do not */
+    for (int mi = 0; mi < 4; mi++) {
+        w22_config cfg;
+        if (mi % 2) w22_config_wan21(&cfg);
+        else w22_config_default(&cfg);
+        if (mi >= 2) cfg.base_dim = 12; /* 48, 24, 12 (TI2V-5B's structure); Wan2.1's: 48, 24, 12 and 6 */
+        w22_model *m = malloc(sizeof *m);
+        w22_model_build(&cfg, m);
+        const char *at;
+        const int c = w22_model_feature_channels_off(m, 8, &at);
+        CHECK(mi < 2 ? c == 0 : c == 12 && strstr(at, "up_blocks"), "%s base_dim %d: feature channels off 8: %d at %s",
+              w22_model_name(&cfg), cfg.base_dim, c, at);
+        free(m);
+    }
+    printf("the norms:");
+    for (int k = 0; k <= W22_NORM_KERNELS; k++)
+        printf(" %s %ld%s", norm_names[k], norm_tally[k], k < W22_NORM_KERNELS ? "," : "\n");
+    for (int op = 0; op < OP_N; op++)
+        printf("%s: 8 channels a thread %ld, one %ld\n", op_names[op], op_tally[op][1], op_tally[op][0]);
     return t_finish("test_census");
 }

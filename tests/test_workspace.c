@@ -18,6 +18,7 @@
  * spans (above), and at these even sizes no Winograd conv needs its direct weights on the device. */
 #include <stdlib.h>
 #include <string.h>
+#include "cuda/route.h"
 #include "plan/plan_internal.h"
 #include "testutil.h"
 
@@ -131,8 +132,8 @@ static size_t cuda_weight_bytes(const w22_model *m) {
             continue;
         }
         const int64_t cout = w->shape[0], cin = w->shape[1];
-        const int wino = w->ndim == 5 && w->shape[2] == 3 && w->shape[3] == 3 && w->shape[4] == 3 && cin >= 512 &&
-                         cout >= 512;
+        const int wino = w->ndim == 5 && w22_route_wino_weights((int)w->shape[2], (int)w->shape[3], (int)w->shape[4],
+                                                                (int)cin, (int)cout, W22_WINO_MIN_DEFAULT);
         if (wino) {
             n += (size_t)16 * cout * 3 * cin * 2;
             continue;

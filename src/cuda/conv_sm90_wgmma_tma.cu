@@ -208,9 +208,6 @@ w22_status w22_cuda_wgmma_tma_init(w22_cuda *c) {
     return W22_OK;
 }
 
-/* NULL when this kernel takes a GEMM that route.h's w22_route_wgmma_blocker passes, else why not (route.h) */
-const char *w22_cuda_wgmma_tma_blocker(const w22_mm *g) { return w22_route_tma_blocker(g); }
-
 #include "tma_maps.cuh" /* the host side's tensor maps: the pixels' im2col maps, the TMA store's */
 
 /* The split tail's partial accumulators: one slot per piece, 128 fp32 accumulators per consumer thread. */

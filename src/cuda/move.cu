@@ -26,17 +26,6 @@ __global__ void w22_copy_kernel(bf16 *dst, long dsf, long dsh, long dsw, const b
     }
 }
 
-static int vec8_ok(const w22_view *v) {
-    return v->c % 8 == 0 && (uintptr_t)v->ptr % 16 == 0 && v->sf % 8 == 0 && v->sh % 8 == 0 && v->sw % 8 == 0;
-}
-
-/* A view of one channel whose pixels are adjacent along the row (sw == 1: the video's planes) as rows of W
- * channels: the same elements, but 16-byte accesses where W allows (the video delivery's 121 x 3 plane copies ran
- * one element per thread, 12.6 ms of f121 at ~0.1 TB/s). */
-static w22_view fold_row(w22_view v) {
-    if (v.c == 1 && v.sw == 1) v.c = v.w, v.w = 1, v.sw = v.c;
-    return v;
-}
 
 static unsigned grid_for(long total, int threads) {
     long b = (total + threads - 1) / threads;
@@ -54,12 +43,9 @@ static w22_status copy_or_zero(w22_cuda *c, w22_view dst, const w22_view *src) {
     if (src) W22_TRY(w22_cuda_check_view(c, src, 0, "copy src"));
     const long elems = (long)dst.f * dst.h * dst.w * dst.c;
     if (elems <= 0) return W22_OK;
-    w22_view fd = fold_row(dst), fs = src ? fold_row(*src) : fd;
-    if (fd.c != dst.c && (!src || fs.c != src->c)) { /* both folded (the same W): copy rows of W channels */
-        dst = fd;
-        if (src) src = &fs;
-    }
-    const int vec = vec8_ok(&dst) && (!src || vec8_ok(src));
+    w22_view sv = src ? *src : dst;
+    if (src) src = &sv;
+    const int vec = w22_route_copy(&dst, src ? &sv : NULL); /* route.h: rows of W channels where both views fold */
     const bf16 *sp = src ? (const bf16 *)src->ptr : NULL;
     const long ssf = src ? src->sf : 0, ssh = src ? src->sh : 0, ssw = src ? src->sw : 0;
     if (vec)
@@ -103,7 +89,7 @@ w22_status w22_cuda_zero_border(w22_backend *b, w22_view v) {
     W22_TRY(w22_cuda_check_view(c, &v, 1, "zero_border"));
     const long total = (long)v.f * (2 * (v.w + 2) + 2 * v.h) * v.c;
     if (total <= 0) return W22_OK;
-    if (vec8_ok(&v)) /* strides of whole vectors: the border's pixels are as aligned as the interior's */
+    if (w22_route_vec8(&v)) /* route.h; strides of whole vectors: the border's pixels are as aligned as the interior's */
         w22_zero_border_kernel<8><<<grid_for(total / 8, 256), 256, 0, c->stream>>>((bf16 *)v.ptr, v.sf, v.sh, v.sw, v.f,
                                                                                v.h, v.w, v.c);
     else

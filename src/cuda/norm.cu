@@ -1,7 +1,7 @@
-/* RMS norm over channels, per pixel, with optional SiLU: out = x / max(||x||, 1e-12) * sqrt(C) * gamma. One warp
- * per pixel, fp32 statistics; 16-byte loads when C % 8 == 0 and the views allow, else one element per lane. The
- * pixel is read twice (sum of squares, then scale); the second read hits L1/L2. In place (out == in) is fine: a
- * lane writes only elements it has read in both passes. */
+/* RMS norm over channels, per pixel, with optional SiLU: out = x / max(||x||, 1e-12) * sqrt(C) * gamma, fp32
+ * statistics, 16-byte accesses (8 channels a lane: the views' starts and strides whole vectors, C % 8 == 0, which every
+ * decode's views are: route.h's w22_route_norm picks the kernel and refuses others). In place (out == in) is fine in
+ * each kernel: a lane writes only elements it has read. */
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_internal.h"
@@ -12,9 +12,10 @@
  * below a of about -88, exp(-a) is inf and the result 0 (the limit). */
 static __device__ __forceinline__ float w22_silu(float a) { return __fdividef(a, 1.f + __expf(-a)); }
 
-template <int VEC>
+/* A warp a pixel, 8 channels a lane (C > 256 not a multiple of 256: the Wan2.1 decoder's 384). The pixel is read twice
+ * (sum of squares, then scale); the second read hits L1/L2. */
 __global__ void w22_rmsnorm_kernel(const bf16 *in, long isf, long ish, long isw, bf16 *out, long osf, long osh, long osw,
-                               const float *gamma, int F, int H, int W, int C, int silu) {
+                                   const float *gamma, int F, int H, int W, int C, int silu) {
     const long pix = (long)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (pix >= (long)F * H * W) return;
@@ -22,40 +23,29 @@ __global__ void w22_rmsnorm_kernel(const bf16 *in, long isf, long ish, long isw,
     const bf16 *ip = in + f * isf + y * ish + x * isw;
     bf16 *op = out + f * osf + y * osh + x * osw;
     float ss = 0.f;
-    for (int c = lane * VEC; c < C; c += 32 * VEC) {
-        if (VEC == 8) {
-            uint4 u = *(const uint4 *)(ip + c);
-            const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
+    for (int c = lane * 8; c < C; c += 32 * 8) {
+        uint4 u = *(const uint4 *)(ip + c);
+        const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float2 v = __bfloat1622float2(h2[k]);
-                ss += v.x * v.x + v.y * v.y;
-            }
-        } else {
-            float v = __bfloat162float(ip[c]);
-            ss += v * v;
+        for (int k = 0; k < 4; k++) {
+            float2 v = __bfloat1622float2(h2[k]);
+            ss += v.x * v.x + v.y * v.y;
         }
     }
 #pragma unroll
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float scale = sqrtf((float)C) / fmaxf(sqrtf(ss), 1e-12f);
-    for (int c = lane * VEC; c < C; c += 32 * VEC) {
-        if (VEC == 8) {
-            uint4 u = *(const uint4 *)(ip + c);
-            __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
+    for (int c = lane * 8; c < C; c += 32 * 8) {
+        uint4 u = *(const uint4 *)(ip + c);
+        __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float2 v = __bfloat1622float2(h2[k]);
-                float a = v.x * scale * gamma[c + 2 * k], b = v.y * scale * gamma[c + 2 * k + 1];
-                if (silu) a = w22_silu(a), b = w22_silu(b);
-                h2[k] = __floats2bfloat162_rn(a, b);
-            }
-            *(uint4 *)(op + c) = u;
-        } else {
-            float a = __bfloat162float(ip[c]) * scale * gamma[c];
-            if (silu) a = w22_silu(a);
-            op[c] = __float2bfloat16_rn(a);
+        for (int k = 0; k < 4; k++) {
+            float2 v = __bfloat1622float2(h2[k]);
+            float a = v.x * scale * gamma[c + 2 * k], b = v.y * scale * gamma[c + 2 * k + 1];
+            if (silu) a = w22_silu(a), b = w22_silu(b);
+            h2[k] = __floats2bfloat162_rn(a, b);
         }
+        *(uint4 *)(op + c) = u;
     }
 }
 
@@ -162,7 +152,7 @@ __global__ void __launch_bounds__(256) w22_rmsnorm_rows_kernel(const bf16 *in, l
 }
 
 /* The rows kernel takes two pixels per warp (v10; one, v5-v9's, and four ran slower at 512 and 1024 channels:
- * docs/PERF.md v13); the per-pixel kernel takes what it does not (other channel counts, unaligned views). */
+ * docs/PERF.md v13); the lane groups C <= 256 otherwise, the per-pixel kernel the rest (route.h's w22_route_norm). */
 w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22_bweight *gw, int silu) {
     w22_cuda *c = cuda_of(b);
     const w22_cuda_weight *g = (const w22_cuda_weight *)gw;
@@ -179,41 +169,38 @@ w22_status w22_cuda_rmsnorm(w22_backend *b, w22_view in, w22_view out, const w22
     if (pixels == 0 || in.c == 0) return W22_OK;
     const int warps = 8;
     const long blocks = (pixels + warps - 1) / warps;
-    const int vec = in.c % 8 == 0 && (uintptr_t)in.ptr % 16 == 0 && (uintptr_t)out.ptr % 16 == 0 && in.sf % 8 == 0 &&
-                    in.sh % 8 == 0 && in.sw % 8 == 0 && out.sf % 8 == 0 && out.sh % 8 == 0 && out.sw % 8 == 0;
-    const int nv = in.c / 256;
-    if (vec && in.c % 256 == 0 && (nv == 1 || nv == 2 || nv == 4) &&
-        (uintptr_t)g->dev % 16 == 0 && (long)in.f * in.h < 65536) {
+    const w22_norm_kernel k = w22_route_norm(&in, &out, g->dev); /* route.h */
+    if (k == W22_NORM_NONE)
+        return w22_fail(W22_ERR_UNSUPPORTED, "cuda rmsnorm: C %d with strides %ld %ld %ld / %ld %ld %ld: the kernels take "
+                        "views of whole 16-byte vectors (C a multiple of 8, 16-byte aligned starts and strides)", in.c,
+                        in.sf, in.sh, in.sw, out.sf, out.sh, out.sw);
+    if (k <= W22_NORM_ROWS4) {
         const int pix = 2; /* pixels per warp */
         const dim3 grid((in.w + 8 * pix - 1) / (8 * pix), in.f * in.h);
 #define W22_NORM_ROWS(NV, P)                                                                                   \
     w22_rmsnorm_rows_kernel<NV, P><<<grid, 256, 0, c->stream>>>((const bf16 *)in.ptr, in.sf, in.sh, in.sw,    \
                                                                 (bf16 *)out.ptr, out.sf, out.sh, out.sw,       \
                                                                 (const float *)g->dev, in.h, in.w, silu)
-#define W22_NORM_NV(P) (nv == 1 ? W22_NORM_ROWS(1, P) : nv == 2 ? W22_NORM_ROWS(2, P) : W22_NORM_ROWS(4, P))
-        W22_NORM_NV(2);
-#undef W22_NORM_NV
+        if (k == W22_NORM_ROWS1) W22_NORM_ROWS(1, 2);
+        else if (k == W22_NORM_ROWS2) W22_NORM_ROWS(2, 2);
+        else W22_NORM_ROWS(4, 2);
 #undef W22_NORM_ROWS
-    } else if (vec && in.c <= 256 && (uintptr_t)g->dev % 16 == 0) {
-        /* LP lanes a pixel: the power of two that holds C / 8 chunks */
-        const int lp = in.c <= 64 ? 8 : in.c <= 128 ? 16 : 32;
+    } else if (k <= W22_NORM_GROUP32) {
+        /* LP lanes a pixel: the power of two that holds C / 8 chunks (C <= 64 on 16, half of them idle) */
+        const int lp = k == W22_NORM_GROUP16 ? 16 : 32;
         const long gblocks = (pixels + warps * (32 / lp) - 1) / (warps * (32 / lp));
 #define W22_NORM_GROUP(LP)                                                                                     \
     w22_rmsnorm_group_kernel<LP><<<(unsigned)gblocks, warps * 32, 0, c->stream>>>(                              \
         (const bf16 *)in.ptr, in.sf, in.sh, in.sw, (bf16 *)out.ptr, out.sf, out.sh, out.sw, (const float *)g->dev, \
         in.f, in.h, in.w, in.c, silu)
-        if (lp == 8) W22_NORM_GROUP(8);
-        else if (lp == 16) W22_NORM_GROUP(16);
+        if (lp == 16) W22_NORM_GROUP(16);
         else W22_NORM_GROUP(32);
 #undef W22_NORM_GROUP
-    } else if (vec)
-        w22_rmsnorm_kernel<8><<<(unsigned)blocks, warps * 32, 0, c->stream>>>(
+    } else {
+        w22_rmsnorm_kernel<<<(unsigned)blocks, warps * 32, 0, c->stream>>>(
             (const bf16 *)in.ptr, in.sf, in.sh, in.sw, (bf16 *)out.ptr, out.sf, out.sh, out.sw,
             (const float *)g->dev, in.f, in.h, in.w, in.c, silu);
-    else
-        w22_rmsnorm_kernel<1><<<(unsigned)blocks, warps * 32, 0, c->stream>>>(
-            (const bf16 *)in.ptr, in.sf, in.sh, in.sw, (bf16 *)out.ptr, out.sf, out.sh, out.sw,
-            (const float *)g->dev, in.f, in.h, in.w, in.c, silu);
+    }
     CU_LAUNCHED(c, "rmsnorm");
     return W22_OK;
 }

@@ -551,6 +551,56 @@ static inline int w22_route_tma_store_batch(const w22_mm *g) {
     return 1;
 }
 
+/* ---- 4. The plain ops (norm.cu, move.cu, dupup.cu): memory-bound, 8 channels a thread (one 16-byte access) ----
+ * tests/test_census.c asks these for every norm, copy, zero, border and DupUp a decode of either VAE issues, at every
+ * size and rank count, on the recording backend: what no decode reaches is not compiled in (issue 47.10). */
+
+/* A bf16 view whose start and strides are whole 16-byte vectors and whose channels fill them. */
+static inline int w22_route_vec8(const w22_view *v) {
+    return v->c % 8 == 0 && w22_al16(v->ptr) && v->sf % 8 == 0 && v->sh % 8 == 0 && v->sw % 8 == 0;
+}
+
+/* A view of one channel whose pixels are adjacent along the row (sw 1: the video's planes) as rows of W channels:
+ * the same elements, but 16-byte accesses where W allows (the video delivery's 121 x 3 plane copies ran one element
+ * per thread, 12.6 ms of f121 at ~0.1 TB/s). */
+static inline w22_view w22_route_fold_row(w22_view v) {
+    if (v.c == 1 && v.sw == 1) v.c = v.w, v.w = 1, v.sw = v.c;
+    return v;
+}
+
+/* A copy (src NULL: a zero) as the kernel runs it: both views folded into rows where both fold (*dst, *src
+ * rewritten), then 1 where every view takes 8 channels a thread, 0 where one does not. */
+static inline int w22_route_copy(w22_view *dst, w22_view *src) {
+    const w22_view fd = w22_route_fold_row(*dst), fs = src ? w22_route_fold_row(*src) : fd;
+    if (fd.c != dst->c && (!src || fs.c != src->c)) {
+        *dst = fd;
+        if (src) *src = fs;
+    }
+    return w22_route_vec8(dst) && (!src || w22_route_vec8(src));
+}
+
+/* The rmsnorm's kernel (norm.cu), by the views and gamma's address: a warp's two pixels in registers for C = 256,
+ * 512, 1024 (rows; its grid's y counts F x H rows, at most 65535); lane groups of 16 or 32 for the other C up to 256
+ * (the Wan2.1 decoder's 96 and 192; C <= 64, narrow test configs, on 16 with lanes idle); a warp a pixel otherwise
+ * (384), 8 channels a lane. NONE: views not of whole 16-byte vectors, which no decode makes (its buffers are
+ * cudaMalloc'd and the decoder's open refuses feature channels not a multiple of 8: w22_model_feature_channels_off;
+ * tests/test_census.c counts every norm of both VAEs' decodes); the op fails on them. */
+typedef enum {
+    W22_NORM_ROWS1, W22_NORM_ROWS2, W22_NORM_ROWS4, /* C / 256 */
+    W22_NORM_GROUP16, W22_NORM_GROUP32,             /* lanes a pixel */
+    W22_NORM_PIXEL8,                                /* a warp a pixel */
+    W22_NORM_NONE,
+    W22_NORM_KERNELS = W22_NORM_NONE
+} w22_norm_kernel;
+static inline w22_norm_kernel w22_route_norm(const w22_view *in, const w22_view *out, const void *gamma) {
+    if (!w22_route_vec8(in) || !w22_route_vec8(out)) return W22_NORM_NONE;
+    const int g16 = w22_al16(gamma), nv = in->c / 256;
+    if (g16 && in->c % 256 == 0 && (nv == 1 || nv == 2 || nv == 4) && (long)in->f * in->h < 65536)
+        return nv == 1 ? W22_NORM_ROWS1 : nv == 2 ? W22_NORM_ROWS2 : W22_NORM_ROWS4;
+    if (g16 && in->c <= 256) return in->c <= 128 ? W22_NORM_GROUP16 : W22_NORM_GROUP32;
+    return W22_NORM_PIXEL8;
+}
+
 /* The decision for one conv (or GEMM) as the backend made it, returned by w22_backend_cuda_last_route; tests/cuda_ops
  * compares it with what launched (w22_route_ran) and counts the routes its cases covered. */
 typedef struct {

@@ -492,11 +492,10 @@ typedef CUresult (*encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint3
                                      const cuuint64_t *, const int *, const int *, cuuint32_t, cuuint32_t,
                                      const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
                                      CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-/* conv_sm90_wgmma_tma.cu: init (sets c->tmap_im2col), whether the im2col encoder is there, why a GEMM that
- * w22_cuda_wgmma_blocker passes does not qualify (NULL: it does), the launch */
+/* conv_sm90_wgmma_tma.cu: init (sets c->tmap_im2col), whether the im2col encoder is there, the launch (which GEMMs
+ * it takes: route.h's w22_route_tma_blocker) */
 w22_status w22_cuda_wgmma_tma_init(w22_cuda *c);
 int w22_cuda_wgmma_tma_on(const w22_cuda *c);
-const char *w22_cuda_wgmma_tma_blocker(const w22_mm *g);
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_mm *g, const char *what);
 
 

@@ -34,6 +34,22 @@ void w22_config_wan21(w22_config *c) {
 
 const char *w22_model_name(const w22_config *c) { return c->is_residual ? "Wan2.2 TI2V-5B" : "Wan2.1"; }
 
+int w22_model_feature_channels_off(const w22_model *m, int mult, const char **where) {
+    for (int i = 0; i < m->nlayers; i++) {
+        const w22_layer *L = &m->layers[i];
+        int c = 0; /* a norm's input (the resblock's norm2 runs on cout), or the DupUp's output */
+        if (L->kind == W22_L_RESBLOCK) c = L->cin % mult ? L->cin : L->cout % mult ? L->cout : 0;
+        else if (L->kind == W22_L_ATTN || L->kind == W22_L_HEAD) c = L->cin % mult ? L->cin : 0;
+        else if (L->kind == W22_L_DUPUP) c = L->cout % mult ? L->cout : 0;
+        if (c) {
+            *where = L->prefix;
+            return c;
+        }
+    }
+    *where = "";
+    return 0;
+}
+
 int w22_config_equal(const w22_config *a, const w22_config *b) {
     if (a->z_dim != b->z_dim || a->base_dim != b->base_dim || a->num_res_blocks != b->num_res_blocks ||
         a->out_channels != b->out_channels || a->patch_size != b->patch_size || a->is_residual != b->is_residual)

@@ -79,6 +79,10 @@ void w22_model_stage_frames(const w22_model *m, int T, int frames[4]);
 /* Which VAE's structure cfg has: "Wan2.2 TI2V-5B" (is_residual 1) or "Wan2.1" (is_residual 0; the Wan2.1 VAE that
  * Wan2.1, Wan2.2 A14B and Qwen-Image decode with). */
 const char *w22_model_name(const w22_config *cfg);
+/* The channel count of the first norm or DupUp of m whose C is not a multiple of mult (the CUDA backend's norm and DupUp
+ * kernels take 8 channels a thread: cuda/route.h), its layer's name in *where; 0 when every one is (both Wan VAEs:
+ * 96 .. 1024 channels). */
+int w22_model_feature_channels_off(const w22_model *m, int mult, const char **where);
 /* Whether two configs describe the same model. */
 int w22_config_equal(const w22_config *a, const w22_config *b);
 

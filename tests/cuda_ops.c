@@ -387,8 +387,6 @@ static int conv_hist;
 
 /* ---- kernel paths: the backend's answer ---- */
 
-static const char *const kernel_names[W22_GEMM_KERNELS] = {"scalar", "tma", "rows2d", "mma 128x32", "mma 128x128",
-                                                           "mma 128x256", "mma 128x96"};
 static const char *const plan_names[] = {"tiles", "pairs", "pairs+tail"};
 static const char *const epi_names[] = {"pairs", "vec", "overlapped", "tma-store"};
 static const char *const step_names[] = {"direct", "psum", "phases", "winograd"};
@@ -427,8 +425,8 @@ static int check_route(const char *op, const char *shape) {
         if (r.step == W22_CONV_PHASES) r.dup_separate ? seen_dup_separate++ : seen_dup_fused++;
     }
     if (!ok) {
-        printf("    route of the last conv: step %s, kernel %s (ran %s)", step_names[r.step], kernel_names[r.kernel],
-               kernel_names[r.ran_kernel]);
+        printf("    route of the last conv: step %s, kernel %s (ran %s)", step_names[r.step], w22_route_kernel_name(r.kernel),
+               w22_route_kernel_name(r.ran_kernel));
         if (r.kernel == W22_GEMM_TMA) {
             printf(", plan %s, epilogue %s, split %d, %d launch(es):", plan_names[r.plan], epi_names[r.epi],
                    r.want_split, r.launches);
@@ -454,14 +452,14 @@ static void check_coverage(void) {
     if (selftest) return;
     const int hopper = !strcmp(w22_backend_cuda_path(gpu), "hopper");
     printf("-- routes taken:");
-    for (int k = 0; k < W22_GEMM_KERNELS; k++) printf(" %s %ld,", kernel_names[k], seen_kernel[k]);
+    for (int k = 0; k < W22_GEMM_KERNELS; k++) printf(" %s %ld,", w22_route_kernel_name(k), seen_kernel[k]);
     printf("\n   TMA plans: tiles %ld, pairs %ld, pairs+tail %ld; epilogues: pairs %ld, vec %ld, overlapped %ld, "
            "tma-store %ld; split tails %ld; phases in one launch %ld\n   steps: direct %ld, psum %ld, phases %ld, "
            "winograd %ld; DupUp fused %ld, separate %ld --\n", seen_plan[0], seen_plan[1], seen_plan[2], seen_epi[0],
            seen_epi[1], seen_epi[2], seen_epi[3], seen_split, seen_phases4, seen_step[0], seen_step[1], seen_step[2],
            seen_step[3], seen_dup_fused, seen_dup_separate);
     if (filter) return;
-    const w22_gemm_kernel wide = w22_route_mma_tile(1024, hopper); /* the mma.sync tile of the widest convs */
+    const w22_gemm_kernel wide = w22_route_mma_tile(1024); /* the mma.sync tile of the widest convs */
     const struct { const char *what; long n; int path; } need[] = { /* path: 1 Hopper, 0 portable, -1 both */
         {"the TMA conv", seen_kernel[W22_GEMM_TMA], 1},
         {"the 2D row tiles", seen_kernel[W22_GEMM_ROWS2D], -1},
@@ -481,9 +479,8 @@ static void check_coverage(void) {
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i].path < 0 || need[i].path == hopper) CHECK(need[i].n > 0, "the cases took %s", need[i].what);
     if (!hopper) /* nothing of the Hopper path's own ran (its kernels have no image on other GPUs) */
-        CHECK(!seen_kernel[W22_GEMM_TMA] && !seen_kernel[W22_GEMM_MMA_BIG] && !seen_phases4,
-              "the portable path ran no Hopper kernel (TMA %ld, mma 128x256 %ld, phases4 %ld)",
-              seen_kernel[W22_GEMM_TMA], seen_kernel[W22_GEMM_MMA_BIG], seen_phases4);
+        CHECK(!seen_kernel[W22_GEMM_TMA] && !seen_phases4, "the portable path ran no Hopper kernel (TMA %ld, phases4 %ld)",
+              seen_kernel[W22_GEMM_TMA], seen_phases4);
 }
 
 static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, int kt, int ks, int upsample,

@@ -32,13 +32,12 @@ static w22_mm conv(int F, int H, int W, int cin, int cout, int kt, int ks, int h
     return g;
 }
 
-static const char *const kernel_names[W22_GEMM_KERNELS] = {"scalar", "tma", "rows2d", "mma small", "mma mid",
-                                                           "mma big", "mma 96"};
+#define kernel_names(k) w22_route_kernel_name(k)
 
 static void expect(const char *what, const w22_mm *g, int wgmma_on, w22_gemm_kernel want) {
     const char *why = NULL;
     const w22_gemm_kernel k = w22_route_gemm(g, wgmma_on, &why);
-    CHECK(k == want, "%s: routed to %s (%s), expected %s", what, kernel_names[k], why ? why : "-", kernel_names[want]);
+    CHECK(k == want, "%s: routed to %s (%s), expected %s", what, kernel_names(k), why ? why : "-", kernel_names(want));
 }
 
 /* ---- the portable path (issue 45: hopper 0; route.h section 0): the decoder's GEMMs at their real sizes, none on a
@@ -86,23 +85,20 @@ static void portable_cases(void) {
     w22_mm g = conv(1, 44, 78, 1024, 3432, 1, 1, 0);
     g.b_w = 78, g.b_sh = 78L * 1024, g.b_sw = 1024, g.out_f32 = 1;
     expect("attention Q K^T", &g, 0, W22_GEMM_MMA_MID);
-    /* the tile for N: 128 x 256 (192 KB) on the Hopper path alone; 128 x 96 where it pads N less than 128 x 128 */
-    CHECK(w22_route_mma_tile(1024, 1) == W22_GEMM_MMA_BIG && w22_route_mma_tile(1024, 0) == W22_GEMM_MMA_MID &&
-          w22_route_mma_tile(12, 0) == W22_GEMM_MMA_SMALL && w22_route_mma_tile(128, 0) == W22_GEMM_MMA_MID &&
-          w22_route_mma_tile(96, 0) == W22_GEMM_MMA_N96 && w22_route_mma_tile(192, 1) == W22_GEMM_MMA_N96 &&
-          w22_route_mma_tile(384, 0) == W22_GEMM_MMA_MID && w22_route_mma_tile(64, 0) == W22_GEMM_MMA_N96 &&
-          w22_route_mma_tile(256, 0) == W22_GEMM_MMA_MID && w22_route_mma_tile(33, 0) == W22_GEMM_MMA_N96,
-          "the mma tile by N and path");
-    /* every N from 1 to 4096: the tile chosen pads N no more than any other tile of its path would */
-    for (int n = 1; n <= 4096; n++)
-        for (int hp = 0; hp <= 1; hp++) {
-            const w22_gemm_kernel k = w22_route_mma_tile(n, hp);
-            const int bn = k == W22_GEMM_MMA_SMALL ? 32 : k == W22_GEMM_MMA_N96 ? 96 : k == W22_GEMM_MMA_MID ? 128 : 256;
-            const int pad = (n + bn - 1) / bn * bn - n;
-            if (k == W22_GEMM_MMA_BIG) continue; /* the Hopper path's widest convs: its best MMA-to-load ratio */
-            if (n > 32 && (pad > (n + 95) / 96 * 96 - n || pad > (n + 127) / 128 * 128 - n))
-                CHECK(0, "N %d on the %s path: tile %d pads %d", n, hp ? "Hopper" : "portable", bn, pad);
-        }
+    /* the tile for N, the same on both paths: 128 x 96 where it pads N less than 128 x 128 */
+    CHECK(w22_route_mma_tile(1024) == W22_GEMM_MMA_MID && w22_route_mma_tile(12) == W22_GEMM_MMA_SMALL &&
+          w22_route_mma_tile(128) == W22_GEMM_MMA_MID && w22_route_mma_tile(96) == W22_GEMM_MMA_N96 &&
+          w22_route_mma_tile(192) == W22_GEMM_MMA_N96 && w22_route_mma_tile(384) == W22_GEMM_MMA_MID &&
+          w22_route_mma_tile(64) == W22_GEMM_MMA_N96 && w22_route_mma_tile(256) == W22_GEMM_MMA_MID &&
+          w22_route_mma_tile(33) == W22_GEMM_MMA_N96, "the mma tile by N");
+    /* every N from 1 to 4096: the tile chosen pads N no more than any other tile would */
+    for (int n = 1; n <= 4096; n++) {
+        const w22_gemm_kernel k = w22_route_mma_tile(n);
+        const int bn = k == W22_GEMM_MMA_SMALL ? 32 : k == W22_GEMM_MMA_N96 ? 96 : 128;
+        const int pad = (n + bn - 1) / bn * bn - n;
+        if (n > 32 && (pad > (n + 95) / 96 * 96 - n || pad > (n + 127) / 128 * 128 - n))
+            CHECK(0, "N %d: tile %d pads %d", n, bn, pad);
+    }
     /* the TMA conv's tile: 256, 128, then 192 (Wan2.1); none for other N */
     CHECK(w22_route_tma_bn(512) == 256 && w22_route_tma_bn(384) == 128 && w22_route_tma_bn(192) == 192 &&
           w22_route_tma_bn(576) == 192 && w22_route_tma_bn(96) == 96 && w22_route_tma_bn(288) == 96 &&
@@ -292,7 +288,7 @@ static w22_gemm_kernel route_lowered(const w22_mm *g, int hopper, const char **w
     if (!g->batch) return w22_route_gemm(g, hopper, why);
     switch (w22_route_batch(g, hopper)) {
     case W22_BATCH_TMA: return W22_GEMM_TMA;
-    case W22_BATCH_MMA: return w22_route_mma_tile(g->N, hopper);
+    case W22_BATCH_MMA: return w22_route_mma_tile(g->N);
     default: {
         w22_mm one = *g;
         one.batch = 0, one.a_frames = 0;
@@ -403,7 +399,7 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
 static int wan21_want(const w22_layer *L, const char *what) {
     switch (L->kind) {
     case W22_L_POST_QUANT: return W22_GEMM_MMA_SMALL;
-    case W22_L_CONV_IN: return W22_GEMM_MMA_BIG;
+    case W22_L_CONV_IN: return W22_GEMM_MMA_MID;
     /* every resblock conv on the TMA conv: tiles 128 (384 channels), 192 and 96; cin 96 in slices of 64 */
     case W22_L_RESBLOCK: return W22_GEMM_TMA;
     case W22_L_ATTN: return !strcmp(what, "to_qkv") || !strcmp(what, "proj") ? W22_GEMM_TMA : -1;
@@ -419,12 +415,12 @@ static int wan21_want(const w22_layer *L, const char *what) {
 static void wan21_gemm(const char *layer, const char *what, const w22_mm *g, int want) {
     const char *why = NULL;
     const w22_gemm_kernel k = route_lowered(g, 1, &why);
-    printf("  %-40s %-22s M %8d N %5d cin %5d: %s\n", layer, what, g->M, g->N, g->cin, kernel_names[k]);
+    printf("  %-40s %-22s M %8d N %5d cin %5d: %s\n", layer, what, g->M, g->N, g->cin, kernel_names(k));
     CHECK(k != W22_GEMM_SCALAR, "Wan2.1 %s %s (N %d, cin %d): the scalar kernel (%s)", layer, what, g->N, g->cin,
           why ? why : "-");
     if (want >= 0)
-        CHECK((int)k == want, "Wan2.1 %s %s: routed to %s, expected %s", layer, what, kernel_names[k],
-              kernel_names[want]);
+        CHECK((int)k == want, "Wan2.1 %s %s: routed to %s, expected %s", layer, what, kernel_names(k),
+              kernel_names(want));
 }
 
 /* The Wan2.1 VAE's decoder (w22_config_wan21) at 1280 x 720 (latents 90 x 160), every GEMM its layers make
@@ -507,7 +503,7 @@ int main(void) {
     g = conv(2, 88, 156, 1024, 2048, 3, 1, 0);
     expect("a time_conv (3x1x1, N 2 cout)", &g, 1, W22_GEMM_TMA);
     g = conv(1, 44, 78, 48, 1024, 3, 3, 1);
-    expect("conv_in (cin 48: not a multiple of 64)", &g, 1, W22_GEMM_MMA_BIG);
+    expect("conv_in (cin 48: not a multiple of 64)", &g, 1, W22_GEMM_MMA_MID);
     g = conv(1, 352, 624, 256, 12, 3, 3, 1);
     expect("conv_out (N 12, 352 rows)", &g, 1, W22_GEMM_ROWS2D);
     g = conv(1, 4, 624, 256, 12, 3, 3, 1);
@@ -520,7 +516,7 @@ int main(void) {
     /* the attention's Q K^T: N = the frame's pixels (3432), weights = K's pixels, not one [N][K] block */
     g = conv(1, 44, 78, 1024, 3432, 1, 1, 0);
     g.b_w = 78, g.b_sh = 78L * 1024, g.b_sw = 1024, g.out_f32 = 1;
-    expect("attention Q K^T", &g, 1, W22_GEMM_MMA_BIG);
+    expect("attention Q K^T", &g, 1, W22_GEMM_MMA_MID);
     /* 4K (3840 x 2160: latents 135 x 240; stage 3 at 1080 x 1920, 256 channels): four frames of it exceed an int */
     g = conv(4, 1080, 1920, 256, 256, 3, 3, 1);
     CHECK(g.a_sf * (g.F + g.kt) > INT_MAX && w22_route_int_blocker(&g) == NULL,

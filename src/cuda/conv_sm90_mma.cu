@@ -224,16 +224,14 @@ template <int BM, int BN, int WM, int WN, int STAGES, int MINB> struct tile_cfg 
         return W22_OK;
     }
 };
-typedef tile_cfg<W22_TILE_BIG> cfg_big;
 typedef tile_cfg<W22_TILE_MID> cfg_mid;
 typedef tile_cfg<W22_TILE_SMALL> cfg_small;
 typedef tile_cfg<W22_TILE_N96> cfg_n96;
 
-static_assert(cfg_big::smem <= 227 * 1024, "big tile exceeds the sm_90 shared-memory limit");
 static_assert(cfg_mid::smem * 2 <= 228 * 1024, "mid tile: 2 blocks per SM must fit");
 static_assert(cfg_small::smem * 2 <= 228 * 1024, "small tile: 2 blocks per SM must fit");
 static_assert(cfg_n96::smem * 2 <= 228 * 1024, "the 96-wide tile: 2 blocks per SM must fit");
-/* the portable path launches mid and small (route.h's w22_route_mma_tile), never big */
+/* both paths launch these (route.h's w22_route_mma_tile): every GPU from sm_80 on holds them */
 static_assert(cfg_mid::smem <= W22_PORTABLE_SMEM, "mid tile exceeds the portable path's shared memory (99 KB)");
 static_assert(cfg_small::smem <= W22_PORTABLE_SMEM, "small tile exceeds the portable path's shared memory (99 KB)");
 static_assert(cfg_n96::smem <= W22_PORTABLE_SMEM, "the 96-wide tile exceeds the portable path's shared memory (99 KB)");
@@ -248,13 +246,11 @@ w22_status w22_cuda_gemm_init(w22_cuda *c) {
                         "with that arch in make's CUDA_ARCHS, or decode on the CPU backend", c->cc_major, c->cc_minor,
                         cudaGetErrorString(img));
     }
-    /* the tiles this path launches (route.h): the attribute is set on no kernel the path does not run */
-    const int need = c->hopper ? cfg_big::smem : cfg_mid::smem;
+    /* the tiles (route.h): the largest, mid, within what the GPU allows a block */
+    const int need = cfg_mid::smem;
     if (c->smem_optin < need)
         return w22_fail(W22_ERR_UNSUPPORTED, "the GPU allows %d bytes of shared memory per block; the %s path's conv "
                         "needs %d", c->smem_optin, c->hopper ? "Hopper" : "portable", need);
-    if (c->hopper)
-        CU_TRY(cudaFuncSetAttribute(cfg_big::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_big::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_mid::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_mid::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_small::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_small::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_n96::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_n96::smem));
@@ -280,9 +276,6 @@ static w22_status mma_launch(w22_cuda *c, const w22_mm *g, w22_gemm_kernel k, in
     } else if (k == W22_GEMM_MMA_MID) {
         c->last_path = "mma 128x128", c->route.ran_kernel = W22_GEMM_MMA_MID;
         s = cfg_mid::launch(c, g, main_iters, iters, batch, what);
-    } else if (k == W22_GEMM_MMA_BIG && c->hopper) {
-        c->last_path = "mma 128x256", c->route.ran_kernel = W22_GEMM_MMA_BIG;
-        s = cfg_big::launch(c, g, main_iters, iters, batch, what);
     } else {
         return w22_fail(W22_ERR_INTERNAL, "%s: mma tile %d on the %s path", what, (int)k,
                         c->hopper ? "Hopper" : "portable");
@@ -296,7 +289,7 @@ static w22_status mma_launch(w22_cuda *c, const w22_mm *g, w22_gemm_kernel k, in
 w22_status w22_cuda_gemm_mma_batch(w22_cuda *c, const w22_mm *g, const char *what) {
     const char *why = w22_route_mma_batch_blocker(g);
     if (why) return w22_fail(W22_ERR_INTERNAL, "%s: the batch on the mma kernel: %s", what, why);
-    const w22_gemm_kernel k = w22_route_mma_tile(g->N, c->hopper);
+    const w22_gemm_kernel k = w22_route_mma_tile(g->N);
     c->route.kernel = k, c->route.why = NULL, c->route.launches = 0, c->route.batch = g->batch;
     return mma_launch(c, g, k, g->batch, what);
 }

@@ -6,23 +6,21 @@
  * mma.sync.m16n8k16 with fp32 accumulators.
  *
  * | name  | BM x BN | warps (M x N) | warp tile | stages | smem   | used when  | why |
- * | big   | 128x256 | 2 x 4         | 64 x 64   | 4      | 192 KB | N >= 256   | 64x64 per warp: 8 ldmatrix.x4 per 32 MMAs, the best smem-to-MMA ratio that fits in 255 registers (128 accumulators); every heavy conv has N = 256, 512, 1024 or 2048 |
- * | mid   | 128x128 | 2 x 4         | 64 x 32   | 3      |  96 KB | the other N < 256 | narrow test configs and the attention's P V at C <= 128: half the N waste of big; 2 blocks per SM fit (2 x 96 KB) |
+ * | mid   | 128x128 | 2 x 4         | 64 x 32   | 3      |  96 KB | N > 32 but 96 and 192 | every GEMM of N >= 256 the TMA conv does not take (the portable path's heavy convs, the Hopper path's conv_in and attention P V); 2 blocks per SM (2 x 96 KB): 16 warps an SM hide ldmatrix and cp.async latency better than the 128 x 256 tile's 8 (one 192 KB block: 38% slower on the portable path's f121, session 38) |
  * | small | 128x32  | 4 x 1         | 32 x 32   | 4      |  80 KB | N <= 32    | conv_out (N = 12): a 256-wide tile would waste 95% of the MMAs |
  * | n96   | 128x96  | 4 x 2         | 32 x 48   | 3      |  84 KB | 96 pads N less than 128 | the Wan2.1 decoder's 96- and 192-channel convs: 128x128 ran them with 25% of the MMAs on padding |
  *
- * Which tile a GEMM gets is route.h's w22_route_mma_tile: big on the Hopper path only (192 KB is past the portable
- * path's W22_PORTABLE_SMEM), so the portable path runs N >= 256 on mid. On the Hopper path this kernel takes only
+ * Which tile a GEMM gets is route.h's w22_route_mma_tile, the same on both paths: every tile within the portable
+ * path's W22_PORTABLE_SMEM. On the Hopper path this kernel takes only
  * the GEMMs the TMA wgmma conv does not (cin % 64 != 0, N % 128 != 0, upsample phases, the attention); on the
- * portable path it is the GEMM kernel of every conv the row kernels do not take. Measurements: docs/PERF.md (big
- * 296-362 TFLOP/s on an H200 on the heavy 3x3x3 convs). */
+ * portable path it is the GEMM kernel of every conv the row kernels do not take. Measurements: docs/PERF.md (mid
+ * ~300 TFLOP/s on the portable path's 256-channel convs at 352 x 624, an H100 at its power limit). */
 #ifndef W22_CONV_TILES_H
 #define W22_CONV_TILES_H
 
 #define W22_CONV_BK 64
 
 /* BM, BN, WARPS_M, WARPS_N, STAGES, MIN_BLOCKS (per SM, for __launch_bounds__) */
-#define W22_TILE_BIG   128, 256, 2, 4, 4, 1
 #define W22_TILE_MID   128, 128, 2, 4, 3, 2
 #define W22_TILE_SMALL 128, 32, 4, 1, 4, 2
 #define W22_TILE_N96   128, 96, 4, 2, 3, 2

@@ -588,7 +588,7 @@ extern "C" const char *w22_backend_cuda_path(const w22_backend *b) {
     return ((const w22_cuda *)b->impl)->hopper ? "hopper" : "portable";
 }
 
-/* Not in backend.h (tests and logs only): the kernel the last GEMM ran on ("mma 128x256", "scalar: ..."). */
+/* Not in backend.h (tests and logs only): the kernel the last GEMM ran on ("mma 128x128", "scalar: ..."). */
 extern "C" const char *w22_backend_cuda_last_path(const w22_backend *b) {
     return ((const w22_cuda *)b->impl)->last_path;
 }

@@ -5,8 +5,8 @@
  * record the answer in w22_route,
  * which the backend's query (w22_backend_cuda_last_route) returns and tests/cuda_ops checks against what launched.
  *   0. The kernel path, taken by the backend at open from the GPU's compute capability (w22_route_path; issue 45):
- *      sm_90 the Hopper path (hopper 1: the sm_90a kernels, wgmma + TMA + clusters, and the mma.sync tiles of up
- *      to 227 KB), any other sm_80+ GPU the portable path (hopper 0: mma.sync, cp.async and ldmatrix only, every
+ *      sm_90 the Hopper path (hopper 1: the sm_90a kernels, wgmma + TMA + clusters, beside the mma.sync tiles both
+ *      paths share), any other sm_80+ GPU the portable path (hopper 0: mma.sync, cp.async and ldmatrix only, every
  *      launched kernel within W22_PORTABLE_SMEM of shared memory, built as SASS for sm_80 .. sm_120). A Hopper runs
  *      the portable path when asked (w22_decoder_params.kernels, W22_KERNELS=portable). Every function below that
  *      takes `hopper` answers for that path; the Hopper-only kernels are never the answer with hopper 0.
@@ -19,9 +19,9 @@
  *      b. the TMA wgmma conv where it takes the GEMM (64-bit tensor maps: no limit on the input's offsets); Hopper;
  *      c. the 2D row tiles (centred 3x3(x3); 64-bit frame bases) from 6 rows on: N <= 48 on the Hopper path, N <= 16
  *         on the portable one, whose 99 KB hold no 48-channel tile's stages;
- *      d. the mma.sync kernel, whose in-frame offsets must fit an int (else scalar), tile by N (conv_tiles.h): the
- *         128 x 256 tile (192 KB) on the Hopper path only; 128 x 96 where it pads N less than 128 x 128 (N 96, 192);
- *         the portable path's N >= 256 on 128 x 128 (96 KB). Its K runs packed across the taps (cin % 64 != 0
+ *      d. the mma.sync kernel, whose in-frame offsets must fit an int (else scalar), tile by N (conv_tiles.h), the
+ *         same on both paths: 128 x 32 to N 32, 128 x 96 where it pads N less than 128 x 128 (N 96, 192), else
+ *         128 x 128 (96 KB). Its K runs packed across the taps (cin % 64 != 0
  *         wastes no K step: a step of 64 spans two taps of cin 96).
  *   3. The TMA conv's launch (w22_route_tma_launch): its tile (the table below), tiles or pairs of M tiles in
  *      clusters of 2 or pairs and a tail, the split tail; and its epilogue (w22_route_tma_epilogue).
@@ -60,10 +60,15 @@ typedef enum {
     W22_GEMM_ROWS2D,    /* conv_rows2d.cu */
     W22_GEMM_MMA_SMALL, /* conv_sm90_mma.cu, 128 x 32 (N <= 32) */
     W22_GEMM_MMA_MID,   /* 128 x 128 */
-    W22_GEMM_MMA_BIG,   /* 128 x 256 */
     W22_GEMM_MMA_N96    /* 128 x 96: N that 96 pads less than 128 does (96, 192: the Wan2.1 decoder's) */
 } w22_gemm_kernel;
-#define W22_GEMM_KERNELS 7
+#define W22_GEMM_KERNELS 6
+/* Its name in logs and tests (the backend's last_path names its launches the same way) */
+static inline const char *w22_route_kernel_name(w22_gemm_kernel k) {
+    static const char *const names[W22_GEMM_KERNELS] = {"scalar", "tma", "rows2d", "mma 128x32", "mma 128x128",
+                                                        "mma 128x96"};
+    return (unsigned)k < W22_GEMM_KERNELS ? names[k] : "?";
+}
 
 static inline int w22_fits_int(long v) { return v >= 0 && v < (long)INT_MAX; }
 static inline int w22_aligned(const void *p, int bytes) { return ((uintptr_t)p % (uintptr_t)bytes) == 0; }
@@ -202,12 +207,12 @@ static inline const char *w22_route_rows_blocker(const w22_mm *g, int hopper) {
     return NULL;
 }
 
-/* The mma.sync kernel's tile for N output channels on a path (conv_tiles.h): 128 x 32 up to 32; 128 x 256 (192 KB)
- * from 256 on the Hopper path only; else 128 x 96 where it pads N less than 128 x 128 does (96, 192: the Wan2.1
- * decoder's 96- and 192-channel convs, which 128 x 128 ran with 25% of its MMAs on padding), 128 x 128 otherwise. */
-static inline w22_gemm_kernel w22_route_mma_tile(int N, int hopper) {
+/* The mma.sync kernel's tile for N output channels, the same on both paths (conv_tiles.h): 128 x 32 up to 32; 128 x
+ * 96 where it pads N less than 128 x 128 does (96, 192: the Wan2.1 decoder's 96- and 192-channel convs, which 128 x
+ * 128 ran with 25% of its MMAs on padding), 128 x 128 otherwise (N >= 256 too: session 38's 128 x 256, one block of
+ * 192 KB an SM, ran the portable path's f121 38% slower on an H100; docs/PERF.md). */
+static inline w22_gemm_kernel w22_route_mma_tile(int N) {
     if (N <= 32) return W22_GEMM_MMA_SMALL;
-    if (N >= 256 && hopper) return W22_GEMM_MMA_BIG;
     return (N + 95) / 96 * 96 < (N + 127) / 128 * 128 ? W22_GEMM_MMA_N96 : W22_GEMM_MMA_MID;
 }
 
@@ -224,7 +229,7 @@ static inline w22_gemm_kernel w22_route_gemm(const w22_mm *g, int wgmma_on, cons
         *why = w22_route_int_blocker(g);
     }
     if (*why) return W22_GEMM_SCALAR;
-    return w22_route_mma_tile(g->N, wgmma_on);
+    return w22_route_mma_tile(g->N);
 }
 
 /* NULL when a batch GEMM (w22_mm.batch: Winograd's 16 components) runs as one launch of the mma.sync kernel (grid.y

@@ -110,10 +110,10 @@ case ${PLAN:-1} in
     done
     ;;
 8)
-    # issue 47.10-11's plain ops (route.h's section 4; the norms' and the DupUp's one-channel forms and group<8>
-    # deleted, the open's refusal of feature channels not a multiple of 8) and the mma.sync 128 x 256 tile deleted
-    # (the Hopper path's conv_in and P V on 128 x 128): against the CPU backend on both paths, the same bits as
-    # build-base (5eb0787) on both, then GPU_RUNS items 3-4
+    # issue 47.10-11's plain ops (route.h's section 4; the norm's one-channel form and group<8> deleted, the separate
+    # DupUp kernel deleted, the open's refusal of what the kernels do not take: w22_backend_cuda_model_ok) and the
+    # mma.sync 128 x 256 tile deleted (the Hopper path's conv_in and P V on 128 x 128): against the CPU backend on
+    # both paths, the same bits as build-base (5eb0787) on both, then GPU_RUNS items 3-4
     run cuda_ops 60 $B/tests/cuda_ops
     run cuda_ops_portable 60 $P $B/tests/cuda_ops
     run cuda_decode 60 $B/tests/cuda_decode

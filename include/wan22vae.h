@@ -153,8 +153,9 @@ typedef enum { W22_KERNELS_AUTO = 0, W22_KERNELS_PORTABLE = 1 } w22_kernels;
 
 typedef struct {
     w22_device device;    /* CUDA takes configs whose feature channels (base_dim x dim_mult, halved where Wan2.1's
-                           * upsamplers halve them) are multiples of 8, as both Wan VAEs' are; the open refuses
-                           * others (W22_ERR_UNSUPPORTED), which the CPU backend decodes */
+                           * upsamplers halve them) are multiples of 8 and whose DupUp shortcuts map channels as
+                           * TI2V-5B's do (other dim_mult may not), as both Wan VAEs do; the open refuses others
+                           * (W22_ERR_UNSUPPORTED), which the CPU backend decodes */
     int cuda_device;      /* the GPU's ordinal (CUDA) */
     int frames_per_pass;  /* latent frames decoded per pass; 0 picks a default. Does not change the output. */
     int threads;          /* CPU threads, 1..4096; 0 = all cores. Each decoder keeps its own count. With OpenBLAS

@@ -200,6 +200,11 @@ const char *w22_backend_cuda_path(const w22_backend *b);
 void w22_backend_cuda_set_stream(w22_backend *b, void *stream);
 /* CUDA: every conv in the direct arithmetic (w22_decoder_params.exact); before the weights are uploaded. */
 void w22_backend_cuda_set_exact(w22_backend *b, int exact);
+/* Whether the CUDA kernels take m (W22_OK, or W22_ERR_UNSUPPORTED naming the layer and the CPU backend): feature
+ * channels multiples of 8 (the norms take 8 channels a thread: route.h), every DupUp of a map the upsample conv's
+ * phases fuse (lower.h's w22_lower_dup_fusable). Both Wan VAEs pass; the decoder's open asks before the weights. */
+struct w22_model;
+w22_status w22_backend_cuda_model_ok(const struct w22_model *m);
 /* CUDA: the caller's stream for a device decode: its work queues there, after whatever the caller queued before
  * (the latents' upload, the kernel that made them). NULL is the legacy default stream, as in every CUDA API, not
  * the backend's own stream: that one is non-blocking and would run ahead of the caller's pending work. */

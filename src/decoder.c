@@ -111,14 +111,10 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
     }
     t_create = w22_now() - t_create;
     if (p->device == W22_DEVICE_CUDA) {
-        /* the CUDA norm and DupUp kernels take 8 channels a thread (cuda/route.h); said here, before the weights go up,
-         * not at the first decode's norm */
-        const char *at;
-        const int c = w22_model_feature_channels_off(&d->model, 8, &at);
-        if (c) {
-            s = w22_fail(W22_ERR_UNSUPPORTED, "the CUDA backend decodes configs whose feature channels are multiples "
-                         "of 8 (both Wan VAEs' are); %s has %d (base_dim %d): decode this config on the CPU backend",
-                         at, c, d->model.cfg.base_dim);
+        /* what the CUDA kernels take (feature channels of whole 16-byte vectors, the DupUps their phases fuse), said
+         * here, before the weights go up, not at the first decode */
+        s = w22_backend_cuda_model_ok(&d->model);
+        if (s != W22_OK) {
             w22_decoder_free(d);
             return s;
         }

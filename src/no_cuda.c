@@ -20,6 +20,7 @@ const char *w22_backend_cuda_path(const w22_backend *b) { (void)b; return "none"
 void w22_backend_cuda_set_stream(w22_backend *b, void *stream) { (void)b; (void)stream; }
 void w22_backend_cuda_use_callers_stream(w22_backend *b, void *stream) { (void)b; (void)stream; }
 void w22_backend_cuda_set_exact(w22_backend *b, int exact) { (void)b; (void)exact; }
+w22_status w22_backend_cuda_model_ok(const struct w22_model *m) { (void)m; return W22_OK; }
 void *w22_backend_cuda_stream(w22_backend *b) { (void)b; return NULL; }
 void w22_backend_cuda_weights_done(w22_backend *b) { (void)b; }
 w22_status w22_cuda_device_to_host(int device, void *dst, const void *src, size_t bytes) {

@@ -193,11 +193,13 @@ int main(int argc, char **argv) {
     const int timing21 = argc > 1 && strcmp(argv[1], "--time-wan21") == 0;
     const int only21 = argc > 1 && strcmp(argv[1], "wan21") == 0, only_ti2v = argc > 1 && strcmp(argv[1], "ti2v") == 0;
     if (!timing && !timing21 && !only21) {
-    /* feature channels not a multiple of 8 (base_dim 12: 48, 24 and 12 channels): refused at the open, naming the
-     * CPU backend (decoder.c; the norm and DupUp kernels take 8 channels a thread: route.h) */
-    {
+    /* what the CUDA kernels do not take, refused at the open naming the CPU backend (w22_backend_cuda_model_ok):
+     * feature channels not a multiple of 8 (base_dim 12: 48, 24 and 12; the norms take 8 channels a thread), a DupUp
+     * map the upsample conv's phases do not fuse (dim_mult [1, 1, 4, 4]: 128 -> 32 channels, cin = 4 cout) */
+    for (int k = 0; k < 2; k++) {
         w22_config odd = narrow;
-        odd.base_dim = 12;
+        if (k == 0) odd.base_dim = 12;
+        else odd.dim_mult[1] = 1, odd.dim_mult[2] = 4;
         w22_weights *w = NULL;
         CHECK_OK(w22_weights_synthetic(&odd, 1, &w));
         w22_decoder_params p;
@@ -205,9 +207,9 @@ int main(int argc, char **argv) {
         p.device = W22_DEVICE_CUDA;
         w22_decoder *d = NULL;
         const w22_status s = w22_decoder_open(w, &p, &d);
-        CHECK(s == W22_ERR_UNSUPPORTED && !d && strstr(w22_last_error(), "multiples of 8") &&
+        CHECK(s == W22_ERR_UNSUPPORTED && !d && strstr(w22_last_error(), k ? "DupUp" : "multiples of 8") &&
                   strstr(w22_last_error(), "CPU backend"),
-              "base_dim 12 on CUDA: status %d, %s", (int)s, w22_last_error());
+              "%s on CUDA: status %d, %s", k ? "dim_mult [1, 1, 4, 4]" : "base_dim 12", (int)s, w22_last_error());
         w22_decoder_free(d);
         w22_weights_free(w);
     }

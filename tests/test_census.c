@@ -314,7 +314,8 @@ int main(void) {
     printf("census: %ld GEMMs through exec.c's decode: %ld on the scalar kernel\n", gemms, scalar);
     /* The plain ops (route.h's section 4): every norm of a decode on a kernel (none on NONE, which the decoder's open
      * makes sure of on CUDA by refusing feature channels not a multiple of 8), pinned with the kernels each reaches;
-     * the separate DupUp kernel in no decode of either VAE (the conv fuses their DupUps: dupup.cu); the copies, zeros
+     * the dupup_add op in no decode of either VAE (the upsample conv fuses their DupUps, and the CUDA backend has no
+     * other DupUp: conv.cu); the copies, zeros
      * and borders of a decode 8 channels a thread (the one-channel forms stay for what a decode does not make: a
      * video buffer of the caller's at any address, latents of z_dim not a multiple of 8). */
     CHECK(norm_tally[W22_NORM_NONE] == 0 && norm_tally[W22_NORM_ROWS1] && norm_tally[W22_NORM_ROWS4] &&
@@ -340,6 +341,22 @@ int main(void) {
         const int c = w22_model_feature_channels_off(m, 8, &at);
         CHECK(mi < 2 ? c == 0 : c == 12 && strstr(at, "up_blocks"), "%s base_dim %d: feature channels off 8: %d at %s",
               w22_model_name(&cfg), cfg.base_dim, c, at);
+        free(m);
+    }
+    /* and its DupUp rule (w22_backend_cuda_model_ok: the phases' epilogue takes every DupUp, lower.h): TI2V-5B's maps
+     * (1024 -> 1024 in time, 1024 -> 512 and 512 -> 256 in space) fuse; dim_mult [1, 1, 4, 4]'s 1024 -> 256 does not */
+    for (int mi = 0; mi < 2; mi++) {
+        w22_config cfg;
+        w22_config_default(&cfg);
+        if (mi) cfg.dim_mult[1] = 1, cfg.dim_mult[2] = 4;
+        w22_model *m = malloc(sizeof *m);
+        w22_model_build(&cfg, m);
+        int dups = 0, fused = 0;
+        for (int i = 0; i < m->nlayers; i++)
+            if (m->layers[i].kind == W22_L_DUPUP)
+                dups++, fused += w22_lower_dup_fusable(m->layers[i].cout, m->layers[i].cin, m->layers[i].temporal ? 2 : 1);
+        CHECK(dups == 3 && (mi ? fused < dups : fused == dups), "dim_mult [%d %d %d %d]: %d of %d DupUps fused",
+              cfg.dim_mult[0], cfg.dim_mult[1], cfg.dim_mult[2], cfg.dim_mult[3], fused, dups);
         free(m);
     }
     printf("the norms:");

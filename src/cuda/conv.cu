@@ -2,8 +2,10 @@
  * (w22_mm), as route.h decides: the step (w22_route_conv_step), then each GEMM's kernel (w22_route_gemm) and the TMA
  * conv's launch. A conv with its history as partial sums (psum) goes to conv_psum.cu. An upsampling conv is four
  * phase GEMMs (2x2 convs on the low-resolution grid), run as one launch of the TMA wgmma kernel where it takes them
- * (w22_cuda_gemm_phases: one ramp and one part-empty last round instead of four), else as four GEMMs. Its DupUp residual (dup_in) becomes the phase GEMMs' residual where its channel
- * map allows (dup_phase), else the separate dupup_add kernel runs after the conv. */
+ * (w22_cuda_gemm_phases: one ramp and one part-empty last round instead of four), else as four GEMMs. Its DupUp
+ * residual (dup_in) becomes the phase GEMMs' residual (lower.h's w22_lower_dup_phase); a map they do not take (no
+ * Wan VAE's: the decoder's open refuses such configs) is refused before any launch, as is the dupup_add op (the
+ * backend has no separate DupUp kernel: no decode of either VAE ran one, tests/test_census.c). */
 #include <stdlib.h>
 #include "cuda_internal.h"
 #include "cuda_ops.h"
@@ -99,6 +101,8 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
         EXPECT("dup_in.es", dup->es, 2);
         W22_TRY(w22_dupup_check("cuda conv (dup_in)", &a->out, dup, a->dup_ft, a->dup_first_single));
         W22_TRY(w22_cuda_check_view(c, dup, 0, "conv dup_in"));
+        if (c->route.step != W22_CONV_PHASES || !w22_lower_dup_fusable(a->out.c, dup->c, a->dup_ft))
+            return w22_cuda_dupup_add(b, a->out, *dup, a->dup_ft, a->dup_first_single); /* the refusal */
     }
     W22_TRY(w22_cuda_check_view(c, &a->in, a->ks == 3 ? 1 : 0, "conv in"));
     W22_TRY(w22_cuda_check_view(c, &a->out, 0, "conv out"));
@@ -112,12 +116,12 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     w22_mm g;
     w22_lower_direct(a, &o, &g);
     const int phases = c->route.step == W22_CONV_PHASES; /* phase weights are made at upload for every upsample conv */
-    int fuse = 0;
     if (phases) {
         /* nearest-2x + 3x3 as four 2x2 phase convs on the low-resolution grid, the DupUp fused where every phase
          * takes it (the one 9-tap GEMM without phases has high-resolution rows: not there) */
         w22_mm q[4];
-        fuse = w22_lower_phases(a, &o, &g, q);
+        const int fuse = w22_lower_phases(a, &o, &g, q); /* every phase takes a DupUp (checked above) */
+        c->route.dup_fused = fuse;
         const char *what = fuse ? "conv (upsample phases + DupUp)" : "conv (upsample phases)";
         W22_TRY(w22_cuda_gemm_phases(c, q, what)); /* one launch where the TMA conv takes them (v16), else four */
     } else if (c->route.step == W22_CONV_WINOGRAD) {
@@ -127,13 +131,14 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
         g.b = (const bf16 *)w->dev;
         W22_TRY(w22_cuda_gemm(c, &g, "conv"));
     }
-    if (dup && !fuse) {
-        const int part = w22_cuda_prof_part_begin(c); /* W22_PROFILE=2 */
-        W22_TRY(w22_cuda_dupup_add(b, a->out, *dup, a->dup_ft, a->dup_first_single));
-        w22_cuda_prof_part_end(c, part, 0, 2.0 * 3 * a->out.f * a->out.h * a->out.w * a->out.c,
-                               "dupup_add after the conv c%d %dx%d f%d", a->out.c, a->out.h, a->out.w, a->out.f);
-        c->last_path = "conv, then the separate dupup_add";
-        c->route.dup_separate = 1;
-    }
     return W22_OK;
+}
+
+/* The dupup_add op (backend.h): the DupUp runs fused into the upsample conv's phases (above); the plan calls this op
+ * only where a conv did not take it, which on CUDA is never (w22_backend_cuda_model_ok refuses such configs). */
+w22_status w22_cuda_dupup_add(w22_backend *b, w22_view out, w22_view in, int ft, int first_single) {
+    (void)b, (void)first_single;
+    return w22_fail(W22_ERR_UNSUPPORTED, "cuda dupup_add (%d -> %d channels, %d time copies): the CUDA backend adds a "
+                    "DupUp only in its upsample conv's phases, for the maps of both Wan VAEs (lower.h's "
+                    "w22_lower_dup_fusable); decode this config on the CPU backend", in.c, out.c, ft);
 }

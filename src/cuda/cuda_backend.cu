@@ -4,6 +4,10 @@
  * conv.cu, attention.cu, norm.cu, move.cu, dupup.cu. */
 #include "cuda_internal.h"
 #include "cuda_ops.h"
+#include "lower.h"
+extern "C" {
+#include "model/model.h"
+}
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -528,6 +532,24 @@ extern "C" w22_status w22_backend_cuda_create_kernels(int device, int kernels, w
 extern "C" void w22_backend_cuda_set_stream(w22_backend *b, void *stream) {
     w22_cuda *c = cuda_of(b);
     c->stream = stream ? (cudaStream_t)stream : c->own_stream;
+}
+
+extern "C" w22_status w22_backend_cuda_model_ok(const struct w22_model *m) {
+    const char *at;
+    const int c = w22_model_feature_channels_off(m, 8, &at);
+    if (c)
+        return w22_fail(W22_ERR_UNSUPPORTED, "the CUDA backend decodes configs whose feature channels are multiples of 8 "
+                        "(both Wan VAEs' are); %s has %d (base_dim %d): decode this config on the CPU backend", at, c,
+                        m->cfg.base_dim);
+    for (int i = 0; i < m->nlayers; i++) {
+        const w22_layer *L = &m->layers[i];
+        if (L->kind == W22_L_DUPUP && !w22_lower_dup_fusable(L->cout, L->cin, L->temporal ? 2 : 1))
+            return w22_fail(W22_ERR_UNSUPPORTED, "the CUDA backend adds each up block's DupUp shortcut in its upsample "
+                            "conv, which takes the channel maps of both Wan VAEs (cin = cout in time, cin = 2 cout in "
+                            "space); %s maps %d to %d channels%s: decode this config on the CPU backend", L->prefix,
+                            L->cin, L->cout, L->temporal ? " and doubles time" : "");
+    }
+    return W22_OK;
 }
 
 extern "C" void w22_backend_cuda_set_exact(w22_backend *b, int exact) {

@@ -73,15 +73,27 @@ static inline void w22_lower_direct(const w22_conv_args *a, const w22_conv_opera
  * py 2 + px) / r (backend.h), r = cout ft 4 / cin. When r divides ft 4 that is o cs + (tc 4 + py 2 + px) / r with
  * cs = ft 4 / r; the epilogue takes cs 1 or 2 and an offset that no time copy changes (one GEMM row serves every time
  * copy of its frame only through T). The model's two: ft 2, r 8 (cin = cout): o; ft 1, r 2 (cin = 2 cout): 2 o + py.
- * Others (cs 4 or 8, or ft 2 with r 4: the offset is tc) run the separate dupup_add kernel. */
+ * Others (cs 4 or 8, or ft 2 with r 4: the offset is tc: configs of another dim_mult) the CUDA backend does not take
+ * (its separate DupUp kernel, which no decode of either VAE ran, went in session 38). w22_lower_dup_sub_ok: phase
+ * sub = py 2 + px of the map r at ft. */
+static inline int w22_lower_dup_sub_ok(int r, int ft, int sub) {
+    if (r <= 0 || (ft * 4) % r || ft * 4 / r > 2) return 0;
+    for (int tc = 1; tc < ft; tc++)
+        if ((tc * 4 + sub) / r != sub / r) return 0;
+    return !(ft * 4 / r == 1 && sub / r); /* never (cs 1: r = ft 4 > sub); the pair store's bf16x2 load needs it */
+}
+/* Whether every phase takes the DupUp of an up block mapping cin channels to cout at ft time copies: the CUDA
+ * backend runs no other (its open refuses a config of another map: w22_backend_cuda_model_ok) */
+static inline int w22_lower_dup_fusable(int cout, int cin, int ft) {
+    const int r = cin > 0 ? cout * ft * 4 / cin : 0;
+    for (int sub = 0; sub < 4; sub++)
+        if (!w22_lower_dup_sub_ok(r, ft, sub)) return 0;
+    return 1;
+}
 static inline int w22_lower_dup_phase(const w22_conv_args *a, int py, int px, w22_mm *q) {
     const int ft = a->dup_ft, r = a->out.c * ft * 4 / a->dup_in->c, sub = py * 2 + px;
-    if ((ft * 4) % r) return 0;
+    if (!w22_lower_dup_sub_ok(r, ft, sub)) return 0;
     const int cs = ft * 4 / r, coff = sub / r;
-    if (cs > 2) return 0;
-    for (int tc = 1; tc < ft; tc++)
-        if ((tc * 4 + sub) / r != coff) return 0;
-    if (cs == 1 && coff) return 0; /* never (cs 1: r = ft 4 > sub); the pair store's bf16x2 load needs it */
     q->res = (const bf16 *)a->dup_in->ptr; /* the vector loads' base: r_coff is applied in the pick */
     q->r_sf = a->dup_in->sf, q->r_sh = a->dup_in->sh, q->r_sw = a->dup_in->sw;
     q->r_tsh = ft == 2, q->r_toff = a->dup_first_single ? ft - 1 : 0;

@@ -619,7 +619,7 @@ typedef struct {
     w22_gemm_kernel ran_kernel; /* ... and as its launch site ran it */
     const char *why;         /* W22_GEMM_SCALAR: why no tensor-core kernel took it */
     int phases4;             /* W22_CONV_PHASES: the four phases as one launch of the TMA conv */
-    int dup_separate;        /* a DupUp residual ran as the separate kernel after the conv */
+    int dup_fused;           /* W22_CONV_PHASES: the DupUp residual added in the phases' epilogue (the only way) */
     /* kernel W22_GEMM_TMA: the decision (route.h) and the launches as they ran (the launch site's template) */
     int plan;                /* W22_TMA_TILES, _PAIRS, _PAIRS_TAIL */
     w22_epilogue epi;

@@ -58,7 +58,7 @@ typedef struct {
     int is_gamma;  /* RMS norm gamma */
 } w22_weight_desc;
 
-typedef struct {
+typedef struct w22_model {
     w22_config cfg;
     int nweights;
     w22_weight_desc weights[W22_MAX_WEIGHTS];

@@ -123,6 +123,7 @@ case ${PLAN:-1} in
     run bits_ab 150 bash bench/ab.sh $A $B 2 "$O/ab"
     run bits_ab_portable 120 $P bash bench/ab.sh $A $B 1 "$O/ab_portable"
     run cuda_seq12 60 $B/tests/cuda_sequence 30 64 12
+    run test_gpu 100 python3 -m pytest -q -x python/tests/test_gpu.py
     run cuda_profile 60 env BUILD=$B bash tests/cuda_profile.sh
     run cuda_epi_tma 90 env BUILD=$B bash tests/cuda_epi_tma.sh
     run cuda_sanitize 200 env BUILD=$B bash tests/cuda_sanitize.sh

@@ -131,11 +131,15 @@ def main():
             rec["library_device_gib"] = ours.device_bytes() / 2**30
             rec["kernels_path"] = ours.path
             del again
+            big = h * w >= 135 * 240  # 4K: one workspace of ~40 GiB at a time on an 80 GB card (session 38's H100)
+            if big:
+                ours.release_workspace()
+                torch.cuda.empty_cache()
             ve = pipe.decode(z)
             rec["enable_path"] = wan22vae.diffusers.status(pipe.vae)["path"]
             rec["enable_same_bits"] = bool(torch.equal(ve.to(v.dtype), v))
             del ve
-            if h * w >= 135 * 240:  # diffusers needs the memory that our two 4K workspaces hold (~40 GiB each)
+            if big:  # diffusers needs the memory that our 4K workspaces hold (~40 GiB each)
                 ours.release_workspace()
                 getattr(pipe.vae, wan22vae.diffusers._ATTR).decoder.release_workspace()
                 torch.cuda.empty_cache()

@@ -34,16 +34,17 @@
 #include "wgmma_common.cuh"
 
 /* The kernel's `mode` bits: the epilogue's store (MODE_EPI_VEC: 8 channels per 16-byte access, else pairs;
- * MODE_EPI_DEFER: row half 1 overlapped with the next tile, MODE_EPI_SMEM: row half 0 too, through shared memory;
+ * MODE_EPI_OVERLAP: stored during the next tile's first stages, row half 1 from registers, row half 0 through
+ * shared memory;
  * MODE_EPI_TMA: the TMA store), chosen per GEMM by route.h (w22_route_tail_epilogue, w22_route_tma_store_*; mode_of
  * maps its answer to these bits), and the phase tiles' order. No measurement modes: time a part with ncu. */
 enum {
-    MODE_EPI_VEC = 1, MODE_EPI_DEFER = 8, MODE_EPI_SMEM = 16, MODE_PHASE_MINOR = 32,
+    MODE_EPI_VEC = 1, MODE_EPI_OVERLAP = 8, MODE_PHASE_MINOR = 32,
     MODE_EPI_TMA = 64 /* the tile through shared memory to TMA stores (kernel TE > 0: wg_epi_tma) */
 };
 
 /* The stage ring (wg_layout) and, where the cp.async kernels keep their row tables, the overlapped epilogue's staging
- * of row half 0 (MODE_EPI_SMEM): BN / 32 vectors of 16 bytes per consumer thread. */
+ * of row half 0 (MODE_EPI_OVERLAP): BN / 32 vectors of 16 bytes per consumer thread. */
 template <int BN, int STAGES, int TE = 0> struct tma_layout {
     static constexpr int epi_off = wg_layout<BN, STAGES>::ftab_off;
     /* TE > 0: the TMA store's staging, TE buffers of one box each, 128 rows x 64 channels (16 KB; 128B swizzle:
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
  * tile's tail, or the TMA store. The bits must be the ones a kernel in run_tma's list is instantiated for. */
 static int mode_of(w22_epilogue e) {
     return e == W22_EPI_TMA_STORE ? MODE_EPI_TMA
-           : e == W22_EPI_OVERLAP ? MODE_EPI_DEFER | MODE_EPI_SMEM | MODE_EPI_VEC
+           : e == W22_EPI_OVERLAP ? MODE_EPI_OVERLAP | MODE_EPI_VEC
            : e == W22_EPI_VEC     ? MODE_EPI_VEC
                                   : 0;
 }
@@ -346,14 +347,14 @@ static w22_status run_tma(w22_cuda *c, const w22_mm *g, int mode, const char *wh
     if (g->phases) mode |= MODE_PHASE_MINOR;
     /* always on a persistent grid (v9's run: -0.6% on f121 against one tile per CTA; c->sms >= 1) */
     const int bn = w22_route_tma_bn(g->N), tile = bn == 256 ? 1 : bn == 192 ? 2 : bn == 96 ? 3 : 0; /* route.h */
-    const int epi = mode & MODE_EPI_SMEM ? 2 : mode & MODE_EPI_VEC ? 1 : 0; /* mode_of sets DEFER with SMEM only */
+    const int epi = mode & MODE_EPI_OVERLAP ? 2 : mode & MODE_EPI_VEC ? 1 : 0;
     long lim, tile0;
     const w22_route_gpu u = gpu_of(c);
     const int plan = w22_route_tma_plan(g, &u, (mode & MODE_PHASE_MINOR) != 0, &lim, &tile0); /* route.h */
     w22_route *r = &c->route; /* the decision; launch() adds the launches as they ran */
     r->kernel = W22_GEMM_TMA, r->why = NULL, r->plan = plan, r->batch = g->batch, r->launches = 0;
     r->epi = mode & MODE_EPI_TMA     ? W22_EPI_TMA_STORE
-             : mode & MODE_EPI_SMEM ? W22_EPI_OVERLAP
+             : mode & MODE_EPI_OVERLAP ? W22_EPI_OVERLAP
              : mode & MODE_EPI_VEC  ? W22_EPI_VEC
                                     : W22_EPI_PAIRS;
     r->want_split = plan == W22_TMA_PAIRS_TAIL ? w22_route_tma_split(g, &u, 256, 1, 0, tile0, 1)
@@ -430,7 +431,7 @@ static w22_status residual_as_k(w22_cuda *c, w22_mm *g) {
 w22_status w22_cuda_gemm_wgmma_tma(w22_cuda *c, const w22_mm *g, const char *what) {
     const int zero[1] = {0};
     int mode = mode_for(g, 1, zero, zero);
-    if (mode & MODE_EPI_SMEM) { /* the GEMMs whose geometry allows the overlapped epilogue */
+    if (mode & MODE_EPI_OVERLAP) { /* the GEMMs whose geometry allows the overlapped epilogue */
         w22_mm q = *g; /* a residual as extra K where that lets the tile take the TMA store */
         if (q.res && w22_route_tma_store_direct_but_res(&q)) W22_TRY(residual_as_k(c, &q));
         if (!q.res && w22_route_tma_store_direct_but_res(&q)) return run_tma(c, &q, mode_of(W22_EPI_TMA_STORE), what);

@@ -54,11 +54,11 @@ static __device__ __forceinline__ void tma_consume(const CUtensorMap *tm_o, cons
     const int cw = wg - 1, lane = tid & 31, warp4 = (tid >> 5) & 3, tq = lane & 3;
     constexpr int NACC = BN / 2;
     const uint64_t da0 = smem_desc(base + cw * 64 * WG_ROW_BYTES), db0 = smem_desc(base + L::a_bytes);
-    const bool defer = mode & MODE_EPI_DEFER;
+    const bool defer = mode & MODE_EPI_OVERLAP;
     const uint32_t peer_empty0 = CL == 2 ? cluster_map(empty0, crank ^ 1) : 0;
-    /* this thread's staging (MODE_EPI_SMEM), else 0: half 0 stored in the tail */
-    const uint32_t epi = mode & MODE_EPI_SMEM ? base + tma_layout<BN, STAGES, TE>::epi_off + (tid - 128) * 16 : 0;
-    const int steps = epi ? 2 * (BN / 32) : BN / 32; /* stages of the next tile that store the held outputs */
+    /* this thread's staging of row half 0 (MODE_EPI_OVERLAP) */
+    const uint32_t epi = defer ? base + tma_layout<BN, STAGES, TE>::epi_off + (tid - 128) * 16 : 0;
+    const int steps = 2 * (BN / 32); /* stages of the next tile that store the held outputs: half 1, then half 0 */
     wg_defer<BN> dq; /* the previous tile's outputs, stored during this tile's first stages */
     dq.orow[0] = dq.orow[1] = dq.rrow[0] = dq.rrow[1] = -1;
     dq.n0 = 0;

@@ -443,12 +443,9 @@ static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_
         }
         wg_quad_transpose_u32(p0, tq);
         wg_quad_transpose_u32(d.pk[jg], tq);
-        if (epi)
-            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(epi + jg * WG_EPI_STRIDE), "r"(p0[0]),
-                         "r"(p0[1]), "r"(p0[2]), "r"(p0[3])
-                         : "memory");
-        else if (d.orow[0] >= 0) /* no staging: half 0 stored here, in the tail */
-            wg_defer_store_vec(g, p0, d.orow[0], d.rrow[0], n0 + (4 * jg + tq) * 8);
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(epi + jg * WG_EPI_STRIDE), "r"(p0[0]),
+                     "r"(p0[1]), "r"(p0[2]), "r"(p0[3])
+                     : "memory"); /* half 0 to this thread's staging: wg_defer_step_smem stores it */
     }
 }
 

@@ -134,6 +134,16 @@ case ${PLAN:-1} in
     # enable() decoder fell back, diffusers' bf16 ran out of memory); bench/sizes.py now releases ours first
     run sizes_4k 280 python3 bench/sizes.py --no-fp32 --commit "$C" --json "$O/sizes-4k.json" --cases 135x240T1 135x240T2 135x256T2a 135x240T5
     ;;
+10)
+    # branch overlap1 (the TMA conv's overlapped epilogue as one mode bit, its never-run half-0-in-the-tail branch
+    # gone): the Hopper path against the CPU backend, then the same bits as build-base (f7d4d10) and f121's time
+    run cuda_ops 40 $B/tests/cuda_ops
+    run cuda_decode 40 $B/tests/cuda_decode ti2v
+    mkdir -p "$O/ab"
+    run bits_ab 80 bash bench/ab.sh $A $B 1 "$O/ab"
+    run cuda_epi_tma 40 env BUILD=$B bash tests/cuda_epi_tma.sh
+    run cuda_seq12 40 $B/tests/cuda_sequence 30 64 12
+    ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"
 cat "$S"

@@ -4,8 +4,7 @@
  * by the two censuses: tests/test_route.c's (its own arguments per layer) and tests/test_census.c's (exec.c's).
  * kt, kh, kw: the weight's; phases: the backend made its phase weights. Nothing is read through any pointer (the
  * Winograd scratch is a fake address). Returns the GEMMs (at most 5), each with what it is; conv_dup_apart says
- * whether the conv's DupUp residual runs as the separate dupup_add kernel after them (conv.cu: the phases did not
- * fuse it). */
+ * whether the conv's DupUp residual is one the phases do not fuse (conv.cu refuses it: the census pins none). */
 #ifndef W22_TEST_CONV_GEMMS_H
 #define W22_TEST_CONV_GEMMS_H
 

@@ -568,10 +568,10 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
  * the plan runs at the end of an up block) on the GPU, against the CPU's conv and then its dupup_add (the separate
  * order: the reference does not share the fused code). The DupUp input has f frames of h x w x cd (a margin of
  * dborder around each frame: other strides), ft copies; the conv has its F output frames.
- * expect: "separate" where the DupUp map is one the phase GEMMs' epilogue does not take (the conv, then the separate
- * dupup_add kernel), else fused ("wgmma": the phases' route is the backend's, check_route). Tolerance as conv_case's: the output is conv +
+ * expect: "refused" where the DupUp map is one the phase GEMMs' epilogue does not take (the backend has no other
+ * DupUp), else fused ("wgmma": the phases' route is the backend's, check_route). Tolerance as conv_case's: the output is conv +
  * DupUp input (|.| <= 1) with one bf16 rounding, or two on the TMA kernel's deferred store (the conv's, then the
- * sum's, as the separate pass does): <= 2^-9 (max|conv| + max|ref|) <= 2^-9 (2 max|ref| + 1), inside 2^-7 max|ref|
+ * sum's): <= 2^-9 (max|conv| + max|ref|) <= 2^-9 (2 max|ref| + 1), inside 2^-7 max|ref|
  * for max|ref| >= 0.5 (conv outputs here are of unit size). */
 static void dupconv_case(const char *tag, int C, int cd, int ft, int first_single, int f, int h, int w, int dborder,
                          const char *expect) {
@@ -1293,8 +1293,8 @@ static void run_cases(void) {
     psum_case("w21 conv_out", 96, 3, 4, 9, 40, 2);
     /* the upsample conv with the DupUp fused (w22_conv_args.dup_in): the model's two maps (ft 2, cd = C: channel o;
      * ft 1, cd = 2C: channel 2o + py) at reduced size, first_single on and off, on each kernel the phase GEMMs reach,
-     * frames of 45 pixels (tiles span frames: the frame map per row), a strided DupUp input; and a map that runs
-     * separately (ft 2, cd = 2C: the channel offset is the time copy) */
+     * frames of 45 pixels (tiles span frames: the frame map per row), a strided DupUp input; and maps the phases do
+     * not take (ft 2, cd = 2C: the channel offset is the time copy; cs 4), which the backend refuses */
     dupconv_case("up1", 1024, 1024, 2, 1, 2, 4, 6, 0, "wgmma");  /* up_blocks.1: the 128x256 tile */
     dupconv_case("up2", 512, 1024, 1, 0, 2, 8, 12, 0, "wgmma");  /* up_blocks.2: two input channels per output */
     dupconv_case("wg", 128, 128, 2, 0, 3, 5, 9, 0, "wgmma");     /* 128x128 tile, tiles spanning frames */

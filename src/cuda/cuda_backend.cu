@@ -1,7 +1,7 @@
 /* The CUDA backend (bf16 activations, sm_80 and up: the Hopper path on sm_90, the portable path elsewhere, route.h):
  * creation, the op table, device memory with byte accounting,
  * weight upload into the kernels' layouts, byte copies, and the CUDA error plumbing. The ops themselves live in
- * conv.cu, attention.cu, norm.cu, move.cu, dupup.cu. */
+ * conv.cu, attention.cu, norm.cu, move.cu. */
 #include "cuda_internal.h"
 #include "cuda_ops.h"
 #include "lower.h"

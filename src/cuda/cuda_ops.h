@@ -21,7 +21,7 @@ w22_status w22_cuda_audit(w22_backend *b);
 w22_status w22_cuda_latents_in(w22_backend *b, const void *z, w22_dtype zt, int C, int T, int H, int W, int t0,
                                int y0, w22_view out);
 w22_status w22_cuda_unpatchify(w22_backend *b, w22_view in, int p, w22_video_dst dst);
-/* dupup.cu */
+/* conv.cu: refuses (the DupUp is added only in the upsample conv's phases) */
 w22_status w22_cuda_dupup_add(w22_backend *b, w22_view out, w22_view in, int ft, int first_single);
 
 #endif

@@ -74,8 +74,8 @@ static inline void w22_lower_direct(const w22_conv_args *a, const w22_conv_opera
  * cs = ft 4 / r; the epilogue takes cs 1 or 2 and an offset that no time copy changes (one GEMM row serves every time
  * copy of its frame only through T). The model's two: ft 2, r 8 (cin = cout): o; ft 1, r 2 (cin = 2 cout): 2 o + py.
  * Others (cs 4 or 8, or ft 2 with r 4: the offset is tc: configs of another dim_mult) the CUDA backend does not take
- * (its separate DupUp kernel, which no decode of either VAE ran, went in session 38). w22_lower_dup_sub_ok: phase
- * sub = py 2 + px of the map r at ft. */
+ * (it has no DupUp outside these phases; its open refuses such configs). w22_lower_dup_sub_ok: phase sub = py 2 + px
+ * of the map r at ft. */
 static inline int w22_lower_dup_sub_ok(int r, int ft, int sub) {
     if (r <= 0 || (ft * 4) % r || ft * 4 / r > 2) return 0;
     for (int tc = 1; tc < ft; tc++)

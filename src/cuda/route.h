@@ -556,9 +556,9 @@ static inline int w22_route_tma_store_batch(const w22_mm *g) {
     return 1;
 }
 
-/* ---- 4. The plain ops (norm.cu, move.cu, dupup.cu): memory-bound, 8 channels a thread (one 16-byte access) ----
- * tests/test_census.c asks these for every norm, copy, zero, border and DupUp a decode of either VAE issues, at every
- * size and rank count, on the recording backend: what no decode reaches is not compiled in (issue 47.10). */
+/* ---- 4. The plain ops (norm.cu, move.cu): memory-bound, 8 channels a thread (one 16-byte access) ----
+ * tests/test_census.c asks these for every norm, copy, zero and border a decode of either VAE issues, at every size
+ * and rank count, on the recording backend: what no decode reaches is not compiled in. */
 
 /* A bf16 view whose start and strides are whole 16-byte vectors and whose channels fill them. */
 static inline int w22_route_vec8(const w22_view *v) {

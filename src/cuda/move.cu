@@ -43,9 +43,9 @@ static w22_status copy_or_zero(w22_cuda *c, w22_view dst, const w22_view *src) {
     if (src) W22_TRY(w22_cuda_check_view(c, src, 0, "copy src"));
     const long elems = (long)dst.f * dst.h * dst.w * dst.c;
     if (elems <= 0) return W22_OK;
-    w22_view sv = src ? *src : dst;
+    w22_view sv = src ? *src : dst; /* route.h folds both views into rows of W channels where both fold */
+    const int vec = w22_route_copy(&dst, src ? &sv : NULL);
     if (src) src = &sv;
-    const int vec = w22_route_copy(&dst, src ? &sv : NULL); /* route.h: rows of W channels where both views fold */
     const bf16 *sp = src ? (const bf16 *)src->ptr : NULL;
     const long ssf = src ? src->sf : 0, ssh = src ? src->sh : 0, ssw = src ? src->sw : 0;
     if (vec)

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Session 39's device calls: what tests/GPU_RUNS.md holds due, the most needed first. Plan 1 is the whole GPU suite at
+# the final commit of issue 47 (both kernel paths, both VAEs, the checking mode on each, the DiT, the budget and the
+# large sizes) and the same bits as the base build on both paths; plans 4-6 the six-clip checked bench. Every result is written as
+# it comes (suite.txt one line a program, logs.tgz re-packed after each), so a call cut short still returns what ran.
+# Two builds travel, both for sm_90a alone (what an H100 runs of the fat build; half the carry): build-run/ at this
+# checkout (.carry/build-run.tgz) and build-base/ at the baseline commit (.carry/build-base.tgz), each made
+# here by dev/lease_build.sh (BUILD_DIR, CUDA_ARCHS=90a). diffusers and pytest's deps as wheels in .whl/.
+#   carry: [".whl", ".carry"]; command: LEASE_SECONDS=540 PLAN=1 bash dev/lease_session39.sh
+set -u
+O=${OUT:-/tmp/w22-lease}
+L=/tmp/w22-lease-logs
+mkdir -p "$O" "$L"
+for t in .carry/*.tgz; do tar -xzf "$t"; done
+end=$(($(date +%s) + ${LEASE_SECONDS:-540}))
+S=$O/suite.txt
+echo "build-run: $(cat build-run/commit.txt 2>/dev/null)  build-base: $(cat build-base/commit.txt 2>/dev/null)  plan ${PLAN:-1}  $(date -u +%FT%TZ)" > "$S"
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,memory.used --format=csv,noheader >> "$S" 2>&1
+(nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader -lms 1000 > "$O/clock.txt" 2>&1 &)
+if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$L/pip.log" 2>&1; then export PYTHONPATH=/tmp/site; else echo "wheels: FAILED $(tail -n 2 $L/pip.log)" >> "$S"; fi
+export PYTHONUNBUFFERED=1 W22_LIB=$PWD/build-run/libwan22vae.so
+fail=0
+run() { # NAME SECONDS COMMAND...
+    local name=$1 limit=$2 start left rc
+    shift 2
+    left=$((end - $(date +%s)))
+    if [ "$left" -lt 15 ]; then echo "$name: skipped (the budget is spent)" >> "$S"; fail=$((fail + 1)); return; fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    start=$(date +%s)
+    timeout "$limit" "$@" > "$L/$name.log" 2>&1
+    rc=$?
+    [ "$rc" -ne 0 ] && fail=$((fail + 1))
+    echo "$name: $([ $rc -eq 0 ] && echo ok || echo "FAILED (rc $rc)"), $(($(date +%s) - start)) s: $(tail -n 1 "$L/$name.log")" >> "$S"
+    tar -C "$L" -czf "$O/logs.tgz" . 2>/dev/null
+}
+B=build-run
+MERGE=${MERGE:-bench/results/six.json}
+A=build-base
+C="$(cat $B/commit.txt 2>/dev/null)"
+P="env W22_KERNELS=portable"
+case ${PLAN:-1} in
+1)
+    # GPU_RUNS item 1: the suite at the final commit, the quick programs first, the checking mode last
+    run cuda_ops 60 $B/tests/cuda_ops
+    run cuda_ops_portable 60 $P $B/tests/cuda_ops
+    run cuda_decode 60 $B/tests/cuda_decode
+    run cuda_decode_portable 60 $P $B/tests/cuda_decode
+    run cuda_decode_wan21 60 $B/tests/cuda_decode wan21
+    run cuda_dit 30 $B/tests/cuda_dit
+    run cuda_interrupt 60 $B/tests/cuda_interrupt
+    run cuda_large 60 $B/tests/cuda_large
+    run cuda_large_portable 60 $P $B/tests/cuda_large
+    run cuda_budget 90 $B/tests/cuda_budget
+    run cuda_seq12 60 $B/tests/cuda_sequence 30 64 12
+    run cuda_seq12_portable 60 $P $B/tests/cuda_sequence 30 64 12
+    mkdir -p "$O/ab" "$O/ab_portable"
+    run bits_ab 80 bash bench/ab.sh $A $B 1 "$O/ab"
+    run bits_ab_portable 80 $P bash bench/ab.sh $A $B 1 "$O/ab_portable"
+    run cuda_seq34_wan21 60 $B/tests/cuda_sequence 24 48 34 wan21
+    run cuda_seq34 130 $B/tests/cuda_sequence 24 48 34
+    run cuda_seq34_portable 130 $P $B/tests/cuda_sequence 24 48 34
+    run test_gpu 100 python3 -m pytest -q -x python/tests/test_gpu.py
+    ;;
+4)
+    # the six-clip checked bench (issue 46), call 1 of 3: f1 f5 f17 f121
+    run bench_six1 560 python3 bench/bench.py --workload f1 f5 f17 f121 --commit "$C" --json "$O/six1.json"
+    ;;
+5)
+    run bench_six2 560 python3 bench/bench.py --workload f241 --commit "$C" --merge "$MERGE" --json "$O/six2.json"
+    ;;
+6)
+    run bench_six3 590 python3 bench/bench.py --workload f481 --commit "$C" --merge "$MERGE" --json "$O/six3.json"
+    ;;
+esac
+echo "lease: $fail of the programs failed or were skipped" >> "$S"
+cat "$S"

@@ -62,6 +62,22 @@ case ${PLAN:-1} in
     run cuda_seq34_portable 130 $P $B/tests/cuda_sequence 24 48 34
     run test_gpu 100 python3 -m pytest -q -x python/tests/test_gpu.py
     ;;
+2)
+    # branch spill96 (build-spill/: the mma.sync conv's B fragments loaded per 16 columns, ldmatrix offsets by XOR, the
+    # loader's step from its caller: no spills in the 128 x 96 tile on any arch; the same bits by construction)
+    # against the CPU backend on both paths, bit for bit against build-run (main) on both, the portable checking mode
+    X=build-spill
+    run spill_ops 60 $X/tests/cuda_ops
+    run spill_ops_portable 60 $P $X/tests/cuda_ops
+    run spill_decode 60 $X/tests/cuda_decode
+    run spill_decode_portable 60 $P $X/tests/cuda_decode
+    mkdir -p "$O/ab" "$O/ab_portable"
+    run spill_ab_portable 80 $P bash bench/ab.sh $B $X 1 "$O/ab_portable"
+    run spill_ab 50 bash bench/ab.sh $B $X 1 "$O/ab"
+    grep -h "bits:" "$L"/spill_ab*.log >> "$S"
+    run spill_seq12_portable 60 $P $X/tests/cuda_sequence 30 64 12
+    run spill_seq34_portable 130 $P $X/tests/cuda_sequence 24 48 34
+    ;;
 4)
     # the six-clip checked bench (issue 46), call 1 of 3: f1 f5 f17 f121
     run bench_six1 560 python3 bench/bench.py --workload f1 f5 f17 f121 --commit "$C" --json "$O/six1.json"

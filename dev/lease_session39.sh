@@ -78,6 +78,29 @@ case ${PLAN:-1} in
     run spill_seq12_portable 60 $P $X/tests/cuda_sequence 30 64 12
     run spill_seq34_portable 130 $P $X/tests/cuda_sequence 24 48 34
     ;;
+3)
+    # branch wino4 (build-w4/: Winograd F(4x4, 3x3) in fp16 in place of F(2x2) in bf16, its components made at each
+    # conv from the direct weights; the fp16 batch GEMMs on both paths) beside build-run (main): its Winograd cases
+    # and the whole op suite on both paths, the decode against the CPU, f121's time alternating with main's on both
+    # paths, its profile, then its error in the bench's check (f17, f121) against diffusers' float32
+    X=build-w4
+    run w4_ops_wino 60 $X/tests/cuda_ops -o winograd
+    run w4_ops_wino_portable 60 $P $X/tests/cuda_ops -o winograd
+    run w4_ops 60 $X/tests/cuda_ops
+    run w4_ops_portable 60 $P $X/tests/cuda_ops
+    run w4_decode 60 $X/tests/cuda_decode
+    run w4_decode_portable 60 $P $X/tests/cuda_decode
+    for r in 1 2; do
+        run main_time_$r 30 $B/tests/cuda_decode --time 31 2
+        run w4_time_$r 30 $X/tests/cuda_decode --time 31 2
+        run main_time_portable_$r 30 $P $B/tests/cuda_decode --time 31 2
+        run w4_time_portable_$r 30 $P $X/tests/cuda_decode --time 31 2
+    done
+    run w4_prof 40 env W22_PROFILE=2 $X/tests/cuda_decode --time 31 1
+    run w4_bench 200 python3 bench/bench.py --workload f17 f121 --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/w4-f121.json"
+    run w4_seq12 60 $X/tests/cuda_sequence 30 64 12
+    run w4_seq34 130 $X/tests/cuda_sequence 24 48 34
+    ;;
 4)
     # the six-clip checked bench (issue 46), call 1 of 3: f1 f5 f17 f121
     run bench_six1 560 python3 bench/bench.py --workload f1 f5 f17 f121 --commit "$C" --json "$O/six1.json"

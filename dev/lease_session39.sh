@@ -97,7 +97,15 @@ case ${PLAN:-1} in
         run w4_time_portable_$r 30 $P $X/tests/cuda_decode --time 31 2
     done
     run w4_prof 40 env W22_PROFILE=2 $X/tests/cuda_decode --time 31 1
+    # the 256-channel convs at the last stage too (the plan keeps their band free: +150 MiB at 1280x704)
+    for r in 1 2; do
+        run w4_256_time_$r 30 env W22_WINOGRAD=256 $X/tests/cuda_decode --time 31 2
+        run w4_256_time_portable_$r 30 $P W22_WINOGRAD=256 $X/tests/cuda_decode --time 31 2
+    done
+    run w4_256_prof 40 env W22_PROFILE=2 W22_WINOGRAD=256 $X/tests/cuda_decode --time 31 1
+    run w4_256_decode 60 env W22_WINOGRAD=256 $X/tests/cuda_decode
     run w4_bench 200 python3 bench/bench.py --workload f17 f121 --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/w4-f121.json"
+    run w4_256_bench 150 env W22_WINOGRAD=256 python3 bench/bench.py --workload f17 f121 --no-diffusers --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/w4-256-f121.json"
     run w4_seq12 60 $X/tests/cuda_sequence 30 64 12
     run w4_seq34 130 $X/tests/cuda_sequence 24 48 34
     ;;

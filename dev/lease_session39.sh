@@ -86,6 +86,8 @@ case ${PLAN:-1} in
     X=build-w4
     run w4_ops_wino 60 $X/tests/cuda_ops -o winograd
     run w4_ops_wino_portable 60 $P $X/tests/cuda_ops -o winograd
+    run w4_ops_f16 40 $X/tests/cuda_ops -o f16
+    run w4_ops_f16_portable 40 $P $X/tests/cuda_ops -o f16
     run w4_ops 60 $X/tests/cuda_ops
     run w4_ops_portable 60 $P $X/tests/cuda_ops
     run w4_decode 60 $X/tests/cuda_decode

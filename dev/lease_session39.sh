@@ -109,6 +109,11 @@ case ${PLAN:-1} in
     run w4_256_decode 60 env W22_WINOGRAD=256 $X/tests/cuda_decode
     run w4_bench 200 python3 bench/bench.py --workload f17 f121 --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/w4-f121.json"
     run w4_256_bench 150 env W22_WINOGRAD=256 python3 bench/bench.py --workload f17 f121 --no-diffusers --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/w4-256-f121.json"
+    # Wan2.1's 384-channel convs as F(4x4) (its error x1.3 the direct conv's: a default of 384 would touch Wan2.1 alone)
+    for r in 1 2; do
+        run w4_wan21_$r 45 env W22_LIB=$PWD/$X/libwan22vae.so python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --json "$O/w4-wan21-$r.json"
+        run w4_wan21_384_$r 45 env W22_LIB=$PWD/$X/libwan22vae.so W22_WINOGRAD=384 python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --json "$O/w4-wan21-384-$r.json"
+    done
     run w4_seq12 60 $X/tests/cuda_sequence 30 64 12
     run w4_seq34 130 $X/tests/cuda_sequence 24 48 34
     ;;

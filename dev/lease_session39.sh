@@ -107,15 +107,6 @@ case ${PLAN:-1} in
     done
     run w4_256_prof 40 env W22_PROFILE=2 W22_WINOGRAD=256 $X/tests/cuda_decode --time 31 1
     run w4_256_decode 60 env W22_WINOGRAD=256 $X/tests/cuda_decode
-    run w4_bench 200 python3 bench/bench.py --workload f17 f121 --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/w4-f121.json"
-    run w4_256_bench 150 env W22_WINOGRAD=256 python3 bench/bench.py --workload f17 f121 --no-diffusers --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/w4-256-f121.json"
-    # Wan2.1's 384-channel convs as F(4x4) (its error x1.3 the direct conv's: a default of 384 would touch Wan2.1 alone)
-    for r in 1 2; do
-        run w4_wan21_$r 45 env W22_LIB=$PWD/$X/libwan22vae.so python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --json "$O/w4-wan21-$r.json"
-        run w4_wan21_384_$r 45 env W22_LIB=$PWD/$X/libwan22vae.so W22_WINOGRAD=384 python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --json "$O/w4-wan21-384-$r.json"
-    done
-    run w4_seq12 60 $X/tests/cuda_sequence 30 64 12
-    run w4_seq34 130 $X/tests/cuda_sequence 24 48 34
     ;;
 4)
     # the six-clip checked bench (issue 46), call 1 of 3: f1 f5 f17 f121
@@ -126,6 +117,20 @@ case ${PLAN:-1} in
     ;;
 6)
     run bench_six3 590 python3 bench/bench.py --workload f481 --commit "$C" --merge "$MERGE" --json "$O/six3.json"
+    ;;
+7)
+    # branch wino4, call 2 of 2: its error in the bench's check against diffusers' float32 (f17 and f121, at the
+    # default threshold and at 256), the Wan2.1 VAE at 384, the call sequence and the checking mode
+    X=build-w4
+    run w4_bench 200 python3 bench/bench.py --workload f17 f121 --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/w4-f121.json"
+    run w4_256_bench 150 env W22_WINOGRAD=256 python3 bench/bench.py --workload f17 f121 --no-diffusers --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/w4-256-f121.json"
+    # Wan2.1's 384-channel convs as F(4x4) (its error x1.3 the direct conv's: a default of 384 would touch Wan2.1 alone)
+    for r in 1 2; do
+        run w4_wan21_$r 45 env W22_LIB=$PWD/$X/libwan22vae.so python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --json "$O/w4-wan21-$r.json"
+        run w4_wan21_384_$r 45 env W22_LIB=$PWD/$X/libwan22vae.so W22_WINOGRAD=384 python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --json "$O/w4-wan21-384-$r.json"
+    done
+    run w4_seq12 60 $X/tests/cuda_sequence 30 64 12
+    run w4_seq34 130 $X/tests/cuda_sequence 24 48 34
     ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Session 39's device calls: what tests/GPU_RUNS.md holds due, the most needed first. Plan 1 is the whole GPU suite at
 # the final commit of issue 47 (both kernel paths, both VAEs, the checking mode on each, the DiT, the budget and the
-# large sizes) and the same bits as the base build on both paths; plans 4-6 the six-clip checked bench. Every result is written as
-# it comes (suite.txt one line a program, logs.tgz re-packed after each), so a call cut short still returns what ran.
+# large sizes) and the same bits as the base build on both paths; plan 2 branch spill96; plans 3 and 7 branch wino4
+# (Winograd F(4x4, 3x3) in fp16: build-w4/, against build-spill/, its base); plans 4-6 the six-clip checked bench.
+# Every result is written as it comes (suite.txt one line a program, logs.tgz re-packed after each), so a call cut short still returns what ran.
 # Two builds travel, both for sm_90a alone (what an H100 runs of the fat build; half the carry): build-run/ at this
 # checkout (.carry/build-run.tgz) and build-base/ at the baseline commit (.carry/build-base.tgz), each made
 # here by dev/lease_build.sh (BUILD_DIR, CUDA_ARCHS=90a). diffusers and pytest's deps as wheels in .whl/.

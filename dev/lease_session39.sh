@@ -84,7 +84,7 @@ case ${PLAN:-1} in
     # conv from the direct weights; the fp16 batch GEMMs on both paths) beside build-run (main): its Winograd cases
     # and the whole op suite on both paths, the decode against the CPU, f121's time alternating with main's on both
     # paths, its profile, then its error in the bench's check (f17, f121) against diffusers' float32. The time base is
-    # build-spill (branch spill96, 872a059: wino4's own base, so the A/B is the Winograd change alone)
+    # build-spill (branch spill96, 7c19233: wino4's own base, merged into it, so the A/B is the Winograd change alone)
     X=build-w4 B=build-spill
     run w4_ops_wino 60 $X/tests/cuda_ops -o winograd
     run w4_ops_wino_portable 60 $P $X/tests/cuda_ops -o winograd

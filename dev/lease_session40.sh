@@ -2,8 +2,8 @@
 # Session 40's device calls: tests/GPU_RUNS.md's items 1-2, the most needed first. Plan 1: branch wino4 (build-w4/,
 # bd8550a: Winograd F(4x4, 3x3) in fp16, spill96 merged in) against the CPU backend on both paths; if that passes, its
 # f121 time alternating with its base build-spill/ (7c19233, branch spill96), its profile, the rest of the suite on it,
-# the last stage's 256-channel convs as Winograd, the bench's check of f17 and f121 against diffusers' float32 with
-# diffusers' bf16 timed; if it fails, the whole suite on build-spill/ instead. Plan 2: the checking mode on both paths
+# the last stage's 256-channel convs as Winograd, the six-clip bench's f1 f5 f17 f121 (checked against diffusers'
+# float32, f121 timed beside diffusers' bf16); if it fails, the whole suite on build-spill/ instead. Plan 2: the checking mode on both paths
 # and both VAEs, test_gpu.py, spill96's bits against main's (build-run/: 7beca3d's library), Wan2.1 at 384.
 # Every result is written as it comes (suite.txt one line a program, logs.tgz re-packed after each), so a call cut short still returns what ran.
 # Three builds travel, each for sm_90a alone (what an H100 runs of the fat build), made here by dev/lease_build.sh
@@ -79,7 +79,9 @@ case ${PLAN:-1} in
         done
         run w4_256_prof 40 env W22_PROFILE=2 W22_WINOGRAD=256 $W/tests/cuda_decode --time 31 1
         run w4_256_decode 60 env W22_WINOGRAD=256 $W/tests/cuda_decode
-        run w4_bench 220 python3 bench/bench.py --workload f17 f121 --lib $PWD/$W/libwan22vae.so --no-audit --commit "$(cat $W/commit.txt)" --json "$O/w4-f121.json"
+        # the six-clip bench's first part (f1 f5 f17 checked, f121 checked and timed beside diffusers' bf16, audited):
+        # the record's call 1 at bd8550a's library, which main's merge of wino4 keeps byte for byte
+        run w4_six1 230 python3 bench/bench.py --workload f1 f5 f17 f121 --lib $PWD/$W/libwan22vae.so --commit "$(cat $W/commit.txt)" --json "$O/six1.json"
     else
         echo "wino4 FAILED against the CPU backend: the suite on build-spill (spill96) instead" >> "$S"
         run spill_ops 60 $S0/tests/cuda_ops

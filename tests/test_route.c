@@ -115,27 +115,22 @@ static void portable_cases(void) {
     /* the 2D tiles: N <= 48 on the Hopper path, N <= 16 on the portable one */
     g = conv(1, 352, 624, 256, 36, 1, 3, 0);
     CHECK(w22_route_rows2d_takes(&g, 1) && !w22_route_rows2d_takes(&g, 0), "N 36: the 2D tiles on Hopper only");
-    /* Winograd's 16 component GEMMs as one mma.sync launch: stage 0's 1024-channel conv at 44 x 78 (22 x 39 tiles,
-     * 2 output frames, 4 input frames); outputs evenly spaced; not with uneven outputs or a residual */
+    /* Winograd's 36 component GEMMs (fp16) as one mma.sync launch, as lower.h makes them: stage 0's 1024-channel conv
+     * at 44 x 78 (11 x 20 tiles, 2 output frames, 4 input frames); outputs evenly spaced; not with uneven outputs or
+     * a residual */
     w22_mm q;
-    memset(&q, 0, sizeof q);
     bf16 *base = (bf16 *)(uintptr_t)0x7f0000000000ull;
-    const int F = 2, hh = 22, w2 = 39, ci = 1024, co = 1024;
-    q.F = F, q.H = hh, q.W = w2, q.M = F * hh * w2, q.N = co;
-    q.a = base, q.a_sf = (long)hh * w2 * ci, q.a_sh = (long)w2 * ci, q.a_sw = ci;
-    q.cin = ci, q.kt = 3, q.ks = 1;
-    q.b = base, q.b_w = co, q.b_sw = 3L * ci;
-    q.out = base, q.o_sf = (long)hh * w2 * co, q.o_sh = (long)w2 * co, q.o_sw = co;
-    q.batch = 16, q.a_frames = F + 2;
-    for (int xi = 0; xi < 16; xi++) q.ph_o[xi] = xi * (int)(F * q.o_sf);
+    const int F = 2, ci = 1024, co = 1024;
+    w22_lower_wino_batch(F, 11, 20, ci, co, base, base, base, &q);
+    CHECK(q.batch == 36 && q.f16 && q.M == F * 11 * 20, "lower.h's Winograd batch: 36 fp16 GEMMs of 2 x 11 x 20 rows");
     const char *why = w22_route_mma_batch_blocker(&q);
     CHECK(why == NULL, "Winograd's batch at 44 x 78 on one mma launch: %s", why ? why : "-");
     q.ph_o[5] += 8;
-    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch with uneven outputs: 16 launches");
+    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch with uneven outputs: refused");
     q.ph_o[5] -= 8, q.res = base;
-    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch with a residual: 16 launches");
+    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch with a residual: refused");
     q.res = NULL, q.a_frames = F + 1;
-    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch whose frames are under a GEMM's window: 16 launches");
+    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch whose frames are under a GEMM's window: refused");
     /* shared memory: every kernel the portable path launches fits the smallest part's 99 KB (the kernels'
      * static_asserts hold it at build time; the tile table here) */
     CHECK(3 * (128 + 128) * 128 <= W22_PORTABLE_SMEM && 4 * (128 + 32) * 128 <= W22_PORTABLE_SMEM &&
@@ -228,7 +223,7 @@ static void step_cases(void) {
     a.work = &a, a.work_bytes = 999;
     CHECK(w22_route_winograd_blocker(&a, 512, 512, 1, 1000) != NULL, "a scratch under one tile row: direct");
     a.work = NULL, a.out.w = 77, a.in.w = 77;
-    CHECK(w22_route_winograd_blocker(&a, 512, 512, 1, 1000) != NULL, "odd width: direct");
+    CHECK(w22_route_winograd_blocker(&a, 512, 512, 1, 1000) == NULL, "odd width: Winograd (F(4x4) takes any size)");
     a.out.w = a.in.w = 78;
     CHECK(w22_route_conv_step(&a, 0, NULL) == W22_CONV_WINOGRAD, "step: Winograd");
     CHECK(w22_route_conv_step(&a, 0, "why") == W22_CONV_DIRECT, "step: direct");

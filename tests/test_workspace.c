@@ -12,13 +12,14 @@
  *
  * Issue 45's 24 GB cards: at 1280 x 704 (latents 44 x 80; T = 31 or any other: the plan never sees T) the portable
  * path's device memory, this workspace plus the weights in the CUDA backend's layouts (weights_gpu.cu: vectors fp32,
- * convs bf16 direct, the upsamplers' 2D 3x3 convs their phases too, the Winograd convs of 512 channels and up their 16
+ * convs bf16 direct, the upsamplers' 2D 3x3 convs their phases too, the Winograd convs of 512 channels and up their 36
  * components alone), at most 6 GiB. The portable path adds no scratch of its own beyond them: no split-tail partials
  * or TMA identities (the Hopper path's), the attention's scratch and Winograd's V and M inside the stages' free
  * spans (above), and at these even sizes no Winograd conv needs its direct weights on the device. */
 #include <stdlib.h>
 #include <string.h>
 #include "cuda/route.h"
+#include "weights/winograd4.h"
 #include "plan/plan_internal.h"
 #include "testutil.h"
 
@@ -135,7 +136,7 @@ static size_t cuda_weight_bytes(const w22_model *m) {
         const int wino = w->ndim == 5 && w22_route_wino_weights((int)w->shape[2], (int)w->shape[3], (int)w->shape[4],
                                                                 (int)cin, (int)cout, W22_WINO_MIN_DEFAULT);
         if (wino) {
-            n += (size_t)16 * cout * 3 * cin * 2;
+            n += (size_t)W22_W4_K * cout * 3 * cin * 2; /* the F(4x4, 3x3) components, fp16 */
             continue;
         }
         n += (size_t)w->numel * 2;

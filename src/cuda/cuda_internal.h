@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <string.h>
 
 extern "C" {
@@ -95,7 +96,7 @@ typedef struct {
      * input, weights summed per phase: [phase py*2+px][cout][2][2][cin] bf16. 16 taps instead of 36 per 2x2 block
      * of outputs: the same function with 4/9 of the work. */
     void *dev_phase;
-    /* 3x3x3 convs under W22_WINOGRAD (winograd.cu): the 16 Winograd components' weights, each [cout][3][cin] bf16 */
+    /* 3x3x3 convs under W22_WINOGRAD (winograd.cu): the 36 F(4x4, 3x3) components' weights, each [cout][3][cin] fp16 */
     void *dev_wino;
     /* With dev_wino: the direct conv's weights (dev's layout) stay here on the host, dev NULL, until a conv of this
      * weight takes the direct path (odd sizes, a rank's odd row count): w22_cuda_weight_direct uploads them then */
@@ -176,11 +177,11 @@ w22_status w22_cuda_gemm_mma_batch(w22_cuda *c, const w22_mm *g, const char *wha
 /* The batch GEMM (w22_mm.batch) on the TMA wgmma kernel (route.h's w22_route_batch: W22_BATCH_TMA) */
 w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_mm *g, const char *what);
 #define W22_WINO_FRAMES 8 /* input frames per launch of the Winograd input transform */
-w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *const *x, int nf, long xsh, long xsw, bf16 *v, long vcs,
-                            long vsf, long vsh, long vsw, int h2, int w2, int C);
-w22_status w22_cuda_wino_out(cudaStream_t st, const bf16 *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf,
-                             long ysh, long ysw, const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int F,
-                             int h2, int w2, int C);
+w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *const *x, int nf, long xsh, long xsw, __half *v, long vcs,
+                            long vsf, long vsh, long vsw, int h4, int w4, int hv, int wv, int C);
+w22_status w22_cuda_wino_out(cudaStream_t st, const __half *m, long mcs, long msf, long msh, long msw, bf16 *y,
+                             long ysf, long ysh, long ysw, const bf16 *res, long rsf, long rsh, long rsw,
+                             const float *bias, int F, int h4, int w4, int ho, int wo, int C);
 /* Dynamic shared memory attributes of the tensor-core kernels (once, at create). */
 w22_status w22_cuda_gemm_init(w22_cuda *c);
 /* The op table (cuda_backend.cu), and W22_PROFILE=1's timed one that wraps it (profile.cu). */

@@ -12,8 +12,9 @@
  *      takes `hopper` answers for that path; the Hopper-only kernels are never the answer with hopper 0.
  *   1. The conv's step (w22_route_conv_step): the causal history as partial sums (psum), an upsample as four 2x2
  *      phase GEMMs (one launch of the TMA conv where it takes them, the Hopper path; four launches on the portable
- *      one), Winograd F(2x2, 3x3) for the 3x3x3 convs of the backend's threshold (w22_route_winograd_blocker: on
- *      both paths, its 16 GEMMs one launch of the TMA conv or of the mma.sync kernel), else the direct implicit GEMM.
+ *      one), Winograd F(4x4, 3x3) for the 3x3x3 convs of the backend's threshold (w22_route_winograd_blocker: on
+ *      both paths, its 36 fp16 GEMMs one launch of the TMA conv or of the mma.sync kernel), else the direct implicit
+ *      GEMM.
  *   2. The GEMM's kernel (w22_route_gemm), in this order, and why:
  *      a. the layout every tensor-core kernel needs (alignment, strides, even N, int weight offsets), else scalar;
  *      b. the TMA wgmma conv where it takes the GEMM (64-bit tensor maps: no limit on the input's offsets); Hopper;
@@ -331,20 +332,19 @@ typedef enum {
     W22_CONV_DIRECT,   /* one implicit GEMM (w22_route_gemm) */
     W22_CONV_PSUM,     /* the causal history as partial sums (conv_psum.cu) */
     W22_CONV_PHASES,   /* nearest-2x + 3x3 as four 2x2 phase GEMMs on the low-resolution grid */
-    W22_CONV_WINOGRAD  /* F(2x2, 3x3) per frame tap: transforms + one batch GEMM of 16 (winograd.cu) */
+    W22_CONV_WINOGRAD  /* F(4x4, 3x3) per frame tap: transforms + one fp16 batch GEMM of 36 (winograd.cu) */
 } w22_conv_step;
 
-/* NULL when a conv runs as Winograd F(2x2, 3x3), else why not. Both paths: its 16 component GEMMs are one launch of
+/* NULL when a conv runs as Winograd F(4x4, 3x3), else why not. Both paths: its 36 component GEMMs are one launch of
  * the TMA conv on the Hopper path and one of the mma.sync kernel on the portable path (w22_route_mma_batch_blocker;
- * the transforms are plain kernels), so that path keeps its 12 of 27 MACs too. has_wino: the backend made Winograd
- * weights for this conv at upload (its threshold, 512 channels and up: v18's A/B -11.0% against the direct conv;
- * none in exact mode); row_bytes: the scratch of one tile row (winograd.cu). Every size: with 16 launches the 44 x 78
- * convs (28 tiles) ran 2x slower than the direct conv (v17); as one launch of 16 x 28 they gain too (v18). */
+ * the transforms are plain kernels; fp16 operands, which only those two take). has_wino: the backend made Winograd
+ * weights for this conv at upload (its threshold: 512 channels and up, v18's A/B for F(2x2, 3x3) -11.0% against the
+ * direct conv; none in exact mode); row_bytes: the scratch of one tile row (winograd.cu). Any height and width: the
+ * transforms read zeros past the frame and store only inside it. */
 static inline const char *w22_route_winograd_blocker(const w22_conv_args *a, int cin, int cout, int has_wino,
                                                      size_t row_bytes) {
     if (!has_wino) return "no Winograd weights (exact arithmetic, or channels below the threshold)";
     if (a->kt != 3 || a->ks != 3 || a->upsample || a->time_split || a->dup_in || a->psum) return "not a plain 3x3x3 conv";
-    if (a->out.h % 2 || a->out.w % 2) return "odd height or width";
     if (cin % 64 || cout % 64) return "channels not a multiple of 64";
     if (a->in.sw != a->in.c || a->out.sw != a->out.c || (a->residual && a->residual->sw != a->residual->c))
         return "pixels not dense";
@@ -352,10 +352,32 @@ static inline const char *w22_route_winograd_blocker(const w22_conv_args *a, int
     return NULL;
 }
 
-/* The scratch of one Winograd tile row (two output rows) of a conv of F output frames, w2 tile columns: V (16
- * components of F + 2 input frames, cin) and M (16 components of F frames, cout), bf16 (winograd.cu's bands). */
-static inline size_t w22_route_wino_row_bytes(int F, int w2, int cin, int cout) {
-    return (size_t)16 * w2 * ((size_t)(F + 2) * cin + (size_t)F * cout) * 2;
+/* The scratch of one Winograd tile row (four output rows) of a conv of F output frames, w4 tile columns: V (36
+ * components of F + 2 input frames, cin) and M (36 components of F frames, cout), fp16 (winograd.cu's bands). */
+static inline size_t w22_route_wino_row_bytes(int F, int w4, int cin, int cout) {
+    return (size_t)36 * w4 * ((size_t)(F + 2) * cin + (size_t)F * cout) * 2;
+}
+
+/* The most tile rows a Winograd band may have: its 36 GEMMs are one batch launch only while every component's
+ * output offset (36 x F x rows x w4 x cout elements) and its A frames fit the kernels' ints (route.h's batch
+ * blockers), and no GEMM of fp16 runs apart. */
+static inline int w22_route_wino_band_rows(int F, int w4, int cin, int cout) {
+    const long per = 36L * F * w4 * (cout > cin ? cout : cin);
+    const long rows = (INT_MAX / 2) / (per > 0 ? per : 1);
+    return rows < 1 ? 1 : rows > (1 << 20) ? (1 << 20) : (int)rows;
+}
+
+/* A Winograd conv's band height in tile rows (winograd.cu): as many as `have` bytes of scratch hold (at least one),
+ * at most w22_route_wino_band_rows, then evened out over the bands that takes (h4 tile rows in all). */
+static inline int w22_route_wino_band(int F, int h4, int w4, int cin, int cout, size_t have) {
+    const size_t row = w22_route_wino_row_bytes(F, w4, cin, cout);
+    const size_t fit = have / row;
+    const int hmax = w22_route_wino_band_rows(F, w4, cin, cout);
+    int hb = fit > (size_t)hmax ? hmax : (int)fit;
+    if (hb < 1) hb = 1;
+    if (hb > h4) hb = h4;
+    const int nb = (h4 + hb - 1) / hb;
+    return (h4 + nb - 1) / nb;
 }
 
 /* The Winograd threshold when W22_WINOGRAD is unset: the 3x3x3 convs of 512 channels and up (v18's A/B). */

@@ -4,7 +4,7 @@
  * there, and the kernels below make the layouts that src/weights/layout.c defines on the host:
  *   conv:     [cout][cin][tap] -> [cout][tap][cin] bf16 (the GEMM's B, K-major);
  *   phases:   a 2D 3x3 conv's four upsample phases, taps summed per phase (cuda_internal.h);
- *   Winograd: a 3x3x3 conv's 16 components U = G g G^T per temporal tap, each [cout][3][cin].
+ *   Winograd: a 3x3x3 conv's 36 F(4x4, 3x3) components U = G g G^T per temporal tap, each [cout][3][cin] fp16.
  * What must hold: every byte equals the host function's (tests/cuda_ops.c compares them with layout.c for each
  * source dtype; bench/bits' hashes of whole decodes did not move). So the arithmetic is the host's in its order:
  * products and sums rounded one by one (__fmul_rn, __fadd_rn: no contraction into an FMA, which gcc does not do
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include "cuda_internal.h"
 #include "weights/layout.h"
+#include "weights/winograd4.h"
 
 /* w22_f32_to_bf16 (common.h), bit for bit */
 static __device__ __forceinline__ uint16_t f2bf(float f) {
@@ -66,22 +67,24 @@ static __device__ __forceinline__ float dot3(float a, float b, float c, float g0
     return __fadd_rn(__fadd_rn(__fmul_rn(a, g0), __fmul_rn(b, g1)), __fmul_rn(c, g2));
 }
 
-/* layout.c's wino_part: one thread per (o, i, dt) */
+/* layout.c's wino_part: one thread per (o, i, dt); Winograd F(4x4, 3x3)'s 36 components in fp16 (winograd4.h), the
+ * same float operations in the same order (dot3: no contraction into FMAs) and fp16's round-to-nearest-even */
 __global__ void w22_wt_wino(const float *data, int cout, int cin, uint16_t *out) {
-    const float G[4][3] = {{1, 0, 0}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0, 0, 1}};
+    const float G[W22_W4_N][3] = W22_W4_G;
     const size_t per = (size_t)cout * 3 * cin, n = per;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const int ci = (int)(i % cin);
         const size_t r = i / cin;
         const int dt = (int)(r % 3), o = (int)(r / 3);
         const float *g = data + (((size_t)o * cin + ci) * 3 + dt) * 9;
-        float gt[3][4];
+        float gt[3][W22_W4_N];
         for (int a = 0; a < 3; a++)
-            for (int k = 0; k < 4; k++) gt[a][k] = dot3(g[a * 3], g[a * 3 + 1], g[a * 3 + 2], G[k][0], G[k][1], G[k][2]);
-        for (int rr = 0; rr < 4; rr++)
-            for (int k = 0; k < 4; k++)
-                out[(size_t)(4 * rr + k) * per + ((size_t)o * 3 + dt) * cin + ci] =
-                    f2bf(dot3(gt[0][k], gt[1][k], gt[2][k], G[rr][0], G[rr][1], G[rr][2]));
+            for (int k = 0; k < W22_W4_N; k++)
+                gt[a][k] = dot3(g[a * 3], g[a * 3 + 1], g[a * 3 + 2], G[k][0], G[k][1], G[k][2]);
+        for (int rr = 0; rr < W22_W4_N; rr++)
+            for (int k = 0; k < W22_W4_N; k++)
+                out[(size_t)(W22_W4_N * rr + k) * per + ((size_t)o * 3 + dt) * cin + ci] =
+                    __half_as_ushort(__float2half_rn(dot3(gt[0][k], gt[1][k], gt[2][k], G[rr][0], G[rr][1], G[rr][2])));
     }
 }
 
@@ -212,7 +215,7 @@ w22_status w22_cuda_weight_make(w22_cuda *c, w22_cuda_weight *w, const w22_wsrc 
             w->bytes += pn * 2;
         }
     } else {
-        const size_t wn = (size_t)16 * w->cout * 3 * w->cin;
+        const size_t wn = (size_t)W22_W4_K * w->cout * 3 * w->cin;
         W22_TRY(made(c, &w->dev_wino, wn * 2, "Winograd weights"));
         w22_wt_wino<<<grid_for((size_t)w->cout * 3 * w->cin), 256, 0, c->stream>>>(f, w->cout, w->cin,
                                                                                        (uint16_t *)w->dev_wino);

@@ -20,7 +20,28 @@ static void ref_conv(const float *data, int cout, int cin, int vol, uint16_t *h)
                 h[((size_t)o * vol + t) * cin + ci] = w22_f32_to_bf16(data[((size_t)o * cin + ci) * vol + t]);
 }
 
-/* The Winograd layout by what it is for: with V = B^T d B of a random 6 x 6 window d per input channel, A^T (sum over
+/* Winograd F(4x4, 3x3)'s 36 components U = G g G^T per (o, i, dt) of float weights, fp16, [36][cout][3][cin]: what
+ * winograd.cu's w22_wino_u_kernel makes on the GPU (there from the bf16 direct layout), here to check winograd4.h's
+ * matrices by what they are for (below). */
+static void wino_u_host(const float *data, int co, int ci, uint16_t *out) {
+    static const float G[W22_W4_N][3] = W22_W4_G;
+    const size_t per = (size_t)co * 3 * ci;
+    for (int o = 0; o < co; o++)
+        for (int i = 0; i < ci; i++)
+            for (int dt = 0; dt < 3; dt++) {
+                const float *g = data + (((size_t)o * ci + i) * 3 + dt) * 9;
+                float gt[3][W22_W4_N]; /* g G^T */
+                for (int a = 0; a < 3; a++)
+                    for (int k = 0; k < W22_W4_N; k++)
+                        gt[a][k] = g[a * 3] * G[k][0] + g[a * 3 + 1] * G[k][1] + g[a * 3 + 2] * G[k][2];
+                for (int r = 0; r < W22_W4_N; r++)
+                    for (int k = 0; k < W22_W4_N; k++)
+                        out[(size_t)(W22_W4_N * r + k) * per + ((size_t)o * 3 + dt) * ci + i] =
+                            w22_f32_to_f16(G[r][0] * gt[0][k] + G[r][1] * gt[1][k] + G[r][2] * gt[2][k]);
+            }
+}
+
+/* The Winograd components by what they are for: with V = B^T d B of a random 6 x 6 window d per input channel, A^T (sum over
  * cin of U . V) A must be the direct 3x3 correlation of d with the float weights, for every output channel and
  * temporal tap, at the window's 4 x 4 outputs (winograd4.h's matrices, in double here). Tolerance: what U's fp16
  * rounding allows, the same sum over |A^T| |U| 2^-11 |V| |A| (fp16: 11 significant bits, subnormals below 2^-14 at an
@@ -162,7 +183,7 @@ int main(void) {
         CHECK(!memcmp(a, b, n * 2), "conv layout %dx%dx%d differs from the serial loops", co, ci, vol);
         if (vol == 27) {
             memset(b, 0xcd, nw * 2);
-            w22_layout_winograd_f16(d, co, ci, b);
+            wino_u_host(d, co, ci, b);
             const double err = wino_vs_direct_conv(d, co, ci, b);
             CHECK(err <= 1.0, "Winograd F(4x4, 3x3) layout %dx%d: its transform differs from the direct conv by %.3g of "
                   "what the fp16 components allow", co, ci, err);

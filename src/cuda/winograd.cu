@@ -3,7 +3,8 @@
  * transform into 36 components V = B^T d B (fp16, 2.25x the frame's bytes), the 36 GEMMs as one launch of the TMA conv
  * or the mma.sync kernel with fp16 operands and an fp16 M (3x1x1 convs over the components' frames with U = G g G^T
  * per temporal tap: 2.25 x 3 of the direct conv's 27 MACs per output), and an output transform Y = A^T M A + bias
- * (+ the residual, or the shortcut's 1x1 GEMM written first). The matrices and why these points: weights/winograd4.h.
+ * (+ the residual, or the shortcut's 1x1 GEMM written first); U is made from the conv's direct weights at each conv
+ * (w22_wino_u_kernel). The matrices and why these points: weights/winograd4.h.
  * V and M live in the caller's free memory (w22_conv_args.work: in a decode, what the stage leaves free), in bands of
  * tile rows that fit it, so the path adds nothing to the workspace. Any height and width: the last tile row and
  * column read zeros past the frame's border and store only the outputs inside it. */
@@ -155,16 +156,46 @@ int w22_cuda_winograd_min_cin(void) {
     return v < 0 ? 0 : v;
 }
 
-/* Whether conv a takes the Winograd path (route.h's rule); NULL: it does, else why not. */
-const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w) {
-    return w22_route_winograd_blocker(a, w->cin, w->cout, w->dev_wino != NULL,
+/* Whether conv a takes the Winograd path (route.h's rule at the backend's threshold); NULL: it does, else why not. */
+const char *w22_cuda_winograd_blocker(const w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w) {
+    const int on = w22_route_wino_weights(w->kt, w->kh, w->kw, w->cin, w->cout, c->wino_min);
+    return w22_route_winograd_blocker(a, w->cin, w->cout, on,
                                       w22_route_wino_row_bytes(a->out.f, (a->out.w + 3) / 4, w->cin, w->cout));
+}
+
+/* The 36 components U = G g G^T (fp16, winograd4.h) of a 3x3x3 conv from its direct layout d ([cout][27][cin] bf16,
+ * tap = 9 dt + 3 dy + dx: weights_gpu.cu's), component xi's GEMM operand B at u + xi cout 3 cin, [cout][dt][cin]. Made
+ * at each conv, not kept: 36 x 3 of the 27 direct taps would hold 4x the weights' memory on the device (3.9 GiB of
+ * TI2V-5B's at 512 channels and up), where this reads them and writes U once a conv (~0.1 ms at 1024 channels). From
+ * the bf16 weights, not the source's floats: x1.4 the direct conv's error where float weights give x1.3
+ * (dev/winograd_f4_probe.py's model). One thread per (o, dt, ci): 9 loads and 36 stores, each coalesced over ci. */
+__global__ void w22_wino_u_kernel(const bf16 *__restrict__ d, int cout, int cin, __half *__restrict__ u) {
+    const float G[6][3] = W22_W4_G;
+    const long n = (long)cout * 3 * cin, per = n;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        const int ci = (int)(i % cin), dt = (int)(i / cin % 3), o = (int)(i / cin / 3);
+        const bf16 *p = d + ((long)o * 27 + 9 * dt) * cin + ci;
+        float g[3][3], gt[3][6]; /* g G^T */
+#pragma unroll
+        for (int a = 0; a < 3; a++)
+#pragma unroll
+            for (int b = 0; b < 3; b++) g[a][b] = __bfloat162float(p[(3 * a + b) * (long)cin]);
+#pragma unroll
+        for (int a = 0; a < 3; a++)
+#pragma unroll
+            for (int k = 0; k < 6; k++) gt[a][k] = g[a][0] * G[k][0] + g[a][1] * G[k][1] + g[a][2] * G[k][2];
+#pragma unroll
+        for (int r = 0; r < 6; r++)
+#pragma unroll
+            for (int k = 0; k < 6; k++)
+                u[(6 * r + k) * per + i] = __float2half_rn(G[r][0] * gt[0][k] + G[r][1] * gt[1][k] + G[r][2] * gt[2][k]);
+    }
 }
 
 /* One band: tile rows [ty0, ty0 + hh) of the output (rows 4 ty0..), the 36 GEMMs and both transforms, V and M the
  * band's (component-major). H, W: the conv's output (and input) size. */
-static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_mm *g, __half *V, __half *M, int ty0,
-                            int hh, int w4, const bf16 *res, long rsf, long rsh, long rsw) {
+static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const __half *U, const w22_mm *g, __half *V,
+                            __half *M, int ty0, int hh, int w4, const bf16 *res, long rsf, long rsh, long rsw) {
     const int F = g->F, ci = w->cin, co = w->cout, FI = F + 2, hl = g->H - 4 * ty0;
     const long vcs = (long)FI * hh * w4 * ci, mcs = (long)F * hh * w4 * co; /* a component's elements */
     int part = w22_cuda_prof_part_begin(c); /* W22_PROFILE=2: the transforms and the GEMMs apart */
@@ -182,7 +213,7 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_mm 
      * portable path); the band's height keeps their offsets in an int (w22_cuda_conv_winograd), so no GEMM runs
      * apart (the row and scalar kernels take no fp16) */
     w22_mm q;
-    w22_lower_wino_batch(F, hh, w4, ci, co, (const __half *)w->dev_wino, V, M, &q);
+    w22_lower_wino_batch(F, hh, w4, ci, co, U, V, M, &q);
     part = w22_cuda_prof_part_begin(c);
     const w22_batch_launch how = w22_route_batch(&q, c->hopper);
     if (how == W22_BATCH_TMA) {
@@ -209,18 +240,38 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_mm 
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_mm *g) {
     const int F = g->F, h4 = (a->out.h + 3) / 4, w4 = (a->out.w + 3) / 4, ci = w->cin, co = w->cout, FI = F + 2;
     const size_t row = w22_route_wino_row_bytes(F, w4, ci, co);
-    /* the caller's free memory (a decode's: plan.c's w22_stage_free), else the backend's own grow-only scratch;
-     * bands of equal height, as few as fit, each small enough that its 36 GEMMs' offsets fit an int (route.h) */
-    const int own = !a->work;
-    const int hb = w22_route_wino_band(F, h4, w4, ci, co, own ? (size_t)h4 * row : a->work_bytes);
-    __half *V;
-    if (!own) {
-        V = (__half *)a->work;
+    /* U (w22_wino_u_kernel: 36 x 3 cin x cout fp16) and V, M in the caller's free memory (a decode's: plan.c's
+     * w22_stage_free) where it holds U and one tile row, U first; else U in the backend's own grow-only scratch and
+     * V, M in the caller's span or, without one, another own scratch. Bands of equal height, as few as fit, each
+     * small enough that its 36 GEMMs' offsets fit an int (route.h). */
+    const size_t un = (size_t)W22_W4_K * co * 3 * ci, ub = (un * 2 + 255) / 256 * 256;
+    const int own = !a->work, u_in = !own && a->work_bytes >= ub + row;
+    const size_t have = own ? (size_t)h4 * row : a->work_bytes - (u_in ? ub : 0);
+    const int hb = w22_route_wino_band(F, h4, w4, ci, co, have);
+    __half *U, *V;
+    if (u_in) {
+        U = (__half *)a->work, V = (__half *)((char *)a->work + ub);
     } else {
-        W22_TRY(w22_cuda_scratch(c, &c->wino_scratch, &c->wino_bytes, (size_t)hb * row, "the Winograd scratch (V, M)"));
-        V = (__half *)c->wino_scratch;
+        W22_TRY(w22_cuda_scratch(c, &c->wino_u, &c->wino_u_bytes, un * 2, "the Winograd components U"));
+        U = (__half *)c->wino_u;
+        if (own) {
+            W22_TRY(w22_cuda_scratch(c, &c->wino_scratch, &c->wino_bytes, (size_t)hb * row,
+                                     "the Winograd scratch (V, M)"));
+            V = (__half *)c->wino_scratch;
+        } else {
+            V = (__half *)a->work;
+        }
     }
     __half *M = V + (size_t)W22_W4_K * FI * hb * w4 * ci;
+    {
+        const int part = w22_cuda_prof_part_begin(c);
+        const long n = (long)co * 3 * ci;
+        w22_wino_u_kernel<<<(unsigned)((n + 255) / 256 < 65535 * 4 ? (n + 255) / 256 : 65535 * 4), 256, 0,
+                            c->stream>>>((const bf16 *)w->dev, co, ci, U);
+        CU_LAUNCHED(c, "winograd weights transform");
+        w22_cuda_prof_part_end(c, part, 0, 2.0 * (27 + 3 * W22_W4_K) * co * ci, "winograd weights transform %d->%d", ci,
+                               co);
+    }
     const bf16 *res = g->res;
     long rsf = g->r_sf, rsh = g->r_sh, rsw = g->r_sw;
     if (g->sc) { /* the shortcut's 1x1 GEMM (its bias, and the residual if any) into out first, then added */
@@ -232,7 +283,7 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
         res = (const bf16 *)g->out, rsf = g->o_sf, rsh = g->o_sh, rsw = g->o_sw;
     }
     for (int ty0 = 0; ty0 < h4; ty0 += hb)
-        W22_TRY(wino_band(c, w, g, V, M, ty0, h4 - ty0 < hb ? h4 - ty0 : hb, w4, res, rsf, rsh, rsw));
+        W22_TRY(wino_band(c, w, U, g, V, M, ty0, h4 - ty0 < hb ? h4 - ty0 : hb, w4, res, rsf, rsh, rsw));
     c->last_path = "winograd F(4x4,3x3) fp16: transforms + 36 GEMMs";
     return W22_OK;
 }

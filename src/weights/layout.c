@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include "common.h"
 #include "weights/layout.h"
-#include "weights/winograd4.h"
 
 typedef struct {
     void (*fn)(void *ctx, int o0, int o1);
@@ -66,34 +65,6 @@ static void conv_part(void *p, int o0, int o1) {
 void w22_layout_conv_bf16(const float *data, int cout, int cin, int vol, uint16_t *out) {
     job j = {data, out, cout, cin, vol};
     parallel_for(cout, conv_part, &j);
-}
-
-/* Winograd F(4x4, 3x3)'s 36 components U = G g G^T per (o, i, dt), fp16 (winograd4.h); the same float operations in
- * the same order as weights_gpu.cu's w22_wt_wino (products, then left-to-right sums: the bytes must agree). */
-static void wino_part(void *p, int o0, int o1) {
-    static const float G[W22_W4_N][3] = W22_W4_G;
-    const job *j = p;
-    const int ci = j->cin;
-    const size_t per = (size_t)j->cout * 3 * ci;
-    for (int o = o0; o < o1; o++)
-        for (int i = 0; i < ci; i++)
-            for (int dt = 0; dt < 3; dt++) {
-                const float *g = j->data + (((size_t)o * ci + i) * 3 + dt) * 9;
-                float gt[3][W22_W4_N]; /* g G^T */
-                for (int a = 0; a < 3; a++)
-                    for (int k = 0; k < W22_W4_N; k++)
-                        gt[a][k] = g[a * 3] * G[k][0] + g[a * 3 + 1] * G[k][1] + g[a * 3 + 2] * G[k][2];
-                for (int r = 0; r < W22_W4_N; r++)
-                    for (int k = 0; k < W22_W4_N; k++) {
-                        const float u = G[r][0] * gt[0][k] + G[r][1] * gt[1][k] + G[r][2] * gt[2][k];
-                        j->out[(size_t)(W22_W4_N * r + k) * per + ((size_t)o * 3 + dt) * ci + i] = w22_f32_to_f16(u);
-                    }
-            }
-}
-
-void w22_layout_winograd_f16(const float *data, int cout, int cin, uint16_t *out) {
-    job j = {data, out, cout, cin, 27};
-    parallel_for(cout, wino_part, &j);
 }
 
 static void phase_part(void *p, int o0, int o1) {

@@ -11,9 +11,6 @@ extern "C" {
 #endif
 /* [cout][cin][tap] float -> [cout][tap][cin] bf16 (tap over vol = kt kh kw): the GEMM's B, K-major. */
 void w22_layout_conv_bf16(const float *data, int cout, int cin, int vol, uint16_t *out);
-/* A 3x3x3 conv's Winograd F(4x4, 3x3) weights: the 36 components U = G g G^T per temporal tap (winograd4.h), each
- * [cout][3][cin] fp16. */
-void w22_layout_winograd_f16(const float *data, int cout, int cin, uint16_t *out);
 /* A 2D 3x3 conv's four upsample phases as 2x2 convs on the low-resolution grid: [phase][cout][2][2][cin]. */
 void w22_layout_phases_bf16(const float *data, int cout, int cin, uint16_t *out);
 /* The CPU backend's: [cout][cin][tap] float -> [tap][cin][cout] float, each tap a GEMM's B (a copy). */

@@ -141,34 +141,7 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-/* w22_prefault: a zero at the range's first byte and at every page start within it, nothing else and nothing outside
- * it (ASan sees a write past the end), for sizes below a page, at page multiples and between, at page offsets 0, 16
- * and 4095. */
-static void test_prefault(void) {
-    static const size_t sizes[] = {1, 4095, 4096, 4097, 3 * 4096 + 17, (size_t)5 << 20};
-    static const size_t offsets[] = {0, 16, 4095};
-    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
-        for (size_t o = 0; o < 3; o++) {
-            const size_t n = sizes[k];
-            void *mem = NULL;
-            if (posix_memalign(&mem, 4096, n + 8192)) return;
-            unsigned char *buf = mem, *p = buf + offsets[o];
-            memset(buf, 0x5a, n + 8192);
-            w22_prefault(p, n);
-            int ok = 1;
-            for (size_t i = 0; i < n + 8192; i++) {
-                const int in = i >= offsets[o] && i < offsets[o] + n;
-                const int zero = in && (i == offsets[o] || i % 4096 == 0);
-                ok &= buf[i] == (zero ? 0 : 0x5a);
-            }
-            CHECK(ok, "prefault of %zu bytes at page offset %zu: expected a zero at its first byte and at each page "
-                  "start within it, nothing else", n, offsets[o]);
-            free(buf);
-        }
-}
-
 int main(void) {
-    test_prefault();
     static const int shapes[][3] = {{64, 48, 27}, {7, 5, 1}, {33, 16, 9}, {1, 3, 27}, {40, 24, 27}, {3, 130, 9},
                                        {130, 37, 27}, {200, 3, 9}, {65, 17, 1}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {

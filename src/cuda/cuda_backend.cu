@@ -559,9 +559,9 @@ extern "C" void w22_backend_cuda_reset_peak(w22_backend *b) {
     c->peak = c->bytes;
 }
 
-extern "C" void w22_backend_cuda_open_times(const w22_backend *b, double t[4]) {
+extern "C" void w22_backend_cuda_open_times(const w22_backend *b, double t[3]) {
     const w22_cuda *c = (const w22_cuda *)b->impl;
-    t[0] = c->open_layout_s, t[1] = c->open_copy_s, t[2] = c->open_alloc_s, t[3] = c->open_host_s;
+    t[0] = c->open_layout_s, t[1] = c->open_copy_s, t[2] = c->open_alloc_s;
 }
 
 /* Not in backend.h (tests only): the channels from which a 3x3x3 conv runs as Winograd (0: none); returns the old

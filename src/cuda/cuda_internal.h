@@ -77,7 +77,7 @@ typedef struct {
     size_t audit_bytes;
     /* W22_PROFILE: the open's seconds in the source copies and in the layouts (weights_gpu.cu); of the layouts',
      * those in cudaMalloc and those taking the Winograd convs' direct weights to the host */
-    double open_layout_s, open_copy_s, open_alloc_s, open_host_s;
+    double open_layout_s, open_copy_s, open_alloc_s;
     cudaEvent_t ev_host[2]; /* to_host_begin's copies, per slot (made at the first) */
     /* copy_begin / copy_wait (backend.h): streams into and out of the device, the main stream's fork point, and per
      * tag the event after its last copy (made at the first copy) */

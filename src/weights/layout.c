@@ -121,26 +121,3 @@ void w22_layout_taps_f32(const float *data, int cout, int cin, int taps, float *
     tjob j = {data, out, cout, cin, taps};
     parallel_for((cin + TAPS_TI - 1) / TAPS_TI, taps_part, &j);
 }
-
-typedef struct {
-    unsigned char *p;
-    size_t bytes;
-    uintptr_t base; /* p's page */
-} fault_job;
-
-static void fault_part(void *ctx, int k0, int k1) {
-    const fault_job *j = ctx;
-    for (int k = k0; k < k1; k++) {
-        const uintptr_t a = j->base + (uintptr_t)k * 4096, p = (uintptr_t)j->p;
-        *(volatile unsigned char *)(a > p ? a : p) = 0; /* the page's first byte within the range */
-    }
-}
-
-void w22_prefault(void *p, size_t bytes) {
-    if (!p || !bytes) return;
-    const uintptr_t base = (uintptr_t)p & ~(uintptr_t)4095;
-    const size_t pages = ((uintptr_t)p + bytes - 1 - base) / 4096 + 1;
-    if (pages > (size_t)1 << 30) return; /* beyond parallel_for's int range: left to the first write */
-    fault_job j = {p, bytes, base};
-    parallel_for((int)pages, fault_part, &j);
-}

@@ -15,9 +15,6 @@ void w22_layout_conv_bf16(const float *data, int cout, int cin, int vol, uint16_
 void w22_layout_phases_bf16(const float *data, int cout, int cin, uint16_t *out);
 /* The CPU backend's: [cout][cin][tap] float -> [tap][cin][cout] float, each tap a GEMM's B (a copy). */
 void w22_layout_taps_f32(const float *data, int cout, int cin, int taps, float *out);
-/* Writes a zero to the first byte of every page within [p, p + bytes) on every core: a fresh malloc's pages faulted in at once, before a
- * copy that would fault them one at a time on one thread (the CUDA open's pageable device-to-host copies). */
-void w22_prefault(void *p, size_t bytes);
 #ifdef __cplusplus
 }
 #endif

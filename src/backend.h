@@ -166,6 +166,10 @@ typedef struct {
      * sync waits for the copies too. */
     w22_status (*copy_begin)(w22_backend *b, void *dst, const void *src, size_t bytes, int tag);
     w22_status (*copy_wait)(w22_backend *b, int tag);
+    /* The bytes of w22_conv_args.work that a kt x ks x ks conv, cin -> cout, of frames x h x w output pixels would
+     * use as scratch (CUDA: its Winograd bands at the backend's threshold), 0 for none; NULL: none ever. The plan
+     * keeps at least the largest of a stage's convs free during that stage (plan.c's stage_conv_work). */
+    size_t (*conv_work)(w22_backend *b, int kt, int ks, int cin, int cout, int frames, int h, int w);
 } w22_backend_ops;
 
 #define W22_COPY_TAGS 4

@@ -22,6 +22,7 @@
 #include "cuda/route.h"
 #include "weights/winograd4.h"
 #include "plan/plan_internal.h"
+#include "cuda/route.h"
 #include "testutil.h"
 
 
@@ -301,6 +302,100 @@ static void budget_table(w22_backend *b, const w22_config *cfg, const char *name
     free(d);
 }
 
+/* route.h's Winograd bands (backend.h's conv_work, as the CUDA backend answers it) in the plan. At the default
+ * threshold (512) no stage of either VAE, at these sizes, is short of its convs' bands: the plan is byte for byte the
+ * one without the op (the default decode unchanged). At 256 (W22_WINOGRAD=256) every stage leaves each of its
+ * convs its band (w22_stage_free's span, which exec.c passes as w22_conv_args.work), enough for route.h's blocker to
+ * take it, the scratch grown by what stage 3 lacked: session 37 found that threshold refused there in silence ("the
+ * caller's scratch holds no tile row"). */
+static int wino_min_test;
+static size_t wino_work(w22_backend *b, int kt, int ks, int cin, int cout, int frames, int h, int w) {
+    (void)b;
+    return w22_route_winograd_work(kt, ks, cin, cout, frames, h, w, wino_min_test);
+}
+static void winograd_work_case(w22_backend *b) {
+    static const struct { int wan21, h, w; } sz[] = {{0, 44, 80}, {0, 44, 78}, {0, 45, 45}, {0, 80, 44}, {0, 1, 1},
+                                                     {0, 8, 8},   {0, 33, 57}, {0, 135, 240}, {1, 90, 160},
+                                                     {1, 60, 104}, {1, 45, 45}, {1, 1, 1}};
+    w22_backend_ops ops = *b->ops;
+    w22_backend wb = *b;
+    wb.ops = &ops;
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
+        w22_config cfg;
+        if (sz[i].wan21) w22_config_wan21(&cfg);
+        else w22_config_default(&cfg);
+        const char *name = sz[i].wan21 ? "Wan2.1" : "TI2V-5B";
+        ops.conv_work = NULL;
+        w22_decoder *d0 = plan_at(&wb, &cfg, 2, 0, sz[i].h, sz[i].w);
+        const size_t base = d0->workspace_bytes;
+        free(d0);
+        ops.conv_work = wino_work;
+        wino_min_test = W22_WINO_MIN_DEFAULT;
+        w22_decoder *d1 = plan_at(&wb, &cfg, 2, 0, sz[i].h, sz[i].w);
+        /* the sizes users decode (bench/sizes.py's, from 30 x 52 latents on): the measured plan, unchanged; the tiny
+         * ones (a few MiB of buffers in all) may grow, by no more than their largest band */
+        size_t most = 0;
+        for (int s = 0; s < W22_STAGES; s++)
+            for (int l = d1->stages[s].layer0; l < d1->stages[s].layer1; l++) {
+                const w22_layer *L = &d1->model.layers[l];
+                const size_t wk = L->kind == W22_L_RESBLOCK || L->kind == W22_L_CONV_IN
+                                      ? w22_route_winograd_work(3, 3, L->cin, L->cout, d1->stages[s].chunk,
+                                                                d1->rows << d1->stages[s].level,
+                                                                d1->w << d1->stages[s].level, W22_WINO_MIN_DEFAULT)
+                                      : 0;
+                if (wk > most) most = wk;
+            }
+        if (sz[i].h >= 30 && sz[i].w >= 30)
+            CHECK(d1->workspace_bytes == base, "%s %dx%d: the default Winograd threshold's bands grew the workspace "
+                  "(%zu -> %zu bytes)", name, sz[i].h, sz[i].w, base, d1->workspace_bytes);
+        else
+            CHECK(d1->workspace_bytes <= base + most + 256, "%s %dx%d: the default threshold's bands grew the "
+                  "workspace by %zu bytes, more than its largest band (%zu)", name, sz[i].h, sz[i].w,
+                  d1->workspace_bytes - base, most);
+        if (d1->workspace_bytes != base)
+            printf("%s %dx%d: the default threshold's bands add %.1f MiB (the stages left less than a band free)\n",
+                   name, sz[i].h, sz[i].w, (d1->workspace_bytes - base) / 1048576.0);
+        free(d1);
+        wino_min_test = 256;
+        w22_decoder *d = plan_at(&wb, &cfg, 2, 0, sz[i].h, sz[i].w);
+        int banded = 0;
+        for (int s = 0; s < W22_STAGES; s++) {
+            const w22_stage *st = &d->stages[s];
+            const int H = d->rows << st->level, W = d->w << st->level;
+            size_t span = 0;
+            w22_stage_free(d, s, &span);
+            for (int l = st->layer0; l < st->layer1; l++) {
+                const w22_layer *L = &d->model.layers[l];
+                if (L->kind != W22_L_RESBLOCK && L->kind != W22_L_CONV_IN) continue;
+                for (int k = 0; k < (L->kind == W22_L_RESBLOCK ? 2 : 1); k++) {
+                    const int ci = k ? L->cout : L->cin, co = L->cout;
+                    const size_t want = w22_route_winograd_work(3, 3, ci, co, st->chunk, H, W, 256);
+                    if (!want) continue;
+                    banded++;
+                    CHECK(span >= want, "%s %dx%d at 256: stage %d leaves %zu bytes, its %d -> %d conv wants %zu",
+                          name, sz[i].h, sz[i].w, s, span, ci, co, want);
+                    /* and route.h's blocker takes the conv with that span as its work */
+                    w22_conv_args a;
+                    memset(&a, 0, sizeof a);
+                    a.kt = 3, a.ks = 3;
+                    a.in = (w22_view){.ptr = (void *)1, .f = st->chunk, .h = H, .w = W, .c = ci, .sw = ci};
+                    a.out = (w22_view){.ptr = (void *)1, .f = st->chunk, .h = H, .w = W, .c = co, .sw = co};
+                    a.work = (void *)1, a.work_bytes = span;
+                    const char *why = w22_route_winograd_blocker(&a, ci, co, 1,
+                                                                 w22_route_wino_row_bytes(st->chunk, (W + 3) / 4, ci,
+                                                                                          co));
+                    CHECK(!why, "%s %dx%d at 256: stage %d's %d -> %d conv refused Winograd: %s", name, sz[i].h,
+                          sz[i].w, s, ci, co, why);
+                }
+            }
+        }
+        if (sz[i].h == 44 && sz[i].w == 80)
+            printf("%s %dx%d: W22_WINOGRAD=256's bands add %.1f MiB to the workspace (%d convs banded)\n", name,
+                   sz[i].h, sz[i].w, (d->workspace_bytes - base) / 1048576.0, banded);
+        free(d);
+    }
+}
+
 int main(void) {
     w22_backend_ops ops;
     memset(&ops, 0, sizeof ops);
@@ -426,6 +521,7 @@ int main(void) {
         free(d);
     }
     wan21(&b);
+    winograd_work_case(&b);
     portable_24gb_case(&b, &cfg);
     budget_case(&b, &cfg, "TI2V-5B", 44, 80);
     {

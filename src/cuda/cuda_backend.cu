@@ -287,6 +287,11 @@ static w22_status op_copy_begin(w22_backend *b, void *dst, const void *src, size
     CU_TRY(cudaEventRecord(c->ev_copy[tag], st));
     return W22_OK;
 }
+/* What a conv's Winograd bands want of the plan's free memory, at this backend's threshold (route.h) */
+static size_t op_conv_work(w22_backend *b, int kt, int ks, int cin, int cout, int frames, int h, int w) {
+    return w22_route_winograd_work(kt, ks, cin, cout, frames, h, w, cuda_of(b)->wino_min);
+}
+
 static w22_status op_copy_wait(w22_backend *b, int tag) {
     w22_cuda *c = cuda_of(b);
     if (tag < 0 || tag >= W22_COPY_TAGS)
@@ -406,6 +411,7 @@ const w22_backend_ops w22_cuda_ops_plain = {
     op_to_host_wait,
     op_copy_begin,
     op_copy_wait,
+    op_conv_work,
 };
 
 /* ---- public entry points ---- */

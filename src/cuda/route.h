@@ -390,6 +390,25 @@ static inline int w22_route_wino_weights(int kt, int kh, int kw, int cin, int co
     return min_cin > 0 && kt == 3 && kh == 3 && kw == 3 && cin >= min_cin && cout >= min_cin && !(cout & 1);
 }
 
+/* The tile rows of the Winograd band the plan keeps free for a conv (or all of its rows where fewer): fewer bands,
+ * fewer launches (a band of 8 rows at 352 x 624 is 36 GEMMs of 1248 rows a frame). */
+#define W22_WINO_BAND_ROWS 8
+
+/* The bytes of w22_conv_args.work a 3x3x3 conv of frames x h x w output pixels, cin -> cout, wants for its Winograd
+ * bands at the backend's threshold min_cin (0: it runs direct): what the plan keeps free at the conv's stage
+ * (backend.h's conv_work). Without it a threshold under 512 found no tile row free at the last stage, which sizes the
+ * plan's scratch: w22_route_winograd_blocker sent those convs to the direct kernel in silence (session 37). The
+ * components U are not in it: they take the span only where it holds them beside a tile row, else the backend's own
+ * scratch (winograd.cu). The blocker's shape rules are its own; test_workspace checks that every conv given this
+ * much passes them. */
+static inline size_t w22_route_winograd_work(int kt, int ks, int cin, int cout, int frames, int h, int w, int min_cin) {
+    if (!w22_route_wino_weights(kt, ks, ks, cin, cout, min_cin) || cin % 64 || cout % 64 || frames < 1 || h < 1 ||
+        w < 1)
+        return 0;
+    const int h4 = (h + 3) / 4, rows = h4 < W22_WINO_BAND_ROWS ? h4 : W22_WINO_BAND_ROWS;
+    return (size_t)rows * w22_route_wino_row_bytes(frames, (w + 3) / 4, cin, cout);
+}
+
 /* The step of a conv: has_phases, the backend made the upsample's phase weights at upload (it does for every
  * upsample conv); wino_blocker, w22_route_winograd_blocker's answer. */
 static inline w22_conv_step w22_route_conv_step(const w22_conv_args *a, int has_phases, const char *wino_blocker) {

@@ -1130,6 +1130,144 @@ static void winograd_cases(void) {
     if (!selftest) w22_backend_cuda_swap_winograd_min(gpu, old);
 }
 
+/* Not in backend.h (tests only; src/cuda/cuda_backend.cu): a batch GEMM as the backend launches one (*how: route.h's
+ * w22_route_batch). */
+w22_status w22_backend_cuda_batch_gemm(w22_backend *b, const w22_mm *g, int *how);
+
+/* fp16 batch GEMMs (w22_mm.f16: Winograd F(4x4, 3x3)'s 36 component GEMMs, as lower.h lays them out): n GEMMs, each
+ * F output frames of hh x w2 pixels, cin -> cout over the three temporal taps as K = 3 cin (kt 3, ks 1; F + 2 input
+ * frames a GEMM), on the kernel route.h gives (want: W22_BATCH_TMA on the Hopper path with dense outputs, the mma.sync
+ * 128 x 128 tile otherwise; W22_BATCH_APART: refused, nothing written). ow: the output's pixel stride (cout: dense).
+ * Inputs are fp16 values of [-1, 1) (A) and [-a, a) (B); the reference is exact (double) from those values. Tolerance:
+ * the output's one rounding to fp16, 2^-11 |ref| (half an ulp of an 11-bit significand), plus the fp32 accumulation's
+ * error, ~K 2^-24 of the sum of |terms| in the worst case and far less in practice: 2^-20 sum|terms| (a wrong type, a
+ * bf16 rounding (2^-9) or a wrong tap is orders beyond it). The outputs and a 64-element margin around them start as
+ * fp16 NaN: an unwritten output or a write past them fails. */
+static void f16_batch_case(int n, int F, int hh, int w2, int ci, int co, int ow, int want) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "%d x f%d %dx%dx3x%d->%d ow %d", n, F, hh, w2, ci, co, ow);
+    if (selftest || !selected("f16")) return;
+    const int hopper = !strcmp(w22_backend_cuda_path(gpu), "hopper");
+    if (want == W22_BATCH_TMA && !hopper) want = W22_BATCH_MMA;
+    const int P = hh * w2, M = F * P, K = 3 * ci, MARGIN = 64;
+    const size_t na = (size_t)n * (F + 2) * P * ci, nb = (size_t)n * co * K, per = (size_t)M * ow,
+                 no = (size_t)n * per + 2 * MARGIN;
+    float *fa = malloc(na * 4), *fb = malloc(nb * 4);
+    double *dref = malloc((size_t)n * M * co * sizeof(double)), *dabs = malloc((size_t)n * M * co * sizeof(double));
+    uint16_t *ha = malloc(na * 2), *hb = malloc(nb * 2), *ho = malloc(no * 2);
+    const float a = sqrtf(3.0f / K);
+    t_fill_uniform(fa, na, seed++, -1, 1);
+    t_fill_uniform(fb, nb, seed++, -a, a);
+    for (size_t i = 0; i < na; i++) ha[i] = w22_f32_to_f16(fa[i]), fa[i] = w22_f16_to_f32(ha[i]);
+    for (size_t i = 0; i < nb; i++) hb[i] = w22_f32_to_f16(fb[i]), fb[i] = w22_f16_to_f32(hb[i]);
+    for (size_t i = 0; i < no; i++) ho[i] = 0x7e00; /* fp16 NaN */
+    void *ga = NULL, *gb = NULL, *go = NULL;
+    int ok = gpu->ops->alloc(gpu, na * 2, &ga) == W22_OK && gpu->ops->alloc(gpu, nb * 2, &gb) == W22_OK &&
+             gpu->ops->alloc(gpu, no * 2, &go) == W22_OK && gpu->ops->from_host(gpu, ga, ha, na * 2) == W22_OK &&
+             gpu->ops->from_host(gpu, gb, hb, nb * 2) == W22_OK && gpu->ops->from_host(gpu, go, ho, no * 2) == W22_OK;
+    w22_mm q;
+    memset(&q, 0, sizeof q);
+    q.F = F, q.H = hh, q.W = w2, q.M = M, q.N = co;
+    q.a = (const bf16 *)ga, q.a_sf = (long)P * ci, q.a_sh = (long)w2 * ci, q.a_sw = ci;
+    q.cin = ci, q.kt = 3, q.ks = 1;
+    q.b = (const bf16 *)gb, q.b_w = co, q.b_sw = K;
+    q.out = (bf16 *)go + MARGIN, q.o_sf = (long)P * ow, q.o_sh = (long)w2 * ow, q.o_sw = ow;
+    q.batch = n, q.a_frames = F + 2, q.f16 = 1;
+    for (int p = 0; p < n; p++) q.ph_o[p] = p * (int)per;
+    int how = -1;
+    const w22_status st = ok ? w22_backend_cuda_batch_gemm(gpu, &q, &how) : W22_ERR_INTERNAL;
+    char err[512] = "";
+    if (st != W22_OK) snprintf(err, sizeof err, "%s", w22_last_error());
+    const w22_status ss = gpu->ops->sync(gpu);
+    ok = ok && ss == W22_OK && gpu->ops->to_host(gpu, ho, go, no * 2) == W22_OK;
+    char path[96];
+    snprintf(path, sizeof path, "%s", gpu_path());
+    w22_route r;
+    w22_backend_cuda_last_route(gpu, &r);
+    if (want == W22_BATCH_APART) { /* refused: an error, nothing written */
+        size_t touched = 0;
+        for (size_t i = 0; ok && i < no; i++) touched += ho[i] != 0x7e00;
+        const int pass = ok && how == W22_BATCH_APART && st != W22_OK && strstr(err, W22_ROUTE_F16_SINGLE) &&
+                         touched == 0;
+        printf("%-10s %-46s refused (%s): %s %s\n", "f16 batch", shape, w22_status_string(st), err,
+               pass ? "ok" : "FAIL");
+        CHECK(pass, "f16 batch %s: refused (how %d, %zu outputs written)", shape, how, touched);
+    } else {
+        /* the reference, in double from the fp16 values */
+        for (int p = 0; p < n; p++)
+            for (int m = 0; m < M; m++) {
+                const int t = m / P, pix = m - t * P;
+                for (int o = 0; o < co; o++) {
+                    double sum = 0, sabs = 0;
+                    for (int dt = 0; dt < 3; dt++) {
+                        const float *ar = fa + (((size_t)p * (F + 2) + t + dt) * P + pix) * ci;
+                        const float *br = fb + ((size_t)p * co + o) * K + (size_t)dt * ci;
+                        for (int c = 0; c < ci; c++) {
+                            const double v = (double)ar[c] * br[c];
+                            sum += v, sabs += fabs(v);
+                        }
+                    }
+                    const size_t i = ((size_t)p * M + m) * co + o;
+                    dref[i] = sum, dabs[i] = sabs;
+                }
+            }
+        size_t bad = 0, nonfinite = 0, margin = 0, worst = 0;
+        double worst_ratio = 0, max_abs = 0, maxref = 0;
+        for (size_t i = 0; ok && i < no; i++) {
+            const size_t j = i < (size_t)MARGIN ? (size_t)-1 : i - MARGIN;
+            const size_t p = j / per, rem = j - p * per, m = rem / ow, o = rem - m * ow;
+            if (j == (size_t)-1 || p >= (size_t)n || (int)o >= co) { /* the margin, a row's padding */
+                margin += ho[i] != 0x7e00;
+                continue;
+            }
+            const float v = w22_f16_to_f32(ho[i]);
+            const size_t k = (p * M + m) * co + o;
+            if (!isfinite(v)) {
+                nonfinite++;
+                continue;
+            }
+            const double e = fabs(v - dref[k]), tol = ldexp(fabs(dref[k]), -11) + ldexp(dabs[k], -20) + ldexp(1.0, -24);
+            bad += e > tol;
+            max_abs = fmax(max_abs, e), maxref = fmax(maxref, fabs(dref[k]));
+            if (e / tol > worst_ratio) worst_ratio = e / tol, worst = k;
+        }
+        const int tma_ok = r.kernel == W22_GEMM_TMA && r.ran_kernel == W22_GEMM_TMA && r.ran[0].bn == 256 &&
+                           r.ran[0].te == 4 && r.ran[0].cl == 1,
+                  mma_ok = r.kernel == W22_GEMM_MMA_MID && r.ran_kernel == W22_GEMM_MMA_MID;
+        const int route_ok = how == want && r.batch == n && (want == W22_BATCH_TMA ? tma_ok : mma_ok);
+        const int pass = ok && st == W22_OK && route_ok && bad == 0 && nonfinite == 0 && margin == 0;
+        printf("%-10s %-46s max_abs %.3e (max|ref| %.3g, worst err/tol %.3f) [%s] %s\n", "f16 batch", shape, max_abs,
+               maxref, worst_ratio, path, pass ? "ok" : "FAIL");
+        if (!pass) {
+            if (st != W22_OK || !ok) printf("    the launch or a copy failed: %s\n", err);
+            if (!route_ok)
+                printf("    route: how %d (want %d), kernel %d, ran %d, batch %d\n", how, want, (int)r.kernel,
+                       (int)r.ran_kernel, r.batch);
+            if (bad) printf("    %zu outputs beyond the tolerance\n", bad);
+            if (nonfinite) printf("    %zu outputs NaN/Inf (unwritten, or overflow)\n", nonfinite);
+            if (margin) printf("    %zu elements outside the outputs changed (writes out of bounds)\n", margin);
+            if (bad) printf("    worst at GEMM %zu row %zu channel %zu: ref %.6g\n", worst / ((size_t)M * co),
+                            worst / co % M, worst % co, dref[worst]);
+        }
+        CHECK(pass, "f16 batch %s", shape);
+    }
+    if (ga) gpu->ops->free(gpu, ga);
+    if (gb) gpu->ops->free(gpu, gb);
+    if (go) gpu->ops->free(gpu, go);
+    free(fa), free(fb), free(dref), free(dabs), free(ha), free(hb), free(ho);
+}
+
+/* The fp16 batch GEMMs: Winograd F(4x4, 3x3)'s 36 of a 256-channel conv's band (M 308: 2 frames of 11 x 14 tiles,
+ * partial M tiles), on the TMA conv (Hopper path: its TMA store) or the mma.sync 128 x 128 tile (portable path, and the
+ * Hopper path where the TMA store does not take the output: padded rows); 512 channels and a batch of 16; N 448 (whose
+ * mma tile is 128 x 96: no fp16 kernel) refused. */
+static void f16_batch_cases(void) {
+    f16_batch_case(36, 2, 11, 14, 256, 256, 256, W22_BATCH_TMA);
+    f16_batch_case(36, 2, 11, 14, 256, 256, 264, W22_BATCH_MMA);
+    f16_batch_case(16, 1, 9, 20, 512, 512, 512, W22_BATCH_TMA);
+    f16_batch_case(4, 1, 4, 8, 128, 448, 448, W22_BATCH_APART);
+}
+
 static void run_cases(void) {
     bytes_case();
     /* conv: real decoder shapes at reduced spatial size */
@@ -1272,6 +1410,7 @@ static void run_cases(void) {
     conv_case("edge", 64, 64, 3, 5, 7, 3, 3, 0, 0, RES_INPLACE, 0);     /* mma kernel, one partial tile */
     conv_hist = 0;
     winograd_cases();
+    f16_batch_cases();
     /* the causal conv with its history as partial sums (the head's conv_out): one frame per call, several, a call
      * of all frames with rows of two x tiles (3 rows: the mma kernel); the GEMM (N = 3 cout) on the 2D tiles into
      * fp32: N 36, 48 and 24 with partial tiles both ways; N = 48 under 6 rows on the mma kernel; the scalar kernel

@@ -610,6 +610,26 @@ extern "C" void w22_backend_cuda_last_route(const w22_backend *b, w22_route *out
     *out = ((const w22_cuda *)b->impl)->route;
 }
 
+/* Not in backend.h (tests only): a batch GEMM (w22_mm.batch; fp16 with w22_mm.f16) as the backend launches one, on
+ * its stream: one launch of the TMA conv or of the mma.sync kernel where route.h's w22_route_batch gives it (*how),
+ * else its GEMMs apart through w22_cuda_gemm (which refuses fp16). cuda_ops checks the fp16 kernels with it. */
+extern "C" w22_status w22_backend_cuda_batch_gemm(w22_backend *b, const w22_mm *g, int *how) {
+    w22_cuda *c = cuda_of(b);
+    const w22_batch_launch k = w22_route_batch(g, c->hopper);
+    *how = (int)k;
+    if (k == W22_BATCH_TMA) return w22_cuda_gemm_wgmma_batch(c, g, "a batch GEMM (tests)");
+    if (k == W22_BATCH_MMA) return w22_cuda_gemm_mma_batch(c, g, "a batch GEMM (tests)");
+    for (int p = 0; p < (g->batch ? g->batch : 1); p++) {
+        w22_mm r = *g;
+        r.batch = 0, r.a_frames = 0;
+        memset(r.ph_o, 0, sizeof r.ph_o);
+        r.a = g->a + (long)p * g->a_frames * g->a_sf, r.b = g->b + (long)p * g->N * g->b_sw;
+        r.out = g->out_f32 ? (void *)((float *)g->out + g->ph_o[p]) : (void *)((bf16 *)g->out + g->ph_o[p]);
+        W22_TRY(w22_cuda_gemm(c, &r, "a batch GEMM's component (tests)"));
+    }
+    return W22_OK;
+}
+
 /* Not in backend.h (tests only): the clusters of 2 the TMA conv's persistent grid runs (0: no clusters). */
 extern "C" int w22_backend_cuda_tma_clusters(const w22_backend *b) {
     return ((const w22_cuda *)b->impl)->tma_clusters;

@@ -217,10 +217,18 @@ static inline w22_gemm_kernel w22_route_mma_tile(int N) {
     return (N + 95) / 96 * 96 < (N + 127) / 128 * 128 ? W22_GEMM_MMA_N96 : W22_GEMM_MMA_MID;
 }
 
+/* Why no kernel takes fp16 operands (w22_mm.f16) in a single GEMM: only a batch's run, on the TMA conv or the
+ * mma.sync kernel (w22_route_batch); the scalar and row kernels are bf16 only. The launch site fails with it. */
+#define W22_ROUTE_F16_SINGLE "refused: fp16 operands outside a batch (the scalar and row kernels are bf16 only)"
+
 /* The kernel for g, and why not a faster one where it falls back (*why: a static string, or NULL). wgmma_on: the
  * Hopper path (w22_route_path 1: the backend has the wgmma conv, w22_cuda.use_wgmma and the TMA's im2col encoder);
- * 0 the portable path. */
+ * 0 the portable path. fp16 operands: W22_GEMM_SCALAR with *why W22_ROUTE_F16_SINGLE, which the caller refuses. */
 static inline w22_gemm_kernel w22_route_gemm(const w22_mm *g, int wgmma_on, const char **why) {
+    if (g->f16) {
+        *why = W22_ROUTE_F16_SINGLE;
+        return W22_GEMM_SCALAR;
+    }
     *why = w22_route_layout_blocker(g);
     if (!*why) {
         /* 64-bit addressing first (the TMA conv, the row kernels: disjoint, N % 128 or 192 against N <= 48), then what
@@ -245,18 +253,21 @@ static inline const char *w22_route_mma_batch_blocker(const w22_mm *g) {
     if (g->H <= 0 || g->W <= 0 || g->a_frames < (long)g->M / ((long)g->H * g->W) + g->kt - 1)
         return "batch: a_frames under a GEMM's window";
     if (g->b_w != g->N || g->b_sh) return "batch: weights not one [N][K] block per GEMM";
+    if (g->f16 && w22_route_mma_tile(g->N) != W22_GEMM_MMA_MID) return "batch: fp16 only on the 128 x 128 tile";
     if (!w22_fits_int((long)g->batch * g->N * g->b_sw) || (long)g->batch * g->a_frames >= (1L << 27))
         return "batch: weight rows or frames past the kernel's int";
     for (int p = 0; p < g->batch; p++)
         if (g->ph_o[p] != (long)p * g->ph_o[1]) return "batch: outputs not evenly spaced";
     const char *why = NULL;
     w22_mm one = *g;
-    one.batch = 0;
+    one.batch = 0, one.f16 = 0; /* fp16: the same layout as bf16 */
     const w22_gemm_kernel k = w22_route_gemm(&one, 0, &why); /* the mma.sync kernel's own checks */
     if (k == W22_GEMM_SCALAR) return why;
     if (k < W22_GEMM_MMA_SMALL) return "batch: a row kernel's shape";
     return NULL;
 }
+
+static inline int w22_route_tma_store_batch(const w22_mm *g); /* section 3 */
 
 /* NULL when a batch GEMM (w22_mm.batch: Winograd's 16 components) runs as one launch of the TMA conv (the Hopper path),
  * else why not. */
@@ -270,6 +281,8 @@ static inline const char *w22_route_tma_batch_blocker(const w22_mm *g) {
     if (why) return why;
     for (int p = 0; p < g->batch; p++)
         if (g->ph_o[p] < 0 || (p == 0 && g->ph_o[p] != 0)) return "batch: output offsets negative, or GEMM 0's not 0";
+    /* the fp16 kernel is built for the TMA store's tile alone (conv_sm90_wgmma_tma.cu's run_tma) */
+    if (g->f16 && !w22_route_tma_store_batch(g)) return "batch: fp16 only with the TMA store";
     return NULL;
 }
 
@@ -304,6 +317,8 @@ static inline const char *w22_route_phases_blocker(const w22_mm q[4], int hopper
     }
     const w22_mm *a = &q[0];
     if (a->hist_n || a->sc) return "phases: history or shortcut (their map slots carry phases 1-3's A)";
+    for (int p = 0; p < 4; p++)
+        if (q[p].f16) return "phases: fp16 operands (a batch's only)";
     if (a->out_f32) return "phases: fp32 output";
     for (int p = 0; p < 4; p++) {
         const w22_mm *b = &q[p];

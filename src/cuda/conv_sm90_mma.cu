@@ -3,7 +3,7 @@
  * 16-byte copies into a multi-stage shared-memory ring: portable Ampere-style instructions, built for every listed
  * GPU (sm_80 .. sm_120). On the Hopper path the GEMMs the wgmma kernel takes (conv_sm90_wgmma.cu: the heavy convs)
  * go there and this one keeps the rest; on the portable path (route.h, issue 45) it runs them all but conv_out's,
- * on its tiles of at most W22_PORTABLE_SMEM, and Winograd's 16 component GEMMs as one launch (w22_mm.batch: grid.y
+ * on its tiles of at most W22_PORTABLE_SMEM, and Winograd's 36 component GEMMs as one launch (w22_mm.batch: grid.y
  * the GEMM; fp16 operands, w22_mm.f16, on the 128 x 128 tile: mma.sync's f16 form).
  *
  * GEMM: M = output pixels (t, y, x), N = output channels, K = taps (dt, dy, dx) x cin, then the optional 1x1

@@ -241,13 +241,13 @@ static inline w22_gemm_kernel w22_route_gemm(const w22_mm *g, int wgmma_on, cons
     return w22_route_mma_tile(g->N);
 }
 
-/* NULL when a batch GEMM (w22_mm.batch: Winograd's 16 components) runs as one launch of the mma.sync kernel (grid.y
+/* NULL when a batch GEMM (w22_mm.batch: Winograd's 36 components) runs as one launch of the mma.sync kernel (grid.y
  * the GEMM: the portable path's, and the Hopper path's where the TMA conv does not take it), else why not: then
  * as `batch` launches. GEMM p reads A frames from p a_frames on (frame indices: 28 bits of its row state), B rows
  * from p N on (int offsets) and writes out + p ph_o[1] (evenly spaced outputs: the kernel indexes no parameter
  * array by its block). */
 static inline const char *w22_route_mma_batch_blocker(const w22_mm *g) {
-    if (g->batch < 2 || g->batch > W22_GEMM_BATCH) return "batch: not 2-16 GEMMs";
+    if (g->batch < 2 || g->batch > W22_GEMM_BATCH) return "batch: not 2-36 GEMMs";
     if (g->phases || g->hist_n || g->sc || g->res || g->split_c || g->upsample)
         return "batch: phases, history, shortcut, residual or split output";
     if (g->H <= 0 || g->W <= 0 || g->a_frames < (long)g->M / ((long)g->H * g->W) + g->kt - 1)
@@ -269,10 +269,10 @@ static inline const char *w22_route_mma_batch_blocker(const w22_mm *g) {
 
 static inline int w22_route_tma_store_batch(const w22_mm *g); /* section 3 */
 
-/* NULL when a batch GEMM (w22_mm.batch: Winograd's 16 components) runs as one launch of the TMA conv (the Hopper path),
+/* NULL when a batch GEMM (w22_mm.batch: Winograd's 36 components) runs as one launch of the TMA conv (the Hopper path),
  * else why not. */
 static inline const char *w22_route_tma_batch_blocker(const w22_mm *g) {
-    if (g->batch < 2 || g->batch > W22_GEMM_BATCH) return "batch: not 2-16 GEMMs";
+    if (g->batch < 2 || g->batch > W22_GEMM_BATCH) return "batch: not 2-36 GEMMs";
     if (g->phases || g->hist_n || g->sc || g->res || g->out_f32 || g->split_c || g->upsample)
         return "batch: phases, history, shortcut, residual, fp32 or split output";
     if (g->a_frames < (long)g->M / ((long)g->H * g->W) + g->kt - 1) return "batch: a_frames under a GEMM's window";
@@ -361,6 +361,9 @@ static inline const char *w22_route_winograd_blocker(const w22_conv_args *a, int
     if (!has_wino) return "no Winograd weights (exact arithmetic, or channels below the threshold)";
     if (a->kt != 3 || a->ks != 3 || a->upsample || a->time_split || a->dup_in || a->psum) return "not a plain 3x3x3 conv";
     if (cin % 64 || cout % 64) return "channels not a multiple of 64";
+    /* its fp16 batch runs on the mma.sync 128 x 128 tile where the TMA conv does not take it (w22_route_batch): an N
+     * that the 128 x 96 tile pads less (64, 192, ...) would find no fp16 kernel */
+    if (w22_route_mma_tile(cout) != W22_GEMM_MMA_MID) return "output channels off the fp16 batch's 128 x 128 tile";
     if (a->in.sw != a->in.c || a->out.sw != a->out.c || (a->residual && a->residual->sw != a->residual->c))
         return "pixels not dense";
     if (a->work && a->work_bytes < row_bytes) return "the caller's scratch holds no tile row";
@@ -679,7 +682,7 @@ typedef struct {
     /* kernel W22_GEMM_TMA: the decision (route.h) and the launches as they ran (the launch site's template) */
     int plan;                /* W22_TMA_TILES, _PAIRS, _PAIRS_TAIL */
     w22_epilogue epi;
-    int batch;               /* GEMMs in the launch (Winograd's 16), 0: one */
+    int batch;               /* GEMMs in the launch (Winograd's 36), 0: one */
     int want_split;          /* the last launch's pieces per split tile, as decided */
     int launches;            /* 1, or 2 for pairs and a tail */
     w22_route_launch ran[2];

@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     /* This thread's load cursor (its chunk cc of each row): stages are loaded strictly in K order, so the channel
      * ld_ch of the next load and its tap (ld_dt, ld_dy, ld_dx) advance by counting, without divisions; past the
      * last tap (ld_dt == kt) the chunk is the zero tail. */
-    int ld_it = 0, ld_ch = cc * 8, ld_dt = 0, ld_dy = 0, ld_dx = 0;
+    int ld_ch = cc * 8, ld_dt = 0, ld_dy = 0, ld_dx = 0;
     auto next_tap = [&]() {
         if (++ld_dx == g.ks) {
             ld_dx = 0;
@@ -85,8 +85,10 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     };
     while (ld_ch >= g.cin && ld_dt < g.kt) ld_ch -= g.cin, next_tap(); /* cin < 64: the chunk's first tap */
 
-    auto load_stage = [&](int stage) {
-        const uint32_t sa = smem0 + stage * STAGE_BYTES, sb = sa + BM * ROW_BYTES;
+    /* Loads K step ld_it into its stage of the ring. The steps are loaded strictly in order (0, 1, .. from the
+     * prologue on, each once), so the step index is the caller's, no counter of its own (a register less in the loop). */
+    auto load_stage = [&](int ld_it) {
+        const uint32_t sa = smem0 + (ld_it % STAGES) * STAGE_BYTES, sb = sa + BM * ROW_BYTES;
         if (ld_it < main_iters) {
             const bool chok = ld_dt < g.kt;
             const int base = ld_ch;
@@ -130,7 +132,6 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                 cp_async16(sb + swz(r0 + j * RSTEP, cc), src, ok);
             }
         }
-        ld_it++;
     };
 
     float acc[MT][NT][4];
@@ -153,35 +154,40 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     const int a_row = wm * TM + (lane & 15), a_half = lane >> 4;
     const int b_row = wn * TN + (lane & 7) + ((lane >> 4) << 3), b_half = (lane >> 3) & 1;
     const int l7 = lane & 7;
+    /* Their byte offsets at kk = 0 from the stage's base (B's rows after A's BM): step kk reads chunk 2 kk + half,
+     * and (2 kk + half) ^ l7 == (half ^ l7) ^ 2 kk, so its offset is this one XOR kk << 5 (bits 5-6: within the
+     * row's 128 bytes). The same addresses as swz's, two registers for them all. */
+    const uint32_t a_lane = a_row * ROW_BYTES + ((a_half ^ l7) << 4);
+    const uint32_t b_lane = (BM + b_row) * ROW_BYTES + ((b_half ^ l7) << 4);
 
     for (int it = 0; it < iters; it++) {
         cp_async_wait<STAGES - 2>();
         __syncthreads(); /* stage it is in smem for all threads; stage it-1 is free for the next load */
         {
             const int nx = it + STAGES - 1;
-            if (nx < iters) load_stage(nx % STAGES);
+            if (nx < iters) load_stage(nx);
             cp_async_commit();
         }
-        const uint32_t sa = smem0 + (it % STAGES) * STAGE_BYTES, sb = sa + BM * ROW_BYTES;
+        const uint32_t sa = smem0 + (it % STAGES) * STAGE_BYTES;
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) {
-            uint32_t af[MT][4], bfr[NT][2];
+            /* A's MT fragments, then B's per 16 columns, each used at once: 4 B registers live, not 2 NT (issue 45:
+             * the 128 x 96 tile spilled under its 128-register bound). Every accumulator still takes its MMAs in
+             * kk order, the same bits. */
+            uint32_t af[MT][4];
 #pragma unroll
             for (int i = 0; i < MT; i++)
-                ldmatrix_x4(af[i], sa + (a_row + i * 16) * ROW_BYTES + (((kk * 2 + a_half) ^ l7) << 4));
+                ldmatrix_x4(af[i], sa + (a_lane ^ (kk << 5)) + i * 16 * ROW_BYTES);
 #pragma unroll
             for (int jj = 0; jj < NT / 2; jj++) {
                 uint32_t r[4];
-                ldmatrix_x4(r, sb + (b_row + jj * 16) * ROW_BYTES + (((kk * 2 + b_half) ^ l7) << 4));
-                bfr[2 * jj][0] = r[0];
-                bfr[2 * jj][1] = r[1];
-                bfr[2 * jj + 1][0] = r[2];
-                bfr[2 * jj + 1][1] = r[3];
+                ldmatrix_x4(r, sa + (b_lane ^ (kk << 5)) + jj * 16 * ROW_BYTES);
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    mma_bf16(acc[i][2 * jj], af[i], r[0], r[1]);
+                    mma_bf16(acc[i][2 * jj + 1], af[i], r[2], r[3]);
+                }
             }
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int j = 0; j < NT; j++) mma_bf16(acc[i][j], af[i], bfr[j][0], bfr[j][1]);
         }
     }
     cp_async_wait<0>();

@@ -349,7 +349,7 @@ static void weight_layout_cases(void) {
     static const int64_t direct[] = {96, 64, 3, 3, 3}, wino[] = {512, 512, 3, 3, 3}, two_d[] = {48, 64, 3, 3},
                          pw[] = {40, 48, 1, 1, 1}, vec[] = {1000}, odd[] = {3, 96, 3, 3, 3};
     /* the decoder's default threshold (this program runs with W22_WINOGRAD=0, see main) */
-    const int old = w22_backend_cuda_swap_winograd_min(gpu, W22_WINO_MIN_DEFAULT);
+    const int old = w22_backend_cuda_swap_winograd_min(gpu, w22_route_wino_min_default(!strcmp(w22_backend_cuda_path(gpu), "hopper")));
     for (int dt = 0; dt < 3; dt++)
         for (int on_gpu = 0; on_gpu < 2; on_gpu++) {
             const w22_dtype t = dt == 0 ? W22_DTYPE_F32 : dt == 1 ? W22_DTYPE_BF16 : W22_DTYPE_F16;

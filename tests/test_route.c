@@ -374,7 +374,7 @@ static w22_gemm_kernel route_lowered(const w22_mm *g, int hopper, const char **w
     }
 }
 
-static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered out[W22_LOWERED_MAX]) {
+static int lower_layer(const w22_model *m, int li, int F, int H, int W, int hopper, lowered out[W22_LOWERED_MAX]) {
     const w22_layer *L = &m->layers[li];
     const int ci = L->cin, co = L->cout;
     int n = 0;
@@ -388,11 +388,11 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
         break;
     case W22_L_CONV_IN:
         conv_call_make(&k, F, H, W, ci, co, 3, 3, 1);
-        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, "3x3x3 conv_in", out + n);
+        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, hopper, "3x3x3 conv_in", out + n);
         break;
     case W22_L_RESBLOCK: {
         conv_call_make(&k, F, H, W, ci, co, 3, 3, 1);
-        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, "conv1", out + n);
+        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, hopper, "conv1", out + n);
         conv_call_make(&k, F, H, W, co, co, 3, 3, 1);
         o = operands(co, co);
         if (ci != co) { /* the 1x1 shortcut as extra K (exec.c's run_resblock passes it to conv2) */
@@ -403,7 +403,7 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
             k.res = k.a.out;
             k.a.residual = &k.res;
         }
-        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, ci != co ? "conv2 + shortcut" : "conv2 + residual",
+        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, hopper, ci != co ? "conv2 + shortcut" : "conv2 + residual",
                         out + n);
         break;
     }
@@ -453,7 +453,7 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
             k.a.dup_in = &k.dup, k.a.dup_ft = L->temporal ? 2 : 1;
         }
         o = operands(ci, co);
-        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, "upsample", out + n);
+        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, hopper, "upsample", out + n);
         break;
     }
     case W22_L_HEAD: { /* the three temporal taps as one 3x3 GEMM of even N, fp32 (conv_psum.cu) */
@@ -463,7 +463,7 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
         k.a.psum = &k.ps;
         k.a.psum_tmp = view_at(OUT + 0x10000000000ull, F, H, W, w22_psum_tmp_channels(co), 0);
         k.a.psum_tmp.es = 4, k.a.psum_tmp.sh *= 1;
-        n += conv_gemms(&k.a, &o, 3, 3, 3, 0, "conv_out", out + n);
+        n += conv_gemms(&k.a, &o, 3, 3, 3, 0, hopper, "conv_out", out + n);
         break;
     }
     default: break;
@@ -515,7 +515,7 @@ static void wan21_cases(void) {
     for (int i = 0; i < m.nlayers; i++) {
         const w22_layer *L = &m.layers[i];
         lowered gs[W22_LOWERED_MAX];
-        const int n = lower_layer(&m, i, chunk[L->level], h << L->level, w << L->level, gs);
+        const int n = lower_layer(&m, i, chunk[L->level], h << L->level, w << L->level, 1, gs); /* the Hopper path's */
         for (int j = 0; j < n; j++) wan21_gemm(L->prefix, gs[j].what, &gs[j].g, wan21_want(L, gs[j].what));
         if (L->kind == W22_L_HEAD) {
             CHECK(gs[0].g.N == 10, "the head's partial sums for 3 outputs: %d channels, expected 10", gs[0].g.N);
@@ -540,17 +540,17 @@ static void census(void) {
     long gemms = 0, scalar = 0, expected = 0;
     for (int mi = 0; mi < 2; mi++) {
         w22_model_build(&cfg[mi], &ms[mi]);
-        for (int i = 0; i < ms[mi].nlayers; i++) { /* every size lowers a layer to the same GEMMs */
-            lowered gs[W22_LOWERED_MAX];
-            expected += 2L * 160 * 160 * lower_layer(&ms[mi], i, 1, 8, 8, gs);
-        }
-        for (int hopper = 0; hopper <= 1; hopper++)
+        for (int hopper = 0; hopper <= 1; hopper++) {
+            for (int i = 0; i < ms[mi].nlayers; i++) { /* every size lowers a layer to the same GEMMs (on one path) */
+                lowered gs[W22_LOWERED_MAX];
+                expected += 160L * 160 * lower_layer(&ms[mi], i, 1, 8, 8, hopper, gs);
+            }
             for (int h = 1; h <= 160; h++)
                 for (int w = 1; w <= 160; w++)
                     for (int i = 0; i < ms[mi].nlayers; i++) {
                         const w22_layer *L = &ms[mi].layers[i];
                         lowered gs[W22_LOWERED_MAX];
-                        const int n = lower_layer(&ms[mi], i, chunk[L->level], h << L->level, w << L->level, gs);
+                        const int n = lower_layer(&ms[mi], i, chunk[L->level], h << L->level, w << L->level, hopper, gs);
                         for (int j = 0; j < n; j++, gemms++) {
                             const char *why = NULL;
                             if (route_lowered(&gs[j].g, hopper, &why) != W22_GEMM_SCALAR) continue;
@@ -560,6 +560,7 @@ static void census(void) {
                                       L->prefix, gs[j].what, gs[j].g.M, gs[j].g.N, gs[j].g.cin, why ? why : "-");
                         }
                     }
+        }
     }
     CHECK(scalar == 0, "census: %ld of %ld GEMMs on the scalar kernel", scalar, gemms);
     CHECK(gemms == expected && gemms > 0, "census: %ld GEMMs walked, expected %ld", gemms, expected);

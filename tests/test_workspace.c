@@ -141,9 +141,22 @@ static size_t cuda_weight_bytes(const w22_model *m) {
     return n;
 }
 
-/* 1280 x 704 on the portable path (the comment above): the default two latent frames per pass, and one. */
-static void portable_24gb_case(w22_backend *b, const w22_config *cfg) {
+/* route.h's Winograd bands as the CUDA backend's conv_work answers them at the threshold wino_min_test */
+static int wino_min_test;
+static size_t wino_work(w22_backend *b, int kt, int ks, int cin, int cout, int frames, int h, int w) {
+    (void)b;
+    return w22_route_winograd_work(kt, ks, cin, cout, frames, h, w, wino_min_test);
+}
+
+/* 1280 x 704 on the portable path (the comment above): the default two latent frames per pass, and one; the plan
+ * keeps the bands of the portable path's Winograd threshold (256: its stage 3 convs too) free, as the backend asks */
+static void portable_24gb_case(w22_backend *b0, const w22_config *cfg) {
     const double GiB = 1073741824.0;
+    w22_backend_ops ops = *b0->ops;
+    ops.conv_work = wino_work;
+    wino_min_test = w22_route_wino_min_default(0);
+    w22_backend pb = *b0, *b = &pb;
+    pb.ops = &ops;
     for (int fpp = 2; fpp >= 1; fpp--) {
         w22_decoder *d = calloc(1, sizeof *d);
         w22_model_build(cfg, &d->model);
@@ -154,7 +167,7 @@ static void portable_24gb_case(w22_backend *b, const w22_config *cfg) {
         for (int i = 0; i < d->model.nweights; i++) {
             const w22_weight_desc *w = &d->model.weights[i];
             if (w->ndim == 5 && w22_route_wino_weights((int)w->shape[2], (int)w->shape[3], (int)w->shape[4],
-                                                       (int)w->shape[1], (int)w->shape[0], W22_WINO_MIN_DEFAULT)) {
+                                                       (int)w->shape[1], (int)w->shape[0], wino_min_test)) {
                 const size_t b = (size_t)W22_W4_K * 3 * w->shape[0] * w->shape[1] * 2;
                 if (b > u) u = b;
             }
@@ -302,17 +315,12 @@ static void budget_table(w22_backend *b, const w22_config *cfg, const char *name
     free(d);
 }
 
-/* route.h's Winograd bands (backend.h's conv_work, as the CUDA backend answers it) in the plan. At the default
- * threshold (512) no stage of either VAE, at these sizes, is short of its convs' bands: the plan is byte for byte the
- * one without the op (the default decode unchanged). At 256 (W22_WINOGRAD=256) every stage leaves each of its
+/* route.h's Winograd bands (backend.h's conv_work, as the CUDA backend answers it) in the plan. At the Hopper path's
+ * default threshold (512) no stage of either VAE, at these sizes, is short of its convs' bands: the plan is byte for byte the
+ * one without the op (the default decode unchanged). At 256 (the portable path's default) every stage leaves each of its
  * convs its band (w22_stage_free's span, which exec.c passes as w22_conv_args.work), enough for route.h's blocker to
  * take it, the scratch grown by what stage 3 lacked: session 37 found that threshold refused there in silence ("the
  * caller's scratch holds no tile row"). */
-static int wino_min_test;
-static size_t wino_work(w22_backend *b, int kt, int ks, int cin, int cout, int frames, int h, int w) {
-    (void)b;
-    return w22_route_winograd_work(kt, ks, cin, cout, frames, h, w, wino_min_test);
-}
 static void winograd_work_case(w22_backend *b) {
     static const struct { int wan21, h, w; } sz[] = {{0, 44, 80}, {0, 44, 78}, {0, 45, 45}, {0, 80, 44}, {0, 1, 1},
                                                      {0, 8, 8},   {0, 33, 57}, {0, 135, 240}, {1, 90, 160},
@@ -330,7 +338,7 @@ static void winograd_work_case(w22_backend *b) {
         const size_t base = d0->workspace_bytes;
         free(d0);
         ops.conv_work = wino_work;
-        wino_min_test = W22_WINO_MIN_DEFAULT;
+        wino_min_test = w22_route_wino_min_default(1); /* the Hopper path's; the portable path's 256 below */
         w22_decoder *d1 = plan_at(&wb, &cfg, 2, 0, sz[i].h, sz[i].w);
         /* the sizes users decode (bench/sizes.py's, from 30 x 52 latents on): the measured plan, unchanged; the tiny
          * ones (a few MiB of buffers in all) may grow, by no more than their largest band */
@@ -341,7 +349,7 @@ static void winograd_work_case(w22_backend *b) {
                 const size_t wk = L->kind == W22_L_RESBLOCK || L->kind == W22_L_CONV_IN
                                       ? w22_route_winograd_work(3, 3, L->cin, L->cout, d1->stages[s].chunk,
                                                                 d1->rows << d1->stages[s].level,
-                                                                d1->w << d1->stages[s].level, W22_WINO_MIN_DEFAULT)
+                                                                d1->w << d1->stages[s].level, wino_min_test)
                                       : 0;
                 if (wk > most) most = wk;
             }

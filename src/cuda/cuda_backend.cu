@@ -491,8 +491,8 @@ extern "C" w22_status w22_backend_cuda_create_kernels(int device, int kernels, w
     b->threads = 1;
     b->impl = c;
     c->device = device;
-    c->wino_min = w22_cuda_winograd_min_cin(); /* W22_WINOGRAD, default 512: a decoder may set exact */
     c->hopper = path == 1;
+    c->wino_min = w22_cuda_winograd_min_cin(c->hopper); /* W22_WINOGRAD, else the path's default; a decoder may set exact */
     c->cc_major = prop.major, c->cc_minor = prop.minor;
     /* the portable path within the smallest of its GPUs' shared memory, on a Hopper too (route.h) */
     c->smem_optin = (int)prop.sharedMemPerBlockOptin;

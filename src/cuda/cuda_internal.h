@@ -162,8 +162,9 @@ w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_mm *g, const char *what);
  * temporal taps into psum_tmp, then the combine with the state. */
 w22_status w22_cuda_conv_psum(w22_backend *b, const w22_conv_args *a);
 /* W22_WINOGRAD=N (winograd.cu): the default threshold, 3x3x3 convs with cin and cout >= N as Winograd F(4x4, 3x3)
- * (512 when unset; 0: off). A backend takes it at create (w22_cuda.wino_min). */
-int w22_cuda_winograd_min_cin(void);
+ * (when unset route.h's w22_route_wino_min_default for the path; 0: off). A backend takes it at create
+ * (w22_cuda.wino_min). */
+int w22_cuda_winograd_min_cin(int hopper);
 const char *w22_cuda_winograd_blocker(const w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w);
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_mm *g);
 /* The batch GEMM (w22_mm.batch) as one launch of the mma.sync kernel (route.h's w22_route_mma_batch_blocker passed;

@@ -398,8 +398,11 @@ static inline int w22_route_wino_band(int F, int h4, int w4, int cin, int cout, 
     return (h4 + nb - 1) / nb;
 }
 
-/* The Winograd threshold when W22_WINOGRAD is unset: the 3x3x3 convs of 512 channels and up (v18's A/B). */
-#define W22_WINO_MIN_DEFAULT 512
+/* The Winograd threshold when W22_WINOGRAD is unset, by path (hopper 1: the sm_90a kernels; 0: the portable ones):
+ * F(4x4, 3x3) pays from 512 channels on the Hopper path, where the TMA conv runs the 256-channel convs direct faster
+ * than their 36 GEMMs and transforms (session 40, f121 2287 -> 2605 ms at 256), and from 256 on the portable path,
+ * whose direct conv is the mma.sync tile's (f121 4303 -> 3830 ms; docs/PERF.md). */
+static inline int w22_route_wino_min_default(int hopper) { return hopper ? 512 : 256; }
 
 /* Whether the backend makes Winograd weights at upload for a kt x kh x kw conv weight, cin -> cout, at the threshold
  * min_cin (0: exact arithmetic, none): the 3x3x3 convs with both channel counts >= min_cin and cout even (the zero

@@ -1,4 +1,4 @@
-/* Winograd F(4x4, 3x3) for the 3x3x3 convs with cin and cout >= W22_WINOGRAD (default 512; 0: off; docs/PERF.md
+/* Winograd F(4x4, 3x3) for the 3x3x3 convs with cin and cout >= W22_WINOGRAD (default 512, 256 portable; 0: off; docs/PERF.md
  * v17-v18 for F(2x2, 3x3), session 39 for this form), over the spatial taps, not fused: per input frame an input
  * transform into 36 components V = B^T d B (fp16, 2.25x the frame's bytes), the 36 GEMMs as one launch of the TMA conv
  * or the mma.sync kernel with fp16 operands and an fp16 M (3x1x1 convs over the components' frames with U = G g G^T
@@ -148,11 +148,12 @@ w22_status w22_cuda_wino_out(cudaStream_t st, const __half *m, long mcs, long ms
     return W22_OK;
 }
 
-/* W22_WINOGRAD=N: the 3x3x3 convs with cin and cout >= N take the path (default 512; 0: off). Read at each
- * backend's create (no cached copy: backends are created on any thread, and a lazily set static was a race). */
-int w22_cuda_winograd_min_cin(void) {
+/* W22_WINOGRAD=N: the 3x3x3 convs with cin and cout >= N take the path (unset: route.h's default for the path, 512
+ * on the Hopper path, 256 on the portable one; 0: off). Read at each backend's create (no cached copy: backends are
+ * created on any thread, and a lazily set static was a race). */
+int w22_cuda_winograd_min_cin(int hopper) {
     const char *e = getenv("W22_WINOGRAD");
-    const int v = e ? atoi(e) : W22_WINO_MIN_DEFAULT;
+    const int v = e ? atoi(e) : w22_route_wino_min_default(hopper);
     return v < 0 ? 0 : v;
 }
 

@@ -118,8 +118,8 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/tests/testutil.o $(BUILD)/libwan22
 $(BUILD)/bench/bits: $(BUILD)/bench/bits.o $(BUILD)/libwan22vae.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lstdc++
 
-# dev/: experiments, llm.c style, outside `all` and the library: `make dev` builds them (dev/winograd_probe.cu, a
-# measurement of a Winograd path the library does not take, docs/PERF.md v17)
+# dev/: experiments, llm.c style, outside `all` and the library: `make dev` builds the CUDA ones (none at present;
+# dev/winograd_f4_probe.py is numpy)
 DEV_CU := $(if $(filter 1,$(CUDA)),$(sort $(wildcard dev/*.cu)),)
 dev: $(DEV_CU:dev/%.cu=$(BUILD)/dev/%)
 $(BUILD)/dev/%: dev/%.cu $(BUILD)/libwan22vae.a

@@ -84,7 +84,7 @@ static const char usage[] =
     "                         fits (704x1280 TI2V-5B: 4.1G by default, 2.2G under 2.5G); a budget below what the\n"
     "                         size needs fails, naming the need. Default: none (the fastest plan)\n"
     "      --exact            CUDA: every conv in the direct arithmetic (default: the 3x3x3 convs of 512 channels and\n"
-    "                         up as Winograd F(2x2, 3x3), ~2.2x their error, within the allowance; the CPU is exact)\n"
+    "                         up as Winograd F(4x4, 3x3) in fp16, ~1.3x their error; the CPU is exact)\n"
     "      --kernels K        CUDA: auto (the default: a Hopper's sm_90a kernels, the portable ones on any other\n"
     "                         GPU from sm_80 on) or portable (those on a Hopper too); -v says which ran\n"
     "      --threads N        CPU threads of the decode and of the PNG encoders (default: all cores)\n"

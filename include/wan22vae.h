@@ -169,8 +169,8 @@ typedef struct {
                            * borders the decode relies on zero, and memory it has not written reads as NaN; a
                            * failure names the stage, layer and buffer. For tests: a sync and a pass per operand. */
     int exact;            /* CUDA: 1 runs every conv in the direct arithmetic (bf16 products, fp32 sums); 0, the
-                           * default, the 3x3x3 convs of 512 channels and up as Winograd F(2x2, 3x3): 12 of 27 MACs,
-                           * about 2.2x the direct conv's error, within the allowance (docs/PERF.md v18). W22_WINOGRAD
+                           * default, the 3x3x3 convs of 512 channels and up as Winograd F(4x4, 3x3) in fp16: 6.75 of
+                           * 27 MACs, about 1.3x the direct conv's error (docs/PERF.md, session 39). W22_WINOGRAD
                            * =N sets the threshold for decoders left at 0 (0: exact). The CPU backend is exact. */
     int kernels;          /* CUDA: a w22_kernels, W22_KERNELS_AUTO by default (w22_decoder_path says which ran) */
     size_t work_budget_bytes; /* the decoder's work memory at most this many bytes (on CUDA its device memory beyond

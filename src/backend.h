@@ -166,6 +166,10 @@ typedef struct {
      * sync waits for the copies too. */
     w22_status (*copy_begin)(w22_backend *b, void *dst, const void *src, size_t bytes, int tag);
     w22_status (*copy_wait)(w22_backend *b, int tag);
+    /* The bytes of w22_conv_args.work that a kt x ks x ks conv, cin -> cout, of frames x h x w output pixels would
+     * use as scratch (CUDA: its Winograd bands at the backend's threshold), 0 for none; NULL: none ever. The plan
+     * keeps at least the largest of a stage's convs free during that stage (plan.c's stage_conv_work). */
+    size_t (*conv_work)(w22_backend *b, int kt, int ks, int cin, int cout, int frames, int h, int w);
 } w22_backend_ops;
 
 #define W22_COPY_TAGS 4
@@ -223,8 +227,8 @@ w22_status w22_cuda_device_to_host(int device, void *dst, const void *src, size_
  * all are finite; W22_ERR_INVALID_ARG when x is not that GPU's memory. */
 w22_status w22_cuda_first_nonfinite(int device, const void *x, w22_dtype t, size_t n, size_t *first);
 /* CUDA, for W22_PROFILE: seconds of the open so far: [0] the layouts on the GPU, [1] the source copies, and of [0]
- * [2] cudaMalloc and [3] the Winograd convs' direct weights to the host. */
-void w22_backend_cuda_open_times(const w22_backend *b, double t[4]);
+ * [2] cudaMalloc. */
+void w22_backend_cuda_open_times(const w22_backend *b, double t[3]);
 
 /* The channels of the head's partial-sum scratch (w22_conv_args.psum_tmp): 3 cout rounded up to even, since the
  * CUDA backend's tensor-core GEMMs take an even N only (the Wan2.1 VAE's conv_out has cout 3: N 9 -> 10, its tenth

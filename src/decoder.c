@@ -159,12 +159,11 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
         return s;
     }
     if (prof) {
-        double t[4] = {0, 0, 0, 0};
+        double t[3] = {0, 0, 0};
         if (cuda) w22_backend_cuda_open_times(d->backend, t);
         fprintf(stderr, "wan22vae: open: backend %.3f s, weights to float32 (CPU) %.3f s, backend weights %.3f s "
-                        "(copies %.3f, layouts on the GPU %.3f: of it cudaMalloc %.3f, the Winograd convs' direct "
-                        "weights to the host %.3f), %.0f MB\n",
-                t_create, t_f32, t_up, t[1], t[0], t[2], t[3], d->weight_bytes / 1e6);
+                        "(copies %.3f, layouts on the GPU %.3f: of it cudaMalloc %.3f), %.0f MB\n",
+                t_create, t_f32, t_up, t[1], t[0], t[2], d->weight_bytes / 1e6);
     }
     *out = d;
     return W22_OK;

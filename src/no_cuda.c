@@ -31,9 +31,9 @@ w22_status w22_cuda_first_nonfinite(int device, const void *x, w22_dtype t, size
     (void)device, (void)x, (void)t, (void)n, (void)first;
     return w22_fail(W22_ERR_UNSUPPORTED, "weights in GPU memory: this build has no CUDA");
 }
-void w22_backend_cuda_open_times(const w22_backend *b, double t[4]) {
+void w22_backend_cuda_open_times(const w22_backend *b, double t[3]) {
     (void)b;
-    t[0] = t[1] = t[2] = t[3] = 0;
+    t[0] = t[1] = t[2] = 0;
 }
 size_t w22_backend_cuda_bytes(const w22_backend *b, size_t *peak) {
     (void)b;

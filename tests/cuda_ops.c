@@ -254,7 +254,7 @@ static int wpair_new(wpair *w, w22_weight_kind kind, const int64_t *shape, int n
     return 1;
 }
 
-void w22_backend_cuda_weight_bufs(const w22_bweight *bw, const void *dev[3], size_t bytes[3], const void **host_direct);
+void w22_backend_cuda_weight_bufs(const w22_bweight *bw, const void *dev[2], size_t bytes[2]);
 int w22_backend_cuda_swap_winograd_min(w22_backend *b, int n);
 
 /* Bytes of a GPU buffer (or, dev NULL, of host memory) against the host's; prints the first difference. */
@@ -312,29 +312,22 @@ static void weight_layout_case(const char *name, w22_weight_kind kind, const int
     int ok = s == W22_OK;
     if (!ok) printf("  %s: %s\n", label, w22_last_error());
     if (ok) {
-        const void *dev[3], *hd;
-        size_t bytes[3];
-        w22_backend_cuda_weight_bufs(w, dev, bytes, &hd);
+        const void *dev[2];
+        size_t bytes[2];
+        w22_backend_cuda_weight_bufs(w, dev, bytes);
         if (kind == W22_WK_VECTOR) {
             ok = same_bytes("vector", dev[0], NULL, f, n * 4);
         } else {
             const int cout = (int)shape[0], cin = (int)shape[1], vol = (int)(n / ((size_t)cout * cin));
-            uint16_t *ref = malloc((size_t)16 * cout * 3 * cin * 2 > n * 2 ? (size_t)16 * cout * 3 * cin * 2 : n * 2);
+            uint16_t *ref = malloc((size_t)16 * cout * cin * 2 > n * 2 ? (size_t)16 * cout * cin * 2 : n * 2);
             w22_layout_conv_bf16(f, cout, cin, vol, ref);
-            ok = same_bytes("direct", dev[0], hd, ref, bytes[0]);
-            const int wino = ndim == 5 && w22_route_wino_weights((int)shape[2], (int)shape[3], (int)shape[4], cin,
-                                                                 cout, W22_WINO_MIN_DEFAULT);
-            if (vol == 27 && (cout & 1) && !wino) { /* the zero row after an odd cout's taps (conv_psum.cu) */
+            ok = same_bytes("direct", dev[0], NULL, ref, bytes[0]);
+            if (vol == 27 && (cout & 1)) { /* the zero row after an odd cout's taps (conv_psum.cu) */
                 const size_t pad = (size_t)9 * cin * 2;
                 unsigned char *z = malloc(pad), *zero = calloc(1, pad);
                 ok &= cudaMemcpy(z, (const char *)dev[0] + bytes[0], pad, cudaMemcpyDeviceToHost) == cudaSuccess &&
                       memcmp(z, zero, pad) == 0;
                 free(z), free(zero);
-            }
-            CHECK(wino == (dev[2] != NULL) && wino == (hd != NULL), "Winograd components for 512 channels and up");
-            if (wino) {
-                w22_layout_winograd_bf16(f, cout, cin, ref);
-                ok &= same_bytes("winograd", dev[2], NULL, ref, bytes[2]);
             }
             const int phases = ndim == 4 && shape[2] == 3 && shape[3] == 3;
             CHECK(phases == (dev[1] != NULL), "phase weights for a 2D 3x3 conv");
@@ -356,12 +349,13 @@ static void weight_layout_cases(void) {
     static const int64_t direct[] = {96, 64, 3, 3, 3}, wino[] = {512, 512, 3, 3, 3}, two_d[] = {48, 64, 3, 3},
                          pw[] = {40, 48, 1, 1, 1}, vec[] = {1000}, odd[] = {3, 96, 3, 3, 3};
     /* the decoder's default threshold (this program runs with W22_WINOGRAD=0, see main) */
-    const int old = w22_backend_cuda_swap_winograd_min(gpu, W22_WINO_MIN_DEFAULT);
+    const int old = w22_backend_cuda_swap_winograd_min(gpu, w22_route_wino_min_default(!strcmp(w22_backend_cuda_path(gpu), "hopper")));
     for (int dt = 0; dt < 3; dt++)
         for (int on_gpu = 0; on_gpu < 2; on_gpu++) {
             const w22_dtype t = dt == 0 ? W22_DTYPE_F32 : dt == 1 ? W22_DTYPE_BF16 : W22_DTYPE_F16;
             weight_layout_case("conv 3x3x3 64->96", W22_WK_CONV, direct, 5, t, on_gpu);
-            weight_layout_case("conv 3x3x3 512->512 (Winograd)", W22_WK_CONV, wino, 5, t, on_gpu);
+            weight_layout_case("conv 3x3x3 512->512 (a Winograd conv: the direct layout too)", W22_WK_CONV, wino, 5, t,
+                               on_gpu);
             weight_layout_case("conv 3x3 64->48 (phases)", W22_WK_CONV, two_d, 4, t, on_gpu);
             weight_layout_case("conv 1x1x1 48->40", W22_WK_CONV, pw, 5, t, on_gpu);
             weight_layout_case("conv 3x3x3 96->3 (odd cout: a zero row after)", W22_WK_CONV, odd, 5, t, on_gpu);
@@ -474,8 +468,8 @@ static void check_coverage(void) {
         {"four phases in one launch", seen_phases4, 1},
         {"the partial-sums conv", seen_step[W22_CONV_PSUM], -1},
         {"the DupUp fused into the phases", seen_dup_fused, -1},
-        {"Winograd F(2x2, 3x3)", seen_step[W22_CONV_WINOGRAD], -1},
-        {"Winograd's 16 GEMMs as one mma.sync launch", seen_wino_mma_batch, 0}};
+        {"Winograd F(4x4, 3x3)", seen_step[W22_CONV_WINOGRAD], -1},
+        {"Winograd's 36 GEMMs as one mma.sync launch", seen_wino_mma_batch, 0}};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i].path < 0 || need[i].path == hopper) CHECK(need[i].n > 0, "the cases took %s", need[i].what);
     if (!hopper) /* nothing of the Hopper path's own ran (its kernels have no image on other GPUs) */
@@ -1100,16 +1094,17 @@ static void bytes_case(void) {
     if (small) gpu->ops->free(gpu, small);
 }
 
-/* Winograd F(2x2, 3x3) (winograd.cu: the decoder's default for the 3x3x3 convs of 512 channels and up; the rest of
+/* Winograd F(4x4, 3x3) (winograd.cu: the decoder's default for the 3x3x3 convs of 512 channels and up; the rest of
  * this program runs without it): the conv op on cases whose weights are uploaded with the backend's threshold lowered
- * to 64 channels, so that each runs as the input transform, one batch GEMM of 16 and the output transform, and the
- * route must say so (want_step). Tolerance: the direct conv's (TOL_BF16 of max|ref| + 1e-5, rel rms 1e-2). Winograd
- * adds three bf16 roundings, of the weights' U = G g G^T (made at upload), of V = B^T d B (sums of up to 4 inputs)
- * and of M (the GEMM's fp32 sums, of which the output transform adds up to 9), each <= 2^-9 of a magnitude that for
- * these unit-scale inputs is within a few max|ref|: inside 2^-7 max|ref| (tests/cuda_winograd.sh, which these cases
- * replace, held every such case to it, 14 of 14 at cc416bf). The shapes: 512 and 1024 channels as the decoder's, a
- * residual (separate and in place), a 1x1 shortcut and both (its GEMM written first), 9 input frames (two transform
- * launches), N 384 (no TMA store), the causal history read in place; odd sizes must fall back to the direct conv. */
+ * to 64 channels, so that each runs as the input transform, one fp16 batch GEMM of 36 and the output transform, and
+ * the route must say so (want_step). Tolerance: the direct conv's (TOL_BF16 of max|ref| + 1e-5, rel rms 1e-2).
+ * Winograd adds three fp16 roundings, of the weights' U = G g G^T (made at upload), of V = B^T d B (|V| within ~7x
+ * the input's largest) and of M (the GEMM's fp32 sums; |M| within ~4.2x the output's, and the output transform
+ * sums 36 of them with weights up to 8 x 8), each <= 2^-11 of its magnitude: for these unit-scale inputs the sum is
+ * inside 2^-7 max|ref| (dev/winograd_f4_probe.py: x1.2-1.3 the direct conv's rms error, x1.2 its max). The shapes:
+ * 512 and 1024 channels as the decoder's, a residual (separate and in place), a 1x1 shortcut and both (its GEMM
+ * written first), 9 input frames (two transform launches), N 384 (no TMA store), the causal history read in place,
+ * and heights and widths that are not multiples of 4 (the last tile row and column partly outside the frame). */
 static void winograd_cases(void) {
     if (!selected("conv") && !selected("winograd")) return;
     const int old = selftest ? 0 : w22_backend_cuda_swap_winograd_min(gpu, 64);
@@ -1125,12 +1120,152 @@ static void winograd_cases(void) {
     conv_hist = 1;
     conv_case("winograd", 1024, 1024, 2, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
     conv_case("winograd", 256, 256, 3, 6, 10, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_case("winograd", 256, 256, 1, 7, 10, 3, 3, 0, 0, RES_INPLACE, 0); /* 7 rows: 1 past the frame */
     conv_hist = 0;
-    want_step = selftest ? -1 : W22_CONV_DIRECT;
-    conv_case("winograd", 256, 256, 1, 7, 10, 3, 3, 0, 0, RES_NONE, 0); /* odd height: the direct conv */
-    conv_case("winograd", 256, 256, 1, 8, 9, 3, 3, 0, 0, RES_NONE, 0);  /* odd width */
+    conv_case("winograd", 256, 256, 1, 8, 9, 3, 3, 0, 0, RES_SEPARATE, 0); /* 9 columns: 3 past it */
+    conv_case("winograd", 512, 512, 2, 5, 6, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("winograd", 256, 256, 1, 1, 1, 3, 3, 0, 0, RES_NONE, 0);  /* one pixel: one tile, 15 outputs dropped */
+    conv_case("winograd", 512, 512, 1, 11, 78, 3, 3, 0, 0, RES_NONE, 0); /* the decoder's 78 columns: 2 past */
     want_step = -1;
     if (!selftest) w22_backend_cuda_swap_winograd_min(gpu, old);
+}
+
+/* Not in backend.h (tests only; src/cuda/cuda_backend.cu): a batch GEMM as the backend launches one (*how: route.h's
+ * w22_route_batch). */
+w22_status w22_backend_cuda_batch_gemm(w22_backend *b, const w22_mm *g, int *how);
+
+/* fp16 batch GEMMs (w22_mm.f16: Winograd F(4x4, 3x3)'s 36 component GEMMs, as lower.h lays them out): n GEMMs, each
+ * F output frames of hh x w2 pixels, cin -> cout over the three temporal taps as K = 3 cin (kt 3, ks 1; F + 2 input
+ * frames a GEMM), on the kernel route.h gives (want: W22_BATCH_TMA on the Hopper path with dense outputs, the mma.sync
+ * 128 x 128 tile otherwise; W22_BATCH_APART: refused, nothing written). ow: the output's pixel stride (cout: dense).
+ * Inputs are fp16 values of [-1, 1) (A) and [-a, a) (B); the reference is exact (double) from those values. Tolerance:
+ * the output's one rounding to fp16, 2^-11 |ref| (half an ulp of an 11-bit significand), plus the fp32 accumulation's
+ * error, ~K 2^-24 of the sum of |terms| in the worst case and far less in practice: 2^-20 sum|terms| (a wrong type, a
+ * bf16 rounding (2^-9) or a wrong tap is orders beyond it). The outputs and a 64-element margin around them start as
+ * fp16 NaN: an unwritten output or a write past them fails. */
+static void f16_batch_case(int n, int F, int hh, int w2, int ci, int co, int ow, int want) {
+    char shape[160];
+    snprintf(shape, sizeof shape, "%d x f%d %dx%dx3x%d->%d ow %d", n, F, hh, w2, ci, co, ow);
+    if (selftest || !selected("f16")) return;
+    const int hopper = !strcmp(w22_backend_cuda_path(gpu), "hopper");
+    if (want == W22_BATCH_TMA && !hopper) want = W22_BATCH_MMA;
+    const int P = hh * w2, M = F * P, K = 3 * ci, MARGIN = 64;
+    const size_t na = (size_t)n * (F + 2) * P * ci, nb = (size_t)n * co * K, per = (size_t)M * ow,
+                 no = (size_t)n * per + 2 * MARGIN;
+    float *fa = malloc(na * 4), *fb = malloc(nb * 4);
+    double *dref = malloc((size_t)n * M * co * sizeof(double)), *dabs = malloc((size_t)n * M * co * sizeof(double));
+    uint16_t *ha = malloc(na * 2), *hb = malloc(nb * 2), *ho = malloc(no * 2);
+    const float a = sqrtf(3.0f / K);
+    t_fill_uniform(fa, na, seed++, -1, 1);
+    t_fill_uniform(fb, nb, seed++, -a, a);
+    for (size_t i = 0; i < na; i++) ha[i] = w22_f32_to_f16(fa[i]), fa[i] = w22_f16_to_f32(ha[i]);
+    for (size_t i = 0; i < nb; i++) hb[i] = w22_f32_to_f16(fb[i]), fb[i] = w22_f16_to_f32(hb[i]);
+    for (size_t i = 0; i < no; i++) ho[i] = 0x7e00; /* fp16 NaN */
+    void *ga = NULL, *gb = NULL, *go = NULL;
+    int ok = gpu->ops->alloc(gpu, na * 2, &ga) == W22_OK && gpu->ops->alloc(gpu, nb * 2, &gb) == W22_OK &&
+             gpu->ops->alloc(gpu, no * 2, &go) == W22_OK && gpu->ops->from_host(gpu, ga, ha, na * 2) == W22_OK &&
+             gpu->ops->from_host(gpu, gb, hb, nb * 2) == W22_OK && gpu->ops->from_host(gpu, go, ho, no * 2) == W22_OK;
+    w22_mm q;
+    memset(&q, 0, sizeof q);
+    q.F = F, q.H = hh, q.W = w2, q.M = M, q.N = co;
+    q.a = (const bf16 *)ga, q.a_sf = (long)P * ci, q.a_sh = (long)w2 * ci, q.a_sw = ci;
+    q.cin = ci, q.kt = 3, q.ks = 1;
+    q.b = (const bf16 *)gb, q.b_w = co, q.b_sw = K;
+    q.out = (bf16 *)go + MARGIN, q.o_sf = (long)P * ow, q.o_sh = (long)w2 * ow, q.o_sw = ow;
+    q.batch = n, q.a_frames = F + 2, q.f16 = 1;
+    for (int p = 0; p < n; p++) q.ph_o[p] = p * (int)per;
+    int how = -1;
+    const w22_status st = ok ? w22_backend_cuda_batch_gemm(gpu, &q, &how) : W22_ERR_INTERNAL;
+    char err[512] = "";
+    if (st != W22_OK) snprintf(err, sizeof err, "%s", w22_last_error());
+    const w22_status ss = gpu->ops->sync(gpu);
+    ok = ok && ss == W22_OK && gpu->ops->to_host(gpu, ho, go, no * 2) == W22_OK;
+    char path[96];
+    snprintf(path, sizeof path, "%s", gpu_path());
+    w22_route r;
+    w22_backend_cuda_last_route(gpu, &r);
+    if (want == W22_BATCH_APART) { /* refused: an error, nothing written */
+        size_t touched = 0;
+        for (size_t i = 0; ok && i < no; i++) touched += ho[i] != 0x7e00;
+        const int pass = ok && how == W22_BATCH_APART && st != W22_OK && strstr(err, W22_ROUTE_F16_SINGLE) &&
+                         touched == 0;
+        printf("%-10s %-46s refused (%s): %s %s\n", "f16 batch", shape, w22_status_string(st), err,
+               pass ? "ok" : "FAIL");
+        CHECK(pass, "f16 batch %s: refused (how %d, %zu outputs written)", shape, how, touched);
+    } else {
+        /* the reference, in double from the fp16 values */
+        for (int p = 0; p < n; p++)
+            for (int m = 0; m < M; m++) {
+                const int t = m / P, pix = m - t * P;
+                for (int o = 0; o < co; o++) {
+                    double sum = 0, sabs = 0;
+                    for (int dt = 0; dt < 3; dt++) {
+                        const float *ar = fa + (((size_t)p * (F + 2) + t + dt) * P + pix) * ci;
+                        const float *br = fb + ((size_t)p * co + o) * K + (size_t)dt * ci;
+                        for (int c = 0; c < ci; c++) {
+                            const double v = (double)ar[c] * br[c];
+                            sum += v, sabs += fabs(v);
+                        }
+                    }
+                    const size_t i = ((size_t)p * M + m) * co + o;
+                    dref[i] = sum, dabs[i] = sabs;
+                }
+            }
+        size_t bad = 0, nonfinite = 0, margin = 0, worst = 0;
+        double worst_ratio = 0, max_abs = 0, maxref = 0;
+        for (size_t i = 0; ok && i < no; i++) {
+            const size_t j = i < (size_t)MARGIN ? (size_t)-1 : i - MARGIN;
+            const size_t p = j / per, rem = j - p * per, m = rem / ow, o = rem - m * ow;
+            if (j == (size_t)-1 || p >= (size_t)n || (int)o >= co) { /* the margin, a row's padding */
+                margin += ho[i] != 0x7e00;
+                continue;
+            }
+            const float v = w22_f16_to_f32(ho[i]);
+            const size_t k = (p * M + m) * co + o;
+            if (!isfinite(v)) {
+                nonfinite++;
+                continue;
+            }
+            const double e = fabs(v - dref[k]), tol = ldexp(fabs(dref[k]), -11) + ldexp(dabs[k], -20) + ldexp(1.0, -24);
+            bad += e > tol;
+            max_abs = fmax(max_abs, e), maxref = fmax(maxref, fabs(dref[k]));
+            if (e / tol > worst_ratio) worst_ratio = e / tol, worst = k;
+        }
+        const int tma_ok = r.kernel == W22_GEMM_TMA && r.ran_kernel == W22_GEMM_TMA && r.ran[0].bn == 256 &&
+                           r.ran[0].te == 4 && r.ran[0].cl == 1,
+                  mma_ok = r.kernel == W22_GEMM_MMA_MID && r.ran_kernel == W22_GEMM_MMA_MID;
+        const int route_ok = how == want && r.batch == n && (want == W22_BATCH_TMA ? tma_ok : mma_ok);
+        const int pass = ok && st == W22_OK && route_ok && bad == 0 && nonfinite == 0 && margin == 0;
+        printf("%-10s %-46s max_abs %.3e (max|ref| %.3g, worst err/tol %.3f) [%s] %s\n", "f16 batch", shape, max_abs,
+               maxref, worst_ratio, path, pass ? "ok" : "FAIL");
+        if (!pass) {
+            if (st != W22_OK || !ok) printf("    the launch or a copy failed: %s\n", err);
+            if (!route_ok)
+                printf("    route: how %d (want %d), kernel %d, ran %d, batch %d\n", how, want, (int)r.kernel,
+                       (int)r.ran_kernel, r.batch);
+            if (bad) printf("    %zu outputs beyond the tolerance\n", bad);
+            if (nonfinite) printf("    %zu outputs NaN/Inf (unwritten, or overflow)\n", nonfinite);
+            if (margin) printf("    %zu elements outside the outputs changed (writes out of bounds)\n", margin);
+            if (bad) printf("    worst at GEMM %zu row %zu channel %zu: ref %.6g\n", worst / ((size_t)M * co),
+                            worst / co % M, worst % co, dref[worst]);
+        }
+        CHECK(pass, "f16 batch %s", shape);
+    }
+    if (ga) gpu->ops->free(gpu, ga);
+    if (gb) gpu->ops->free(gpu, gb);
+    if (go) gpu->ops->free(gpu, go);
+    free(fa), free(fb), free(dref), free(dabs), free(ha), free(hb), free(ho);
+}
+
+/* The fp16 batch GEMMs: Winograd F(4x4, 3x3)'s 36 of a 256-channel conv's band (M 308: 2 frames of 11 x 14 tiles,
+ * partial M tiles), on the TMA conv (Hopper path: its TMA store) or the mma.sync 128 x 128 tile (portable path, and the
+ * Hopper path where the TMA store does not take the output: padded rows); 512 channels and a batch of 16; N 448 (whose
+ * mma tile is 128 x 96: no fp16 kernel) refused. */
+static void f16_batch_cases(void) {
+    f16_batch_case(36, 2, 11, 14, 256, 256, 256, W22_BATCH_TMA);
+    f16_batch_case(36, 2, 11, 14, 256, 256, 264, W22_BATCH_MMA);
+    f16_batch_case(16, 1, 9, 20, 512, 512, 512, W22_BATCH_TMA);
+    f16_batch_case(4, 1, 4, 8, 128, 448, 448, W22_BATCH_APART);
 }
 
 static void run_cases(void) {
@@ -1275,6 +1410,7 @@ static void run_cases(void) {
     conv_case("edge", 64, 64, 3, 5, 7, 3, 3, 0, 0, RES_INPLACE, 0);     /* mma kernel, one partial tile */
     conv_hist = 0;
     winograd_cases();
+    f16_batch_cases();
     /* the causal conv with its history as partial sums (the head's conv_out): one frame per call, several, a call
      * of all frames with rows of two x tiles (3 rows: the mma kernel); the GEMM (N = 3 cout) on the 2D tiles into
      * fp32: N 36, 48 and 24 with partial tiles both ways; N = 48 under 6 rows on the mma kernel; the scalar kernel

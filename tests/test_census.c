@@ -121,8 +121,9 @@ static w22_status rec_copy_wait(w22_backend *b, int tag) { (void)b, (void)tag; r
 /* the tally: GEMMs per path and kernel, and what fell back */
 static long tally[2][W22_GEMM_KERNELS], phases_one, batches[3], gemms, scalar;
 
-static void route_one(const w22_mm *g, const char *what) {
+static void route_one(const w22_mm *g, const char *what, int hopper_only) {
     for (int hopper = 0; hopper <= 1; hopper++) {
+        if (hopper_only >= 0 && hopper != hopper_only) continue;
         const char *why = NULL;
         w22_gemm_kernel k;
         if (g->batch) {
@@ -159,11 +160,13 @@ static w22_status rec_conv(w22_backend *b, const w22_conv_args *a) {
     (void)b;
     const rec_weight *w = (const rec_weight *)a->weight;
     const w22_conv_operands o = operands_of(a);
-    lowered gs[5];
-    const int n = conv_gemms(a, &o, w->kt, w->kh, w->kw, w->phases, "a direct conv", gs);
-    if (n == 4 && !w22_route_phases_blocker((const w22_mm[4]){gs[0].g, gs[1].g, gs[2].g, gs[3].g}, 1))
-        phases_one++; /* the Hopper path's one launch */
-    for (int i = 0; i < n; i++) route_one(&gs[i].g, gs[i].what);
+    for (int hopper = 0; hopper <= 1; hopper++) { /* each path lowers at its own Winograd threshold */
+        lowered gs[5];
+        const int n = conv_gemms(a, &o, w->kt, w->kh, w->kw, w->phases, hopper, "a direct conv", gs);
+        if (hopper && n == 4 && !w22_route_phases_blocker((const w22_mm[4]){gs[0].g, gs[1].g, gs[2].g, gs[3].g}, 1))
+            phases_one++; /* the Hopper path's one launch */
+        for (int i = 0; i < n; i++) route_one(&gs[i].g, gs[i].what, hopper);
+    }
     if (conv_dup_apart) plain_one(OP_DUPUP, 1, &a->out); /* a DupUp the phases do not fuse: conv.cu refuses it */
     return W22_OK;
 }
@@ -178,10 +181,10 @@ static w22_status rec_attention(w22_backend *b, w22_view q, w22_view k, w22_view
         w22_mm g;
         w22_lower_attn_scores((const bf16 *)q.ptr + f * q.sf, q.sh, q.sw, q.h, q.w, C, Pp, (const bf16 *)kp,
                               (float *)s, &g);
-        route_one(&g, "the attention's Q K^T");
+        route_one(&g, "the attention's Q K^T", -1);
         w22_lower_attn_values((const bf16 *)pm, q.h, q.w, C, Pp, (const bf16 *)vt, (bf16 *)out.ptr + f * out.sf,
                               out.sh, out.sw, &g);
-        route_one(&g, "the attention's P V");
+        route_one(&g, "the attention's P V", -1);
     }
     return W22_OK;
 }

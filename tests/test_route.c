@@ -115,27 +115,22 @@ static void portable_cases(void) {
     /* the 2D tiles: N <= 48 on the Hopper path, N <= 16 on the portable one */
     g = conv(1, 352, 624, 256, 36, 1, 3, 0);
     CHECK(w22_route_rows2d_takes(&g, 1) && !w22_route_rows2d_takes(&g, 0), "N 36: the 2D tiles on Hopper only");
-    /* Winograd's 16 component GEMMs as one mma.sync launch: stage 0's 1024-channel conv at 44 x 78 (22 x 39 tiles,
-     * 2 output frames, 4 input frames); outputs evenly spaced; not with uneven outputs or a residual */
+    /* Winograd's 36 component GEMMs (fp16) as one mma.sync launch, as lower.h makes them: stage 0's 1024-channel conv
+     * at 44 x 78 (11 x 20 tiles, 2 output frames, 4 input frames); outputs evenly spaced; not with uneven outputs or
+     * a residual */
     w22_mm q;
-    memset(&q, 0, sizeof q);
     bf16 *base = (bf16 *)(uintptr_t)0x7f0000000000ull;
-    const int F = 2, hh = 22, w2 = 39, ci = 1024, co = 1024;
-    q.F = F, q.H = hh, q.W = w2, q.M = F * hh * w2, q.N = co;
-    q.a = base, q.a_sf = (long)hh * w2 * ci, q.a_sh = (long)w2 * ci, q.a_sw = ci;
-    q.cin = ci, q.kt = 3, q.ks = 1;
-    q.b = base, q.b_w = co, q.b_sw = 3L * ci;
-    q.out = base, q.o_sf = (long)hh * w2 * co, q.o_sh = (long)w2 * co, q.o_sw = co;
-    q.batch = 16, q.a_frames = F + 2;
-    for (int xi = 0; xi < 16; xi++) q.ph_o[xi] = xi * (int)(F * q.o_sf);
+    const int F = 2, ci = 1024, co = 1024;
+    w22_lower_wino_batch(F, 11, 20, ci, co, base, base, base, &q);
+    CHECK(q.batch == 36 && q.f16 && q.M == F * 11 * 20, "lower.h's Winograd batch: 36 fp16 GEMMs of 2 x 11 x 20 rows");
     const char *why = w22_route_mma_batch_blocker(&q);
     CHECK(why == NULL, "Winograd's batch at 44 x 78 on one mma launch: %s", why ? why : "-");
     q.ph_o[5] += 8;
-    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch with uneven outputs: 16 launches");
+    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch with uneven outputs: refused");
     q.ph_o[5] -= 8, q.res = base;
-    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch with a residual: 16 launches");
+    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch with a residual: refused");
     q.res = NULL, q.a_frames = F + 1;
-    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch whose frames are under a GEMM's window: 16 launches");
+    CHECK(w22_route_mma_batch_blocker(&q) != NULL, "a batch whose frames are under a GEMM's window: refused");
     /* shared memory: every kernel the portable path launches fits the smallest part's 99 KB (the kernels'
      * static_asserts hold it at build time; the tile table here) */
     CHECK(3 * (128 + 128) * 128 <= W22_PORTABLE_SMEM && 4 * (128 + 32) * 128 <= W22_PORTABLE_SMEM &&
@@ -185,6 +180,87 @@ static void tma_launch_cases(void) {
           "the TMA conv's tile table");
 }
 
+/* ---- fp16 operands (w22_mm.f16: Winograd F(4x4, 3x3)'s 36 component GEMMs): a batch's only ----
+ * A batch as lower.h builds one: F output frames of hh x w2 tiles (F + 2 input frames a component, the temporal taps
+ * as K = 3 cin), cin -> cout, n components with dense outputs one after another. */
+static w22_mm f16_batch(int F, int hh, int w2, int ci, int co, int n) {
+    bf16 *base = (bf16 *)(uintptr_t)0x7f0000000000ull;
+    w22_mm q;
+    memset(&q, 0, sizeof q);
+    q.F = F, q.H = hh, q.W = w2, q.M = F * hh * w2, q.N = co;
+    q.a = base, q.a_sf = (long)hh * w2 * ci, q.a_sh = (long)w2 * ci, q.a_sw = ci;
+    q.cin = ci, q.kt = 3, q.ks = 1;
+    q.b = base, q.b_w = co, q.b_sw = 3L * ci;
+    q.out = base, q.o_sf = (long)hh * w2 * co, q.o_sh = (long)w2 * co, q.o_sw = co;
+    q.batch = n, q.a_frames = F + 2, q.f16 = 1;
+    for (int p = 0; p < n; p++) q.ph_o[p] = p * (int)(F * q.o_sf);
+    return q;
+}
+
+static void f16_cases(void) {
+    /* a single GEMM: refused on both paths (the scalar and row kernels are bf16 only), whatever its shape */
+    w22_mm g = conv(1, 44, 78, 512, 512, 3, 3, 1);
+    g.f16 = 1;
+    for (int hopper = 0; hopper < 2; hopper++) {
+        const char *why = NULL;
+        const w22_gemm_kernel k = w22_route_gemm(&g, hopper, &why);
+        CHECK(k == W22_GEMM_SCALAR && why && !strcmp(why, W22_ROUTE_F16_SINGLE),
+              "an fp16 single GEMM (path %d): refused, got %s (%s)", hopper, kernel_names(k), why ? why : "-");
+    }
+    g = conv(1, 352, 624, 256, 12, 3, 3, 1); /* conv_out's shape: the 2D tiles in bf16 */
+    g.f16 = 1;
+    expect("an fp16 GEMM of the 2D tiles' shape: refused", &g, 1, W22_GEMM_SCALAR);
+    /* the four phases as one launch: bf16 only */
+    w22_mm ph[4];
+    for (int p = 0; p < 4; p++) {
+        ph[p] = conv(1, 88, 156, 512, 512, 1, 3, 0);
+        ph[p].ks = 2, ph[p].pad_y = 1 - (p >> 1), ph[p].pad_x = 1 - (p & 1), ph[p].b_sw = 4L * 512;
+        ph[p].b = ph[0].b + (size_t)p * 512 * ph[p].b_sw, ph[p].out = (bf16 *)ph[0].out + p * 64;
+    }
+    const char *pwhy = w22_route_phases_blocker(ph, 1);
+    CHECK(pwhy == NULL, "bf16 phases: one launch (%s)", pwhy ? pwhy : "-");
+    ph[2].f16 = 1;
+    CHECK(w22_route_phases_blocker(ph, 1) != NULL, "fp16 phases: not one launch");
+    /* Winograd F(4x4, 3x3)'s batch of 36: N 256, 512, 1024 at 704 x 1248's stages (tiles of 4 x 4 outputs); routed
+     * as the bf16 batch is: the TMA conv on the Hopper path (its TMA store), the mma.sync 128 x 128 tile on the
+     * portable one */
+    static const struct { int F, hh, w2, ci, co; } wb[] = {{2, 11, 20, 1024, 1024}, {2, 22, 39, 512, 512},
+                                                           {1, 44, 78, 256, 256},   {1, 44, 78, 512, 256},
+                                                           {2, 5, 7, 256, 256}};
+    for (size_t i = 0; i < sizeof wb / sizeof wb[0]; i++) {
+        w22_mm q = f16_batch(wb[i].F, wb[i].hh, wb[i].w2, wb[i].ci, wb[i].co, W22_GEMM_BATCH);
+        w22_mm b16 = q;
+        b16.f16 = 0;
+        const char *tw = w22_route_tma_batch_blocker(&q), *mw = w22_route_mma_batch_blocker(&q);
+        CHECK(tw == NULL && w22_route_batch(&q, 1) == W22_BATCH_TMA && w22_route_batch(&b16, 1) == W22_BATCH_TMA,
+              "fp16 batch of 36, %d -> %d at %d x %d tiles: the TMA conv on the Hopper path (%s)", wb[i].ci, wb[i].co,
+              wb[i].hh, wb[i].w2, tw ? tw : "-");
+        CHECK(mw == NULL && w22_route_batch(&q, 0) == W22_BATCH_MMA && w22_route_batch(&b16, 0) == W22_BATCH_MMA &&
+              w22_route_mma_tile(q.N) == W22_GEMM_MMA_MID,
+              "fp16 batch of 36, %d -> %d: the mma.sync 128 x 128 tile on the portable path (%s)", wb[i].ci, wb[i].co,
+              mw ? mw : "-");
+    }
+    /* the fp16 kernels are built for those alone: an output the TMA store does not take (not dense) goes to the mma
+     * kernel on the Hopper path too; N whose mma tile is not 128 x 128 (448: 128 x 96) runs on neither, where bf16
+     * does */
+    w22_mm q = f16_batch(2, 22, 39, 512, 512, W22_GEMM_BATCH);
+    q.o_sw = 520, q.o_sh = 39L * 520, q.o_sf = 22L * q.o_sh;
+    for (int p = 0; p < q.batch; p++) q.ph_o[p] = p * (int)(2 * q.o_sf);
+    CHECK(w22_route_tma_batch_blocker(&q) != NULL && w22_route_batch(&q, 1) == W22_BATCH_MMA,
+          "fp16 batch, outputs not dense: the mma kernel on the Hopper path");
+    q.f16 = 0;
+    CHECK(w22_route_batch(&q, 1) == W22_BATCH_TMA, "the same in bf16: the TMA conv (its overlapped epilogue)");
+    q = f16_batch(2, 22, 39, 512, 448, W22_GEMM_BATCH);
+    CHECK(w22_route_batch(&q, 0) == W22_BATCH_APART && w22_route_batch(&q, 1) == W22_BATCH_APART,
+          "fp16 batch, N 448: no fp16 kernel takes it (then refused apart)");
+    q.f16 = 0;
+    CHECK(w22_route_batch(&q, 0) == W22_BATCH_MMA, "the same in bf16: the mma kernel's 128 x 96 tile");
+    q = f16_batch(2, 22, 39, 512, 512, W22_GEMM_BATCH);
+    q.res = q.a;
+    CHECK(w22_route_batch(&q, 0) == W22_BATCH_APART && w22_route_batch(&q, 1) == W22_BATCH_APART,
+          "fp16 batch with a residual: neither kernel");
+}
+
 /* ---- the TMA conv's epilogue ---- */
 static void epilogue_cases(void) {
     const int zero[1] = {0};
@@ -228,7 +304,7 @@ static void step_cases(void) {
     a.work = &a, a.work_bytes = 999;
     CHECK(w22_route_winograd_blocker(&a, 512, 512, 1, 1000) != NULL, "a scratch under one tile row: direct");
     a.work = NULL, a.out.w = 77, a.in.w = 77;
-    CHECK(w22_route_winograd_blocker(&a, 512, 512, 1, 1000) != NULL, "odd width: direct");
+    CHECK(w22_route_winograd_blocker(&a, 512, 512, 1, 1000) == NULL, "odd width: Winograd (F(4x4) takes any size)");
     a.out.w = a.in.w = 78;
     CHECK(w22_route_conv_step(&a, 0, NULL) == W22_CONV_WINOGRAD, "step: Winograd");
     CHECK(w22_route_conv_step(&a, 0, "why") == W22_CONV_DIRECT, "step: direct");
@@ -298,7 +374,7 @@ static w22_gemm_kernel route_lowered(const w22_mm *g, int hopper, const char **w
     }
 }
 
-static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered out[W22_LOWERED_MAX]) {
+static int lower_layer(const w22_model *m, int li, int F, int H, int W, int hopper, lowered out[W22_LOWERED_MAX]) {
     const w22_layer *L = &m->layers[li];
     const int ci = L->cin, co = L->cout;
     int n = 0;
@@ -312,11 +388,11 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
         break;
     case W22_L_CONV_IN:
         conv_call_make(&k, F, H, W, ci, co, 3, 3, 1);
-        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, "3x3x3 conv_in", out + n);
+        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, hopper, "3x3x3 conv_in", out + n);
         break;
     case W22_L_RESBLOCK: {
         conv_call_make(&k, F, H, W, ci, co, 3, 3, 1);
-        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, "conv1", out + n);
+        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, hopper, "conv1", out + n);
         conv_call_make(&k, F, H, W, co, co, 3, 3, 1);
         o = operands(co, co);
         if (ci != co) { /* the 1x1 shortcut as extra K (exec.c's run_resblock passes it to conv2) */
@@ -327,7 +403,7 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
             k.res = k.a.out;
             k.a.residual = &k.res;
         }
-        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, ci != co ? "conv2 + shortcut" : "conv2 + residual",
+        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, hopper, ci != co ? "conv2 + shortcut" : "conv2 + residual",
                         out + n);
         break;
     }
@@ -377,7 +453,7 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
             k.a.dup_in = &k.dup, k.a.dup_ft = L->temporal ? 2 : 1;
         }
         o = operands(ci, co);
-        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, "upsample", out + n);
+        n += conv_gemms(&k.a, &o, k.a.kt, k.a.ks, k.a.ks, k.a.upsample, hopper, "upsample", out + n);
         break;
     }
     case W22_L_HEAD: { /* the three temporal taps as one 3x3 GEMM of even N, fp32 (conv_psum.cu) */
@@ -387,7 +463,7 @@ static int lower_layer(const w22_model *m, int li, int F, int H, int W, lowered 
         k.a.psum = &k.ps;
         k.a.psum_tmp = view_at(OUT + 0x10000000000ull, F, H, W, w22_psum_tmp_channels(co), 0);
         k.a.psum_tmp.es = 4, k.a.psum_tmp.sh *= 1;
-        n += conv_gemms(&k.a, &o, 3, 3, 3, 0, "conv_out", out + n);
+        n += conv_gemms(&k.a, &o, 3, 3, 3, 0, hopper, "conv_out", out + n);
         break;
     }
     default: break;
@@ -439,7 +515,7 @@ static void wan21_cases(void) {
     for (int i = 0; i < m.nlayers; i++) {
         const w22_layer *L = &m.layers[i];
         lowered gs[W22_LOWERED_MAX];
-        const int n = lower_layer(&m, i, chunk[L->level], h << L->level, w << L->level, gs);
+        const int n = lower_layer(&m, i, chunk[L->level], h << L->level, w << L->level, 1, gs); /* the Hopper path's */
         for (int j = 0; j < n; j++) wan21_gemm(L->prefix, gs[j].what, &gs[j].g, wan21_want(L, gs[j].what));
         if (L->kind == W22_L_HEAD) {
             CHECK(gs[0].g.N == 10, "the head's partial sums for 3 outputs: %d channels, expected 10", gs[0].g.N);
@@ -464,17 +540,17 @@ static void census(void) {
     long gemms = 0, scalar = 0, expected = 0;
     for (int mi = 0; mi < 2; mi++) {
         w22_model_build(&cfg[mi], &ms[mi]);
-        for (int i = 0; i < ms[mi].nlayers; i++) { /* every size lowers a layer to the same GEMMs */
-            lowered gs[W22_LOWERED_MAX];
-            expected += 2L * 160 * 160 * lower_layer(&ms[mi], i, 1, 8, 8, gs);
-        }
-        for (int hopper = 0; hopper <= 1; hopper++)
+        for (int hopper = 0; hopper <= 1; hopper++) {
+            for (int i = 0; i < ms[mi].nlayers; i++) { /* every size lowers a layer to the same GEMMs (on one path) */
+                lowered gs[W22_LOWERED_MAX];
+                expected += 160L * 160 * lower_layer(&ms[mi], i, 1, 8, 8, hopper, gs);
+            }
             for (int h = 1; h <= 160; h++)
                 for (int w = 1; w <= 160; w++)
                     for (int i = 0; i < ms[mi].nlayers; i++) {
                         const w22_layer *L = &ms[mi].layers[i];
                         lowered gs[W22_LOWERED_MAX];
-                        const int n = lower_layer(&ms[mi], i, chunk[L->level], h << L->level, w << L->level, gs);
+                        const int n = lower_layer(&ms[mi], i, chunk[L->level], h << L->level, w << L->level, hopper, gs);
                         for (int j = 0; j < n; j++, gemms++) {
                             const char *why = NULL;
                             if (route_lowered(&gs[j].g, hopper, &why) != W22_GEMM_SCALAR) continue;
@@ -484,6 +560,7 @@ static void census(void) {
                                       L->prefix, gs[j].what, gs[j].g.M, gs[j].g.N, gs[j].g.cin, why ? why : "-");
                         }
                     }
+        }
     }
     CHECK(scalar == 0, "census: %ld of %ld GEMMs on the scalar kernel", scalar, gemms);
     CHECK(gemms == expected && gemms > 0, "census: %ld GEMMs walked, expected %ld", gemms, expected);
@@ -549,5 +626,6 @@ int main(void) {
     tma_launch_cases();
     epilogue_cases();
     step_cases();
+    f16_cases();
     return t_finish("test_route");
 }

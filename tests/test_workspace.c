@@ -12,14 +12,17 @@
  *
  * Issue 45's 24 GB cards: at 1280 x 704 (latents 44 x 80; T = 31 or any other: the plan never sees T) the portable
  * path's device memory, this workspace plus the weights in the CUDA backend's layouts (weights_gpu.cu: vectors fp32,
- * convs bf16 direct, the upsamplers' 2D 3x3 convs their phases too, the Winograd convs of 512 channels and up their 16
- * components alone), at most 6 GiB. The portable path adds no scratch of its own beyond them: no split-tail partials
- * or TMA identities (the Hopper path's), the attention's scratch and Winograd's V and M inside the stages' free
- * spans (above), and at these even sizes no Winograd conv needs its direct weights on the device. */
+ * convs bf16 direct, the upsamplers' 2D 3x3 convs their phases too) and the largest Winograd conv's components U
+ * (winograd.cu makes them at each conv, in the stage's free span where it holds them, else in the backend's own
+ * scratch: counted here as if own), at most 6 GiB. The portable path adds no scratch of its own beyond them: no
+ * split-tail partials or TMA identities (the Hopper path's), the attention's scratch and Winograd's V and M inside
+ * the stages' free spans (above). */
 #include <stdlib.h>
 #include <string.h>
 #include "cuda/route.h"
+#include "weights/winograd4.h"
 #include "plan/plan_internal.h"
+#include "cuda/route.h"
 #include "testutil.h"
 
 
@@ -132,31 +135,47 @@ static size_t cuda_weight_bytes(const w22_model *m) {
             continue;
         }
         const int64_t cout = w->shape[0], cin = w->shape[1];
-        const int wino = w->ndim == 5 && w22_route_wino_weights((int)w->shape[2], (int)w->shape[3], (int)w->shape[4],
-                                                                (int)cin, (int)cout, W22_WINO_MIN_DEFAULT);
-        if (wino) {
-            n += (size_t)16 * cout * 3 * cin * 2;
-            continue;
-        }
         n += (size_t)w->numel * 2;
         if (w->ndim == 4 && w->shape[2] == 3 && w->shape[3] == 3) n += (size_t)16 * cout * cin * 2; /* phases */
     }
     return n;
 }
 
-/* 1280 x 704 on the portable path (the comment above): the default two latent frames per pass, and one. */
-static void portable_24gb_case(w22_backend *b, const w22_config *cfg) {
+/* route.h's Winograd bands as the CUDA backend's conv_work answers them at the threshold wino_min_test */
+static int wino_min_test;
+static size_t wino_work(w22_backend *b, int kt, int ks, int cin, int cout, int frames, int h, int w) {
+    (void)b;
+    return w22_route_winograd_work(kt, ks, cin, cout, frames, h, w, wino_min_test);
+}
+
+/* 1280 x 704 on the portable path (the comment above): the default two latent frames per pass, and one; the plan
+ * keeps the bands of the portable path's Winograd threshold (256: its stage 3 convs too) free, as the backend asks */
+static void portable_24gb_case(w22_backend *b0, const w22_config *cfg) {
     const double GiB = 1073741824.0;
+    w22_backend_ops ops = *b0->ops;
+    ops.conv_work = wino_work;
+    wino_min_test = w22_route_wino_min_default(0);
+    w22_backend pb = *b0, *b = &pb;
+    pb.ops = &ops;
     for (int fpp = 2; fpp >= 1; fpp--) {
         w22_decoder *d = calloc(1, sizeof *d);
         w22_model_build(cfg, &d->model);
         d->backend = b, d->rank = 0, d->world = 1, d->frames_per_pass = fpp;
         counted = 0;
         CHECK_OK(w22_plan_prepare(d, 44, 80));
-        const size_t ws = counted, wt = cuda_weight_bytes(&d->model);
-        printf("1280x704, frames per pass %d, the portable path: workspace %.4f GiB + weights %.4f GiB = %.4f GiB "
-               "(the target: 6 GiB, %+.1f MiB)\n", fpp, ws / GiB, wt / GiB, (ws + wt) / GiB,
-               ((double)(ws + wt) - 6 * GiB) / 1048576.0);
+        size_t u = 0; /* the largest Winograd conv's U: 36 x 3 cin x cout fp16 */
+        for (int i = 0; i < d->model.nweights; i++) {
+            const w22_weight_desc *w = &d->model.weights[i];
+            if (w->ndim == 5 && w22_route_wino_weights((int)w->shape[2], (int)w->shape[3], (int)w->shape[4],
+                                                       (int)w->shape[1], (int)w->shape[0], wino_min_test)) {
+                const size_t b = (size_t)W22_W4_K * 3 * w->shape[0] * w->shape[1] * 2;
+                if (b > u) u = b;
+            }
+        }
+        const size_t ws = counted, wt = cuda_weight_bytes(&d->model) + u;
+        printf("1280x704, frames per pass %d, the portable path: workspace %.4f GiB + weights %.4f GiB (the Winograd "
+               "components' %.0f MiB in) = %.4f GiB (the target: 6 GiB, %+.1f MiB)\n", fpp, ws / GiB, wt / GiB,
+               u / 1048576.0, (ws + wt) / GiB, ((double)(ws + wt) - 6 * GiB) / 1048576.0);
         CHECK(ws + wt <= ((size_t)6 << 30), "1280x704 fpp %d: workspace + weights %.3f GiB, above 6 GiB", fpp,
               (ws + wt) / GiB);
         free(d);
@@ -296,6 +315,95 @@ static void budget_table(w22_backend *b, const w22_config *cfg, const char *name
     free(d);
 }
 
+/* route.h's Winograd bands (backend.h's conv_work, as the CUDA backend answers it) in the plan. At the Hopper path's
+ * default threshold (512) no stage of either VAE, at these sizes, is short of its convs' bands: the plan is byte for byte the
+ * one without the op (the default decode unchanged). At 256 (the portable path's default) every stage leaves each of its
+ * convs its band (w22_stage_free's span, which exec.c passes as w22_conv_args.work), enough for route.h's blocker to
+ * take it, the scratch grown by what stage 3 lacked: session 37 found that threshold refused there in silence ("the
+ * caller's scratch holds no tile row"). */
+static void winograd_work_case(w22_backend *b) {
+    static const struct { int wan21, h, w; } sz[] = {{0, 44, 80}, {0, 44, 78}, {0, 45, 45}, {0, 80, 44}, {0, 1, 1},
+                                                     {0, 8, 8},   {0, 33, 57}, {0, 135, 240}, {1, 90, 160},
+                                                     {1, 60, 104}, {1, 45, 45}, {1, 1, 1}};
+    w22_backend_ops ops = *b->ops;
+    w22_backend wb = *b;
+    wb.ops = &ops;
+    for (size_t i = 0; i < sizeof sz / sizeof sz[0]; i++) {
+        w22_config cfg;
+        if (sz[i].wan21) w22_config_wan21(&cfg);
+        else w22_config_default(&cfg);
+        const char *name = sz[i].wan21 ? "Wan2.1" : "TI2V-5B";
+        ops.conv_work = NULL;
+        w22_decoder *d0 = plan_at(&wb, &cfg, 2, 0, sz[i].h, sz[i].w);
+        const size_t base = d0->workspace_bytes;
+        free(d0);
+        ops.conv_work = wino_work;
+        wino_min_test = w22_route_wino_min_default(1); /* the Hopper path's; the portable path's 256 below */
+        w22_decoder *d1 = plan_at(&wb, &cfg, 2, 0, sz[i].h, sz[i].w);
+        /* the sizes users decode (bench/sizes.py's, from 30 x 52 latents on): the measured plan, unchanged; the tiny
+         * ones (a few MiB of buffers in all) may grow, by no more than their largest band */
+        size_t most = 0;
+        for (int s = 0; s < W22_STAGES; s++)
+            for (int l = d1->stages[s].layer0; l < d1->stages[s].layer1; l++) {
+                const w22_layer *L = &d1->model.layers[l];
+                const size_t wk = L->kind == W22_L_RESBLOCK || L->kind == W22_L_CONV_IN
+                                      ? w22_route_winograd_work(3, 3, L->cin, L->cout, d1->stages[s].chunk,
+                                                                d1->rows << d1->stages[s].level,
+                                                                d1->w << d1->stages[s].level, wino_min_test)
+                                      : 0;
+                if (wk > most) most = wk;
+            }
+        if (sz[i].h >= 30 && sz[i].w >= 30)
+            CHECK(d1->workspace_bytes == base, "%s %dx%d: the default Winograd threshold's bands grew the workspace "
+                  "(%zu -> %zu bytes)", name, sz[i].h, sz[i].w, base, d1->workspace_bytes);
+        else
+            CHECK(d1->workspace_bytes <= base + most + 256, "%s %dx%d: the default threshold's bands grew the "
+                  "workspace by %zu bytes, more than its largest band (%zu)", name, sz[i].h, sz[i].w,
+                  d1->workspace_bytes - base, most);
+        if (d1->workspace_bytes != base)
+            printf("%s %dx%d: the default threshold's bands add %.1f MiB (the stages left less than a band free)\n",
+                   name, sz[i].h, sz[i].w, (d1->workspace_bytes - base) / 1048576.0);
+        free(d1);
+        wino_min_test = 256;
+        w22_decoder *d = plan_at(&wb, &cfg, 2, 0, sz[i].h, sz[i].w);
+        int banded = 0;
+        for (int s = 0; s < W22_STAGES; s++) {
+            const w22_stage *st = &d->stages[s];
+            const int H = d->rows << st->level, W = d->w << st->level;
+            size_t span = 0;
+            w22_stage_free(d, s, &span);
+            for (int l = st->layer0; l < st->layer1; l++) {
+                const w22_layer *L = &d->model.layers[l];
+                if (L->kind != W22_L_RESBLOCK && L->kind != W22_L_CONV_IN) continue;
+                for (int k = 0; k < (L->kind == W22_L_RESBLOCK ? 2 : 1); k++) {
+                    const int ci = k ? L->cout : L->cin, co = L->cout;
+                    const size_t want = w22_route_winograd_work(3, 3, ci, co, st->chunk, H, W, 256);
+                    if (!want) continue;
+                    banded++;
+                    CHECK(span >= want, "%s %dx%d at 256: stage %d leaves %zu bytes, its %d -> %d conv wants %zu",
+                          name, sz[i].h, sz[i].w, s, span, ci, co, want);
+                    /* and route.h's blocker takes the conv with that span as its work */
+                    w22_conv_args a;
+                    memset(&a, 0, sizeof a);
+                    a.kt = 3, a.ks = 3;
+                    a.in = (w22_view){.ptr = (void *)1, .f = st->chunk, .h = H, .w = W, .c = ci, .sw = ci};
+                    a.out = (w22_view){.ptr = (void *)1, .f = st->chunk, .h = H, .w = W, .c = co, .sw = co};
+                    a.work = (void *)1, a.work_bytes = span;
+                    const char *why = w22_route_winograd_blocker(&a, ci, co, 1,
+                                                                 w22_route_wino_row_bytes(st->chunk, (W + 3) / 4, ci,
+                                                                                          co));
+                    CHECK(!why, "%s %dx%d at 256: stage %d's %d -> %d conv refused Winograd: %s", name, sz[i].h,
+                          sz[i].w, s, ci, co, why);
+                }
+            }
+        }
+        if (sz[i].h == 44 && sz[i].w == 80)
+            printf("%s %dx%d: W22_WINOGRAD=256's bands add %.1f MiB to the workspace (%d convs banded)\n", name,
+                   sz[i].h, sz[i].w, (d->workspace_bytes - base) / 1048576.0, banded);
+        free(d);
+    }
+}
+
 int main(void) {
     w22_backend_ops ops;
     memset(&ops, 0, sizeof ops);
@@ -421,6 +529,7 @@ int main(void) {
         free(d);
     }
     wan21(&b);
+    winograd_work_case(&b);
     portable_24gb_case(&b, &cfg);
     budget_case(&b, &cfg, "TI2V-5B", 44, 80);
     {

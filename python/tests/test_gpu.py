@@ -249,8 +249,8 @@ def test_run_launches_no_aten_kernel(weights_bf16, z_bf16, ref):
 # ---- the Decoder class on the GPU ----
 def test_exact_arithmetic(z_bf16, ref):
     """exact=True (w22_decoder_params.exact): every conv direct. Within the allowance, other bits than the default's
-    Winograd path (the 3x3x3 convs of 512 channels up), and no farther from float32 in rms (Winograd's error is about
-    2.2x the direct conv's: docs/PERF.md v18)."""
+    Winograd path (the 3x3x3 convs of 512 channels up), and no farther from float32 in rms (Winograd F(4x4)'s error is
+    about 1.3-1.4x the direct conv's: dev/winograd_f4_probe.py)."""
     w = wan22vae.synthetic_weights(None, SEED_W)
     try:
         wino = wan22vae.Decoder(w, device=z_bf16.device)(z_bf16)

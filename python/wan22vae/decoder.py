@@ -701,8 +701,8 @@ class Decoder:
     device: "auto" (default: CUDA where the library can use a GPU, else the CPU; the "wan22vae" logger says which at
     INFO), "cpu", "cuda", "cuda:N" or a torch.device. torch_dtype: the video's dtype (None: bf16 on the GPU, float32
     on the CPU). exact=True (CUDA): every conv in the direct arithmetic (bf16 products, fp32 sums); the default runs the
-    3x3x3 convs of 512 channels and up as Winograd F(2x2, 3x3) (12 of 27 MACs, about 2.2x the direct conv's error, within
-    the bench's allowance). The CPU backend is exact either way. kernels (CUDA): "auto" (the default: W22_KERNELS from
+    3x3x3 convs of 512 channels and up as Winograd F(4x4, 3x3) in fp16 (6.75 of 27 MACs, about 1.3x the direct conv's
+    error, within the bench's allowance). The CPU backend is exact either way. kernels (CUDA): "auto" (the default: W22_KERNELS from
     the environment, else a Hopper's sm_90a kernels and the portable ones on any other GPU from sm_80 on) or
     "portable" (the portable kernels, a Hopper included); dec.path says which the decoder runs ("hopper", "portable"
     or "cpu").

@@ -18,8 +18,8 @@ records it at DEBUG only, so that it is not printed twice). The output is what d
 return_dict=False, holding video clamped to [-1, 1] in the VAE's dtype; batches are decoded one latent at a time.
 
 The arithmetic is the library's whatever the VAE's dtype: bf16 storage (weights and activations) with fp32
-accumulation, the 3x3x3 convs of 512 channels and more as Winograd F(2x2, 3x3) (W22_WINOGRAD=0: all direct). Against
-diffusers' float32 decode its error stays within 3x diffusers' own bf16 decode's error (the bench's check: 0.32 of
+accumulation, the 3x3x3 convs of 512 channels and more as Winograd F(4x4, 3x3) in fp16 (W22_WINOGRAD=0: all
+direct). Against diffusers' float32 decode its error stays within 3x diffusers' own bf16 decode's error (the bench's check: 0.32 of
 that allowance at 121 frames, 54.6 dB PSNR; docs/PERF.md). A float32 or float16 VAE's decoder weights are converted
 to bf16 once, at enable() (the library keeps them: about 1.1 GB of GPU memory more), and the video comes back in the
 VAE's dtype; enable() says so on the "wan22vae" logger (INFO). enable(vae, allow_fp32=False), or W22_ALLOW_FP32=0 in
@@ -198,7 +198,7 @@ def _winograd_words(exact=False):
     if exact or v == "0":
         return "every conv direct (" + ("enable(vae, exact=True)" if exact else "W22_WINOGRAD=0") + ")"
     n = int(v) if v.isdigit() else 512
-    return f"the 3x3x3 convs of {n} channels and more as Winograd F(2x2, 3x3)"
+    return f"the 3x3x3 convs of {n} channels and more as Winograd F(4x4, 3x3) in fp16"
 
 
 def arithmetic_note(st):

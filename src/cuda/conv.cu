@@ -26,7 +26,7 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     const w22_cuda_weight *w = (const w22_cuda_weight *)a->weight;
     if (w->kind != W22_WK_CONV) return w22_fail(W22_ERR_INVALID_ARG, "cuda conv: the weight is not a conv weight");
     memset(&c->route, 0, sizeof c->route); /* the decision this conv makes (route.h), for w22_backend_cuda_last_route */
-    c->route.step = w22_route_conv_step(a, w->dev_phase != NULL, a->psum ? "psum" : w22_cuda_winograd_blocker(a, w));
+    c->route.step = w22_route_conv_step(a, w->dev_phase != NULL, a->psum ? "psum" : w22_cuda_winograd_blocker(c, a, w));
     if (c->route.step == W22_CONV_PSUM) return w22_cuda_conv_psum(b, a); /* the history as partial sums */
     EXPECT("in.es", a->in.es, 2);
     EXPECT("out.es", a->out.es, 2);
@@ -127,7 +127,6 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     } else if (c->route.step == W22_CONV_WINOGRAD) {
         W22_TRY(w22_cuda_conv_winograd(c, a, w, &g));
     } else {
-        W22_TRY(w22_cuda_weight_direct(c, (w22_cuda_weight *)w));
         g.b = (const bf16 *)w->dev;
         W22_TRY(w22_cuda_gemm(c, &g, "conv"));
     }

@@ -1,11 +1,12 @@
 /* The conv GEMMs' epilogue, shared by the mma.sync and wgmma kernels: where an output pixel's row starts, and the
  * store of two adjacent output channels (n, n + 1) of it: + bias (+ shortcut bias), the time-split column,
  * + residual (which may be the output itself: read then written by the same thread; or a DupUp source, r_tsh ..
- * r_coff in cuda_internal.h), bf16 pair or fp32 store. */
+ * r_coff in cuda_internal.h), bf16 pair (fp16 for w22_mm.f16) or fp32 store. */
 #ifndef W22_CONV_EPILOGUE_CUH
 #define W22_CONV_EPILOGUE_CUH
 
 #include "cuda_internal.h"
+#include <cuda_fp16.h>
 
 /* Output and residual offsets of GEMM row m (pixel (t, y, x) of the F x H x W grid; HW = H * W). A DupUp residual's
  * frame is (T + r_toff) >> r_tsh (0 and 0 otherwise: T). */
@@ -28,12 +29,21 @@ static __device__ __forceinline__ void w22_epilogue_cols(const w22_mm &g, int n,
     }
 }
 
+/* F16: the output is fp16 (w22_mm.f16, a batch's: route.h's blockers refuse a residual there, so none is read). */
+template <bool F16 = false>
 static __device__ __forceinline__ void w22_epilogue_pair(const w22_mm &g, long orow, long rrow, int n, float v0,
                                                          float v1) {
     if (g.bias) v0 += g.bias[n], v1 += g.bias[n + 1];
     if (g.sc_bias) v0 += g.sc_bias[n], v1 += g.sc_bias[n + 1];
     long ocol, rcol;
     w22_epilogue_cols(g, n, &ocol, &rcol);
+    if (F16) {
+        if (g.out_f32)
+            *(float2 *)((float *)g.out + orow + ocol) = make_float2(v0, v1);
+        else
+            *(__half2 *)((__half *)g.out + orow + ocol) = __floats2half2_rn(v0, v1);
+        return;
+    }
     if (g.res && g.r_csh) { /* DupUp, two residual channels per output channel: n + 1 reads rcol + 2 */
         v0 += __bfloat162float(g.res[rrow + rcol]);
         v1 += __bfloat162float(g.res[rrow + rcol + 2]);

@@ -3,8 +3,8 @@
  * 16-byte copies into a multi-stage shared-memory ring: portable Ampere-style instructions, built for every listed
  * GPU (sm_80 .. sm_120). On the Hopper path the GEMMs the wgmma kernel takes (conv_sm90_wgmma.cu: the heavy convs)
  * go there and this one keeps the rest; on the portable path (route.h, issue 45) it runs them all but conv_out's,
- * on its tiles of at most W22_PORTABLE_SMEM, and Winograd's 16 component GEMMs as one launch (w22_mm.batch: grid.y
- * the GEMM).
+ * on its tiles of at most W22_PORTABLE_SMEM, and Winograd's 36 component GEMMs as one launch (w22_mm.batch: grid.y
+ * the GEMM; fp16 operands, w22_mm.f16, on the 128 x 128 tile: mma.sync's f16 form).
  *
  * GEMM: M = output pixels (t, y, x), N = output channels, K = taps (dt, dy, dx) x cin, then the optional 1x1
  * shortcut's sc_cin as extra K iterations over a second A source (exact fp32 accumulation in the same registers).
@@ -24,7 +24,10 @@
 
 #define BK W22_CONV_BK
 
-template <int BM, int BN, int WM, int WN, int STAGES, int MINB>
+/* F16: A and B fp16 and the output fp16 (w22_mm.f16: a batch's, no residual; instantiated for the tiles a batch of
+ * them gets, mma_launch), else bf16. The operands' type changes only the MMA instruction and the epilogue's rounding:
+ * the loads copy 16-byte chunks of either. */
+template <int BM, int BN, int WM, int WN, int STAGES, int MINB, bool F16>
 __global__ void __launch_bounds__(WM *WN * 32, MINB)
     w22_conv_mma_kernel(const w22_mm g, int main_iters, int iters, int tiles_n) {
     constexpr int THREADS = WM * WN * 32;
@@ -76,7 +79,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     /* This thread's load cursor (its chunk cc of each row): stages are loaded strictly in K order, so the channel
      * ld_ch of the next load and its tap (ld_dt, ld_dy, ld_dx) advance by counting, without divisions; past the
      * last tap (ld_dt == kt) the chunk is the zero tail. */
-    int ld_it = 0, ld_ch = cc * 8, ld_dt = 0, ld_dy = 0, ld_dx = 0;
+    int ld_ch = cc * 8, ld_dt = 0, ld_dy = 0, ld_dx = 0;
     auto next_tap = [&]() {
         if (++ld_dx == g.ks) {
             ld_dx = 0;
@@ -85,8 +88,10 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     };
     while (ld_ch >= g.cin && ld_dt < g.kt) ld_ch -= g.cin, next_tap(); /* cin < 64: the chunk's first tap */
 
-    auto load_stage = [&](int stage) {
-        const uint32_t sa = smem0 + stage * STAGE_BYTES, sb = sa + BM * ROW_BYTES;
+    /* Loads K step ld_it into its stage of the ring. The steps are loaded strictly in order (0, 1, .. from the
+     * prologue on, each once), so the step index is the caller's, no counter of its own (a register less in the loop). */
+    auto load_stage = [&](int ld_it) {
+        const uint32_t sa = smem0 + (ld_it % STAGES) * STAGE_BYTES, sb = sa + BM * ROW_BYTES;
         if (ld_it < main_iters) {
             const bool chok = ld_dt < g.kt;
             const int base = ld_ch;
@@ -130,7 +135,6 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                 cp_async16(sb + swz(r0 + j * RSTEP, cc), src, ok);
             }
         }
-        ld_it++;
     };
 
     float acc[MT][NT][4];
@@ -153,35 +157,40 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
     const int a_row = wm * TM + (lane & 15), a_half = lane >> 4;
     const int b_row = wn * TN + (lane & 7) + ((lane >> 4) << 3), b_half = (lane >> 3) & 1;
     const int l7 = lane & 7;
+    /* Their byte offsets at kk = 0 from the stage's base (B's rows after A's BM): step kk reads chunk 2 kk + half,
+     * and (2 kk + half) ^ l7 == (half ^ l7) ^ 2 kk, so its offset is this one XOR kk << 5 (bits 5-6: within the
+     * row's 128 bytes). The same addresses as swz's, two registers for them all. */
+    const uint32_t a_lane = a_row * ROW_BYTES + ((a_half ^ l7) << 4);
+    const uint32_t b_lane = (BM + b_row) * ROW_BYTES + ((b_half ^ l7) << 4);
 
     for (int it = 0; it < iters; it++) {
         cp_async_wait<STAGES - 2>();
         __syncthreads(); /* stage it is in smem for all threads; stage it-1 is free for the next load */
         {
             const int nx = it + STAGES - 1;
-            if (nx < iters) load_stage(nx % STAGES);
+            if (nx < iters) load_stage(nx);
             cp_async_commit();
         }
-        const uint32_t sa = smem0 + (it % STAGES) * STAGE_BYTES, sb = sa + BM * ROW_BYTES;
+        const uint32_t sa = smem0 + (it % STAGES) * STAGE_BYTES;
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) {
-            uint32_t af[MT][4], bfr[NT][2];
+            /* A's MT fragments, then B's per 16 columns, each used at once: 4 B registers live, not 2 NT (issue 45:
+             * the 128 x 96 tile spilled under its 128-register bound). Every accumulator still takes its MMAs in
+             * kk order, the same bits. */
+            uint32_t af[MT][4];
 #pragma unroll
             for (int i = 0; i < MT; i++)
-                ldmatrix_x4(af[i], sa + (a_row + i * 16) * ROW_BYTES + (((kk * 2 + a_half) ^ l7) << 4));
+                ldmatrix_x4(af[i], sa + (a_lane ^ (kk << 5)) + i * 16 * ROW_BYTES);
 #pragma unroll
             for (int jj = 0; jj < NT / 2; jj++) {
                 uint32_t r[4];
-                ldmatrix_x4(r, sb + (b_row + jj * 16) * ROW_BYTES + (((kk * 2 + b_half) ^ l7) << 4));
-                bfr[2 * jj][0] = r[0];
-                bfr[2 * jj][1] = r[1];
-                bfr[2 * jj + 1][0] = r[2];
-                bfr[2 * jj + 1][1] = r[3];
+                ldmatrix_x4(r, sa + (b_lane ^ (kk << 5)) + jj * 16 * ROW_BYTES);
+#pragma unroll
+                for (int i = 0; i < MT; i++) {
+                    mma_16<F16>(acc[i][2 * jj], af[i], r[0], r[1]);
+                    mma_16<F16>(acc[i][2 * jj + 1], af[i], r[2], r[3]);
+                }
             }
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int j = 0; j < NT; j++) mma_bf16(acc[i][j], af[i], bfr[j][0], bfr[j][1]);
         }
     }
     cp_async_wait<0>();
@@ -202,7 +211,7 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
                 const int n = n0 + wn * TN + j * 8 + tq * 2;
                 if (n >= g.N) continue; /* N is even: n + 1 < N too */
                 float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
-                w22_epilogue_pair(g, orow, rrow, n, v0, v1);
+                w22_epilogue_pair<F16>(g, orow, rrow, n, v0, v1);
             }
         }
     }
@@ -213,13 +222,15 @@ __global__ void __launch_bounds__(WM *WN * 32, MINB)
 template <int BM, int BN, int WM, int WN, int STAGES, int MINB> struct tile_cfg {
     static constexpr int threads = WM * WN * 32;
     static constexpr int smem = STAGES * (BM + BN) * ROW_BYTES;
-    static void *kernel() { return (void *)w22_conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB>; }
-    /* batch: the GEMMs of w22_mm.batch (grid.y), 1 without */
+    static void *kernel() { return (void *)w22_conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB, false>; }
+    static void *kernel_f16() { return (void *)w22_conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB, true>; }
+    /* batch: the GEMMs of w22_mm.batch (grid.y), 1 without; F16: the fp16 kernel (instantiated only where used) */
+    template <bool F16 = false>
     static w22_status launch(w22_cuda *c, const w22_mm *g, int main_iters, int iters, int batch, const char *what) {
         const int tiles_n = (g->N + BN - 1) / BN;
         const long tiles = (long)((g->M + BM - 1) / BM) * tiles_n;
         if (tiles > INT_MAX) return w22_fail(W22_ERR_INVALID_ARG, "%s: %ld tiles is too many for one grid", what, tiles);
-        w22_conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB>
+        w22_conv_mma_kernel<BM, BN, WM, WN, STAGES, MINB, F16>
             <<<dim3((unsigned)tiles, (unsigned)batch), threads, smem, c->stream>>>(*g, main_iters, iters, tiles_n);
         return W22_OK;
     }
@@ -254,6 +265,7 @@ w22_status w22_cuda_gemm_init(w22_cuda *c) {
     CU_TRY(cudaFuncSetAttribute(cfg_mid::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_mid::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_small::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_small::smem));
     CU_TRY(cudaFuncSetAttribute(cfg_n96::kernel(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_n96::smem));
+    CU_TRY(cudaFuncSetAttribute(cfg_mid::kernel_f16(), cudaFuncAttributeMaxDynamicSharedMemorySize, cfg_mid::smem));
     /* Qualifying GEMMs run on the wgmma conv (conv_sm90_wgmma.cu, conv_sm90_wgmma_tma.cu): sm_90a code, the Hopper
      * path's alone (its kernels have no image for another GPU) */
     if (c->hopper) W22_TRY(w22_cuda_wgmma_init(c));
@@ -267,7 +279,13 @@ static w22_status mma_launch(w22_cuda *c, const w22_mm *g, w22_gemm_kernel k, in
     const int main_iters = (int)((kmain + BK - 1) / BK);
     const int iters = main_iters + (g->sc ? (g->sc_cin + BK - 1) / BK : 0);
     w22_status s;
-    if (k == W22_GEMM_MMA_SMALL) {
+    if (g->f16) { /* a batch's fp16 GEMMs: the tile route.h's w22_route_mma_batch_blocker lets them have */
+        if (k != W22_GEMM_MMA_MID || !g->batch || g->res)
+            return w22_fail(W22_ERR_INTERNAL, "%s: fp16 operands on mma tile %d (batch %d, residual %d): only a batch "
+                            "on the 128 x 128 tile without a residual", what, (int)k, g->batch, g->res != NULL);
+        c->last_path = "mma 128x128 f16", c->route.ran_kernel = W22_GEMM_MMA_MID;
+        s = cfg_mid::launch<true>(c, g, main_iters, iters, batch, what);
+    } else if (k == W22_GEMM_MMA_SMALL) {
         c->last_path = "mma 128x32", c->route.ran_kernel = W22_GEMM_MMA_SMALL;
         s = cfg_small::launch(c, g, main_iters, iters, batch, what);
     } else if (k == W22_GEMM_MMA_N96) {
@@ -300,6 +318,7 @@ w22_status w22_cuda_gemm(w22_cuda *c, const w22_mm *g, const char *what) {
     const int hopper = c->hopper && c->use_wgmma && w22_cuda_wgmma_tma_on(c);
     const w22_gemm_kernel k = w22_route_gemm(g, hopper, &why); /* route.h */
     c->route.kernel = k, c->route.why = why, c->route.launches = 0, c->route.ran_kernel = W22_GEMM_SCALAR;
+    if (g->f16) return w22_fail(W22_ERR_INVALID_ARG, "%s: %s", what, why); /* a batch's only (route.h) */
     if (k == W22_GEMM_TMA) return w22_cuda_gemm_wgmma(c, g, what);
     if (k == W22_GEMM_ROWS2D) return w22_cuda_gemm_rows2d(c, g, what);
     if (k == W22_GEMM_SCALAR) {

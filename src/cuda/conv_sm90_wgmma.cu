@@ -22,13 +22,13 @@ w22_status w22_cuda_wgmma_init(w22_cuda *c) {
 
 /* K-major [rows][K] bf16 (row stride `stride` elements) as a 2D tensor map with {64, box_rows} boxes, 128B swizzle. */
 w22_status w22_wgmma_kmajor_map(w22_cuda *c, CUtensorMap *m, const bf16 *ptr, long K, long rows, long stride,
-                                int box_rows, const char *what) {
+                                int box_rows, int f16, const char *what) {
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows};
     const cuuint64_t strides[1] = {(cuuint64_t)stride * 2};
     const cuuint32_t box[2] = {WG_BK, (cuuint32_t)box_rows};
     const cuuint32_t estr[2] = {1, 1};
     const CUresult r = ((encode_tiled_fn)c->tmap_encode)(
-        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)ptr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        m, w22_map_type(f16), 2, (void *)ptr, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return w22_fail(W22_ERR_CUDA, "%s: cuTensorMapEncodeTiled (K %ld, rows %ld, stride %ld, box %d) failed: %d",

@@ -1,6 +1,7 @@
-/* The wgmma conv: the implicit GEMM of a conv (w22_mm, cuda_internal.h) on wgmma.mma_async (bf16 x bf16 -> fp32, both
- * operands in shared memory), a warp-specialized ring on mbarriers: one producer thread issues the TMA loads of A and
- * B, two consumer warpgroups of 64 rows x BN columns multiply. Tiles 128 x 256 (4 stages, 128 fp32 accumulators a
+/* The wgmma conv: the implicit GEMM of a conv (w22_mm, cuda_internal.h) on wgmma.mma_async (bf16 x bf16 -> fp32, or
+ * fp16 x fp16 for a batch of w22_mm.f16 on the TMA store's tile; both operands in shared memory), a warp-specialized
+ * ring on mbarriers: one producer thread issues the TMA loads of A and B, two consumer warpgroups of 64 rows x BN
+ * columns multiply. Tiles 128 x 256 (4 stages, 128 fp32 accumulators a
  * consumer thread), 128 x 128 (6 stages) where N % 256 != 0, 128 x 192 (5 stages) or 128 x 96 (7) where N % 128 != 0
  * (route.h's w22_route_tma_bn). Its measurements: docs/PERF.md v9-v21.
  * The pieces: this file, the kernel's setup and its launch; tma_producer.cuh, the loads (warpgroup 0);
@@ -98,7 +99,9 @@ static __device__ __forceinline__ wg_tile wg_tile_of(int tile_ix, int tpp, int t
 #include "tma_producer.cuh" /* warpgroup 0: the loads */
 #include "tma_consumer.cuh" /* warpgroups 1 and 2: the wgmmas and the epilogues */
 
-template <int BN, int STAGES, int CL, int TE>
+/* F16: fp16 operands and output (w22_mm.f16, a batch's; built for the TMA store's tile alone), else bf16. The loads
+ * copy 2-byte elements of either; the wgmma's type and the store's rounding differ. */
+template <int BN, int STAGES, int CL, int TE, bool F16>
 __global__ void __launch_bounds__(WG_THREADS, 1)
     w22_conv_wgmma_tma_kernel(const __grid_constant__ CUtensorMap tm_b, const __grid_constant__ CUtensorMap tm_scb,
                               const __grid_constant__ CUtensorMap tm_a, const __grid_constant__ CUtensorMap tm_h0,
@@ -133,7 +136,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             tma_produce<BN, STAGES, CL>(tm_b, tm_scb, tm_a, tm_h0, tm_h1, tm_sca, g, TMA_SCHED_ARGS, base, full0, empty0);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WG_CONSUMER_REGS));
-        tma_consume<BN, STAGES, CL, TE>(&tm_o, g, TMA_SCHED_ARGS, HW, base, full0, empty0, tid, wg, mode, part, count, box_px);
+        tma_consume<BN, STAGES, CL, TE, F16>(&tm_o, g, TMA_SCHED_ARGS, HW, base, full0, empty0, tid, wg, mode, part,
+                                             count, box_px);
     }
     if (CL == 2) cluster_sync_all(); /* no CTA leaves while its peer may still arrive on its barriers or load into it */
 }
@@ -170,20 +174,22 @@ static cudaLaunchAttribute cluster2_attr(void) {
 }
 
 w22_status w22_cuda_wgmma_tma_init(w22_cuda *c) {
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4, 1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                tma_layout<256, 4>::bytes));
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4, 2, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                tma_layout<256, 4>::bytes));
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<128, 6, 1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                tma_layout<128, 6>::bytes));
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<192, 5, 1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                tma_layout<192, 5>::bytes));
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<96, 7, 1, 0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                tma_layout<96, 7>::bytes));
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 3, 1, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                tma_layout<256, 3, 4>::bytes));
-    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 3, 2, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                tma_layout<256, 3, 4>::bytes));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4, 1, 0, false>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, tma_layout<256, 4>::bytes));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 4, 2, 0, false>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, tma_layout<256, 4>::bytes));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<128, 6, 1, 0, false>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, tma_layout<128, 6>::bytes));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<192, 5, 1, 0, false>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, tma_layout<192, 5>::bytes));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<96, 7, 1, 0, false>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, tma_layout<96, 7>::bytes));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 3, 1, 4, false>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, tma_layout<256, 3, 4>::bytes));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 3, 2, 4, false>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, tma_layout<256, 3, 4>::bytes));
+    CU_TRY(cudaFuncSetAttribute(w22_conv_wgmma_tma_kernel<256, 3, 1, 4, true>, /* fp16: a batch's */
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, tma_layout<256, 3, 4>::bytes));
     /* the clusters of 2 that fit at once: the persistent grid of the cluster kernel (an SM left alone in its GPC
      * idles); 0: no cluster launches */
     c->tma_clusters = 0;
@@ -197,7 +203,7 @@ w22_status w22_cuda_wgmma_tma_init(w22_cuda *c) {
         lc.attrs = &at;
         lc.numAttrs = 1;
         int n = 0;
-        CU_TRY(cudaOccupancyMaxActiveClusters(&n, w22_conv_wgmma_tma_kernel<256, 4, 2, 0>, &lc));
+        CU_TRY(cudaOccupancyMaxActiveClusters(&n, w22_conv_wgmma_tma_kernel<256, 4, 2, 0, false>, &lc));
         c->tma_clusters = n;
     }
     void *fn = NULL;
@@ -225,37 +231,38 @@ static w22_status split_buffers(w22_cuda *c) {
 }
 
 /* A launch of the GEMM's items: with CL 2 the first `lim` pairs (0: all), with CL 1 the tiles from `tile0` on (the
- * tail the pairs left: one_round lets a single round split). */
-template <int BN, int STAGES, int CL, int TE>
+ * tail the pairs left: one_round lets a single round split). F16: the fp16 kernel (w22_mm.f16; CL 1 only). */
+template <int BN, int STAGES, int CL, int TE, bool F16 = false>
 static w22_status launch(w22_cuda *c, const w22_mm *g, int mode, int *split_used, const char *what,
                          long lim, long tile0, int one_round) {
     const long K = (long)g->kt * g->ks * g->ks * g->cin;
     const int HW = g->H * g->W, F = g->M / HW, border = g->ks > 1, np = g->phases ? 4 : g->batch ? g->batch : 1;
     CUtensorMap tb, ts, ta, th0, th1, tsa;
-    /* with phases: their four blocks of N rows as one map (phase p's rows from p N on) */
-    W22_TRY(w22_wgmma_kmajor_map(c, &tb, g->b, K, (long)np * g->N, g->b_sw, BN / CL, what)); /* CL 2: half each */
+    /* with phases: their four blocks of N rows as one map (phase p's rows from p N on); CL 2: half the box each */
+    W22_TRY(w22_wgmma_kmajor_map(c, &tb, g->b, K, (long)np * g->N, g->b_sw, BN / CL, g->f16, what));
     /* the window's frames after the history: F + kt - 1 in all */
     /* a batch: one map over its GEMMs' frames, a_frames each */
     W22_TRY(im2col_map(c, &ta, g->a, g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H,
                        g->batch ? (int)(g->batch * g->a_frames) : F + g->kt - 1 - g->hist_n, border, g->pad_y, g->pad_x,
-                       what));
+                       g->f16, what));
     th0 = th1 = ta; /* never read without history */
     if (g->hist_n) {
         W22_TRY(im2col_map(c, &th0, g->a_hist[0], g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H, 1, border, g->pad_y,
-                           g->pad_x, what));
+                           g->pad_x, g->f16, what));
         W22_TRY(im2col_map(c, &th1, g->a_hist[1], g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H, 1, border, g->pad_y,
-                           g->pad_x, what));
+                           g->pad_x, g->f16, what));
     }
     ts = tb, tsa = ta; /* never read without a shortcut */
     if (g->sc) {
-        W22_TRY(w22_wgmma_kmajor_map(c, &ts, g->scb, g->sc_cin, g->N, g->sc_cin, BN / CL, what));
-        W22_TRY(im2col_map(c, &tsa, g->sc, g->sc_sw, g->sc_sh, g->sc_sf, g->sc_cin, g->W, g->H, F, 0, 0, 0, what));
+        W22_TRY(w22_wgmma_kmajor_map(c, &ts, g->scb, g->sc_cin, g->N, g->sc_cin, BN / CL, g->f16, what));
+        W22_TRY(im2col_map(c, &tsa, g->sc, g->sc_sw, g->sc_sh, g->sc_sf, g->sc_cin, g->W, g->H, F, 0, 0, 0, g->f16,
+                           what));
     }
     if (g->phases) { /* phases 1-3's A maps (their pads) in the slots of the history and the shortcut, unused here */
         CUtensorMap *pm[3] = {&th0, &th1, &tsa};
         for (int p = 1; p < 4; p++)
             W22_TRY(im2col_map(c, pm[p - 1], g->a, g->a_sw, g->a_sh, g->a_sf, g->cin, g->W, g->H, F + g->kt - 1,
-                               border, g->pad_y - (p >> 1), g->pad_x - (p & 1), what));
+                               border, g->pad_y - (p >> 1), g->pad_x - (p & 1), g->f16, what));
     }
     CUtensorMap to = tb; /* never read without the TMA store */
     int box_px = 0;      /* the TMA store's pixels a box: 0 for a batch's dense rows (boxes of 128) */
@@ -291,8 +298,10 @@ static w22_status launch(w22_cuda *c, const w22_mm *g, int mode, int *split_used
     w22_mm kg = *g;
     if (!kg.phases && !kg.batch) /* the kernel adds them */
         memset(kg.ph_o, 0, sizeof kg.ph_o), memset(kg.ph_r, 0, sizeof kg.ph_r);
+    static_assert(!F16 || CL == 1, "fp16: no clusters");
     if (CL == 1) {
-        w22_conv_wgmma_tma_kernel<BN, STAGES, 1, TE><<<grid, WG_THREADS, tma_layout<BN, STAGES, TE>::bytes, c->stream>>>(
+        w22_conv_wgmma_tma_kernel<BN, STAGES, 1, TE, F16><<<grid, WG_THREADS, tma_layout<BN, STAGES, TE>::bytes,
+                                                            c->stream>>>(
             tb, ts, ta, th0, th1, tsa, to, kg, tpf, cx, cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, (int)tile0,
             whole, split, items, part, count, mode, box_px);
         return W22_OK;
@@ -306,9 +315,9 @@ static w22_status launch(w22_cuda *c, const w22_mm *g, int mode, int *split_used
     lc.stream = c->stream;
     lc.attrs = &at;
     lc.numAttrs = 1;
-    CU_TRY(cudaLaunchKernelEx(&lc, w22_conv_wgmma_tma_kernel<BN, STAGES, CL, TE>, tb, ts, ta, th0, th1, tsa, to, kg, tpf, cx,
-                              cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, 0, whole, split, items, part,
-                              count, mode, box_px));
+    CU_TRY(cudaLaunchKernelEx(&lc, w22_conv_wgmma_tma_kernel<BN, STAGES, CL, TE, F16>, tb, ts, ta, th0, th1, tsa, to,
+                              kg, tpf, cx, cy, main_iters, iters, tiles_n, (int)tpp, (int)mt, 0, whole, split, items,
+                              part, count, mode, box_px));
     return W22_OK;
 }
 
@@ -362,7 +371,12 @@ static w22_status run_tma(w22_cuda *c, const w22_mm *g, int mode, const char *wh
                                                : w22_route_tma_split(g, &u, bn, 1, 0, 0, 0);
     int split = 1;
     w22_status s = W22_OK;
-    if ((mode & MODE_EPI_TMA) && plan == W22_TMA_PAIRS_TAIL) { /* the TMA store (launch_te: its staging) */
+    if (g->f16) { /* a batch's fp16 GEMMs: route.h's w22_route_tma_batch_blocker gave them the TMA store's tile */
+        if (!(mode & MODE_EPI_TMA) || plan != W22_TMA_TILES || bn != 256 || !g->batch)
+            return w22_fail(W22_ERR_INTERNAL, "%s: fp16 operands on the TMA conv without the batch's TMA store "
+                            "(mode %d, plan %d, tile %d)", what, mode, plan, bn);
+        s = launch<256, 3, 1, 4, true>(c, g, mode, &split, what, 0, 0, 0);
+    } else if ((mode & MODE_EPI_TMA) && plan == W22_TMA_PAIRS_TAIL) { /* the TMA store (launch_te: its staging) */
         s = launch_te<2>(c, g, mode, &split, what, lim, 0, 0);
         if (s == W22_OK) s = launch_te<1>(c, g, mode, &split, what, 0, tile0, 1);
     } else if (mode & MODE_EPI_TMA) {
@@ -379,8 +393,10 @@ static w22_status run_tma(w22_cuda *c, const w22_mm *g, int mode, const char *wh
                               : launch<128, 6, 1, 0>(c, g, mode, &split, what, 0, 0, 0);
     }
     if (s != W22_OK) return s;
-    c->last_path = mode & MODE_EPI_TMA ? tma_tma_names[plan][split > 1]
-                                       : tma_names[plan][g->phases != 0][split > 1][epi][tile];
+    static const char *const f16_names[2] = {"wgmma 128x256 tma tma-store f16", "wgmma 128x256 tma tma-store f16 split"};
+    c->last_path = g->f16                ? f16_names[split > 1]
+                   : mode & MODE_EPI_TMA ? tma_tma_names[plan][split > 1]
+                                         : tma_names[plan][g->phases != 0][split > 1][epi][tile];
     CU_LAUNCHED(c, what);
     return W22_OK;
 }

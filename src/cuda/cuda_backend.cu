@@ -174,8 +174,6 @@ static w22_status op_weight_upload(w22_backend *b, w22_weight_kind kind, w22_wsr
     if (s != W22_OK) {
         w22_cuda_free_ptr(c, w->dev);
         if (w->dev_phase) w22_cuda_free_ptr(c, w->dev_phase);
-        if (w->dev_wino) w22_cuda_free_ptr(c, w->dev_wino);
-        free(w->host_direct);
         free(w);
         return s;
     }
@@ -188,19 +186,7 @@ static void op_weight_free(w22_backend *b, w22_bweight *bw) {
     if (!w) return;
     w22_cuda_free_ptr(cuda_of(b), w->dev);
     if (w->dev_phase) w22_cuda_free_ptr(cuda_of(b), w->dev_phase);
-    if (w->dev_wino) w22_cuda_free_ptr(cuda_of(b), w->dev_wino);
-    free(w->host_direct);
     free(w);
-}
-
-w22_status w22_cuda_weight_direct(w22_cuda *c, w22_cuda_weight *w) {
-    if (w->dev || !w->host_direct) return W22_OK;
-    const size_t n = (size_t)w->cout * w->cin * w->kt * w->kh * w->kw * 2;
-    W22_TRY(w22_cuda_upload(c, &w->dev, w->host_direct, n, "a conv weight (the direct path's, at its first use)"));
-    w->bytes += n;
-    free(w->host_direct);
-    w->host_direct = NULL;
-    return W22_OK;
 }
 
 static size_t op_weight_bytes(const w22_bweight *bw) { return bw ? ((const w22_cuda_weight *)bw)->bytes : 0; }
@@ -301,6 +287,11 @@ static w22_status op_copy_begin(w22_backend *b, void *dst, const void *src, size
     CU_TRY(cudaEventRecord(c->ev_copy[tag], st));
     return W22_OK;
 }
+/* What a conv's Winograd bands want of the plan's free memory, at this backend's threshold (route.h) */
+static size_t op_conv_work(w22_backend *b, int kt, int ks, int cin, int cout, int frames, int h, int w) {
+    return w22_route_winograd_work(kt, ks, cin, cout, frames, h, w, cuda_of(b)->wino_min);
+}
+
 static w22_status op_copy_wait(w22_backend *b, int tag) {
     w22_cuda *c = cuda_of(b);
     if (tag < 0 || tag >= W22_COPY_TAGS)
@@ -355,6 +346,7 @@ static void op_destroy(w22_backend *b) {
         w22_cuda_free_ptr(c, c->attn_scratch);
         w22_cuda_free_ptr(c, c->split_part);
         w22_cuda_free_ptr(c, c->wino_scratch);
+        w22_cuda_free_ptr(c, c->wino_u);
         for (int k = 0; k < W22_IDENT_MAX; k++) w22_cuda_free_ptr(c, c->ident[k]);
         w22_cuda_free_ptr(c, c->inspect_count);
         w22_cuda_free_ptr(c, c->audit_buf);
@@ -419,6 +411,7 @@ const w22_backend_ops w22_cuda_ops_plain = {
     op_to_host_wait,
     op_copy_begin,
     op_copy_wait,
+    op_conv_work,
 };
 
 /* ---- public entry points ---- */
@@ -498,8 +491,8 @@ extern "C" w22_status w22_backend_cuda_create_kernels(int device, int kernels, w
     b->threads = 1;
     b->impl = c;
     c->device = device;
-    c->wino_min = w22_cuda_winograd_min_cin(); /* W22_WINOGRAD, default 512: a decoder may set exact */
     c->hopper = path == 1;
+    c->wino_min = w22_cuda_winograd_min_cin(c->hopper); /* W22_WINOGRAD, else the path's default; a decoder may set exact */
     c->cc_major = prop.major, c->cc_minor = prop.minor;
     /* the portable path within the smallest of its GPUs' shared memory, on a Hopper too (route.h) */
     c->smem_optin = (int)prop.sharedMemPerBlockOptin;
@@ -572,13 +565,13 @@ extern "C" void w22_backend_cuda_reset_peak(w22_backend *b) {
     c->peak = c->bytes;
 }
 
-extern "C" void w22_backend_cuda_open_times(const w22_backend *b, double t[4]) {
+extern "C" void w22_backend_cuda_open_times(const w22_backend *b, double t[3]) {
     const w22_cuda *c = (const w22_cuda *)b->impl;
-    t[0] = c->open_layout_s, t[1] = c->open_copy_s, t[2] = c->open_alloc_s, t[3] = c->open_host_s;
+    t[0] = c->open_layout_s, t[1] = c->open_copy_s, t[2] = c->open_alloc_s;
 }
 
-/* Not in backend.h (tests only): the channels from which a 3x3x3 conv gets Winograd weights at upload (0: none);
- * returns the old value. cuda_ops runs with W22_WINOGRAD=0 and sets 512 for its layout cases. */
+/* Not in backend.h (tests only): the channels from which a 3x3x3 conv runs as Winograd (0: none); returns the old
+ * value. cuda_ops runs with W22_WINOGRAD=0 and lowers it for its Winograd cases. */
 extern "C" int w22_backend_cuda_swap_winograd_min(w22_backend *b, int n) {
     const int old = cuda_of(b)->wino_min;
     cuda_of(b)->wino_min = n;
@@ -593,17 +586,14 @@ extern "C" size_t w22_backend_cuda_swap_attention_max(w22_backend *b, size_t byt
     return old;
 }
 
-/* Not in backend.h (tests only): a weight's buffers, for cuda_ops' comparison with layout.c: [0] the direct layout
- * (device; NULL while it waits on the host: host_direct), [1] the phases, [2] the Winograd components, and bytes. */
-extern "C" void w22_backend_cuda_weight_bufs(const w22_bweight *bw, const void *dev[3], size_t bytes[3],
-                                             const void **host_direct) {
+/* Not in backend.h (tests only): a weight's buffers, for cuda_ops' comparison with layout.c: [0] the direct layout,
+ * [1] the phases (NULL: none), and their bytes. */
+extern "C" void w22_backend_cuda_weight_bufs(const w22_bweight *bw, const void *dev[2], size_t bytes[2]) {
     const w22_cuda_weight *w = (const w22_cuda_weight *)bw;
     const size_t n = (size_t)w->cout * w->cin * w->kt * w->kh * w->kw;
-    dev[0] = w->dev, dev[1] = w->dev_phase, dev[2] = w->dev_wino;
+    dev[0] = w->dev, dev[1] = w->dev_phase;
     bytes[0] = w->kind == W22_WK_VECTOR ? (size_t)w->n * 4 : n * 2;
     bytes[1] = (size_t)16 * w->cout * w->cin * 2;
-    bytes[2] = (size_t)16 * w->cout * 3 * w->cin * 2;
-    *host_direct = w->host_direct;
 }
 
 extern "C" const char *w22_backend_cuda_path(const w22_backend *b) {
@@ -618,6 +608,26 @@ extern "C" const char *w22_backend_cuda_last_path(const w22_backend *b) {
 /* Not in backend.h (tests only): the last conv's decision (route.h) and its launches as they ran. */
 extern "C" void w22_backend_cuda_last_route(const w22_backend *b, w22_route *out) {
     *out = ((const w22_cuda *)b->impl)->route;
+}
+
+/* Not in backend.h (tests only): a batch GEMM (w22_mm.batch; fp16 with w22_mm.f16) as the backend launches one, on
+ * its stream: one launch of the TMA conv or of the mma.sync kernel where route.h's w22_route_batch gives it (*how),
+ * else its GEMMs apart through w22_cuda_gemm (which refuses fp16). cuda_ops checks the fp16 kernels with it. */
+extern "C" w22_status w22_backend_cuda_batch_gemm(w22_backend *b, const w22_mm *g, int *how) {
+    w22_cuda *c = cuda_of(b);
+    const w22_batch_launch k = w22_route_batch(g, c->hopper);
+    *how = (int)k;
+    if (k == W22_BATCH_TMA) return w22_cuda_gemm_wgmma_batch(c, g, "a batch GEMM (tests)");
+    if (k == W22_BATCH_MMA) return w22_cuda_gemm_mma_batch(c, g, "a batch GEMM (tests)");
+    for (int p = 0; p < (g->batch ? g->batch : 1); p++) {
+        w22_mm r = *g;
+        r.batch = 0, r.a_frames = 0;
+        memset(r.ph_o, 0, sizeof r.ph_o);
+        r.a = g->a + (long)p * g->a_frames * g->a_sf, r.b = g->b + (long)p * g->N * g->b_sw;
+        r.out = g->out_f32 ? (void *)((float *)g->out + g->ph_o[p]) : (void *)((bf16 *)g->out + g->ph_o[p]);
+        W22_TRY(w22_cuda_gemm(c, &r, "a batch GEMM's component (tests)"));
+    }
+    return W22_OK;
 }
 
 /* Not in backend.h (tests only): the clusters of 2 the TMA conv's persistent grid runs (0: no clusters). */

@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <string.h>
 
 extern "C" {
@@ -59,13 +60,16 @@ typedef struct {
     int rows2d_blocks;      /* the 2D tiles' persistent blocks per SM (conv_rows2d.cu): 1, or on the portable path as
                              * many of its 2-stage blocks as fit (2 where an SM holds 2 x 95 KB) */
     char path_words[160];   /* the path in words, for W22_PROFILE's table (w22_cuda_path_words) */
-    int wino_min; /* the 3x3x3 convs with cin and cout >= wino_min get Winograd weights at upload (winograd.cu); 0:
-                   * none (exact). From W22_WINOGRAD at create; w22_backend_cuda_set_exact before the uploads */
+    int wino_min; /* the 3x3x3 convs with cin and cout >= wino_min run as Winograd (winograd.cu, read at each conv);
+                   * 0: none (exact). From W22_WINOGRAD at create; w22_backend_cuda_set_exact */
     void *tmap_encode;
     w22_cuda_prof *prof; /* W22_PROFILE=1: per-op timing (profile.cu); NULL: off */
     void *tmap_im2col; /* cuTensorMapEncodeIm2col, for the TMA conv's pixel loads (conv_sm90_wgmma_tma.cu) */
     void *wino_scratch; /* W22_WINOGRAD's V and M (winograd.cu), grown to the largest conv; NULL: none yet */
     size_t wino_bytes;
+    void *wino_u; /* a Winograd conv's 36 fp16 components U, made from its direct weights at each conv (winograd.cu),
+                   * grown to the largest conv's; NULL: none yet */
+    size_t wino_u_bytes;
     void *ident[4]; /* bf16 identities [ident_n][ident_n], one per n: a residual's weights as extra K */
     int ident_n[4]; /* (conv_sm90_wgmma_tma.cu's identity_weights; W22_IDENT_MAX of them) */
     unsigned long long *inspect_count; /* the checking mode's two counters (move.cu's inspect); NULL: none yet */
@@ -73,7 +77,7 @@ typedef struct {
     size_t audit_bytes;
     /* W22_PROFILE: the open's seconds in the source copies and in the layouts (weights_gpu.cu); of the layouts',
      * those in cudaMalloc and those taking the Winograd convs' direct weights to the host */
-    double open_layout_s, open_copy_s, open_alloc_s, open_host_s;
+    double open_layout_s, open_copy_s, open_alloc_s;
     cudaEvent_t ev_host[2]; /* to_host_begin's copies, per slot (made at the first) */
     /* copy_begin / copy_wait (backend.h): streams into and out of the device, the main stream's fork point, and per
      * tag the event after its last copy (made at the first copy) */
@@ -95,11 +99,6 @@ typedef struct {
      * input, weights summed per phase: [phase py*2+px][cout][2][2][cin] bf16. 16 taps instead of 36 per 2x2 block
      * of outputs: the same function with 4/9 of the work. */
     void *dev_phase;
-    /* 3x3x3 convs under W22_WINOGRAD (winograd.cu): the 16 Winograd components' weights, each [cout][3][cin] bf16 */
-    void *dev_wino;
-    /* With dev_wino: the direct conv's weights (dev's layout) stay here on the host, dev NULL, until a conv of this
-     * weight takes the direct path (odd sizes, a rank's odd row count): w22_cuda_weight_direct uploads them then */
-    void *host_direct;
 } w22_cuda_weight;
 
 static inline w22_cuda *cuda_of(w22_backend *b) { return (w22_cuda *)b->impl; }
@@ -130,11 +129,8 @@ w22_status w22_cuda_malloc(w22_cuda *c, size_t bytes, void **ptr, const char *wh
  * allocated (*dev NULL) */
 w22_status w22_cuda_upload(w22_cuda *c, void **dev, const void *host, size_t bytes, const char *what);
 /* weights_gpu.cu: weight w (kind and conv dims set) from n elements of src, laid out on the GPU: a vector as fp32,
- * a conv's direct layout (or, for the Winograd convs of wino_min, its components, the direct layout waiting on the
- * host), and with phases a 2D 3x3 conv's upsample phases too. Each buffer's audit sum recorded. */
+ * a conv's direct layout, and with phases a 2D 3x3 conv's upsample phases too. Each buffer's audit sum recorded. */
 w22_status w22_cuda_weight_make(w22_cuda *c, w22_cuda_weight *w, const w22_wsrc *src, size_t n, int phases);
-/* w->dev, uploaded from w->host_direct first if it is still on the host */
-w22_status w22_cuda_weight_direct(w22_cuda *c, w22_cuda_weight *w);
 void w22_cuda_free_ptr(w22_cuda *c, void *ptr);
 /* A grow-only scratch (*ptr of *bytes): at least `need` bytes, the old one freed after the stream's queued work */
 w22_status w22_cuda_scratch(w22_cuda *c, void **ptr, size_t *bytes, size_t need, const char *what);
@@ -165,10 +161,11 @@ w22_status w22_cuda_gemm_rows2d(w22_cuda *c, const w22_mm *g, const char *what);
 /* conv_psum.cu: the conv op with w22_conv_args.psum (the causal history as partial sums): a GEMM of the three
  * temporal taps into psum_tmp, then the combine with the state. */
 w22_status w22_cuda_conv_psum(w22_backend *b, const w22_conv_args *a);
-/* W22_WINOGRAD=N (winograd.cu): the default threshold, 3x3x3 convs with cin and cout >= N as Winograd F(2x2, 3x3)
- * (512 when unset; 0: off). A backend takes it at create (w22_cuda.wino_min). */
-int w22_cuda_winograd_min_cin(void);
-const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w);
+/* W22_WINOGRAD=N (winograd.cu): the default threshold, 3x3x3 convs with cin and cout >= N as Winograd F(4x4, 3x3)
+ * (when unset route.h's w22_route_wino_min_default for the path; 0: off). A backend takes it at create
+ * (w22_cuda.wino_min). */
+int w22_cuda_winograd_min_cin(int hopper);
+const char *w22_cuda_winograd_blocker(const w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w);
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_mm *g);
 /* The batch GEMM (w22_mm.batch) as one launch of the mma.sync kernel (route.h's w22_route_mma_batch_blocker passed;
  * conv_sm90_mma.cu) */
@@ -176,11 +173,11 @@ w22_status w22_cuda_gemm_mma_batch(w22_cuda *c, const w22_mm *g, const char *wha
 /* The batch GEMM (w22_mm.batch) on the TMA wgmma kernel (route.h's w22_route_batch: W22_BATCH_TMA) */
 w22_status w22_cuda_gemm_wgmma_batch(w22_cuda *c, const w22_mm *g, const char *what);
 #define W22_WINO_FRAMES 8 /* input frames per launch of the Winograd input transform */
-w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *const *x, int nf, long xsh, long xsw, bf16 *v, long vcs,
-                            long vsf, long vsh, long vsw, int h2, int w2, int C);
-w22_status w22_cuda_wino_out(cudaStream_t st, const bf16 *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf,
-                             long ysh, long ysw, const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int F,
-                             int h2, int w2, int C);
+w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *const *x, int nf, long xsh, long xsw, __half *v, long vcs,
+                            long vsf, long vsh, long vsw, int h4, int w4, int hv, int wv, int C);
+w22_status w22_cuda_wino_out(cudaStream_t st, const __half *m, long mcs, long msf, long msh, long msw, bf16 *y,
+                             long ysf, long ysh, long ysw, const bf16 *res, long rsf, long rsh, long rsw,
+                             const float *bias, int F, int h4, int w4, int ho, int wo, int C);
 /* Dynamic shared memory attributes of the tensor-core kernels (once, at create). */
 w22_status w22_cuda_gemm_init(w22_cuda *c);
 /* The op table (cuda_backend.cu), and W22_PROFILE=1's timed one that wraps it (profile.cu). */

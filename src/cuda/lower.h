@@ -168,23 +168,23 @@ static inline void w22_lower_wino_shortcut(const w22_mm *g, w22_mm *q) {
     q->res = g->res, q->r_sf = g->r_sf, q->r_sh = g->r_sh, q->r_sw = g->r_sw;
 }
 
-/* Winograd F(2x2, 3x3)'s 16 component GEMMs for a band of hh tile rows (winograd.cu's wino_band) as one batch GEMM:
- * component xi reads its transformed input V + xi vcs (F + 2 frames of hh x w2 tiles, cin; the three temporal taps
- * as K = 3 cin) and its weights dev_wino + xi cout 3 cin, and writes M + xi mcs (F frames, cout). Where the
- * components' output offsets pass an int the batch is 0 (route.h's w22_route_batch: the GEMMs apart). */
-static inline void w22_lower_wino_batch(int F, int hh, int w2, int ci, int co, const bf16 *dev_wino, const bf16 *V,
-                                        bf16 *M, w22_mm *q) {
-    const long mcs = (long)F * hh * w2 * co; /* a component's output elements */
+/* Winograd F(4x4, 3x3)'s 36 component GEMMs for a band of hh tile rows (winograd.cu's wino_band) as one batch GEMM
+ * in fp16 (w22_mm.f16): component xi reads its transformed input V + xi vcs (F + 2 frames of hh x w4 tiles, cin; the
+ * three temporal taps as K = 3 cin) and its weights u + xi cout 3 cin, and writes M + xi mcs (F frames, cout). The
+ * band's height keeps 36 mcs in an int (route.h's w22_route_wino_band_rows). The pointers go in as the 2-byte
+ * elements they are (mm.h's bf16 type names the element size; f16 says how to read them). */
+static inline void w22_lower_wino_batch(int F, int hh, int w4, int ci, int co, const void *u, const void *V, void *M,
+                                        w22_mm *q) {
+    const long mcs = (long)F * hh * w4 * co; /* a component's output elements */
     memset(q, 0, sizeof *q);
-    q->F = F, q->H = hh, q->W = w2, q->M = F * hh * w2, q->N = co;
-    q->a = V, q->a_sf = (long)hh * w2 * ci, q->a_sh = (long)w2 * ci, q->a_sw = ci;
+    q->F = F, q->H = hh, q->W = w4, q->M = F * hh * w4, q->N = co;
+    q->a = (const bf16 *)V, q->a_sf = (long)hh * w4 * ci, q->a_sh = (long)w4 * ci, q->a_sw = ci;
     q->cin = ci, q->kt = 3, q->ks = 1;
-    q->b = dev_wino, q->b_w = co, q->b_sw = 3L * ci;
-    q->out = M, q->o_sf = (long)hh * w2 * co, q->o_sh = (long)w2 * co, q->o_sw = co;
-    if (mcs * 16 < INT_MAX) {
-        q->batch = 16, q->a_frames = F + 2;
-        for (int xi = 0; xi < 16; xi++) q->ph_o[xi] = (int)(xi * mcs);
-    }
+    q->b = (const bf16 *)u, q->b_w = co, q->b_sw = 3L * ci;
+    q->out = M, q->o_sf = (long)hh * w4 * co, q->o_sh = (long)w4 * co, q->o_sw = co;
+    q->f16 = 1;
+    q->batch = 36, q->a_frames = F + 2;
+    for (int xi = 0; xi < 36; xi++) q->ph_o[xi] = (int)(xi * mcs);
 }
 
 /* The attention's two products for a band of nr query rows of width qw (attention.cu): the scores S = Q Kp^T (fp32,

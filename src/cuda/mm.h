@@ -64,8 +64,12 @@ typedef struct {
      * GEMM-major (the GEMMs share nothing but the launch). */
     int batch;
     long a_frames;
-    int ph_o[16], ph_r[16]; /* phases or batch: GEMM p's output and residual offsets from GEMM 0's (elements) */
+    /* f16 = 1: A and B are fp16, not bf16, and so is out unless out_f32 (Winograd F(4x4, 3x3)'s component GEMMs,
+     * winograd.cu: its transformed operands need fp16's 3 more mantissa bits, dev/winograd_f4_probe.py). Only a batch
+     * takes it, on the TMA conv or the mma.sync kernel (route.h refuses it elsewhere). */
+    int f16;
+    int ph_o[36], ph_r[36]; /* phases or batch: GEMM p's output and residual offsets from GEMM 0's (elements) */
 } w22_mm;
-#define W22_GEMM_BATCH 16
+#define W22_GEMM_BATCH 36 /* Winograd F(4x4, 3x3)'s 36 components */
 
 #endif

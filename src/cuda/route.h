@@ -12,8 +12,9 @@
  *      takes `hopper` answers for that path; the Hopper-only kernels are never the answer with hopper 0.
  *   1. The conv's step (w22_route_conv_step): the causal history as partial sums (psum), an upsample as four 2x2
  *      phase GEMMs (one launch of the TMA conv where it takes them, the Hopper path; four launches on the portable
- *      one), Winograd F(2x2, 3x3) for the 3x3x3 convs of the backend's threshold (w22_route_winograd_blocker: on
- *      both paths, its 16 GEMMs one launch of the TMA conv or of the mma.sync kernel), else the direct implicit GEMM.
+ *      one), Winograd F(4x4, 3x3) for the 3x3x3 convs of the backend's threshold (w22_route_winograd_blocker: on
+ *      both paths, its 36 fp16 GEMMs one launch of the TMA conv or of the mma.sync kernel), else the direct implicit
+ *      GEMM.
  *   2. The GEMM's kernel (w22_route_gemm), in this order, and why:
  *      a. the layout every tensor-core kernel needs (alignment, strides, even N, int weight offsets), else scalar;
  *      b. the TMA wgmma conv where it takes the GEMM (64-bit tensor maps: no limit on the input's offsets); Hopper;
@@ -216,10 +217,18 @@ static inline w22_gemm_kernel w22_route_mma_tile(int N) {
     return (N + 95) / 96 * 96 < (N + 127) / 128 * 128 ? W22_GEMM_MMA_N96 : W22_GEMM_MMA_MID;
 }
 
+/* Why no kernel takes fp16 operands (w22_mm.f16) in a single GEMM: only a batch's run, on the TMA conv or the
+ * mma.sync kernel (w22_route_batch); the scalar and row kernels are bf16 only. The launch site fails with it. */
+#define W22_ROUTE_F16_SINGLE "refused: fp16 operands outside a batch (the scalar and row kernels are bf16 only)"
+
 /* The kernel for g, and why not a faster one where it falls back (*why: a static string, or NULL). wgmma_on: the
  * Hopper path (w22_route_path 1: the backend has the wgmma conv, w22_cuda.use_wgmma and the TMA's im2col encoder);
- * 0 the portable path. */
+ * 0 the portable path. fp16 operands: W22_GEMM_SCALAR with *why W22_ROUTE_F16_SINGLE, which the caller refuses. */
 static inline w22_gemm_kernel w22_route_gemm(const w22_mm *g, int wgmma_on, const char **why) {
+    if (g->f16) {
+        *why = W22_ROUTE_F16_SINGLE;
+        return W22_GEMM_SCALAR;
+    }
     *why = w22_route_layout_blocker(g);
     if (!*why) {
         /* 64-bit addressing first (the TMA conv, the row kernels: disjoint, N % 128 or 192 against N <= 48), then what
@@ -232,35 +241,38 @@ static inline w22_gemm_kernel w22_route_gemm(const w22_mm *g, int wgmma_on, cons
     return w22_route_mma_tile(g->N);
 }
 
-/* NULL when a batch GEMM (w22_mm.batch: Winograd's 16 components) runs as one launch of the mma.sync kernel (grid.y
+/* NULL when a batch GEMM (w22_mm.batch: Winograd's 36 components) runs as one launch of the mma.sync kernel (grid.y
  * the GEMM: the portable path's, and the Hopper path's where the TMA conv does not take it), else why not: then
  * as `batch` launches. GEMM p reads A frames from p a_frames on (frame indices: 28 bits of its row state), B rows
  * from p N on (int offsets) and writes out + p ph_o[1] (evenly spaced outputs: the kernel indexes no parameter
  * array by its block). */
 static inline const char *w22_route_mma_batch_blocker(const w22_mm *g) {
-    if (g->batch < 2 || g->batch > W22_GEMM_BATCH) return "batch: not 2-16 GEMMs";
+    if (g->batch < 2 || g->batch > W22_GEMM_BATCH) return "batch: not 2-36 GEMMs";
     if (g->phases || g->hist_n || g->sc || g->res || g->split_c || g->upsample)
         return "batch: phases, history, shortcut, residual or split output";
     if (g->H <= 0 || g->W <= 0 || g->a_frames < (long)g->M / ((long)g->H * g->W) + g->kt - 1)
         return "batch: a_frames under a GEMM's window";
     if (g->b_w != g->N || g->b_sh) return "batch: weights not one [N][K] block per GEMM";
+    if (g->f16 && w22_route_mma_tile(g->N) != W22_GEMM_MMA_MID) return "batch: fp16 only on the 128 x 128 tile";
     if (!w22_fits_int((long)g->batch * g->N * g->b_sw) || (long)g->batch * g->a_frames >= (1L << 27))
         return "batch: weight rows or frames past the kernel's int";
     for (int p = 0; p < g->batch; p++)
         if (g->ph_o[p] != (long)p * g->ph_o[1]) return "batch: outputs not evenly spaced";
     const char *why = NULL;
     w22_mm one = *g;
-    one.batch = 0;
+    one.batch = 0, one.f16 = 0; /* fp16: the same layout as bf16 */
     const w22_gemm_kernel k = w22_route_gemm(&one, 0, &why); /* the mma.sync kernel's own checks */
     if (k == W22_GEMM_SCALAR) return why;
     if (k < W22_GEMM_MMA_SMALL) return "batch: a row kernel's shape";
     return NULL;
 }
 
-/* NULL when a batch GEMM (w22_mm.batch: Winograd's 16 components) runs as one launch of the TMA conv (the Hopper path),
+static inline int w22_route_tma_store_batch(const w22_mm *g); /* section 3 */
+
+/* NULL when a batch GEMM (w22_mm.batch: Winograd's 36 components) runs as one launch of the TMA conv (the Hopper path),
  * else why not. */
 static inline const char *w22_route_tma_batch_blocker(const w22_mm *g) {
-    if (g->batch < 2 || g->batch > W22_GEMM_BATCH) return "batch: not 2-16 GEMMs";
+    if (g->batch < 2 || g->batch > W22_GEMM_BATCH) return "batch: not 2-36 GEMMs";
     if (g->phases || g->hist_n || g->sc || g->res || g->out_f32 || g->split_c || g->upsample)
         return "batch: phases, history, shortcut, residual, fp32 or split output";
     if (g->a_frames < (long)g->M / ((long)g->H * g->W) + g->kt - 1) return "batch: a_frames under a GEMM's window";
@@ -269,6 +281,8 @@ static inline const char *w22_route_tma_batch_blocker(const w22_mm *g) {
     if (why) return why;
     for (int p = 0; p < g->batch; p++)
         if (g->ph_o[p] < 0 || (p == 0 && g->ph_o[p] != 0)) return "batch: output offsets negative, or GEMM 0's not 0";
+    /* the fp16 kernel is built for the TMA store's tile alone (conv_sm90_wgmma_tma.cu's run_tma) */
+    if (g->f16 && !w22_route_tma_store_batch(g)) return "batch: fp16 only with the TMA store";
     return NULL;
 }
 
@@ -303,6 +317,8 @@ static inline const char *w22_route_phases_blocker(const w22_mm q[4], int hopper
     }
     const w22_mm *a = &q[0];
     if (a->hist_n || a->sc) return "phases: history or shortcut (their map slots carry phases 1-3's A)";
+    for (int p = 0; p < 4; p++)
+        if (q[p].f16) return "phases: fp16 operands (a batch's only)";
     if (a->out_f32) return "phases: fp32 output";
     for (int p = 0; p < 4; p++) {
         const w22_mm *b = &q[p];
@@ -331,41 +347,87 @@ typedef enum {
     W22_CONV_DIRECT,   /* one implicit GEMM (w22_route_gemm) */
     W22_CONV_PSUM,     /* the causal history as partial sums (conv_psum.cu) */
     W22_CONV_PHASES,   /* nearest-2x + 3x3 as four 2x2 phase GEMMs on the low-resolution grid */
-    W22_CONV_WINOGRAD  /* F(2x2, 3x3) per frame tap: transforms + one batch GEMM of 16 (winograd.cu) */
+    W22_CONV_WINOGRAD  /* F(4x4, 3x3) per frame tap: transforms + one fp16 batch GEMM of 36 (winograd.cu) */
 } w22_conv_step;
 
-/* NULL when a conv runs as Winograd F(2x2, 3x3), else why not. Both paths: its 16 component GEMMs are one launch of
+/* NULL when a conv runs as Winograd F(4x4, 3x3), else why not. Both paths: its 36 component GEMMs are one launch of
  * the TMA conv on the Hopper path and one of the mma.sync kernel on the portable path (w22_route_mma_batch_blocker;
- * the transforms are plain kernels), so that path keeps its 12 of 27 MACs too. has_wino: the backend made Winograd
- * weights for this conv at upload (its threshold, 512 channels and up: v18's A/B -11.0% against the direct conv;
- * none in exact mode); row_bytes: the scratch of one tile row (winograd.cu). Every size: with 16 launches the 44 x 78
- * convs (28 tiles) ran 2x slower than the direct conv (v17); as one launch of 16 x 28 they gain too (v18). */
+ * the transforms are plain kernels; fp16 operands, which only those two take). has_wino: the backend made Winograd
+ * weights for this conv at upload (its threshold: 512 channels and up, v18's A/B for F(2x2, 3x3) -11.0% against the
+ * direct conv; none in exact mode); row_bytes: the scratch of one tile row (winograd.cu). Any height and width: the
+ * transforms read zeros past the frame and store only inside it. */
 static inline const char *w22_route_winograd_blocker(const w22_conv_args *a, int cin, int cout, int has_wino,
                                                      size_t row_bytes) {
     if (!has_wino) return "no Winograd weights (exact arithmetic, or channels below the threshold)";
     if (a->kt != 3 || a->ks != 3 || a->upsample || a->time_split || a->dup_in || a->psum) return "not a plain 3x3x3 conv";
-    if (a->out.h % 2 || a->out.w % 2) return "odd height or width";
     if (cin % 64 || cout % 64) return "channels not a multiple of 64";
+    /* its fp16 batch runs on the mma.sync 128 x 128 tile where the TMA conv does not take it (w22_route_batch): an N
+     * that the 128 x 96 tile pads less (64, 192, ...) would find no fp16 kernel */
+    if (w22_route_mma_tile(cout) != W22_GEMM_MMA_MID) return "output channels off the fp16 batch's 128 x 128 tile";
     if (a->in.sw != a->in.c || a->out.sw != a->out.c || (a->residual && a->residual->sw != a->residual->c))
         return "pixels not dense";
     if (a->work && a->work_bytes < row_bytes) return "the caller's scratch holds no tile row";
     return NULL;
 }
 
-/* The scratch of one Winograd tile row (two output rows) of a conv of F output frames, w2 tile columns: V (16
- * components of F + 2 input frames, cin) and M (16 components of F frames, cout), bf16 (winograd.cu's bands). */
-static inline size_t w22_route_wino_row_bytes(int F, int w2, int cin, int cout) {
-    return (size_t)16 * w2 * ((size_t)(F + 2) * cin + (size_t)F * cout) * 2;
+/* The scratch of one Winograd tile row (four output rows) of a conv of F output frames, w4 tile columns: V (36
+ * components of F + 2 input frames, cin) and M (36 components of F frames, cout), fp16 (winograd.cu's bands). */
+static inline size_t w22_route_wino_row_bytes(int F, int w4, int cin, int cout) {
+    return (size_t)36 * w4 * ((size_t)(F + 2) * cin + (size_t)F * cout) * 2;
 }
 
-/* The Winograd threshold when W22_WINOGRAD is unset: the 3x3x3 convs of 512 channels and up (v18's A/B). */
-#define W22_WINO_MIN_DEFAULT 512
+/* The most tile rows a Winograd band may have: its 36 GEMMs are one batch launch only while every component's
+ * output offset (36 x F x rows x w4 x cout elements) and its A frames fit the kernels' ints (route.h's batch
+ * blockers), and no GEMM of fp16 runs apart. */
+static inline int w22_route_wino_band_rows(int F, int w4, int cin, int cout) {
+    const long per = 36L * F * w4 * (cout > cin ? cout : cin);
+    const long rows = (INT_MAX / 2) / (per > 0 ? per : 1);
+    return rows < 1 ? 1 : rows > (1 << 20) ? (1 << 20) : (int)rows;
+}
+
+/* A Winograd conv's band height in tile rows (winograd.cu): as many as `have` bytes of scratch hold (at least one),
+ * at most w22_route_wino_band_rows, then evened out over the bands that takes (h4 tile rows in all). */
+static inline int w22_route_wino_band(int F, int h4, int w4, int cin, int cout, size_t have) {
+    const size_t row = w22_route_wino_row_bytes(F, w4, cin, cout);
+    const size_t fit = have / row;
+    const int hmax = w22_route_wino_band_rows(F, w4, cin, cout);
+    int hb = fit > (size_t)hmax ? hmax : (int)fit;
+    if (hb < 1) hb = 1;
+    if (hb > h4) hb = h4;
+    const int nb = (h4 + hb - 1) / hb;
+    return (h4 + nb - 1) / nb;
+}
+
+/* The Winograd threshold when W22_WINOGRAD is unset, by path (hopper 1: the sm_90a kernels; 0: the portable ones):
+ * F(4x4, 3x3) pays from 512 channels on the Hopper path, where the TMA conv runs the 256-channel convs direct faster
+ * than their 36 GEMMs and transforms (session 40, f121 2287 -> 2605 ms at 256), and from 256 on the portable path,
+ * whose direct conv is the mma.sync tile's (f121 4303 -> 3830 ms; docs/PERF.md). */
+static inline int w22_route_wino_min_default(int hopper) { return hopper ? 512 : 256; }
 
 /* Whether the backend makes Winograd weights at upload for a kt x kh x kw conv weight, cin -> cout, at the threshold
  * min_cin (0: exact arithmetic, none): the 3x3x3 convs with both channel counts >= min_cin and cout even (the zero
  * row after an odd cout's taps, conv_psum.cu, must follow the direct layout). Tests ask this, not a copy of it. */
 static inline int w22_route_wino_weights(int kt, int kh, int kw, int cin, int cout, int min_cin) {
     return min_cin > 0 && kt == 3 && kh == 3 && kw == 3 && cin >= min_cin && cout >= min_cin && !(cout & 1);
+}
+
+/* The tile rows of the Winograd band the plan keeps free for a conv (or all of its rows where fewer): fewer bands,
+ * fewer launches (a band of 8 rows at 352 x 624 is 36 GEMMs of 1248 rows a frame). */
+#define W22_WINO_BAND_ROWS 8
+
+/* The bytes of w22_conv_args.work a 3x3x3 conv of frames x h x w output pixels, cin -> cout, wants for its Winograd
+ * bands at the backend's threshold min_cin (0: it runs direct): what the plan keeps free at the conv's stage
+ * (backend.h's conv_work). Without it a threshold under 512 found no tile row free at the last stage, which sizes the
+ * plan's scratch: w22_route_winograd_blocker sent those convs to the direct kernel in silence (session 37). The
+ * components U are not in it: they take the span only where it holds them beside a tile row, else the backend's own
+ * scratch (winograd.cu). The blocker's shape rules are its own; test_workspace checks that every conv given this
+ * much passes them. */
+static inline size_t w22_route_winograd_work(int kt, int ks, int cin, int cout, int frames, int h, int w, int min_cin) {
+    if (!w22_route_wino_weights(kt, ks, ks, cin, cout, min_cin) || cin % 64 || cout % 64 || frames < 1 || h < 1 ||
+        w < 1)
+        return 0;
+    const int h4 = (h + 3) / 4, rows = h4 < W22_WINO_BAND_ROWS ? h4 : W22_WINO_BAND_ROWS;
+    return (size_t)rows * w22_route_wino_row_bytes(frames, (w + 3) / 4, cin, cout);
 }
 
 /* The step of a conv: has_phases, the backend made the upsample's phase weights at upload (it does for every
@@ -623,7 +685,7 @@ typedef struct {
     /* kernel W22_GEMM_TMA: the decision (route.h) and the launches as they ran (the launch site's template) */
     int plan;                /* W22_TMA_TILES, _PAIRS, _PAIRS_TAIL */
     w22_epilogue epi;
-    int batch;               /* GEMMs in the launch (Winograd's 16), 0: one */
+    int batch;               /* GEMMs in the launch (Winograd's 36), 0: one */
     int want_split;          /* the last launch's pieces per split tile, as decided */
     int launches;            /* 1, or 2 for pairs and a tail */
     w22_route_launch ran[2];

@@ -19,12 +19,12 @@ static __device__ __forceinline__ void wg_release(uint32_t empty0, uint32_t peer
 /* One stage of a consumer warpgroup in the tile's main loop, in two halves (the overlapped epilogue's step runs
  * between them): wait for the stage and issue its wgmmas; then wait for the previous stage's wgmmas (that stage may
  * be refilled: released by lane 0 of each warp) and step the ring. */
-template <int BN, int STAGES>
+template <int BN, int STAGES, bool F16>
 static __device__ __forceinline__ void wg_issue(float *acc, int s, uint32_t ph, uint32_t full0, uint64_t da0,
                                                 uint64_t db0) {
     constexpr uint64_t STAGE_DESC = wg_layout<BN, STAGES>::stage_bytes >> 4;
     mbar_wait_nt(full0 + 8 * s, ph);
-    wg_mma_stage<BN>(acc, da0 + s * STAGE_DESC, db0 + s * STAGE_DESC);
+    wg_mma_stage<BN, F16>(acc, da0 + s * STAGE_DESC, db0 + s * STAGE_DESC);
 }
 template <int STAGES, int CL>
 static __device__ __forceinline__ void wg_retire(int it, int &s, int &sp, uint32_t &ph, uint32_t empty0,
@@ -46,11 +46,13 @@ static __device__ __forceinline__ void defer_step(wg_defer<BN> &dq, const w22_mm
     }
 }
 
-template <int BN, int STAGES, int CL, int TE>
+/* F16: fp16 operands and output (w22_mm.f16), with the TMA store alone (TE > 0; the tail epilogues are bf16). */
+template <int BN, int STAGES, int CL, int TE, bool F16>
 static __device__ __forceinline__ void tma_consume(const CUtensorMap *tm_o, const w22_mm &g, TMA_SCHED_PARAMS,
                                                    int HW, uint32_t base, uint32_t full0, uint32_t empty0, int tid, int wg,
                                                    int mode, float *part, unsigned *count, int box_px) {
     typedef wg_layout<BN, STAGES> L;
+    static_assert(!F16 || TE, "fp16 output: the TMA store only");
     const int cw = wg - 1, lane = tid & 31, warp4 = (tid >> 5) & 3, tq = lane & 3;
     constexpr int NACC = BN / 2;
     const uint64_t da0 = smem_desc(base + cw * 64 * WG_ROW_BYTES), db0 = smem_desc(base + L::a_bytes);
@@ -75,7 +77,7 @@ static __device__ __forceinline__ void tma_consume(const CUtensorMap *tm_o, cons
 #pragma unroll
         for (int i = 0; i < NACC; i++) acc[i] = 0.f;
         for (int it = 0; it < n_it; it++) {
-            wg_issue<BN, STAGES>(acc, s, ph, full0, da0, db0);
+            wg_issue<BN, STAGES, F16>(acc, s, ph, full0, da0, db0);
             if (defer && it < steps) defer_step<BN>(dq, g, it, tq, epi);
             wg_retire<STAGES, CL>(it, s, sp, ph, empty0, peer_empty0, lane);
             __syncwarp(); /* converged before the next .aligned wgmma */
@@ -102,8 +104,8 @@ static __device__ __forceinline__ void tma_consume(const CUtensorMap *tm_o, cons
             wg_split_sum<NACC>(part, ti * split, split, acc, tid - 128);
         }
         if (TE) { /* frame t of GEMM p (a batch's; 0 for a direct conv): frame p F + t of the map, F = mt / tpf */
-            wg_epi_tma<BN, TE ? TE : 1>(g, acc, base + tma_layout<BN, STAGES, TE>::stg_off, tm_o, cw, warp4,
-                                        lane, tid == 128, m0 - t * HW, p * (mt / tpf) + t, n0, box_px);
+            wg_epi_tma<BN, TE ? TE : 1, F16>(g, acc, base + tma_layout<BN, STAGES, TE>::stg_off, tm_o, cw, warp4,
+                                             lane, tid == 128, m0 - t * HW, p * (mt / tpf) + t, n0, box_px);
             __syncwarp();
             continue;
         }

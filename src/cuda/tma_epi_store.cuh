@@ -3,9 +3,9 @@
 #ifndef W22_TMA_EPI_STORE_CUH
 #define W22_TMA_EPI_STORE_CUH
 
-/* The TMA store epilogue (MODE_EPI_TMA, v20): the tile's accumulators (+ biases) as bf16 into the staging (the TMA's
- * 128B swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8), so that the 8 rows of a warp's store hit 8 different
- * chunks, no bank conflicts), then one thread stores them. A batch GEMM's dense output (box_px 0): boxes of 64
+/* The TMA store epilogue (MODE_EPI_TMA, v20): the tile's accumulators (+ biases) as bf16 (F16: fp16) into the staging
+ * (the TMA's 128B swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8), so that the 8 rows of a warp's store hit 8
+ * different chunks, no bank conflicts), then one thread stores them. A batch GEMM's dense output (box_px 0): boxes of 64
  * channels x 128 rows of a map {N, H W, frames}, the rows past the frame clipped by it. A direct conv's bordered
  * frames (box_px > 0, since v21): the tile's 128 pixels wrap image rows, so boxes of box_px pixels of one
  * row (box_px divides both W and 128: no box crosses a row) of a map {N, W, H, frames}, those past the frame skipped.
@@ -17,7 +17,7 @@
  * ring and staging fit the 227 KB; docs/PERF.md v20-v21), the boxes in rounds of NB. A buffer is free again
  * when the store that used it has read it: the storing thread waits for that before each round's first barrier (the
  * first round's, the previous tile's stores: long done). */
-template <int BN, int NB>
+template <int BN, int NB, bool F16 = false>
 static __device__ __forceinline__ void wg_epi_tma(const w22_mm &g, const float *acc, uint32_t stg,
                                                   const CUtensorMap *tm_o, int cw, int warp4, int lane, bool storer,
                                                   int r0, int frame, int n0, int box_px) {
@@ -41,7 +41,8 @@ static __device__ __forceinline__ void wg_epi_tma(const w22_mm &g, const float *
 #pragma unroll
             for (int h = 0; h < 2; h++) /* rows gq and gq + 8: the same chunk (8 rows on) */
                 asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a + h * 8 * 128),
-                             "r"(wg_pack_bf16(acc[4 * j + 2 * h] + bs.x, acc[4 * j + 2 * h + 1] + bs.y))
+                             "r"(F16 ? wg_pack_f16(acc[4 * j + 2 * h] + bs.x, acc[4 * j + 2 * h + 1] + bs.y)
+                                     : wg_pack_bf16(acc[4 * j + 2 * h] + bs.x, acc[4 * j + 2 * h + 1] + bs.y))
                              : "memory");
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* the writes, before the TMA reads them */

@@ -3,10 +3,10 @@
 #ifndef W22_TMA_MAPS_CUH
 #define W22_TMA_MAPS_CUH
 
-/* frames of a channels-last view (C channels of pixel stride sw, rows sh, frames sf) as an im2col map: 128 pixels x
- * 64 channels per load, 128B swizzle (the layout the consumers' descriptors expect) */
+/* frames of a channels-last view (C channels of pixel stride sw, rows sh, frames sf; bf16, f16: fp16) as an im2col
+ * map: 128 pixels x 64 channels per load, 128B swizzle (the layout the consumers' descriptors expect) */
 static w22_status im2col_map(w22_cuda *c, CUtensorMap *m, const bf16 *p, long sw, long sh, long sf, int C, int W, int H,
-                             int frames, int border, int pad_y, int pad_x, const char *what) {
+                             int frames, int border, int pad_y, int pad_x, int f16, const char *what) {
     const int b = border ? 1 : 0;
     if (frames == 1) sf = sh * (H + 2 * b); /* never stepped on (past it: zeros); any valid stride */
     const cuuint64_t dims[4] = {(cuuint64_t)C, (cuuint64_t)(W + 2 * b), (cuuint64_t)(H + 2 * b), (cuuint64_t)frames};
@@ -15,7 +15,7 @@ static w22_status im2col_map(w22_cuda *c, CUtensorMap *m, const bf16 *p, long sw
     const int upper[2] = {b ? -1 - pad_x : 0, b ? -1 - pad_y : 0};
     const cuuint32_t estr[4] = {1, 1, 1, 1};
     const CUresult r = ((encode_im2col_fn)c->tmap_im2col)(
-        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, (void *)w22_map_origin(p, sh, sw, border), dims, strides, lower, upper,
+        m, w22_map_type(f16), 4, (void *)w22_map_origin(p, sh, sw, border), dims, strides, lower, upper,
         WG_BK, WG_BM, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
@@ -30,7 +30,7 @@ static w22_status store_map(w22_cuda *c, CUtensorMap *m, const w22_mm *g, int ra
     for (int i = 0; i + 1 < rank; i++) sb[i] = (cuuint64_t)strides[i] * 2;
     const cuuint32_t box[4] = {64, (cuuint32_t)box1, 1, 1}, estr[4] = {1, 1, 1, 1};
     const CUresult r = ((encode_tiled_fn)c->tmap_encode)(
-        m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, g->out, dims, sb, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        m, w22_map_type(g->f16), rank, g->out, dims, sb, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return w22_fail(W22_ERR_CUDA, "%s: cuTensorMapEncodeTiled (the output's store map: N %d, %dx%d, %llu frames, "

@@ -4,7 +4,6 @@
  * there, and the kernels below make the layouts that src/weights/layout.c defines on the host:
  *   conv:     [cout][cin][tap] -> [cout][tap][cin] bf16 (the GEMM's B, K-major);
  *   phases:   a 2D 3x3 conv's four upsample phases, taps summed per phase (cuda_internal.h);
- *   Winograd: a 3x3x3 conv's 16 components U = G g G^T per temporal tap, each [cout][3][cin].
  * What must hold: every byte equals the host function's (tests/cuda_ops.c compares them with layout.c for each
  * source dtype; bench/bits' hashes of whole decodes did not move). So the arithmetic is the host's in its order:
  * products and sums rounded one by one (__fmul_rn, __fadd_rn: no contraction into an FMA, which gcc does not do
@@ -58,30 +57,6 @@ __global__ void w22_wt_phases(const float *data, int cout, int cin, uint16_t *ou
         for (int ky = ly; ky <= hy; ky++)
             for (int kx = lx; kx <= hx; kx++) sum = __fadd_rn(sum, g[ky * 3 + kx]);
         out[i] = f2bf(sum);
-    }
-}
-
-/* a G0 + b G1 + c G2, left to right, each step rounded */
-static __device__ __forceinline__ float dot3(float a, float b, float c, float g0, float g1, float g2) {
-    return __fadd_rn(__fadd_rn(__fmul_rn(a, g0), __fmul_rn(b, g1)), __fmul_rn(c, g2));
-}
-
-/* layout.c's wino_part: one thread per (o, i, dt) */
-__global__ void w22_wt_wino(const float *data, int cout, int cin, uint16_t *out) {
-    const float G[4][3] = {{1, 0, 0}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0, 0, 1}};
-    const size_t per = (size_t)cout * 3 * cin, n = per;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const int ci = (int)(i % cin);
-        const size_t r = i / cin;
-        const int dt = (int)(r % 3), o = (int)(r / 3);
-        const float *g = data + (((size_t)o * cin + ci) * 3 + dt) * 9;
-        float gt[3][4];
-        for (int a = 0; a < 3; a++)
-            for (int k = 0; k < 4; k++) gt[a][k] = dot3(g[a * 3], g[a * 3 + 1], g[a * 3 + 2], G[k][0], G[k][1], G[k][2]);
-        for (int rr = 0; rr < 4; rr++)
-            for (int k = 0; k < 4; k++)
-                out[(size_t)(4 * rr + k) * per + ((size_t)o * 3 + dt) * cin + ci] =
-                    f2bf(dot3(gt[0][k], gt[1][k], gt[2][k], G[rr][0], G[rr][1], G[rr][2]));
     }
 }
 
@@ -183,52 +158,26 @@ w22_status w22_cuda_weight_make(w22_cuda *c, w22_cuda_weight *w, const w22_wsrc 
         c->open_layout_s += w22_now() - t0;
         return W22_OK;
     }
-    const int vol = w->kt * w->kh * w->kw, mc = c->wino_min;
-    /* (an odd cout never: Winograd takes multiples of 64 (route.h), and the zero row below must follow its taps) */
-    const int wino = w22_route_wino_weights(w->kt, w->kh, w->kw, w->cin, w->cout, mc);
+    const int vol = w->kt * w->kh * w->kw;
     const size_t direct = n * 2;
-    /* the direct layout: into the weight's own buffer, or (Winograd convs) into raw's place, then to the host, where
-     * it waits until a direct conv needs it (at even sizes on one rank none does: 1.0 GB of device memory less) */
-    void *dst = raw;
-    /* a 3x3x3 conv of odd cout (the Wan2.1 VAE's conv_out) gets one zero row of 9 cin after its weights: the head's
-     * partial-sums GEMM reads its taps as 3 cout rows and runs one more for an even N (conv_psum.cu) */
-    const size_t pad = !wino && vol == 27 && (w->cout & 1) ? (size_t)9 * w->cin * 2 : 0;
-    if (!wino) {
-        W22_TRY(made(c, &w->dev, direct + pad, "a conv weight"));
-        dst = w->dev;
-        if (pad) CU_TRY(cudaMemsetAsync((char *)w->dev + direct, 0, pad, c->stream));
-    }
-    w22_wt_conv<<<grid_for(n), 256, 0, c->stream>>>(f, w->cout, w->cin, vol, (uint16_t *)dst);
+    /* every conv in the direct layout, the Winograd convs' too: their components are made from it at each conv
+     * (winograd.cu), so a conv's weights are one copy on the device whatever path takes it. A 3x3x3 conv of odd cout
+     * (the Wan2.1 VAE's conv_out) gets one zero row of 9 cin after its weights: the head's partial-sums GEMM reads
+     * its taps as 3 cout rows and runs one more for an even N (conv_psum.cu) */
+    const size_t pad = vol == 27 && (w->cout & 1) ? (size_t)9 * w->cin * 2 : 0;
+    W22_TRY(made(c, &w->dev, direct + pad, "a conv weight"));
+    if (pad) CU_TRY(cudaMemsetAsync((char *)w->dev + direct, 0, pad, c->stream));
+    w22_wt_conv<<<grid_for(n), 256, 0, c->stream>>>(f, w->cout, w->cin, vol, (uint16_t *)w->dev);
     CU_LAUNCHED(c, "w22_wt_conv");
-    if (!wino) {
-        w->bytes = direct + pad;
-        W22_TRY(mark_constant(c, w->dev, direct + pad, sum));
-        if (phases) { /* a 2D 3x3 conv: its upsample phases */
-            const size_t pn = (size_t)4 * w->cout * 4 * w->cin;
-            W22_TRY(made(c, &w->dev_phase, pn * 2, "phase weights"));
-            w22_wt_phases<<<grid_for(pn), 256, 0, c->stream>>>(f, w->cout, w->cin, (uint16_t *)w->dev_phase);
-            CU_LAUNCHED(c, "w22_wt_phases");
-            W22_TRY(mark_constant(c, w->dev_phase, pn * 2, sum));
-            w->bytes += pn * 2;
-        }
-    } else {
-        const size_t wn = (size_t)16 * w->cout * 3 * w->cin;
-        W22_TRY(made(c, &w->dev_wino, wn * 2, "Winograd weights"));
-        w22_wt_wino<<<grid_for((size_t)w->cout * 3 * w->cin), 256, 0, c->stream>>>(f, w->cout, w->cin,
-                                                                                       (uint16_t *)w->dev_wino);
-        CU_LAUNCHED(c, "w22_wt_wino");
-        W22_TRY(mark_constant(c, w->dev_wino, wn * 2, sum));
-        w->bytes = wn * 2;
-        const double th = w22_now();
-        w->host_direct = malloc(direct);
-        if (!w->host_direct)
-            return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory: %zu bytes for a conv's direct weights", direct);
-        /* its pages faulted in on every core while the GPU makes the layouts above: the pageable copy below would
-         * fault them one by one on this thread (about 0.35 s a GB on a 2-core machine) */
-        w22_prefault(w->host_direct, direct);
-        CU_TRY(cudaMemcpyAsync(w->host_direct, raw, direct, cudaMemcpyDeviceToHost, c->stream));
-        CU_TRY(cudaStreamSynchronize(c->stream));
-        c->open_host_s += w22_now() - th;
+    w->bytes = direct + pad;
+    W22_TRY(mark_constant(c, w->dev, direct + pad, sum));
+    if (phases) { /* a 2D 3x3 conv: its upsample phases */
+        const size_t pn = (size_t)4 * w->cout * 4 * w->cin;
+        W22_TRY(made(c, &w->dev_phase, pn * 2, "phase weights"));
+        w22_wt_phases<<<grid_for(pn), 256, 0, c->stream>>>(f, w->cout, w->cin, (uint16_t *)w->dev_phase);
+        CU_LAUNCHED(c, "w22_wt_phases");
+        W22_TRY(mark_constant(c, w->dev_phase, pn * 2, sum));
+        w->bytes += pn * 2;
     }
     c->open_layout_s += w22_now() - t0;
     return W22_OK;

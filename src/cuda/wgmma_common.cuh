@@ -155,24 +155,32 @@ static __device__ __forceinline__ void reg_fence(float &r) { asm volatile("" : "
                  "+f"(d[i + 6]), "+f"(d[i + 7])
 #define F32(d, i) F8(d, i), F8(d, i + 8), F8(d, i + 16), F8(d, i + 24)
 
-/* D[64 x 256] += A[64 x 16] B[16 x 256]^T, A and B K-major in shared memory. */
+/* D[64 x 256] += A[64 x 16] B[16 x 256]^T, A and B K-major in shared memory: bf16, or fp16 (F16: w22_mm.f16). T is
+ * the operands' PTX type. */
+#define WG_N256_ASM(T)                                                                                                 \
+    asm volatile(                                                                                                      \
+        "{\n"                                                                                                          \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T " {"                                                    \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"                                        \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"                              \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"                              \
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"                              \
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"                              \
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"                              \
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"                  \
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"               \
+        "}, %128, %129, 1, 1, 1, 0, 0;\n" /* scale-d (accumulate), scale-a, scale-b, A and B not transposed */         \
+        "}\n"                                                                                                          \
+        : F32(d, 0), F32(d, 32), F32(d, 64), F32(d, 96)                                                                \
+        : "l"(da), "l"(db))
+template <bool F16 = false>
 static __device__ __forceinline__ void wgmma_n256(float d[128], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, 1, 1, 1, 0, 0;\n" /* scale-d (accumulate), scale-a, scale-b, A and B not transposed */
-        "}\n"
-        : F32(d, 0), F32(d, 32), F32(d, 64), F32(d, 96)
-        : "l"(da), "l"(db));
+    if (F16)
+        WG_N256_ASM("f16");
+    else
+        WG_N256_ASM("bf16");
 }
+#undef WG_N256_ASM
 /* D[64 x 192] += A[64 x 16] B[16 x 192]^T (route.h's 192 tile: the Wan2.1 decoder's 192-channel convs). */
 static __device__ __forceinline__ void wgmma_n192(float d[96], uint64_t da, uint64_t db) {
     asm volatile(
@@ -253,14 +261,15 @@ static __device__ __forceinline__ void wg_init_ring(uint32_t full0, uint32_t emp
 }
 
 /* One stage of a consumer warpgroup: 4 x wgmma (K = 64; +32 bytes along the swizzled row per k16 step), one
- * commit group. */
-template <int BN>
+ * commit group. F16: fp16 operands (w22_mm.f16), built for the 256 tile alone (a batch's TMA store). */
+template <int BN, bool F16 = false>
 static __device__ __forceinline__ void wg_mma_stage(float *acc, uint64_t da, uint64_t db) {
+    static_assert(!F16 || BN == 256, "fp16 operands: the 128 x 256 tile only");
     wgmma_fence();
 #pragma unroll
     for (int k = 0; k < WG_BK / 16; k++) {
         if (BN == 256)
-            wgmma_n256(acc, da + 2 * k, db + 2 * k);
+            wgmma_n256<F16>(acc, da + 2 * k, db + 2 * k);
         else if (BN == 192)
             wgmma_n192(acc, da + 2 * k, db + 2 * k);
         else if (BN == 96)
@@ -383,6 +392,10 @@ static __device__ __forceinline__ uint32_t wg_pack_bf16(float a, float b) {
     const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
     return *(const uint32_t *)&h;
 }
+static __device__ __forceinline__ uint32_t wg_pack_f16(float a, float b) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *(const uint32_t *)&h;
+}
 
 /* One vector of 8 channels from n on (packed bf16 pairs) + residual (bf16 + bf16 in fp32, rounded), one 16-byte
  * store. */
@@ -443,9 +456,10 @@ static __device__ __forceinline__ void wg_defer_pack(wg_defer<BN> &d, const w22_
         }
         wg_quad_transpose_u32(p0, tq);
         wg_quad_transpose_u32(d.pk[jg], tq);
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(epi + jg * WG_EPI_STRIDE), "r"(p0[0]),
-                     "r"(p0[1]), "r"(p0[2]), "r"(p0[3])
-                     : "memory"); /* half 0 to this thread's staging: wg_defer_step_smem stores it */
+        if (epi) /* always, where called (MODE_EPI_OVERLAP); the test keeps the kernels' register budget */
+            asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(epi + jg * WG_EPI_STRIDE), "r"(p0[0]),
+                         "r"(p0[1]), "r"(p0[2]), "r"(p0[3])
+                         : "memory"); /* half 0 to this thread's staging: wg_defer_step_smem stores it */
     }
 }
 
@@ -482,9 +496,14 @@ template <int BN> static __device__ __forceinline__ void wg_defer_shift(wg_defer
 typedef CUresult (*encode_tiled_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                     const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-/* K-major [rows][K] bf16 (row stride `stride` elements) as a 2D tensor map with {64, box_rows} boxes, 128B swizzle. */
+/* The tensor maps' element type: fp16 for w22_mm.f16's operands and output, else bf16 (2 bytes either way). */
+static inline CUtensorMapDataType w22_map_type(int f16) {
+    return f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+}
+/* K-major [rows][K] bf16 (f16: fp16; row stride `stride` elements) as a 2D tensor map with {64, box_rows} boxes,
+ * 128B swizzle. */
 w22_status w22_wgmma_kmajor_map(w22_cuda *c, CUtensorMap *m, const bf16 *ptr, long K, long rows, long stride,
-                                int box_rows, const char *what);
+                                int box_rows, int f16, const char *what);
 typedef CUresult (*encode_im2col_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                      const cuuint64_t *, const int *, const int *, cuuint32_t, cuuint32_t,
                                      const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,

@@ -1,213 +1,220 @@
-/* Winograd F(2x2, 3x3) for the 3x3x3 convs with cin and cout >= W22_WINOGRAD (default 512; 0: off; docs/PERF.md
- * v17-v18), over the spatial taps, not fused: per input frame an input transform into 16 components V = B^T d B
- * (bf16, 4x the frame's bytes), the 16 GEMMs as one launch of the TMA conv (3x1x1 convs over the components' frames
- * with U = G g G^T per temporal tap: 12 of the direct conv's 27 MACs per output), and an output transform
- * Y = A^T M A + bias (+ the residual, or the shortcut's 1x1 GEMM written first). V and M live in the caller's free
- * memory (w22_conv_args.work: in a decode, what the stage leaves free), in bands of tile rows that fit it, so the
- * path adds nothing to the workspace. Its error is about 2.2x the direct conv's (dev/winograd_probe.cu); f121 is
- * checked at 0.33 of the bench's allowance with it, 0.25 without (v18). */
+/* Winograd F(4x4, 3x3) for the 3x3x3 convs with cin and cout >= W22_WINOGRAD (default 512, 256 portable; 0: off; docs/PERF.md
+ * v17-v18 for F(2x2, 3x3), session 39 for this form), over the spatial taps, not fused: per input frame an input
+ * transform into 36 components V = B^T d B (fp16, 2.25x the frame's bytes), the 36 GEMMs as one launch of the TMA conv
+ * or the mma.sync kernel with fp16 operands and an fp16 M (3x1x1 convs over the components' frames with U = G g G^T
+ * per temporal tap: 2.25 x 3 of the direct conv's 27 MACs per output), and an output transform Y = A^T M A + bias
+ * (+ the residual, or the shortcut's 1x1 GEMM written first); U is made from the conv's direct weights at each conv
+ * (w22_wino_u_kernel). The matrices and why these points: weights/winograd4.h.
+ * V and M live in the caller's free memory (w22_conv_args.work: in a decode, what the stage leaves free), in bands of
+ * tile rows that fit it, so the path adds nothing to the workspace. Any height and width: the last tile row and
+ * column read zeros past the frame's border and store only the outputs inside it. */
 #include <stdlib.h>
 #include <string.h>
 #include "cuda_internal.h"
 #include "lower.h"
+#include "weights/winograd4.h"
 
-/* VW bf16 channels (8: one 16-byte vector; 4: 8 bytes) <-> VW floats */
-template <int VW> struct w_vec;
-template <> struct w_vec<8> { typedef uint4 t; };
-template <> struct w_vec<4> { typedef uint2 t; };
-template <int VW> static __device__ __forceinline__ void w_unpack(const typename w_vec<VW>::t &u, float *f) {
-    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
-#pragma unroll
-    for (int k = 0; k < VW / 2; k++) {
-        const float2 v = __bfloat1622float2(h[k]);
-        f[2 * k] = v.x, f[2 * k + 1] = v.y;
-    }
+/* Two channels a thread in the transforms: the 6 x 6 window held as loaded (one 32-bit register a pixel: bf16x2 in,
+ * fp16x2 for M), about 60 registers, where four channels would hold twice the window (~115 registers, half the warps
+ * an SM for kernels bound by DRAM). */
+static __device__ __forceinline__ float2 w_unpack(uint32_t u) { return __bfloat1622float2(*(const __nv_bfloat162 *)&u); }
+static __device__ __forceinline__ float2 h_unpack(uint32_t u) { return __half22float2(*(const __half2 *)&u); }
+static __device__ __forceinline__ void w_store2(bf16 *p, float a, float b) {
+    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
 }
-template <int VW> static __device__ __forceinline__ void w_load(const bf16 *p, float *f) {
-    w_unpack<VW>(*(const typename w_vec<VW>::t *)p, f);
-}
-template <int VW> static __device__ __forceinline__ void w_store(bf16 *p, const float *f) {
-    typename w_vec<VW>::t u;
-    __nv_bfloat162 *h = (__nv_bfloat162 *)&u;
-#pragma unroll
-    for (int k = 0; k < VW / 2; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-    *(typename w_vec<VW>::t *)p = u;
-}
+static __device__ __forceinline__ void h_store2(__half *p, float a, float b) { *(__half2 *)p = __floats2half2_rn(a, b); }
 
-/* Input frames (up to W22_WINO_FRAMES a launch, blockIdx.y the frame): V[xi = 4i + j](f, ty, tx, c) = (B^T d B)[i][j],
- * d the 4 x 4 window of frame f at rows 2ty - 1.., cols 2tx - 1.. (x readable one pixel beyond its edges: the conv's
- * zero border); B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]. A thread: one tile, VW channels (WINO_VW,
- * 4 since v19); the window held as loaded (bf16: half the registers of floats), each output row of B^T d B made from
- * two of its rows. The kernel is DRAM-bound (ncu, v22: 72% of the DRAM peak; 0.85 GB moved, the input read once and
- * V written once); two tiles a thread (sharing two window columns: 24 loads for 2 tiles instead of 32) came out even. */
+/* Input frames (up to W22_WINO_FRAMES a launch, blockIdx.y the frame): V[xi = 6i + j](f, ty, tx, c) = (B^T d B)[i][j],
+ * d the 6 x 6 window of frame f at rows 4ty - 1.., cols 4tx - 1.. (x readable from row and column -1 to row hv and
+ * column wv, the conv's zero border; past them the window reads zeros: the last tile row and column of a size that is
+ * not a multiple of 4, whose outputs past the frame the output transform drops, but whose garbage would reach the
+ * kept ones through the transforms' sums). A thread: one tile, 2 channels; each row of B^T d made from the held
+ * window, then its 6 components stored. */
 struct w22_wino_frames {
     const bf16 *p[W22_WINO_FRAMES];
 };
-template <int VW>
-__global__ void __launch_bounds__(256, VW == 4 ? 4 : 2)
-    w22_wino_in_kernel(const __grid_constant__ w22_wino_frames x, long xsh, long xsw, bf16 *__restrict__ v, long vcs,
-                       long vsf, long vsh, long vsw, int h2, int w2, int C) {
-    typedef typename w_vec<VW>::t vec;
-    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, cv = C / VW;
-    if (i >= (long)h2 * w2 * cv) return;
-    const int c = (int)(i % cv) * VW, tx = (int)(i / cv % w2), ty = (int)(i / cv / w2);
-    const bf16 *p = x.p[blockIdx.y] + (2 * ty - 1) * xsh + (2 * tx - 1) * xsw + c;
-    vec raw[4][4];
+__global__ void __launch_bounds__(256)
+    w22_wino_in_kernel(const __grid_constant__ w22_wino_frames x, long xsh, long xsw, __half *__restrict__ v, long vcs,
+                       long vsf, long vsh, long vsw, int h4, int w4, int hv, int wv, int C) {
+    const float BT[6][6] = W22_W4_BT;
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, cv = C / 2;
+    if (i >= (long)h4 * w4 * cv) return;
+    const int c = (int)(i % cv) * 2, tx = (int)(i / cv % w4), ty = (int)(i / cv / w4);
+    const int y0 = 4 * ty - 1, x0 = 4 * tx - 1;
+    const bf16 *p = x.p[blockIdx.y] + (long)y0 * xsh + (long)x0 * xsw + c;
+    uint32_t raw[6][6];
 #pragma unroll
-    for (int s = 0; s < 4; s++)
+    for (int r = 0; r < 6; r++)
 #pragma unroll
-        for (int r = 0; r < 4; r++) raw[r][s] = *(const vec *)(p + r * xsh + s * xsw);
-    bf16 *q = v + blockIdx.y * vsf + ty * vsh + tx * vsw + c;
+        for (int s = 0; s < 6; s++) raw[r][s] = y0 + r <= hv && x0 + s <= wv ? *(const uint32_t *)(p + r * xsh + s * xsw) : 0u;
+    __half *q = v + blockIdx.y * vsf + ty * vsh + tx * vsw + c;
 #pragma unroll
-    for (int r = 0; r < 4; r++) { /* row r of B^T d: rows (0, 2), (1, 2), (2, 1), (1, 3) of d, +- */
-        const int ra = r == 0 ? 0 : r == 2 ? 2 : 1, rb = r == 0 ? 2 : r == 3 ? 3 : r == 1 ? 2 : 1;
-        const float sg = r == 1 ? 1.f : -1.f;
-        float t[4][VW], o[4][VW];
+    for (int a = 0; a < 6; a++) {
+        float2 t[6]; /* row a of B^T d */
 #pragma unroll
-        for (int s = 0; s < 4; s++) {
-            float da[VW], db[VW];
-            w_unpack<VW>(raw[ra][s], da);
-            w_unpack<VW>(raw[rb][s], db);
+        for (int s = 0; s < 6; s++) {
+            t[s] = make_float2(0.f, 0.f);
 #pragma unroll
-            for (int k = 0; k < VW; k++) t[s][k] = da[k] + sg * db[k];
+            for (int r = 0; r < 6; r++)
+                if (BT[a][r] != 0.f) {
+                    const float2 d = w_unpack(raw[r][s]);
+                    t[s].x += BT[a][r] * d.x, t[s].y += BT[a][r] * d.y;
+                }
         }
 #pragma unroll
-        for (int k = 0; k < VW; k++) {
-            o[0][k] = t[0][k] - t[2][k];
-            o[1][k] = t[1][k] + t[2][k];
-            o[2][k] = t[2][k] - t[1][k];
-            o[3][k] = t[1][k] - t[3][k];
-        }
+        for (int b = 0; b < 6; b++) {
+            float ox = 0.f, oy = 0.f;
 #pragma unroll
-        for (int s = 0; s < 4; s++) w_store<VW>(q + (4 * r + s) * vcs, o[s]);
+            for (int s = 0; s < 6; s++)
+                if (BT[b][s] != 0.f) ox += t[s].x * BT[b][s], oy += t[s].y * BT[b][s];
+            h_store2(q + (6 * a + b) * vcs, ox, oy);
+        }
     }
 }
 
-/* y(f, 2ty + a, 2tx + b, c) = (A^T M A)[a][b] + bias[c] + res(f, 2ty + a, 2tx + b, c), M[i][j] = m[4i + j](f, ty, tx, c);
- * A^T = [1 1 1 0; 0 1 -1 -1]. res may alias y: a thread reads its four pixels' residual before it writes them. */
-template <int VW>
-__global__ void w22_wino_out_kernel(const bf16 *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf, long ysh,
-                                    long ysw, const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int F,
-                                    int h2, int w2, int C) {
-    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, cv = C / VW;
-    if (i >= (long)F * h2 * w2 * cv) return;
-    const int c = (int)(i % cv) * VW, tx = (int)(i / cv % w2), ty = (int)(i / cv / w2 % h2), f = (int)(i / cv / w2 / h2);
-    const bf16 *p = m + f * msf + ty * msh + tx * msw + c;
-    float r[2][4][VW];
+/* y(f, 4ty + a, 4tx + b, c) = (A^T M A)[a][b] + bias[c] + res(f, 4ty + a, 4tx + b, c), M[i][j] = m[6i + j](f, ty, tx, c),
+ * for the outputs inside the band (rows < ho, columns < wo). res may alias y: a thread reads each pixel's residual
+ * before it writes that pixel, and no other thread's pixels. A thread: one tile, 2 channels, M held as loaded. */
+__global__ void __launch_bounds__(256)
+    w22_wino_out_kernel(const __half *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf, long ysh, long ysw,
+                        const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int F, int h4, int w4, int ho,
+                        int wo, int C) {
+    const float AT[4][6] = W22_W4_AT;
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, cv = C / 2;
+    if (i >= (long)F * h4 * w4 * cv) return;
+    const int c = (int)(i % cv) * 2, tx = (int)(i / cv % w4), ty = (int)(i / cv / w4 % h4), f = (int)(i / cv / w4 / h4);
+    const __half *p = m + f * msf + ty * msh + tx * msw + c;
+    uint32_t raw[36];
 #pragma unroll
-    for (int s = 0; s < 4; s++) {
-        float a[4][VW];
+    for (int k = 0; k < 36; k++) raw[k] = *(const uint32_t *)(p + k * mcs);
+    const float2 bb = bias ? make_float2(bias[c], bias[c + 1]) : make_float2(0.f, 0.f);
 #pragma unroll
-        for (int k4 = 0; k4 < 4; k4++) w_load<VW>(p + (4 * k4 + s) * mcs, a[k4]);
+    for (int a = 0; a < 4; a++) {
+        if (4 * ty + a >= ho) break;
+        float2 r[6]; /* row a of A^T M */
 #pragma unroll
-        for (int k = 0; k < VW; k++) {
-            r[0][s][k] = a[0][k] + a[1][k] + a[2][k];
-            r[1][s][k] = a[1][k] - a[2][k] - a[3][k];
+        for (int j = 0; j < 6; j++) {
+            r[j] = make_float2(0.f, 0.f);
+#pragma unroll
+            for (int ii = 0; ii < 6; ii++)
+                if (AT[a][ii] != 0.f) {
+                    const float2 mv = h_unpack(raw[6 * ii + j]);
+                    r[j].x += AT[a][ii] * mv.x, r[j].y += AT[a][ii] * mv.y;
+                }
         }
-    }
-    float b[VW], o[2][2][VW];
 #pragma unroll
-    for (int k = 0; k < VW; k++) b[k] = bias ? bias[c + k] : 0.f;
+        for (int b = 0; b < 4; b++) {
+            if (4 * tx + b >= wo) break;
+            float ox = 0.f, oy = 0.f;
 #pragma unroll
-    for (int a = 0; a < 2; a++)
-#pragma unroll
-        for (int k = 0; k < VW; k++) {
-            o[a][0][k] = r[a][0][k] + r[a][1][k] + r[a][2][k] + b[k];
-            o[a][1][k] = r[a][1][k] - r[a][2][k] - r[a][3][k] + b[k];
-        }
-    if (res) {
-        const bf16 *rp = res + f * rsf + 2 * ty * rsh + 2 * tx * rsw + c;
-#pragma unroll
-        for (int a = 0; a < 2; a++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float rv[VW];
-                w_load<VW>(rp + a * rsh + e * rsw, rv);
-#pragma unroll
-                for (int k = 0; k < VW; k++) o[a][e][k] += rv[k];
+            for (int j = 0; j < 6; j++)
+                if (AT[b][j] != 0.f) ox += r[j].x * AT[b][j], oy += r[j].y * AT[b][j];
+            ox += bb.x, oy += bb.y;
+            const long px = f * ysf + (4 * ty + a) * ysh + (4 * tx + b) * ysw + c;
+            if (res) {
+                const float2 rv = w_unpack(*(const uint32_t *)(res + f * rsf + (4 * ty + a) * rsh + (4 * tx + b) * rsw + c));
+                ox += rv.x, oy += rv.y;
             }
+            w_store2(y + px, ox, oy);
+        }
     }
-    bf16 *q = y + f * ysf + 2 * ty * ysh + 2 * tx * ysw + c;
-#pragma unroll
-    for (int a = 0; a < 2; a++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) w_store<VW>(q + a * ysh + e * ysw, o[a][e]);
 }
 
-/* The transforms run 4 channels a thread (v19: 8-byte accesses, 54-56 registers, 32 warps an SM; the input
- * transform 2.4 -> 3.1 TB/s, f121 -2.5% against v18's 8 channels: 88-102 registers, 16 warps, too few loads in
- * flight). */
-#define WINO_VW 4
-
-template <int VW>
-static void wino_in_launch(cudaStream_t st, const w22_wino_frames &x, int nf, long xsh, long xsw, bf16 *v, long vcs,
-                           long vsf, long vsh, long vsw, int h2, int w2, int C) {
-    const long n = (long)h2 * w2 * (C / VW);
-    w22_wino_in_kernel<VW><<<dim3((unsigned)((n + 255) / 256), (unsigned)nf), 256, 0, st>>>(x, xsh, xsw, v, vcs, vsf,
-                                                                                            vsh, vsw, h2, w2, C);
-}
-
-/* The transforms' launches (also dev/winograd_probe.s): nf <= W22_WINO_FRAMES input frames x[j] (h2 x w2 tiles, C
- * channels, the same strides) into V's 16 components (vcs elements apart; frame j at j vsf) in one launch; F
- * frames of M's components into y (+ bias, + res: NULL for none). */
-w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *const *x, int nf, long xsh, long xsw, bf16 *v, long vcs,
-                            long vsf, long vsh, long vsw, int h2, int w2, int C) {
+/* The transforms' launches: nf <= W22_WINO_FRAMES input frames x[j] (h4 x w4 tiles, C channels, the same strides,
+ * readable to row hv and column wv) into V's 36 components (vcs elements apart; frame j at j vsf) in one launch; F
+ * frames of M's components into y's rows < ho and columns < wo (+ bias, + res: NULL for none). C even. */
+w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *const *x, int nf, long xsh, long xsw, __half *v, long vcs,
+                            long vsf, long vsh, long vsw, int h4, int w4, int hv, int wv, int C) {
     if (nf < 1 || nf > W22_WINO_FRAMES)
         return w22_fail(W22_ERR_INTERNAL, "winograd input transform: %d frames, expected 1 to %d", nf, W22_WINO_FRAMES);
+    if (C % 2) return w22_fail(W22_ERR_INTERNAL, "winograd input transform: %d channels, expected a multiple of 2", C);
     w22_wino_frames f;
     for (int j = 0; j < W22_WINO_FRAMES; j++) f.p[j] = j < nf ? x[j] : NULL;
-    wino_in_launch<WINO_VW>(st, f, nf, xsh, xsw, v, vcs, vsf, vsh, vsw, h2, w2, C);
+    const long n = (long)h4 * w4 * (C / 2);
+    w22_wino_in_kernel<<<dim3((unsigned)((n + 255) / 256), (unsigned)nf), 256, 0, st>>>(f, xsh, xsw, v, vcs, vsf, vsh,
+                                                                                       vsw, h4, w4, hv, wv, C);
     CU_TRY(cudaGetLastError());
     return W22_OK;
 }
 
-w22_status w22_cuda_wino_out(cudaStream_t st, const bf16 *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf,
-                             long ysh, long ysw, const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int F,
-                             int h2, int w2, int C) {
-    const long n = (long)F * h2 * w2 * (C / WINO_VW);
-    w22_wino_out_kernel<WINO_VW><<<(unsigned)((n + 255) / 256), 256, 0, st>>>(m, mcs, msf, msh, msw, y, ysf, ysh, ysw,
-                                                                               res, rsf, rsh, rsw, bias, F, h2, w2, C);
+w22_status w22_cuda_wino_out(cudaStream_t st, const __half *m, long mcs, long msf, long msh, long msw, bf16 *y,
+                             long ysf, long ysh, long ysw, const bf16 *res, long rsf, long rsh, long rsw,
+                             const float *bias, int F, int h4, int w4, int ho, int wo, int C) {
+    if (C % 2) return w22_fail(W22_ERR_INTERNAL, "winograd output transform: %d channels, expected a multiple of 2", C);
+    const long n = (long)F * h4 * w4 * (C / 2);
+    w22_wino_out_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(m, mcs, msf, msh, msw, y, ysf, ysh, ysw, res, rsf,
+                                                                      rsh, rsw, bias, F, h4, w4, ho, wo, C);
     CU_TRY(cudaGetLastError());
     return W22_OK;
 }
 
-/* W22_WINOGRAD=N: the 3x3x3 convs with cin and cout >= N take the path (default 512; 0: off). Read at each
- * backend's create (no cached copy: backends are created on any thread, and a lazily set static was a race). */
-int w22_cuda_winograd_min_cin(void) {
+/* W22_WINOGRAD=N: the 3x3x3 convs with cin and cout >= N take the path (unset: route.h's default for the path, 512
+ * on the Hopper path, 256 on the portable one; 0: off). Read at each backend's create (no cached copy: backends are
+ * created on any thread, and a lazily set static was a race). */
+int w22_cuda_winograd_min_cin(int hopper) {
     const char *e = getenv("W22_WINOGRAD");
-    const int v = e ? atoi(e) : W22_WINO_MIN_DEFAULT;
+    const int v = e ? atoi(e) : w22_route_wino_min_default(hopper);
     return v < 0 ? 0 : v;
 }
 
-/* The 16 components' weights of a 3x3x3 conv weight (float [cout][cin][3][3][3]): component xi's B operand
- * [cout][dt][cin] bf16 (K-major, K = 3 cin), the components contiguous. G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]. */
-/* Whether conv a takes the Winograd path (route.h's rule); NULL: it does, else why not. */
-const char *w22_cuda_winograd_blocker(const w22_conv_args *a, const w22_cuda_weight *w) {
-    return w22_route_winograd_blocker(a, w->cin, w->cout, w->dev_wino != NULL,
-                                      w22_route_wino_row_bytes(a->out.f, a->out.w / 2, w->cin, w->cout));
+/* Whether conv a takes the Winograd path (route.h's rule at the backend's threshold); NULL: it does, else why not. */
+const char *w22_cuda_winograd_blocker(const w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w) {
+    const int on = w22_route_wino_weights(w->kt, w->kh, w->kw, w->cin, w->cout, c->wino_min);
+    return w22_route_winograd_blocker(a, w->cin, w->cout, on,
+                                      w22_route_wino_row_bytes(a->out.f, (a->out.w + 3) / 4, w->cin, w->cout));
 }
 
-/* One band: tile rows [ty0, ty0 + hh) of the output (rows 2 ty0..), the 16 GEMMs and both transforms, V and M the
- * band's (component-major). */
-static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_mm *g, bf16 *V, bf16 *M, int ty0, int hh,
-                            int w2, const bf16 *res, long rsf, long rsh, long rsw) {
-    const int F = g->F, ci = w->cin, co = w->cout, FI = F + 2;
-    const long vcs = (long)FI * hh * w2 * ci, mcs = (long)F * hh * w2 * co; /* a component's elements */
+/* The 36 components U = G g G^T (fp16, winograd4.h) of a 3x3x3 conv from its direct layout d ([cout][27][cin] bf16,
+ * tap = 9 dt + 3 dy + dx: weights_gpu.cu's), component xi's GEMM operand B at u + xi cout 3 cin, [cout][dt][cin]. Made
+ * at each conv, not kept: 36 x 3 of the 27 direct taps would hold 4x the weights' memory on the device (3.9 GiB of
+ * TI2V-5B's at 512 channels and up), where this reads them and writes U once a conv (~0.1 ms at 1024 channels). From
+ * the bf16 weights, not the source's floats: x1.4 the direct conv's error where float weights give x1.3
+ * (dev/winograd_f4_probe.py's model). One thread per (o, dt, ci): 9 loads and 36 stores, each coalesced over ci. */
+__global__ void w22_wino_u_kernel(const bf16 *__restrict__ d, int cout, int cin, __half *__restrict__ u) {
+    const float G[6][3] = W22_W4_G;
+    const long n = (long)cout * 3 * cin, per = n;
+    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        const int ci = (int)(i % cin), dt = (int)(i / cin % 3), o = (int)(i / cin / 3);
+        const bf16 *p = d + ((long)o * 27 + 9 * dt) * cin + ci;
+        float g[3][3], gt[3][6]; /* g G^T */
+#pragma unroll
+        for (int a = 0; a < 3; a++)
+#pragma unroll
+            for (int b = 0; b < 3; b++) g[a][b] = __bfloat162float(p[(3 * a + b) * (long)cin]);
+#pragma unroll
+        for (int a = 0; a < 3; a++)
+#pragma unroll
+            for (int k = 0; k < 6; k++) gt[a][k] = g[a][0] * G[k][0] + g[a][1] * G[k][1] + g[a][2] * G[k][2];
+#pragma unroll
+        for (int r = 0; r < 6; r++)
+#pragma unroll
+            for (int k = 0; k < 6; k++)
+                u[(6 * r + k) * per + i] = __float2half_rn(G[r][0] * gt[0][k] + G[r][1] * gt[1][k] + G[r][2] * gt[2][k]);
+    }
+}
+
+/* One band: tile rows [ty0, ty0 + hh) of the output (rows 4 ty0..), the 36 GEMMs and both transforms, V and M the
+ * band's (component-major). H, W: the conv's output (and input) size. */
+static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const __half *U, const w22_mm *g, __half *V,
+                            __half *M, int ty0, int hh, int w4, const bf16 *res, long rsf, long rsh, long rsw) {
+    const int F = g->F, ci = w->cin, co = w->cout, FI = F + 2, hl = g->H - 4 * ty0;
+    const long vcs = (long)FI * hh * w4 * ci, mcs = (long)F * hh * w4 * co; /* a component's elements */
     int part = w22_cuda_prof_part_begin(c); /* W22_PROFILE=2: the transforms and the GEMMs apart */
     for (int j0 = 0; j0 < FI; j0 += W22_WINO_FRAMES) { /* frames j0.. in one launch */
         const bf16 *xf[W22_WINO_FRAMES];
         const int n = FI - j0 < W22_WINO_FRAMES ? FI - j0 : W22_WINO_FRAMES;
-        for (int j = 0; j < n; j++) xf[j] = w22_gemm_frame(*g, j0 + j) + 2L * ty0 * g->a_sh;
-        W22_TRY(w22_cuda_wino_in(c->stream, xf, n, g->a_sh, g->a_sw, V + (long)j0 * hh * w2 * ci, vcs,
-                                 (long)hh * w2 * ci, (long)w2 * ci, ci, hh, w2, ci));
+        for (int j = 0; j < n; j++) xf[j] = w22_gemm_frame(*g, j0 + j) + 4L * ty0 * g->a_sh;
+        W22_TRY(w22_cuda_wino_in(c->stream, xf, n, g->a_sh, g->a_sw, V + (long)j0 * hh * w4 * ci, vcs,
+                                 (long)hh * w4 * ci, (long)w4 * ci, ci, hh, w4, hl, g->W, ci));
         CU_LAUNCHED(c, "winograd input transform");
     }
-    w22_cuda_prof_part_end(c, part, 0, 2.0 * FI * hh * w2 * ci * (4 + 16), "winograd input transform c%d %dx%d f%d", ci,
-                           2 * hh, 2 * w2, FI);
-    /* the 16 GEMMs (lower.h): one launch where the TMA conv takes the batch (v18; the Hopper path), else one launch of
-     * the mma.sync kernel (the portable path), else 16 launches (route.h's w22_route_batch) */
+    w22_cuda_prof_part_end(c, part, 0, 2.0 * FI * hh * w4 * ci * (16 + W22_W4_K),
+                           "winograd input transform c%d %dx%d f%d", ci, 4 * hh, 4 * w4, FI);
+    /* the 36 GEMMs (lower.h) in fp16: one launch of the TMA conv (the Hopper path) or of the mma.sync kernel (the
+     * portable path); the band's height keeps their offsets in an int (w22_cuda_conv_winograd), so no GEMM runs
+     * apart (the row and scalar kernels take no fp16) */
     w22_mm q;
-    w22_lower_wino_batch(F, hh, w2, ci, co, (const bf16 *)w->dev_wino, V, M, &q);
+    w22_lower_wino_batch(F, hh, w4, ci, co, U, V, M, &q);
     part = w22_cuda_prof_part_begin(c);
     const w22_batch_launch how = w22_route_batch(&q, c->hopper);
     if (how == W22_BATCH_TMA) {
@@ -215,46 +222,57 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const w22_mm 
     } else if (how == W22_BATCH_MMA) {
         W22_TRY(w22_cuda_gemm_mma_batch(c, &q, "conv (winograd components, one mma launch)"));
     } else {
-        q.batch = 0, q.a_frames = 0;
-        memset(q.ph_o, 0, sizeof q.ph_o);
-        for (int xi = 0; xi < 16; xi++) {
-            w22_mm r = q;
-            r.a = V + xi * vcs, r.b = (const bf16 *)w->dev_wino + (size_t)xi * co * 3 * ci, r.out = M + xi * mcs;
-            W22_TRY(w22_cuda_gemm(c, &r, "conv (winograd component)"));
-        }
+        return w22_fail(W22_ERR_INTERNAL, "winograd: the 36 component GEMMs of %d -> %d at %d x %d tiles, f%d take no "
+                        "batch launch (%s), expected one", ci, co, hh, w4, F,
+                        w22_route_mma_batch_blocker(&q) ? w22_route_mma_batch_blocker(&q) : "the route");
     }
-    w22_cuda_prof_part_end(c, part, 2.0 * 16 * q.M * co * 3 * ci, 0, "winograd 16 GEMMs %d->%d %dx%d f%d [%s]", ci, co,
-                           2 * hh, 2 * w2, F, c->last_path);
+    w22_cuda_prof_part_end(c, part, 2.0 * W22_W4_K * q.M * co * 3 * ci, 0, "winograd 36 GEMMs %d->%d %dx%d f%d [%s]",
+                           ci, co, 4 * hh, 4 * w4, F, c->last_path);
     part = w22_cuda_prof_part_begin(c);
-    W22_TRY(w22_cuda_wino_out(c->stream, M, mcs, (long)hh * w2 * co, (long)w2 * co, co,
-                              (bf16 *)g->out + 2L * ty0 * g->o_sh, g->o_sf, g->o_sh, g->o_sw,
-                              res ? res + 2L * ty0 * rsh : NULL, rsf, rsh, rsw, g->bias, F, hh, w2, co));
+    W22_TRY(w22_cuda_wino_out(c->stream, M, mcs, (long)hh * w4 * co, (long)w4 * co, co,
+                              (bf16 *)g->out + 4L * ty0 * g->o_sh, g->o_sf, g->o_sh, g->o_sw,
+                              res ? res + 4L * ty0 * rsh : NULL, rsf, rsh, rsw, g->bias, F, hh, w4, hl, g->W, co));
     CU_LAUNCHED(c, "winograd output transform");
-    w22_cuda_prof_part_end(c, part, 0, 2.0 * F * hh * w2 * co * (16 + 4 + (res ? 4 : 0)),
-                           "winograd output transform c%d %dx%d f%d%s", co, 2 * hh, 2 * w2, F, res ? " res" : "");
+    w22_cuda_prof_part_end(c, part, 0, 2.0 * F * hh * w4 * co * (W22_W4_K + 16 + (res ? 16 : 0)),
+                           "winograd output transform c%d %dx%d f%d%s", co, 4 * hh, 4 * w4, F, res ? " res" : "");
     return W22_OK;
 }
 
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_mm *g) {
-    const int F = g->F, h2 = a->out.h / 2, w2 = a->out.w / 2, ci = w->cin, co = w->cout, FI = F + 2;
-    const size_t row = w22_route_wino_row_bytes(F, w2, ci, co);
-    /* the caller's free memory (a decode's: plan.c's w22_stage_free), else the backend's own grow-only scratch;
-     * bands of equal height, as few as fit */
-    const int own = !a->work;
-    const size_t have = own ? (size_t)h2 * row : a->work_bytes;
-    int hb = (int)(have / row);
-    if (hb < 1) hb = 1;
-    if (hb > h2) hb = h2;
-    const int nb = (h2 + hb - 1) / hb;
-    hb = (h2 + nb - 1) / nb;
-    bf16 *V;
-    if (!own) {
-        V = (bf16 *)a->work;
+    const int F = g->F, h4 = (a->out.h + 3) / 4, w4 = (a->out.w + 3) / 4, ci = w->cin, co = w->cout, FI = F + 2;
+    const size_t row = w22_route_wino_row_bytes(F, w4, ci, co);
+    /* U (w22_wino_u_kernel: 36 x 3 cin x cout fp16) and V, M in the caller's free memory (a decode's: plan.c's
+     * w22_stage_free) where it holds U and one tile row, U first; else U in the backend's own grow-only scratch and
+     * V, M in the caller's span or, without one, another own scratch. Bands of equal height, as few as fit, each
+     * small enough that its 36 GEMMs' offsets fit an int (route.h). */
+    const size_t un = (size_t)W22_W4_K * co * 3 * ci, ub = (un * 2 + 255) / 256 * 256;
+    const int own = !a->work, u_in = !own && a->work_bytes >= ub + row;
+    const size_t have = own ? (size_t)h4 * row : a->work_bytes - (u_in ? ub : 0);
+    const int hb = w22_route_wino_band(F, h4, w4, ci, co, have);
+    __half *U, *V;
+    if (u_in) {
+        U = (__half *)a->work, V = (__half *)((char *)a->work + ub);
     } else {
-        W22_TRY(w22_cuda_scratch(c, &c->wino_scratch, &c->wino_bytes, (size_t)hb * row, "the Winograd scratch (V, M)"));
-        V = (bf16 *)c->wino_scratch;
+        W22_TRY(w22_cuda_scratch(c, &c->wino_u, &c->wino_u_bytes, un * 2, "the Winograd components U"));
+        U = (__half *)c->wino_u;
+        if (own) {
+            W22_TRY(w22_cuda_scratch(c, &c->wino_scratch, &c->wino_bytes, (size_t)hb * row,
+                                     "the Winograd scratch (V, M)"));
+            V = (__half *)c->wino_scratch;
+        } else {
+            V = (__half *)a->work;
+        }
     }
-    bf16 *M = V + (size_t)16 * FI * hb * w2 * ci;
+    __half *M = V + (size_t)W22_W4_K * FI * hb * w4 * ci;
+    {
+        const int part = w22_cuda_prof_part_begin(c);
+        const long n = (long)co * 3 * ci;
+        w22_wino_u_kernel<<<(unsigned)((n + 255) / 256 < 65535 * 4 ? (n + 255) / 256 : 65535 * 4), 256, 0,
+                            c->stream>>>((const bf16 *)w->dev, co, ci, U);
+        CU_LAUNCHED(c, "winograd weights transform");
+        w22_cuda_prof_part_end(c, part, 0, 2.0 * (27 + 3 * W22_W4_K) * co * ci, "winograd weights transform %d->%d", ci,
+                               co);
+    }
     const bf16 *res = g->res;
     long rsf = g->r_sf, rsh = g->r_sh, rsw = g->r_sw;
     if (g->sc) { /* the shortcut's 1x1 GEMM (its bias, and the residual if any) into out first, then added */
@@ -265,8 +283,8 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
         w22_cuda_prof_part_end(c, part, 2.0 * q.M * co * q.cin, 0, "winograd: the shortcut's 1x1 GEMM %d->%d", q.cin, co);
         res = (const bf16 *)g->out, rsf = g->o_sf, rsh = g->o_sh, rsw = g->o_sw;
     }
-    for (int ty0 = 0; ty0 < h2; ty0 += hb)
-        W22_TRY(wino_band(c, w, g, V, M, ty0, h2 - ty0 < hb ? h2 - ty0 : hb, w2, res, rsf, rsh, rsw));
-    c->last_path = "winograd F(2x2,3x3): transforms + 16 GEMMs";
+    for (int ty0 = 0; ty0 < h4; ty0 += hb)
+        W22_TRY(wino_band(c, w, U, g, V, M, ty0, h4 - ty0 < hb ? h4 - ty0 : hb, w4, res, rsf, rsh, rsw));
+    c->last_path = "winograd F(4x4,3x3) fp16: transforms + 36 GEMMs";
     return W22_OK;
 }

@@ -246,6 +246,29 @@ static int default_chunk(const w22_decoder *d, int s) {
     return s == 3 ? 1 : 2;
 }
 
+/* The largest scratch that stage s's 3x3x3 convs ask of the backend for their w22_conv_args.work (backend.h's
+ * conv_work; exec.c passes w22_stage_free's span): conv_in and the resblocks' two convs, at the stage's chunk and
+ * size. The head's conv_out runs on its partial sums (no Winograd), an upsampler's conv on its phases. */
+static size_t stage_conv_work(const w22_decoder *d, int s) {
+    w22_backend *b = d->backend;
+    if (!b->ops->conv_work) return 0;
+    const w22_stage *st = &d->stages[s];
+    const int H = d->rows << st->level, W = d->w << st->level;
+    size_t most = 0;
+    for (int l = st->layer0; l < st->layer1; l++) {
+        const w22_layer *L = &d->model.layers[l];
+        size_t a = 0, c = 0;
+        if (L->kind == W22_L_CONV_IN) a = b->ops->conv_work(b, 3, 3, L->cin, L->cout, st->chunk, H, W);
+        if (L->kind == W22_L_RESBLOCK) {
+            a = b->ops->conv_work(b, 3, 3, L->cin, L->cout, st->chunk, H, W);
+            c = b->ops->conv_work(b, 3, 3, L->cout, L->cout, st->chunk, H, W);
+        }
+        if (a > most) most = a;
+        if (c > most) most = c;
+    }
+    return most;
+}
+
 /* The plan and its allocations for latents of h x w (plan_make), all or nothing: a failure (out of memory, say)
  * leaves no workspace and no size recorded, so that the next call plans again instead of trusting half a plan. host:
  * the caches that live in host memory (plan.h's host_spec). */
@@ -395,13 +418,30 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
         if (total > scratch) scratch = total;
     }
     /* the queues from the last stage's on, each followed by the interleaving upsample input that fills it (plan.h) */
-    size_t qoff[W22_STAGES + 1], uoff[W22_STAGES], tb = align_up(scratch);
-    for (s = W22_STAGES; s >= 1; s--) {
-        qoff[s] = tb;
-        tb += align_up(d->queue[s].bytes);
-        d->ubuf[s - 1].bytes = d->stages[s - 1].interleave ? ubuf_bytes(d, s - 1) : 0;
-        uoff[s - 1] = tb;
-        tb += align_up(d->ubuf[s - 1].bytes);
+    size_t qoff[W22_STAGES + 1], uoff[W22_STAGES], tb = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        tb = align_up(scratch);
+        for (s = W22_STAGES; s >= 1; s--) {
+            qoff[s] = tb;
+            tb += align_up(d->queue[s].bytes);
+            d->ubuf[s - 1].bytes = d->stages[s - 1].interleave ? ubuf_bytes(d, s - 1) : 0;
+            uoff[s - 1] = tb;
+            tb += align_up(d->ubuf[s - 1].bytes);
+        }
+        /* What each stage leaves free during its convs (w22_stage_free: from its slot 5 to its queue, the block's
+         * end for stage 0) must hold what its convs ask of the backend (conv_work: CUDA's Winograd bands); where it
+         * does not, the scratch grows by the largest shortfall, which every span gains (all of them end past it).
+         * Nothing grows where no backend asks more than the stages leave, as at the default Winograd threshold. */
+        size_t short_by = 0;
+        for (s = 0; s < W22_STAGES && pass == 0; s++) {
+            size_t off[8], size[8], total;
+            w22_stage_scratch(d, s, off, size, &total);
+            const size_t want = stage_conv_work(d, s), end = s > 0 ? qoff[s] : tb;
+            const size_t span = end > off[5] ? end - off[5] : 0;
+            if (want > span && want - span > short_by) short_by = want - span;
+        }
+        if (!short_by) break;
+        scratch += short_by;
     }
     W22_TRY(region_alloc(d, &d->transient, tb, "stage scratch and queues"));
     d->scratch.ptr = d->transient.ptr;

@@ -67,32 +67,6 @@ void w22_layout_conv_bf16(const float *data, int cout, int cin, int vol, uint16_
     parallel_for(cout, conv_part, &j);
 }
 
-static void wino_part(void *p, int o0, int o1) {
-    static const float G[4][3] = {{1, 0, 0}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0, 0, 1}};
-    const job *j = p;
-    const int ci = j->cin;
-    const size_t per = (size_t)j->cout * 3 * ci;
-    for (int o = o0; o < o1; o++)
-        for (int i = 0; i < ci; i++)
-            for (int dt = 0; dt < 3; dt++) {
-                const float *g = j->data + (((size_t)o * ci + i) * 3 + dt) * 9;
-                float gt[3][4]; /* g G^T */
-                for (int a = 0; a < 3; a++)
-                    for (int k = 0; k < 4; k++)
-                        gt[a][k] = g[a * 3] * G[k][0] + g[a * 3 + 1] * G[k][1] + g[a * 3 + 2] * G[k][2];
-                for (int r = 0; r < 4; r++)
-                    for (int k = 0; k < 4; k++) {
-                        const float u = G[r][0] * gt[0][k] + G[r][1] * gt[1][k] + G[r][2] * gt[2][k];
-                        j->out[(size_t)(4 * r + k) * per + ((size_t)o * 3 + dt) * ci + i] = w22_f32_to_bf16(u);
-                    }
-            }
-}
-
-void w22_layout_winograd_bf16(const float *data, int cout, int cin, uint16_t *out) {
-    job j = {data, out, cout, cin, 27};
-    parallel_for(cout, wino_part, &j);
-}
-
 static void phase_part(void *p, int o0, int o1) {
     static const int lo[2][2] = {{0, 1}, {0, 2}}, hi[2][2] = {{0, 2}, {1, 2}}; /* taps [first, last] per (p, d') */
     const job *j = p;
@@ -146,27 +120,4 @@ static void taps_part(void *p, int b0, int b1) {
 void w22_layout_taps_f32(const float *data, int cout, int cin, int taps, float *out) {
     tjob j = {data, out, cout, cin, taps};
     parallel_for((cin + TAPS_TI - 1) / TAPS_TI, taps_part, &j);
-}
-
-typedef struct {
-    unsigned char *p;
-    size_t bytes;
-    uintptr_t base; /* p's page */
-} fault_job;
-
-static void fault_part(void *ctx, int k0, int k1) {
-    const fault_job *j = ctx;
-    for (int k = k0; k < k1; k++) {
-        const uintptr_t a = j->base + (uintptr_t)k * 4096, p = (uintptr_t)j->p;
-        *(volatile unsigned char *)(a > p ? a : p) = 0; /* the page's first byte within the range */
-    }
-}
-
-void w22_prefault(void *p, size_t bytes) {
-    if (!p || !bytes) return;
-    const uintptr_t base = (uintptr_t)p & ~(uintptr_t)4095;
-    const size_t pages = ((uintptr_t)p + bytes - 1 - base) / 4096 + 1;
-    if (pages > (size_t)1 << 30) return; /* beyond parallel_for's int range: left to the first write */
-    fault_job j = {p, bytes, base};
-    parallel_for((int)pages, fault_part, &j);
 }

@@ -11,15 +11,10 @@ extern "C" {
 #endif
 /* [cout][cin][tap] float -> [cout][tap][cin] bf16 (tap over vol = kt kh kw): the GEMM's B, K-major. */
 void w22_layout_conv_bf16(const float *data, int cout, int cin, int vol, uint16_t *out);
-/* A 3x3x3 conv's Winograd F(2x2, 3x3) weights: the 16 components U = G g G^T per temporal tap, each [cout][3][cin]. */
-void w22_layout_winograd_bf16(const float *data, int cout, int cin, uint16_t *out);
 /* A 2D 3x3 conv's four upsample phases as 2x2 convs on the low-resolution grid: [phase][cout][2][2][cin]. */
 void w22_layout_phases_bf16(const float *data, int cout, int cin, uint16_t *out);
 /* The CPU backend's: [cout][cin][tap] float -> [tap][cin][cout] float, each tap a GEMM's B (a copy). */
 void w22_layout_taps_f32(const float *data, int cout, int cin, int taps, float *out);
-/* Writes a zero to the first byte of every page within [p, p + bytes) on every core: a fresh malloc's pages faulted in at once, before a
- * copy that would fault them one at a time on one thread (the CUDA open's pageable device-to-host copies). */
-void w22_prefault(void *p, size_t bytes);
 #ifdef __cplusplus
 }
 #endif

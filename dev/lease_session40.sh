@@ -4,7 +4,8 @@
 # f121 time alternating with its base build-spill/ (7c19233, branch spill96), its profile, the rest of the suite on it,
 # the last stage's 256-channel convs as Winograd, the six-clip bench's f1 f5 f17 f121 (checked against diffusers'
 # float32, f121 timed beside diffusers' bf16); if it fails, the whole suite on build-spill/ instead. Plan 2: the checking mode on both paths
-# and both VAEs, test_gpu.py, spill96's bits against main's (build-run/: 7beca3d's library), Wan2.1 at 384.
+# and both VAEs, test_gpu.py, spill96's bits against main's (build-run/: 7beca3d's library), Wan2.1 at 384. Plan 3:
+# main after the merge (build-p/: the portable path's Winograd threshold 256) on the portable path, bits, its bench.
 # Every result is written as it comes (suite.txt one line a program, logs.tgz re-packed after each), so a call cut short still returns what ran.
 # Three builds travel, each for sm_90a alone (what an H100 runs of the fat build), made here by dev/lease_build.sh
 # (BUILD_DIR, CUDA_ARCHS=90a) in a worktree of each branch: .carry/build-w4.tgz, build-spill.tgz, and build-run.tgz
@@ -108,6 +109,26 @@ case ${PLAN:-1} in
         run w4_wan21_$r 45 python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --json "$O/w4-wan21-$r.json"
         run w4_wan21_384_$r 45 env W22_WINOGRAD=384 python3 bench/wan21.py --workload w720 --no-check --no-diffusers --no-audit --json "$O/w4-wan21-384-$r.json"
     done
+    ;;
+3)
+    # main after the merge of wino4 (build-p/): the portable path's Winograd threshold 256 (the Hopper path's 512 as
+    # before): the portable path's suite, then the same bits as build-w4 on the Hopper path (its default unchanged), the
+    # portable f121 A/B against build-w4 (W22_KERNELS=portable: bits differ there, the time is the A/B), the bench's
+    # portable pass checked against diffusers' float32 and timed beside the Hopper path and diffusers' bf16
+    X=build-p
+    run p_ops_portable 60 $P $X/tests/cuda_ops
+    run p_decode_portable 60 $P $X/tests/cuda_decode
+    run p_decode_wan21_portable 60 $P $X/tests/cuda_decode wan21
+    run p_seq12_portable 60 $P $X/tests/cuda_sequence 30 64 12
+    run p_large_portable 60 $P $X/tests/cuda_large
+    mkdir -p "$O/ab" "$O/ab_portable"
+    run p_ab 50 bash bench/ab.sh $W $X 1 "$O/ab"
+    run p_ab_portable 80 $P bash bench/ab.sh $W $X 1 "$O/ab_portable"
+    grep -h "bits:" "$L"/p_ab*.log >> "$S"
+    run p_seq34_portable 130 $P $X/tests/cuda_sequence 24 48 34
+    run p_test_gpu 100 python3 -m pytest -q -x python/tests/test_gpu.py
+    run p_bench_portable 200 python3 bench/bench.py --workload f121 --portable --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/p-f121-portable.json"
+    run p_ops 60 $X/tests/cuda_ops
     ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"

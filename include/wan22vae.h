@@ -169,8 +169,9 @@ typedef struct {
                            * borders the decode relies on zero, and memory it has not written reads as NaN; a
                            * failure names the stage, layer and buffer. For tests: a sync and a pass per operand. */
     int exact;            /* CUDA: 1 runs every conv in the direct arithmetic (bf16 products, fp32 sums); 0, the
-                           * default, the 3x3x3 convs of 512 channels and up as Winograd F(4x4, 3x3) in fp16: 6.75 of
-                           * 27 MACs, about 1.3x the direct conv's error (docs/PERF.md, session 39). W22_WINOGRAD
+                           * default, the 3x3x3 convs of 512 channels and up (256 on the portable kernels) as Winograd
+                           * F(4x4, 3x3) in fp16: 6.75 of 27 MACs, about 1.3x the direct conv's error (docs/PERF.md,
+                           * sessions 39-40). W22_WINOGRAD
                            * =N sets the threshold for decoders left at 0 (0: exact). The CPU backend is exact. */
     int kernels;          /* CUDA: a w22_kernels, W22_KERNELS_AUTO by default (w22_decoder_path says which ran) */
     size_t work_budget_bytes; /* the decoder's work memory at most this many bytes (on CUDA its device memory beyond
@@ -188,9 +189,9 @@ W22_API void w22_decoder_params_init(w22_decoder_params *p);
 
 typedef struct w22_decoder w22_decoder;
 
-/* Makes a decoder: uploads the weights to the backend in its own layout. The weights may be freed after. (CUDA: the
- * convs that run as Winograd, 512 channels and up, get their Winograd weights on the GPU and keep their direct ones
- * in host memory, about 1 GB, until a decode at an odd size needs them there.) With a comm it makes no collective call (ranks may open, fail and agree afterwards); the first decode is where the ranks
+/* Makes a decoder: uploads the weights to the backend in its own layout. The weights may be freed after. (CUDA: every
+ * conv keeps its direct weights on the GPU, nothing in host memory; a Winograd conv makes its transformed weights
+ * from them at each conv, in scratch.) With a comm it makes no collective call (ranks may open, fail and agree afterwards); the first decode is where the ranks
  * first meet, in an agreement that every rank is ready. */
 W22_API w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w22_decoder **out);
 W22_API void w22_decoder_free(w22_decoder *d);

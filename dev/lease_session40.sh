@@ -6,6 +6,7 @@
 # float32, f121 timed beside diffusers' bf16); if it fails, the whole suite on build-spill/ instead. Plan 2: the checking mode on both paths
 # and both VAEs, test_gpu.py, spill96's bits against main's (build-run/: 7beca3d's library), Wan2.1 at 384. Plan 3:
 # main after the merge (build-p/: the portable path's Winograd threshold 256) on the portable path, bits, its bench.
+# Plans 4-6 (not run in session 40): f241 and f481 of the six-clip bench, the portable path's f481.
 # Every result is written as it comes (suite.txt one line a program, logs.tgz re-packed after each), so a call cut short still returns what ran.
 # Three builds travel, each for sm_90a alone (what an H100 runs of the fat build), made here by dev/lease_build.sh
 # (BUILD_DIR, CUDA_ARCHS=90a) in a worktree of each branch: .carry/build-w4.tgz, build-spill.tgz, and build-run.tgz
@@ -129,6 +130,18 @@ case ${PLAN:-1} in
     run p_test_gpu 100 python3 -m pytest -q -x python/tests/test_gpu.py
     run p_bench_portable 200 python3 bench/bench.py --workload f121 --portable --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/p-f121-portable.json"
     run p_ops 60 $X/tests/cuda_ops
+    ;;
+4)
+    # the six-clip bench's f241 at X's library, merged into call 1's (MERGE: its six1.json, carried), then f481 (plan 5)
+    run bench_six2 560 python3 bench/bench.py --workload f241 --lib $PWD/$X/libwan22vae.so --commit "$(cat $X/commit.txt)" --merge "${MERGE:-bench/results/2026-12-06-h100-s40-wino4-f121.json}" --json "$O/six2.json"
+    ;;
+5)
+    run bench_six3 590 python3 bench/bench.py --workload f481 --lib $PWD/$X/libwan22vae.so --commit "$(cat $X/commit.txt)" --merge "${MERGE:?MERGE: the JSON plan 4 wrote, put in the tree}" --json "$O/six3.json"
+    ;;
+6)
+    # issue 45's f481 on the portable path beside the Hopper path and diffusers (unchecked: f481's float32 reference
+    # takes ~5 min; its arithmetic is f121's, checked in plan 3)
+    run bench_portable_f481 590 python3 bench/bench.py --workload f481 --portable --no-check --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/p-f481-portable.json"
     ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"

@@ -6,7 +6,8 @@
 # float32, f121 timed beside diffusers' bf16); if it fails, the whole suite on build-spill/ instead. Plan 2: the checking mode on both paths
 # and both VAEs, test_gpu.py, spill96's bits against main's (build-run/: 7beca3d's library), Wan2.1 at 384. Plan 3:
 # main after the merge (build-p/: the portable path's Winograd threshold 256) on the portable path, bits, its bench.
-# Plans 4-6 (not run in session 40): f241 and f481 of the six-clip bench, the portable path's f481.
+# Plans 4-7 (not run in session 40): f241 and f481 of the six-clip bench, the portable path's f481, ncu on the
+# Winograd input transform.
 # Every result is written as it comes (suite.txt one line a program, logs.tgz re-packed after each), so a call cut short still returns what ran.
 # Three builds travel, each for sm_90a alone (what an H100 runs of the fat build), made here by dev/lease_build.sh
 # (BUILD_DIR, CUDA_ARCHS=90a) in a worktree of each branch: .carry/build-w4.tgz, build-spill.tgz, and build-run.tgz
@@ -142,6 +143,14 @@ case ${PLAN:-1} in
     # issue 45's f481 on the portable path beside the Hopper path and diffusers (unchecked: f481's float32 reference
     # takes ~5 min; its arithmetic is f121's, checked in plan 3)
     run bench_portable_f481 590 python3 bench/bench.py --workload f481 --portable --no-check --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/p-f481-portable.json"
+    ;;
+7)
+    # why the Winograd input transform runs at 1.26-1.34 TB/s (PERF.md, session 40): ncu on three of its launches in an
+    # f121 decode (stage 1's c512 and stage 0's c1024), the memory sections, beside the output transform for scale
+    secs="--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section Occupancy --section LaunchStats --section WarpStateStats"
+    run ncu_wino_in 200 ncu --clock-control none $secs -k regex:w22_wino_in_kernel --launch-skip 40 --launch-count 3 $X/tests/cuda_decode --time 31 1
+    run ncu_wino_out 120 ncu --clock-control none $secs -k regex:w22_wino_out_kernel --launch-skip 40 --launch-count 1 $X/tests/cuda_decode --time 31 1
+    cp "$L"/ncu_wino_*.log "$O/" 2>/dev/null
     ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"

@@ -431,7 +431,8 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
         /* What each stage leaves free during its convs (w22_stage_free: from its slot 5 to its queue, the block's
          * end for stage 0) must hold what its convs ask of the backend (conv_work: CUDA's Winograd bands); where it
          * does not, the scratch grows by the largest shortfall, which every span gains (all of them end past it).
-         * Nothing grows where no backend asks more than the stages leave, as at the default Winograd threshold. */
+         * Nothing grows where no backend asks more than the stages leave, as at the Hopper path's Winograd threshold
+         * (512) for the sizes users decode; the portable path's 256 grows stage 3's (150 MiB at 1280 x 704). */
         size_t short_by = 0;
         for (s = 0; s < W22_STAGES && pass == 0; s++) {
             size_t off[8], size[8], total;

@@ -29,7 +29,11 @@ static __device__ __forceinline__ void h_store2(__half *p, float a, float b) { *
  * column wv, the conv's zero border; past them the window reads zeros: the last tile row and column of a size that is
  * not a multiple of 4, whose outputs past the frame the output transform drops, but whose garbage would reach the
  * kept ones through the transforms' sums). A thread: one tile, 2 channels; each row of B^T d made from the held
- * window, then its 6 components stored. */
+ * window, then its 6 components stored.
+ * The 36 loads are unconditional, each from a readable pixel (its row and column clamped to hv and wv) and zeroed past
+ * them after: a load under its own condition was sunk by the compiler to its first use, one or two loads in flight a
+ * thread, and the kernel ran at 1.26-1.34 TB/s (session 40's profile); so all 36 issue before the first sum. The index
+ * is 32-bit (a frame's h4 w4 C / 2 < 2^31: w22_cuda_wino_in checks it), no 64-bit division. */
 struct w22_wino_frames {
     const bf16 *p[W22_WINO_FRAMES];
 };
@@ -37,16 +41,24 @@ __global__ void __launch_bounds__(256)
     w22_wino_in_kernel(const __grid_constant__ w22_wino_frames x, long xsh, long xsw, __half *__restrict__ v, long vcs,
                        long vsf, long vsh, long vsw, int h4, int w4, int hv, int wv, int C) {
     const float BT[6][6] = W22_W4_BT;
-    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, cv = C / 2;
-    if (i >= (long)h4 * w4 * cv) return;
-    const int c = (int)(i % cv) * 2, tx = (int)(i / cv % w4), ty = (int)(i / cv / w4);
+    const unsigned cv = (unsigned)C / 2, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (unsigned)h4 * (unsigned)w4 * cv) return;
+    const unsigned t = i / cv;
+    const int c = (int)(i - t * cv) * 2, tx = (int)(t % (unsigned)w4), ty = (int)(t / (unsigned)w4);
     const int y0 = 4 * ty - 1, x0 = 4 * tx - 1;
-    const bf16 *p = x.p[blockIdx.y] + (long)y0 * xsh + (long)x0 * xsw + c;
+    const bf16 *p = x.p[blockIdx.y] + c;
     uint32_t raw[6][6];
+#pragma unroll
+    for (int r = 0; r < 6; r++) {
+        const bf16 *row = p + (long)min(y0 + r, hv) * xsh;
+#pragma unroll
+        for (int s = 0; s < 6; s++) raw[r][s] = __ldg((const unsigned *)(row + (long)min(x0 + s, wv) * xsw));
+    }
 #pragma unroll
     for (int r = 0; r < 6; r++)
 #pragma unroll
-        for (int s = 0; s < 6; s++) raw[r][s] = y0 + r <= hv && x0 + s <= wv ? *(const uint32_t *)(p + r * xsh + s * xsw) : 0u;
+        for (int s = 0; s < 6; s++)
+            if (y0 + r > hv || x0 + s > wv) raw[r][s] = 0u;
     __half *q = v + blockIdx.y * vsf + ty * vsh + tx * vsw + c;
 #pragma unroll
     for (int a = 0; a < 6; a++) {
@@ -73,20 +85,31 @@ __global__ void __launch_bounds__(256)
 }
 
 /* y(f, 4ty + a, 4tx + b, c) = (A^T M A)[a][b] + bias[c] + res(f, 4ty + a, 4tx + b, c), M[i][j] = m[6i + j](f, ty, tx, c),
- * for the outputs inside the band (rows < ho, columns < wo). res may alias y: a thread reads each pixel's residual
- * before it writes that pixel, and no other thread's pixels. A thread: one tile, 2 channels, M held as loaded. */
+ * for the outputs inside the band (rows < ho, columns < wo); blockIdx.y the frame. res may alias y: a thread reads its
+ * tile's 16 residuals (each from a pixel inside the band: row and column clamped to ho - 1 and wo - 1, so every load
+ * is unconditional and all issue with M's) before it writes any pixel, and no other thread's pixels. A thread: one
+ * tile, 2 channels, M held as loaded. 32-bit index: a frame's h4 w4 C / 2 < 2^31 (w22_cuda_wino_out checks it). */
 __global__ void __launch_bounds__(256)
     w22_wino_out_kernel(const __half *m, long mcs, long msf, long msh, long msw, bf16 *y, long ysf, long ysh, long ysw,
-                        const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int F, int h4, int w4, int ho,
+                        const bf16 *res, long rsf, long rsh, long rsw, const float *bias, int h4, int w4, int ho,
                         int wo, int C) {
     const float AT[4][6] = W22_W4_AT;
-    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x, cv = C / 2;
-    if (i >= (long)F * h4 * w4 * cv) return;
-    const int c = (int)(i % cv) * 2, tx = (int)(i / cv % w4), ty = (int)(i / cv / w4 % h4), f = (int)(i / cv / w4 / h4);
+    const unsigned cv = (unsigned)C / 2, i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (unsigned)h4 * (unsigned)w4 * cv) return;
+    const unsigned t = i / cv;
+    const int c = (int)(i - t * cv) * 2, tx = (int)(t % (unsigned)w4), ty = (int)(t / (unsigned)w4), f = blockIdx.y;
     const __half *p = m + f * msf + ty * msh + tx * msw + c;
-    uint32_t raw[36];
+    uint32_t raw[36], rr[4][4];
 #pragma unroll
     for (int k = 0; k < 36; k++) raw[k] = *(const uint32_t *)(p + k * mcs);
+    if (res) {
+        const bf16 *r0 = res + f * rsf + c;
+#pragma unroll
+        for (int a = 0; a < 4; a++)
+#pragma unroll
+            for (int b = 0; b < 4; b++)
+                rr[a][b] = *(const uint32_t *)(r0 + (long)min(4 * ty + a, ho - 1) * rsh + (long)min(4 * tx + b, wo - 1) * rsw);
+    }
     const float2 bb = bias ? make_float2(bias[c], bias[c + 1]) : make_float2(0.f, 0.f);
 #pragma unroll
     for (int a = 0; a < 4; a++) {
@@ -110,12 +133,11 @@ __global__ void __launch_bounds__(256)
             for (int j = 0; j < 6; j++)
                 if (AT[b][j] != 0.f) ox += r[j].x * AT[b][j], oy += r[j].y * AT[b][j];
             ox += bb.x, oy += bb.y;
-            const long px = f * ysf + (4 * ty + a) * ysh + (4 * tx + b) * ysw + c;
-            if (res) {
-                const float2 rv = w_unpack(*(const uint32_t *)(res + f * rsf + (4 * ty + a) * rsh + (4 * tx + b) * rsw + c));
+            if (res) { /* not a + 0 without one: that would turn a -0 into +0 */
+                const float2 rv = w_unpack(rr[a][b]);
                 ox += rv.x, oy += rv.y;
             }
-            w_store2(y + px, ox, oy);
+            w_store2(y + f * ysf + (long)(4 * ty + a) * ysh + (long)(4 * tx + b) * ysw + c, ox, oy);
         }
     }
 }
@@ -128,9 +150,11 @@ w22_status w22_cuda_wino_in(cudaStream_t st, const bf16 *const *x, int nf, long 
     if (nf < 1 || nf > W22_WINO_FRAMES)
         return w22_fail(W22_ERR_INTERNAL, "winograd input transform: %d frames, expected 1 to %d", nf, W22_WINO_FRAMES);
     if (C % 2) return w22_fail(W22_ERR_INTERNAL, "winograd input transform: %d channels, expected a multiple of 2", C);
+    const long n = (long)h4 * w4 * (C / 2);
+    if (n > 0x7fffffffL)
+        return w22_fail(W22_ERR_INTERNAL, "winograd input transform: %ld tile-channel pairs a frame, expected < 2^31", n);
     w22_wino_frames f;
     for (int j = 0; j < W22_WINO_FRAMES; j++) f.p[j] = j < nf ? x[j] : NULL;
-    const long n = (long)h4 * w4 * (C / 2);
     w22_wino_in_kernel<<<dim3((unsigned)((n + 255) / 256), (unsigned)nf), 256, 0, st>>>(f, xsh, xsw, v, vcs, vsf, vsh,
                                                                                        vsw, h4, w4, hv, wv, C);
     CU_TRY(cudaGetLastError());
@@ -141,9 +165,12 @@ w22_status w22_cuda_wino_out(cudaStream_t st, const __half *m, long mcs, long ms
                              long ysf, long ysh, long ysw, const bf16 *res, long rsf, long rsh, long rsw,
                              const float *bias, int F, int h4, int w4, int ho, int wo, int C) {
     if (C % 2) return w22_fail(W22_ERR_INTERNAL, "winograd output transform: %d channels, expected a multiple of 2", C);
-    const long n = (long)F * h4 * w4 * (C / 2);
-    w22_wino_out_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(m, mcs, msf, msh, msw, y, ysf, ysh, ysw, res, rsf,
-                                                                      rsh, rsw, bias, F, h4, w4, ho, wo, C);
+    const long n = (long)h4 * w4 * (C / 2);
+    if (n > 0x7fffffffL || F < 1 || F > 65535)
+        return w22_fail(W22_ERR_INTERNAL, "winograd output transform: %ld tile-channel pairs a frame, %d frames, expected "
+                        "< 2^31 and 1 to 65535", n, F);
+    w22_wino_out_kernel<<<dim3((unsigned)((n + 255) / 256), (unsigned)F), 256, 0, st>>>(
+        m, mcs, msf, msh, msw, y, ysf, ysh, ysw, res, rsf, rsh, rsw, bias, h4, w4, ho, wo, C);
     CU_TRY(cudaGetLastError());
     return W22_OK;
 }

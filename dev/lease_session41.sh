@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Session 41's device calls, the most needed first. Plan 1: branch xform (build-t/: the Winograd transforms' loads all
+# in flight before their sums) against the CPU backend on both paths and both VAEs; if that passes, bench/ab.sh against
+# main (build-p/: 39454cb's library) on both paths (the same bits expected: the arithmetic is unchanged; the time is the
+# A/B), the profile on both paths, the six-clip bench's f1 f5 f17 f121 checked and audited with the portable pass beside
+# the Hopper path and diffusers' bf16, then the rest of the suite. Plans 4-6: f241 and f481 of the six-clip bench, the
+# portable path's f481 (X: the build; MERGE: the JSON of the call before, put in the tree).
+# Every result is written as it comes (suite.txt one line a program, logs.tgz re-packed after each), so a call cut short
+# still returns what ran. The builds travel for sm_90a alone (what an H100 runs of the fat build), made here by
+# dev/lease_build.sh (BUILD_DIR, CUDA_ARCHS=90a): .carry/build-t.tgz, build-p.tgz. diffusers and pytest's deps as
+# wheels in .whl/.
+#   carry: [".whl", ".carry"]; command: LEASE_SECONDS=560 PLAN=1 bash dev/lease_session41.sh
+set -u
+O=${OUT:-/tmp/w22-lease}
+L=/tmp/w22-lease-logs
+mkdir -p "$O" "$L"
+for t in .carry/*.tgz; do tar -xzf "$t"; done
+end=$(($(date +%s) + ${LEASE_SECONDS:-540}))
+S=$O/suite.txt
+echo "build-t: $(cat build-t/commit.txt 2>/dev/null)  build-p: $(cat build-p/commit.txt 2>/dev/null)  plan ${PLAN:-1}  $(date -u +%FT%TZ)" > "$S"
+nvidia-smi --query-gpu=name,clocks.sm,power.draw,memory.used --format=csv,noheader >> "$S" 2>&1
+(nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader -lms 1000 > "$O/clock.txt" 2>&1 &)
+if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$L/pip.log" 2>&1; then export PYTHONPATH=/tmp/site; else echo "wheels: FAILED $(tail -n 2 $L/pip.log)" >> "$S"; fi
+export PYTHONUNBUFFERED=1
+fail=0
+run() { # NAME SECONDS COMMAND...
+    local name=$1 limit=$2 start left rc
+    shift 2
+    left=$((end - $(date +%s)))
+    if [ "$left" -lt 15 ]; then echo "$name: skipped (the budget is spent)" >> "$S"; fail=$((fail + 1)); return; fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    start=$(date +%s)
+    timeout "$limit" "$@" > "$L/$name.log" 2>&1
+    rc=$?
+    [ "$rc" -ne 0 ] && fail=$((fail + 1))
+    echo "$name: $([ $rc -eq 0 ] && echo ok || echo "FAILED (rc $rc)"), $(($(date +%s) - start)) s: $(tail -n 1 "$L/$name.log")" >> "$S"
+    tar -C "$L" -czf "$O/logs.tgz" . 2>/dev/null
+}
+P="env W22_KERNELS=portable"
+T=build-t B=build-p
+X=${X:-$T}
+export W22_LIB=$PWD/$X/libwan22vae.so
+case ${PLAN:-1} in
+1)
+    f0=$fail
+    run t_ops 60 $T/tests/cuda_ops
+    run t_ops_portable 60 $P $T/tests/cuda_ops
+    run t_decode 60 $T/tests/cuda_decode
+    run t_decode_portable 60 $P $T/tests/cuda_decode
+    run t_decode_wan21 60 $T/tests/cuda_decode wan21
+    if [ "$fail" -eq "$f0" ]; then
+        echo "xform passed against the CPU backend: its A/B, profile, bench, then the suite on it" >> "$S"
+        mkdir -p "$O/ab" "$O/ab_portable"
+        run t_ab 50 bash bench/ab.sh $B $T 1 "$O/ab"
+        run t_ab_portable 80 $P bash bench/ab.sh $B $T 1 "$O/ab_portable"
+        grep -h "bits:" "$L"/t_ab*.log >> "$S"
+        run t_prof 40 env W22_PROFILE=2 $T/tests/cuda_decode --time 31 1
+        run t_prof_portable 40 $P W22_PROFILE=2 $T/tests/cuda_decode --time 31 1
+        # the six-clip bench's first part (f1 f5 f17 checked, f121 checked and timed beside diffusers' bf16, audited)
+        # with the portable pass beside it (issue 45's f121)
+        run t_six1 300 python3 bench/bench.py --workload f1 f5 f17 f121 --portable --lib $PWD/$T/libwan22vae.so --commit "$(cat $T/commit.txt)" --json "$O/t-six1.json"
+        run t_dit 30 $T/tests/cuda_dit
+        run t_interrupt 60 $T/tests/cuda_interrupt
+        run t_large 60 $T/tests/cuda_large
+        run t_large_portable 60 $P $T/tests/cuda_large
+        run t_budget 90 $T/tests/cuda_budget
+        run t_seq12 60 $T/tests/cuda_sequence 30 64 12
+        run t_seq12_portable 60 $P $T/tests/cuda_sequence 30 64 12
+        run t_seq34 130 $T/tests/cuda_sequence 24 48 34
+        run t_seq34_portable 130 $P $T/tests/cuda_sequence 24 48 34
+        run t_seq34_wan21 60 $T/tests/cuda_sequence 24 48 34 wan21
+        run t_test_gpu 100 python3 -m pytest -q -x python/tests/test_gpu.py
+    else
+        echo "xform FAILED against the CPU backend" >> "$S"
+    fi
+    ;;
+4)
+    # the six-clip bench's f241 at X's library, merged into plan 1's (MERGE: its t-six1.json, put in the tree), then f481 (plan 5)
+    run bench_six2 560 python3 bench/bench.py --workload f241 --lib $PWD/$X/libwan22vae.so --commit "$(cat $X/commit.txt)" --merge "${MERGE:?MERGE: the JSON of plan 1, put in the tree}" --json "$O/six2.json"
+    ;;
+5)
+    run bench_six3 590 python3 bench/bench.py --workload f481 --lib $PWD/$X/libwan22vae.so --commit "$(cat $X/commit.txt)" --merge "${MERGE:?MERGE: the JSON plan 4 wrote, put in the tree}" --json "$O/six3.json"
+    ;;
+6)
+    # issue 45's f481 on the portable path beside the Hopper path and diffusers (unchecked: f481's float32 reference
+    # takes ~5 min; its arithmetic is f121's, checked in plan 1)
+    run bench_portable_f481 590 python3 bench/bench.py --workload f481 --portable --no-check --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/p-f481-portable.json"
+    ;;
+esac
+echo "lease: $fail of the programs failed or were skipped" >> "$S"
+cat "$S"

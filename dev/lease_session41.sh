@@ -57,6 +57,11 @@ case ${PLAN:-1} in
         grep -h "bits:" "$L"/t_ab*.log >> "$S"
         run t_prof 40 env W22_PROFILE=2 $T/tests/cuda_decode --time 31 1
         run t_prof_portable 40 $P W22_PROFILE=2 $T/tests/cuda_decode --time 31 1
+        # the Hopper path's threshold again (256 lost by +14% in session 40, when the transforms were half their rate)
+        for r in 1 2; do
+            run t_time_$r 30 $T/tests/cuda_decode --time 31 2
+            run t_256_time_$r 30 env W22_WINOGRAD=256 $T/tests/cuda_decode --time 31 2
+        done
         # the six-clip bench's first part (f1 f5 f17 checked, f121 checked and timed beside diffusers' bf16, audited)
         # with the portable pass beside it (issue 45's f121)
         run t_six1 300 python3 bench/bench.py --workload f1 f5 f17 f121 --portable --lib $PWD/$T/libwan22vae.so --commit "$(cat $T/commit.txt)" --json "$O/t-six1.json"

@@ -125,7 +125,8 @@ static void wan21(w22_backend *b) {
     }
 }
 
-/* The weights' device bytes on the CUDA backend (weights_gpu.cu's layouts, W22_WINOGRAD's default 512). */
+/* The weights' device bytes on the CUDA backend (weights_gpu.cu's layouts: the direct taps and the phases; U is made
+ * at each conv, counted apart). */
 static size_t cuda_weight_bytes(const w22_model *m) {
     size_t n = 0;
     for (int i = 0; i < m->nweights; i++) {
@@ -148,8 +149,9 @@ static size_t wino_work(w22_backend *b, int kt, int ks, int cin, int cout, int f
     return w22_route_winograd_work(kt, ks, cin, cout, frames, h, w, wino_min_test);
 }
 
-/* 1280 x 704 on the portable path (the comment above): the default two latent frames per pass, and one; the plan
- * keeps the bands of the portable path's Winograd threshold (256: its stage 3 convs too) free, as the backend asks */
+/* 1280 x 704 on either path (the comment above: the portable path's 24 GB cards; the Hopper path plans the same at
+ * the same threshold): the default two latent frames per pass, and one; the plan keeps the bands of the default
+ * Winograd threshold (256 on both paths: the stage 3 convs too) free, as the backend asks */
 static void portable_24gb_case(w22_backend *b0, const w22_config *cfg) {
     const double GiB = 1073741824.0;
     w22_backend_ops ops = *b0->ops;
@@ -173,7 +175,7 @@ static void portable_24gb_case(w22_backend *b0, const w22_config *cfg) {
             }
         }
         const size_t ws = counted, wt = cuda_weight_bytes(&d->model) + u;
-        printf("1280x704, frames per pass %d, the portable path: workspace %.4f GiB + weights %.4f GiB (the Winograd "
+        printf("1280x704, frames per pass %d, either path: workspace %.4f GiB + weights %.4f GiB (the Winograd "
                "components' %.0f MiB in) = %.4f GiB (the target: 6 GiB, %+.1f MiB)\n", fpp, ws / GiB, wt / GiB,
                u / 1048576.0, (ws + wt) / GiB, ((double)(ws + wt) - 6 * GiB) / 1048576.0);
         CHECK(ws + wt <= ((size_t)6 << 30), "1280x704 fpp %d: workspace + weights %.3f GiB, above 6 GiB", fpp,
@@ -315,9 +317,9 @@ static void budget_table(w22_backend *b, const w22_config *cfg, const char *name
     free(d);
 }
 
-/* route.h's Winograd bands (backend.h's conv_work, as the CUDA backend answers it) in the plan. At the Hopper path's
- * default threshold (512) no stage of either VAE, at these sizes, is short of its convs' bands: the plan is byte for byte the
- * one without the op (the default decode unchanged). At 256 (the portable path's default) every stage leaves each of its
+/* route.h's Winograd bands (backend.h's conv_work, as the CUDA backend answers it) in the plan. At W22_WINOGRAD=512
+ * (the Hopper path's default until session 41) no stage of either VAE, at these sizes, is short of its convs' bands:
+ * the plan is byte for byte the one without the op. At 256 (both paths' default) every stage leaves each of its
  * convs its band (w22_stage_free's span, which exec.c passes as w22_conv_args.work), enough for route.h's blocker to
  * take it, the scratch grown by what stage 3 lacked: session 37 found that threshold refused there in silence ("the
  * caller's scratch holds no tile row"). */
@@ -338,7 +340,7 @@ static void winograd_work_case(w22_backend *b) {
         const size_t base = d0->workspace_bytes;
         free(d0);
         ops.conv_work = wino_work;
-        wino_min_test = w22_route_wino_min_default(1); /* the Hopper path's; the portable path's 256 below */
+        wino_min_test = 512; /* no stage-3 conv on the path; the default's 256 below */
         w22_decoder *d1 = plan_at(&wb, &cfg, 2, 0, sz[i].h, sz[i].w);
         /* the sizes users decode (bench/sizes.py's, from 30 x 52 latents on): the measured plan, unchanged; the tiny
          * ones (a few MiB of buffers in all) may grow, by no more than their largest band */
@@ -354,14 +356,14 @@ static void winograd_work_case(w22_backend *b) {
                 if (wk > most) most = wk;
             }
         if (sz[i].h >= 30 && sz[i].w >= 30)
-            CHECK(d1->workspace_bytes == base, "%s %dx%d: the default Winograd threshold's bands grew the workspace "
+            CHECK(d1->workspace_bytes == base, "%s %dx%d: the 512 threshold's bands grew the workspace "
                   "(%zu -> %zu bytes)", name, sz[i].h, sz[i].w, base, d1->workspace_bytes);
         else
-            CHECK(d1->workspace_bytes <= base + most + 256, "%s %dx%d: the default threshold's bands grew the "
+            CHECK(d1->workspace_bytes <= base + most + 256, "%s %dx%d: the 512 threshold's bands grew the "
                   "workspace by %zu bytes, more than its largest band (%zu)", name, sz[i].h, sz[i].w,
                   d1->workspace_bytes - base, most);
         if (d1->workspace_bytes != base)
-            printf("%s %dx%d: the default threshold's bands add %.1f MiB (the stages left less than a band free)\n",
+            printf("%s %dx%d: the 512 threshold's bands add %.1f MiB (the stages left less than a band free)\n",
                    name, sz[i].h, sz[i].w, (d1->workspace_bytes - base) / 1048576.0);
         free(d1);
         wino_min_test = 256;

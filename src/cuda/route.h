@@ -399,10 +399,14 @@ static inline int w22_route_wino_band(int F, int h4, int w4, int cin, int cout, 
 }
 
 /* The Winograd threshold when W22_WINOGRAD is unset, by path (hopper 1: the sm_90a kernels; 0: the portable ones):
- * F(4x4, 3x3) pays from 512 channels on the Hopper path, where the TMA conv runs the 256-channel convs direct faster
- * than their 36 GEMMs and transforms (session 40, f121 2287 -> 2605 ms at 256), and from 256 on the portable path,
- * whose direct conv is the mma.sync tile's (f121 4303 -> 3830 ms; docs/PERF.md). */
-static inline int w22_route_wino_min_default(int hopper) { return hopper ? 512 : 256; }
+ * F(4x4, 3x3) pays from 256 channels on both. The portable path's direct conv is the mma.sync tile's (session 40: f121
+ * 4303 -> 3830 ms at 256); the Hopper path's TMA conv ran the 256-channel convs direct faster while the input
+ * transform ran at 1.3 TB/s (session 40: +14% at 256), and slower once it ran at 2.4 TB/s (session 41: f121 2197 ->
+ * 2157 ms; docs/PERF.md). The path stays an argument: the answer is measured per path, and may part again. */
+static inline int w22_route_wino_min_default(int hopper) {
+    (void)hopper;
+    return 256;
+}
 
 /* Whether the backend makes Winograd weights at upload for a kt x kh x kw conv weight, cin -> cout, at the threshold
  * min_cin (0: exact arithmetic, none): the 3x3x3 convs with both channel counts >= min_cin and cout even (the zero

@@ -169,7 +169,7 @@ typedef struct {
                            * borders the decode relies on zero, and memory it has not written reads as NaN; a
                            * failure names the stage, layer and buffer. For tests: a sync and a pass per operand. */
     int exact;            /* CUDA: 1 runs every conv in the direct arithmetic (bf16 products, fp32 sums); 0, the
-                           * default, the 3x3x3 convs of 512 channels and up (256 on the portable kernels) as Winograd
+                           * default, the 3x3x3 convs of 256 channels and up as Winograd
                            * F(4x4, 3x3) in fp16: 6.75 of 27 MACs, about 1.3x the direct conv's error (docs/PERF.md,
                            * sessions 39-40). W22_WINOGRAD
                            * =N sets the threshold for decoders left at 0 (0: exact). The CPU backend is exact. */

@@ -13,7 +13,7 @@
  * check (3x diffusers' bf16 error) is bench/'s and python/tests/test_gpu.py's.
  * Frames per pass and ranks change no element's arithmetic in the direct convs (max|d| <= 1e-2 between them: the
  * same products in the same order, but for the split tail's fp32 partial sums where the tile counts differ). Under
- * the Winograd path (on by default for 512 channels and up) such differences grow: its transformed frames V and
+ * the Winograd path (on by default for 256 channels and up) such differences grow: its transformed frames V and
  * products M are rounded to bf16 at magnitudes above the output's, so one flipped rounding moves the output ~2x as
  * far, and where a rank's rows are odd that rank runs the direct conv instead (half the path's error). So with the
  * path on, a decode at other frames per pass or split over ranks is held to the CPU budget above, and to max|d| <=

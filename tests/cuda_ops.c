@@ -1094,7 +1094,7 @@ static void bytes_case(void) {
     if (small) gpu->ops->free(gpu, small);
 }
 
-/* Winograd F(4x4, 3x3) (winograd.cu: the decoder's default for the 3x3x3 convs of 512 channels and up; the rest of
+/* Winograd F(4x4, 3x3) (winograd.cu: the decoder's default for the 3x3x3 convs of 256 channels and up; the rest of
  * this program runs without it): the conv op on cases whose weights are uploaded with the backend's threshold lowered
  * to 64 channels, so that each runs as the input transform, one fp16 batch GEMM of 36 and the output transform, and
  * the route must say so (want_step). Tolerance: the direct conv's (TOL_BF16 of max|ref| + 1e-5, rel rms 1e-2).
@@ -1825,7 +1825,7 @@ static void run_perf(void) {
 
 int main(int argc, char **argv) {
     int perf = 0, device = 0;
-    /* The decoder's Winograd path (src/cuda/winograd.cu, on by default for 512 channels and up) is off here but for
+    /* The decoder's Winograd path (src/cuda/winograd.cu, on by default for 256 channels and up) is off here but for
      * winograd_cases(), which lower the threshold for their own weights: every other case is the direct conv the
      * --perf lines time against cuDNN. */
     setenv("W22_WINOGRAD", "0", 0);

@@ -701,7 +701,7 @@ class Decoder:
     device: "auto" (default: CUDA where the library can use a GPU, else the CPU; the "wan22vae" logger says which at
     INFO), "cpu", "cuda", "cuda:N" or a torch.device. torch_dtype: the video's dtype (None: bf16 on the GPU, float32
     on the CPU). exact=True (CUDA): every conv in the direct arithmetic (bf16 products, fp32 sums); the default runs the
-    3x3x3 convs of 512 channels and up (256 on the portable kernels) as Winograd F(4x4, 3x3) in fp16 (6.75 of 27 MACs, about 1.3x the direct conv's
+    3x3x3 convs of 256 channels and up as Winograd F(4x4, 3x3) in fp16 (6.75 of 27 MACs, about 1.3x the direct conv's
     error, within the bench's allowance). The CPU backend is exact either way. kernels (CUDA): "auto" (the default: W22_KERNELS from
     the environment, else a Hopper's sm_90a kernels and the portable ones on any other GPU from sm_80 on) or
     "portable" (the portable kernels, a Hopper included); dec.path says which the decoder runs ("hopper", "portable"
@@ -754,7 +754,7 @@ class Decoder:
         p.frames_per_pass, p.threads = int(frames_per_pass), int(threads)
         p.comm = comm
         p.video_on_all_ranks = int(bool(video_on_all_ranks))
-        p.exact = int(bool(exact))  # CUDA: every conv direct (else the 3x3x3 convs of 512 channels up, 256 portable, as Winograd)
+        p.exact = int(bool(exact))  # CUDA: every conv direct (else the 3x3x3 convs of 256 channels up as Winograd)
         self.exact = bool(exact)
         kinds = {"auto": _lib.KERNELS_AUTO, "portable": _lib.KERNELS_PORTABLE}
         if not isinstance(kernels, str) or kernels not in kinds:

@@ -18,7 +18,7 @@ records it at DEBUG only, so that it is not printed twice). The output is what d
 return_dict=False, holding video clamped to [-1, 1] in the VAE's dtype; batches are decoded one latent at a time.
 
 The arithmetic is the library's whatever the VAE's dtype: bf16 storage (weights and activations) with fp32
-accumulation, the 3x3x3 convs of 512 channels and more (256 on the portable kernels) as Winograd F(4x4, 3x3) in fp16 (W22_WINOGRAD=0: all
+accumulation, the 3x3x3 convs of 256 channels and more as Winograd F(4x4, 3x3) in fp16 (W22_WINOGRAD=0: all
 direct). Against diffusers' float32 decode its error stays within 3x diffusers' own bf16 decode's error (the bench's check: 0.28 of
 that allowance at 121 frames, 55.9 dB PSNR; docs/PERF.md). A float32 or float16 VAE's decoder weights are converted
 to bf16 once, at enable() (the library keeps them: about 1.1 GB of GPU memory more), and the video comes back in the
@@ -257,7 +257,7 @@ def enable(vae, group=None, frames_per_pass=0, allow_fp32=None, exact=False, ker
     why). group: a torch.distributed process group to split each decode over (every rank calls enable).
     allow_fp32: whether a float32 or float16 VAE takes the kernel path (its weights converted once to bf16, the
     video returned in its dtype); None: True unless W22_ALLOW_FP32=0; False: only a bf16 VAE does. exact: every conv
-    in the direct arithmetic (Decoder's exact; the default takes Winograd for the 3x3x3 convs of 512 channels up, 256 portable).
+    in the direct arithmetic (Decoder's exact; the default takes Winograd for the 3x3x3 convs of 256 channels up).
     kernels: "auto" or "portable" (Decoder's kernels: the portable kernels on a Hopper too)."""
     if _is_pipeline(vae):
         return _enable_pipeline(vae, group, frames_per_pass, allow_fp32, exact, kernels)

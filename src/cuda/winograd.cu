@@ -1,4 +1,4 @@
-/* Winograd F(4x4, 3x3) for the 3x3x3 convs with cin and cout >= W22_WINOGRAD (default 512, 256 portable; 0: off; docs/PERF.md
+/* Winograd F(4x4, 3x3) for the 3x3x3 convs with cin and cout >= W22_WINOGRAD (default 256; 0: off; docs/PERF.md
  * v17-v18 for F(2x2, 3x3), session 39 for this form), over the spatial taps, not fused: per input frame an input
  * transform into 36 components V = B^T d B (fp16, 2.25x the frame's bytes), the 36 GEMMs as one launch of the TMA conv
  * or the mma.sync kernel with fp16 operands and an fp16 M (3x1x1 convs over the components' frames with U = G g G^T
@@ -175,8 +175,8 @@ w22_status w22_cuda_wino_out(cudaStream_t st, const __half *m, long mcs, long ms
     return W22_OK;
 }
 
-/* W22_WINOGRAD=N: the 3x3x3 convs with cin and cout >= N take the path (unset: route.h's default for the path, 512
- * on the Hopper path, 256 on the portable one; 0: off). Read at each backend's create (no cached copy: backends are
+/* W22_WINOGRAD=N: the 3x3x3 convs with cin and cout >= N take the path (unset: route.h's default for the path, 256
+ * on both; 0: off). Read at each backend's create (no cached copy: backends are
  * created on any thread, and a lazily set static was a race). */
 int w22_cuda_winograd_min_cin(int hopper) {
     const char *e = getenv("W22_WINOGRAD");
@@ -194,7 +194,7 @@ const char *w22_cuda_winograd_blocker(const w22_cuda *c, const w22_conv_args *a,
 /* The 36 components U = G g G^T (fp16, winograd4.h) of a 3x3x3 conv from its direct layout d ([cout][27][cin] bf16,
  * tap = 9 dt + 3 dy + dx: weights_gpu.cu's), component xi's GEMM operand B at u + xi cout 3 cin, [cout][dt][cin]. Made
  * at each conv, not kept: 36 x 3 of the 27 direct taps would hold 4x the weights' memory on the device (3.9 GiB of
- * TI2V-5B's at 512 channels and up), where this reads them and writes U once a conv (~0.1 ms at 1024 channels). From
+ * TI2V-5B's at 512 channels and up alone), where this reads them and writes U once a conv (~0.1 ms at 1024 channels). From
  * the bf16 weights, not the source's floats: x1.4 the direct conv's error where float weights give x1.3
  * (dev/winograd_f4_probe.py's model). One thread per (o, dt, ci): 9 loads and 36 stores, each coalesced over ci. */
 __global__ void w22_wino_u_kernel(const bf16 *__restrict__ d, int cout, int cin, __half *__restrict__ u) {

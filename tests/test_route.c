@@ -476,8 +476,10 @@ static int wan21_want(const w22_layer *L, const char *what) {
     switch (L->kind) {
     case W22_L_POST_QUANT: return W22_GEMM_MMA_SMALL;
     case W22_L_CONV_IN: return W22_GEMM_MMA_MID;
-    /* every resblock conv on the TMA conv: tiles 128 (384 channels), 192 and 96; cin 96 in slices of 64 */
-    case W22_L_RESBLOCK: return W22_GEMM_TMA;
+    /* every resblock conv on the TMA conv: tiles 128 (384 channels), 192 and 96; cin 96 in slices of 64; but the
+     * 384-channel convs' Winograd batches (the threshold 256 takes them, session 41) on the mma.sync kernel's 128 x 128
+     * tile: the TMA conv's fp16 batch is built for the TMA store's 256-channel tile alone */
+    case W22_L_RESBLOCK: return !strcmp(what, "Winograd's batch") ? W22_GEMM_MMA_MID : W22_GEMM_TMA;
     case W22_L_ATTN: return !strcmp(what, "to_qkv") || !strcmp(what, "proj") ? W22_GEMM_TMA : -1;
     /* the time_conv and every upsampler's phases (to 192 and to 96 channels) on the TMA conv */
     case W22_L_UPSAMPLE: return W22_GEMM_TMA;

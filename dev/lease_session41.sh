@@ -17,7 +17,7 @@ mkdir -p "$O" "$L"
 for t in .carry/*.tgz; do tar -xzf "$t"; done
 end=$(($(date +%s) + ${LEASE_SECONDS:-540}))
 S=$O/suite.txt
-echo "build-t: $(cat build-t/commit.txt 2>/dev/null)  build-p: $(cat build-p/commit.txt 2>/dev/null)  plan ${PLAN:-1}  $(date -u +%FT%TZ)" > "$S"
+echo "build-t: $(cat build-t/commit.txt 2>/dev/null)  build-p: $(cat build-p/commit.txt 2>/dev/null)  build-n: $(cat build-n/commit.txt 2>/dev/null)  build-c: $(cat build-c/commit.txt 2>/dev/null)  plan ${PLAN:-1}  $(date -u +%FT%TZ)" > "$S"
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,memory.used --format=csv,noheader >> "$S" 2>&1
 (nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader -lms 1000 > "$O/clock.txt" 2>&1 &)
 if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -38,7 +38,7 @@ run() { # NAME SECONDS COMMAND...
     tar -C "$L" -czf "$O/logs.tgz" . 2>/dev/null
 }
 P="env W22_KERNELS=portable"
-T=build-t B=build-p
+T=build-t B=build-p N=build-n C=build-c
 X=${X:-$T}
 export W22_LIB=$PWD/$X/libwan22vae.so
 case ${PLAN:-1} in
@@ -79,6 +79,40 @@ case ${PLAN:-1} in
     else
         echo "xform FAILED against the CPU backend" >> "$S"
     fi
+    ;;
+2)
+    # branch wino256h (build-n/): the Winograd threshold 256 on the Hopper path too (plan 1: 2197 -> 2157 ms), its
+    # Hopper bits new (the portable path's unchanged): the Hopper path against the CPU backend, its A/B against build-t,
+    # Wan2.1's time (its 384-channel convs now Winograd on the mma.sync batch), the six-clip bench's first call, the
+    # portable path's f481 beside the Hopper path and diffusers (issue 45), the checking mode and the sequence
+    run n_ops 60 $N/tests/cuda_ops
+    run n_decode 60 $N/tests/cuda_decode
+    run n_decode_wan21 60 $N/tests/cuda_decode wan21
+    mkdir -p "$O/ab_n"
+    run n_ab 50 bash bench/ab.sh $T $N 1 "$O/ab_n"
+    grep -h "bits:" "$L"/n_ab.log >> "$S"
+    for r in 1 2; do
+        run t_wan21_$r 30 $T/tests/cuda_decode --time-wan21 21 90 160 2
+        run n_wan21_$r 30 $N/tests/cuda_decode --time-wan21 21 90 160 2
+    done
+    run n_six1 200 python3 bench/bench.py --workload f1 f5 f17 f121 --lib $PWD/$N/libwan22vae.so --commit "$(cat $N/commit.txt)" --json "$O/n-six1.json"
+    run n_f481_portable 300 python3 bench/bench.py --workload f481 --portable --no-check --no-audit --lib $PWD/$N/libwan22vae.so --commit "$(cat $N/commit.txt)" --json "$O/n-f481-portable.json"
+    run n_seq34 130 $N/tests/cuda_sequence 24 48 34
+    run n_budget 90 $N/tests/cuda_budget
+    run n_seq12 60 $N/tests/cuda_sequence 30 64 12
+    run n_large 60 $N/tests/cuda_large
+    run n_seq34_wan21 60 $N/tests/cuda_sequence 24 48 34 wan21
+    ;;
+3)
+    # the rest for build-n: test_gpu.py (both paths), the DiT and interrupt programs; then the experiment build-c/
+    # (stage 3 in chunks of 2) against build-n on both paths
+    run n_test_gpu 120 python3 -m pytest -q -x python/tests/test_gpu.py
+    run n_dit 30 $N/tests/cuda_dit
+    run n_interrupt 60 $N/tests/cuda_interrupt
+    mkdir -p "$O/ab_c" "$O/ab_c_portable"
+    run c_ab 50 bash bench/ab.sh $N $C 1 "$O/ab_c"
+    run c_ab_portable 80 $P bash bench/ab.sh $N $C 1 "$O/ab_c_portable"
+    run c_time 30 $C/tests/cuda_decode --time 31 2
     ;;
 4)
     # the six-clip bench's f241 at X's library, merged into plan 1's (MERGE: its t-six1.json, put in the tree), then f481 (plan 5)

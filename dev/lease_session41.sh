@@ -17,7 +17,7 @@ mkdir -p "$O" "$L"
 for t in .carry/*.tgz; do tar -xzf "$t"; done
 end=$(($(date +%s) + ${LEASE_SECONDS:-540}))
 S=$O/suite.txt
-echo "build-t: $(cat build-t/commit.txt 2>/dev/null)  build-p: $(cat build-p/commit.txt 2>/dev/null)  build-n: $(cat build-n/commit.txt 2>/dev/null)  build-c: $(cat build-c/commit.txt 2>/dev/null)  plan ${PLAN:-1}  $(date -u +%FT%TZ)" > "$S"
+echo "build-t: $(cat build-t/commit.txt 2>/dev/null)  build-p: $(cat build-p/commit.txt 2>/dev/null)  build-n: $(cat build-n/commit.txt 2>/dev/null)  plan ${PLAN:-1}  $(date -u +%FT%TZ)" > "$S"
 nvidia-smi --query-gpu=name,clocks.sm,power.draw,memory.used --format=csv,noheader >> "$S" 2>&1
 (nvidia-smi --query-gpu=clocks.sm,power.draw --format=csv,noheader -lms 1000 > "$O/clock.txt" 2>&1 &)
 if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -38,7 +38,7 @@ run() { # NAME SECONDS COMMAND...
     tar -C "$L" -czf "$O/logs.tgz" . 2>/dev/null
 }
 P="env W22_KERNELS=portable"
-T=build-t B=build-p N=build-n C=build-c
+T=build-t B=build-p N=build-n
 X=${X:-$T}
 export W22_LIB=$PWD/$X/libwan22vae.so
 case ${PLAN:-1} in
@@ -104,15 +104,24 @@ case ${PLAN:-1} in
     run n_seq34_wan21 60 $N/tests/cuda_sequence 24 48 34 wan21
     ;;
 3)
-    # the rest for build-n: test_gpu.py (both paths), the DiT and interrupt programs; then the experiment build-c/
-    # (stage 3 in chunks of 2) against build-n on both paths
-    run n_test_gpu 120 python3 -m pytest -q -x python/tests/test_gpu.py
-    run n_dit 30 $N/tests/cuda_dit
-    run n_interrupt 60 $N/tests/cuda_interrupt
-    mkdir -p "$O/ab_c" "$O/ab_c_portable"
-    run c_ab 50 bash bench/ab.sh $N $C 1 "$O/ab_c"
-    run c_ab_portable 80 $P bash bench/ab.sh $N $C 1 "$O/ab_c_portable"
-    run c_time 30 $C/tests/cuda_decode --time 31 2
+    # the threshold 256 on the Hopper path (branch wino256h's only library change: route.h's default) as build-t's
+    # library (1ba10fb) under W22_WINOGRAD=256, which makes the same choice on both paths (build-n/ in plan 2 was stale:
+    # its copied build tree's dependency files named build-t's targets, so route.h's change rebuilt nothing, and
+    # bench/bits gave build-t's bits). The decode tests against the CPU, the checking mode, the budget and the
+    # sequence on both VAEs, Wan2.1's time (its 384-channel convs Winograd), the bench's first call, test_gpu.py.
+    W="env W22_WINOGRAD=256"
+    run w_decode 60 $W $T/tests/cuda_decode
+    run w_decode_wan21 60 $W $T/tests/cuda_decode wan21
+    run w_seq34 130 $W $T/tests/cuda_sequence 24 48 34
+    run w_seq34_wan21 60 $W $T/tests/cuda_sequence 24 48 34 wan21
+    for r in 1 2; do
+        run t_wan21_$r 30 $T/tests/cuda_decode --time-wan21 21 90 160 2
+        run w_wan21_$r 30 $W $T/tests/cuda_decode --time-wan21 21 90 160 2
+    done
+    run w_six1 200 $W python3 bench/bench.py --workload f1 f5 f17 f121 --lib $PWD/$T/libwan22vae.so --commit "$(cat $T/commit.txt) with W22_WINOGRAD=256 (= wino256h's default)" --json "$O/w-six1.json"
+    run w_budget 90 $W $T/tests/cuda_budget
+    run w_seq12 60 $W $T/tests/cuda_sequence 30 64 12
+    run w_test_gpu 120 $W python3 -m pytest -q -x python/tests/test_gpu.py
     ;;
 4)
     # the six-clip bench's f241 at X's library, merged into plan 1's (MERGE: its t-six1.json, put in the tree), then f481 (plan 5)

@@ -7,6 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 x="$(git rev-parse --git-common-dir)/info/exclude"; grep -qx '/.carry/' "$x" 2>/dev/null || echo /.carry/ >> "$x"
 D=${BUILD_DIR:-build-run}
+# A tree copied from another build (cp -a build-t build-n, to save the compile) keeps that build's .d files, whose
+# targets name the other tree: a changed header would rebuild nothing here (sessions 31 and 41: a stale library
+# carried as the new one). Their targets are rewritten to this tree first; the phony header lines (src/...) stay.
+[ -d "$D" ] && find "$D" -name '*.d' -exec sed -i -E "s#^build[^/ :]*/#$D/#" {} +
 make -j2 BUILD=$D all > /tmp/lease_build.log 2>&1 || { tail -30 /tmp/lease_build.log; exit 1; }
 git rev-parse --short HEAD > $D/commit.txt
 git diff --quiet HEAD -- src include tests cli || echo "+uncommitted" >> $D/commit.txt

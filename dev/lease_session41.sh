@@ -38,7 +38,7 @@ run() { # NAME SECONDS COMMAND...
     tar -C "$L" -czf "$O/logs.tgz" . 2>/dev/null
 }
 P="env W22_KERNELS=portable"
-T=build-t B=build-p N=build-n
+T=build-t B=build-p N=build-n MB=build-m C2=build-c2 B16=build-b16
 X=${X:-$T}
 export W22_LIB=$PWD/$X/libwan22vae.so
 case ${PLAN:-1} in
@@ -134,6 +134,31 @@ case ${PLAN:-1} in
     # issue 45's f481 on the portable path beside the Hopper path and diffusers (unchecked: f481's float32 reference
     # takes ~5 min; its arithmetic is f121's, checked in plan 1)
     run bench_portable_f481 590 python3 bench/bench.py --workload f481 --portable --no-check --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/p-f481-portable.json"
+    ;;
+7)
+    # For the next session (made ready in session 41; .carry: build-m.tgz = main 588f245 in full, build-t-small.tgz =
+    # 1ba10fb's library and bench/bits, build-c2.tgz = branch exp-c2 7a6f68e and build-b16.tgz = branch exp-b16
+    # 8d43ed4, each its library, bench/bits and cuda_decode; remake with dev/lease_build.sh where .carry is gone).
+    # Main's own build against the CPU backend on both paths, then against 1ba10fb under W22_WINOGRAD=256 (call 3's
+    # library: the same bits expected on both paths), the two experiments against main on both paths (stage 3 in
+    # chunks of 2; 16 Winograd tile rows kept free), their peaks, main's profile.
+    run m_ops 60 $MB/tests/cuda_ops
+    run m_ops_portable 60 $P $MB/tests/cuda_ops
+    run m_decode 60 $MB/tests/cuda_decode
+    run m_decode_portable 60 $P $MB/tests/cuda_decode
+    run m_decode_wan21 60 $MB/tests/cuda_decode wan21
+    mkdir -p "$O/ab_m" "$O/ab_m_p" "$O/ab_c2" "$O/ab_c2_p" "$O/ab_b16" "$O/ab_b16_p"
+    run m_ab 50 env W22_WINOGRAD=256 bash bench/ab.sh $T $MB 1 "$O/ab_m"
+    run m_ab_portable 80 $P W22_WINOGRAD=256 bash bench/ab.sh $T $MB 1 "$O/ab_m_p"
+    run c2_ab 60 bash bench/ab.sh $MB $C2 2 "$O/ab_c2"
+    run c2_ab_portable 90 $P bash bench/ab.sh $MB $C2 2 "$O/ab_c2_p"
+    run b16_ab 60 bash bench/ab.sh $MB $B16 2 "$O/ab_b16"
+    run b16_ab_portable 90 $P bash bench/ab.sh $MB $B16 2 "$O/ab_b16_p"
+    grep -h "bits:\|f121:" "$L"/m_ab*.log "$L"/c2_ab*.log "$L"/b16_ab*.log >> "$S"
+    run c2_peak 30 $C2/tests/cuda_decode --time 31 2
+    run b16_peak 30 $B16/tests/cuda_decode --time 31 2
+    run m_prof 40 env W22_PROFILE=2 $MB/tests/cuda_decode --time 31 2
+    run m_prof_portable 40 $P W22_PROFILE=2 $MB/tests/cuda_decode --time 31 2
     ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"

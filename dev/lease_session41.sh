@@ -38,7 +38,7 @@ run() { # NAME SECONDS COMMAND...
     tar -C "$L" -czf "$O/logs.tgz" . 2>/dev/null
 }
 P="env W22_KERNELS=portable"
-T=build-t B=build-p N=build-n MB=build-m C2=build-c2 B16=build-b16
+T=build-t B=build-p N=build-n MB=build-m C2=build-c2 B16=build-b16 Z=build-z
 X=${X:-$T}
 export W22_LIB=$PWD/$X/libwan22vae.so
 case ${PLAN:-1} in
@@ -138,7 +138,9 @@ case ${PLAN:-1} in
 7)
     # For the next session (made ready in session 41; .carry: build-m.tgz = main 588f245 in full, build-t-small.tgz =
     # 1ba10fb's library and bench/bits, build-c2.tgz = branch exp-c2 7a6f68e and build-b16.tgz = branch exp-b16
-    # 8d43ed4, each its library, bench/bits and cuda_decode; remake with dev/lease_build.sh where .carry is gone).
+    # 8d43ed4, each its library and bench/bits (their memory: dev/chunk3_memory.c's count), build-z.tgz = branch
+    # zerohist with cuda_ops, cuda_decode and cuda_sequence (plan 8); remake with dev/lease_build.sh where .carry is
+    # gone).
     # Main's own build against the CPU backend on both paths, then against 1ba10fb under W22_WINOGRAD=256 (call 3's
     # library: the same bits expected on both paths), the two experiments against main on both paths (stage 3 in
     # chunks of 2; 16 Winograd tile rows kept free), their peaks, main's profile.
@@ -155,10 +157,33 @@ case ${PLAN:-1} in
     run b16_ab 60 bash bench/ab.sh $MB $B16 2 "$O/ab_b16"
     run b16_ab_portable 90 $P bash bench/ab.sh $MB $B16 2 "$O/ab_b16_p"
     grep -h "bits:\|f121:" "$L"/m_ab*.log "$L"/c2_ab*.log "$L"/b16_ab*.log >> "$S"
-    run c2_peak 30 $C2/tests/cuda_decode --time 31 2
-    run b16_peak 30 $B16/tests/cuda_decode --time 31 2
     run m_prof 40 env W22_PROFILE=2 $MB/tests/cuda_decode --time 31 2
     run m_prof_portable 40 $P W22_PROFILE=2 $MB/tests/cuda_decode --time 31 2
+    ;;
+8)
+    # Branch zerohist (build-z): a stage's first chunk runs its one-frame 3x3x3 convs as the weight's last temporal tap
+    # (backend.h's hist_zero; 9 of 27 taps; a T = 1 decode throughout). Against the CPU backend on both paths and both
+    # VAEs (cuda_ops' hist=0 cases put NaN in the GPU's history), the checking mode (it verifies the history zero),
+    # then f121's A/B against main (the first frames' bits may differ: the split tail of a shorter K) and the one-frame
+    # decodes' times (T 1 at 44 x 80 and Wan2.1's 90 x 160) against main's
+    run z_ops 60 $Z/tests/cuda_ops
+    run z_ops_portable 60 $P $Z/tests/cuda_ops
+    run z_decode 60 $Z/tests/cuda_decode
+    run z_decode_portable 60 $P $Z/tests/cuda_decode
+    run z_decode_wan21 60 $Z/tests/cuda_decode wan21
+    run z_seq34 130 $Z/tests/cuda_sequence 24 48 34
+    run z_seq34_portable 130 $P $Z/tests/cuda_sequence 24 48 34
+    run z_seq34_wan21 60 $Z/tests/cuda_sequence 24 48 34 wan21
+    mkdir -p "$O/ab_z" "$O/ab_z_p"
+    run z_ab 60 bash bench/ab.sh $MB $Z 2 "$O/ab_z"
+    run z_ab_portable 90 $P bash bench/ab.sh $MB $Z 2 "$O/ab_z_p"
+    grep -h "bits:\\|f121:" "$L"/z_ab*.log >> "$S"
+    for r in 1 2; do
+        run m_t1_$r 30 $MB/tests/cuda_decode --time 1 2
+        run z_t1_$r 30 $Z/tests/cuda_decode --time 1 2
+        run m_t1_wan21_$r 30 $MB/tests/cuda_decode --time-wan21 1 90 160 1
+        run z_t1_wan21_$r 30 $Z/tests/cuda_decode --time-wan21 1 90 160 1
+    done
     ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"

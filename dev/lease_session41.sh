@@ -161,7 +161,7 @@ case ${PLAN:-1} in
     run m_prof_portable 40 $P W22_PROFILE=2 $MB/tests/cuda_decode --time 31 2
     ;;
 8)
-    # Branch zerohist (build-z): a stage's first chunk runs its one-frame 3x3x3 convs as the weight's last temporal tap
+    # Branch zerohist (build-z: its commit.txt): a stage's first chunk runs its one-frame 3x3x3 convs as the weight's last temporal tap
     # (backend.h's hist_zero; 9 of 27 taps; a T = 1 decode throughout). Against the CPU backend on both paths and both
     # VAEs (cuda_ops' hist=0 cases put NaN in the GPU's history), the checking mode (it verifies the history zero),
     # then f121's A/B against main (the first frames' bits may differ: the split tail of a shorter K) and the one-frame

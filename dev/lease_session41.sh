@@ -185,6 +185,14 @@ case ${PLAN:-1} in
         run z_t1_wan21_$r 30 $Z/tests/cuda_decode --time-wan21 1 90 160 1
     done
     ;;
+9)
+    # issue 46's sizes at X's library (after zerohist's merge, if it holds: the one-frame decodes): every size below
+    # 4K at T 1, 2, 5 timed beside diffusers' bf16, then the odd x odd sizes checked against its float32
+    below=""
+    for T in 1 2 5; do for hw in 44x80 80x44 45x80 30x52 52x30 64x64 68x120 44x78 45x45 45x81 33x57; do below="$below ${hw}T$T"; done; done
+    run sizes_timed 560 python3 bench/sizes.py --no-fp32 --commit "$(cat $X/commit.txt)" --json "$O/sizes-timed.json" --cases $below
+    run sizes_odd 300 python3 bench/sizes.py --commit "$(cat $X/commit.txt)" --json "$O/sizes-odd.json" --cases 45x45T1 45x45T2 45x45T5 45x81T2 33x57T2
+    ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"
 cat "$S"

@@ -353,8 +353,9 @@ typedef enum {
 /* NULL when a conv runs as Winograd F(4x4, 3x3), else why not. Both paths: its 36 component GEMMs are one launch of
  * the TMA conv on the Hopper path and one of the mma.sync kernel on the portable path (w22_route_mma_batch_blocker;
  * the transforms are plain kernels; fp16 operands, which only those two take). has_wino: the backend made Winograd
- * weights for this conv at upload (its threshold: w22_route_wino_min_default, or W22_WINOGRAD; none in exact mode); row_bytes: the scratch of one tile row (winograd.cu). Any height and width: the
- * transforms read zeros past the frame and store only inside it. */
+ * weights for this conv at upload (its threshold: w22_route_wino_min_default, or W22_WINOGRAD; none in exact mode);
+ * row_bytes: the scratch of one tile row (winograd.cu). Any height and width: the transforms read zeros past the
+ * frame and store only inside it. */
 static inline const char *w22_route_winograd_blocker(const w22_conv_args *a, int cin, int cout, int has_wino,
                                                      size_t row_bytes) {
     if (!has_wino) return "no Winograd weights (exact arithmetic, or channels below the threshold)";

@@ -108,7 +108,8 @@ __global__ void __launch_bounds__(256)
         for (int a = 0; a < 4; a++)
 #pragma unroll
             for (int b = 0; b < 4; b++)
-                rr[a][b] = *(const uint32_t *)(r0 + (long)min(4 * ty + a, ho - 1) * rsh + (long)min(4 * tx + b, wo - 1) * rsw);
+                rr[a][b] = *(const uint32_t *)(r0 + (long)min(4 * ty + a, ho - 1) * rsh +
+                                               (long)min(4 * tx + b, wo - 1) * rsw);
     }
     const float2 bb = bias ? make_float2(bias[c], bias[c + 1]) : make_float2(0.f, 0.f);
 #pragma unroll
@@ -176,8 +177,8 @@ w22_status w22_cuda_wino_out(cudaStream_t st, const __half *m, long mcs, long ms
 }
 
 /* W22_WINOGRAD=N: the 3x3x3 convs with cin and cout >= N take the path (unset: route.h's default for the path, 256
- * on both; 0: off). Read at each backend's create (no cached copy: backends are
- * created on any thread, and a lazily set static was a race). */
+ * on both; 0: off). Read at each backend's create (no cached copy: backends are created on any thread, and a lazily
+ * set static was a race). */
 int w22_cuda_winograd_min_cin(int hopper) {
     const char *e = getenv("W22_WINOGRAD");
     const int v = e ? atoi(e) : w22_route_wino_min_default(hopper);

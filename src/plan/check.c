@@ -189,12 +189,12 @@ static w22_status c_conv(w22_backend *b, const w22_conv_args *a) {
     const w22_decoder *d = cur;
     const char *op = a->upsample ? "upsample conv" : a->psum ? "conv (partial sums)" : "conv";
     W22_TRY(verify_input(d, op, "its input", &a->in, a->ks));
+    for (int i = 0; i < a->hist_zero && i < 2; i++) /* first: a stronger claim than the border's below */
+        if (a->hist[i].ptr) W22_TRY(verify_zero(d, op, i ? "its newer history frame" : "its older history frame",
+                                                &a->hist[i]));
     for (int i = 0; i < 2; i++)
         if (a->hist[i].ptr) W22_TRY(verify_input(d, op, i ? "its newer history frame" : "its older history frame",
                                                  &a->hist[i], a->ks));
-    for (int i = 0; i < a->hist_zero && i < 2; i++)
-        if (a->hist[i].ptr) W22_TRY(verify_zero(d, op, i ? "its newer history frame" : "its older history frame",
-                                                &a->hist[i]));
     W22_TRY(verify(d, op, "its residual", a->residual, 0));
     W22_TRY(verify(d, op, "its shortcut input", a->sc_in, 0));
     W22_TRY(verify(d, op, "its DupUp input", a->dup_in, 0));

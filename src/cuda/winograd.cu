@@ -224,7 +224,7 @@ __global__ void w22_wino_u_kernel(const bf16 *__restrict__ d, int cout, int cin,
  * band's (component-major). H, W: the conv's output (and input) size. */
 static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const __half *U, const w22_mm *g, __half *V,
                             __half *M, int ty0, int hh, int w4, const bf16 *res, long rsf, long rsh, long rsw) {
-    const int F = g->F, ci = w->cin, co = w->cout, FI = F + 2, hl = g->H - 4 * ty0;
+    const int F = g->F, ci = w->cin, co = w->cout, FI = F + g->kt - 1, hl = g->H - 4 * ty0;
     const long vcs = (long)FI * hh * w4 * ci, mcs = (long)F * hh * w4 * co; /* a component's elements */
     int part = w22_cuda_prof_part_begin(c); /* W22_PROFILE=2: the transforms and the GEMMs apart */
     for (int j0 = 0; j0 < FI; j0 += W22_WINO_FRAMES) { /* frames j0.. in one launch */
@@ -241,7 +241,7 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const __half 
      * portable path); the band's height keeps their offsets in an int (w22_cuda_conv_winograd), so no GEMM runs
      * apart (the row and scalar kernels take no fp16) */
     w22_mm q;
-    w22_lower_wino_batch(F, hh, w4, ci, co, U, V, M, &q);
+    w22_lower_wino_batch(F, g->kt, hh, w4, ci, co, U, V, M, &q);
     part = w22_cuda_prof_part_begin(c);
     const w22_batch_launch how = w22_route_batch(&q, c->hopper);
     if (how == W22_BATCH_TMA) {
@@ -266,7 +266,7 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const __half 
 }
 
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_mm *g) {
-    const int F = g->F, h4 = (a->out.h + 3) / 4, w4 = (a->out.w + 3) / 4, ci = w->cin, co = w->cout, FI = F + 2;
+    const int F = g->F, h4 = (a->out.h + 3) / 4, w4 = (a->out.w + 3) / 4, ci = w->cin, co = w->cout, FI = F + g->kt - 1;
     const size_t row = w22_route_wino_row_bytes(F, w4, ci, co);
     /* U (w22_wino_u_kernel: 36 x 3 cin x cout fp16) and V, M in the caller's free memory (a decode's: plan.c's
      * w22_stage_free) where it holds U and one tile row, U first; else U in the backend's own grow-only scratch and

@@ -108,7 +108,8 @@ __global__ void __launch_bounds__(256)
         for (int a = 0; a < 4; a++)
 #pragma unroll
             for (int b = 0; b < 4; b++)
-                rr[a][b] = *(const uint32_t *)(r0 + (long)min(4 * ty + a, ho - 1) * rsh + (long)min(4 * tx + b, wo - 1) * rsw);
+                rr[a][b] = *(const uint32_t *)(r0 + (long)min(4 * ty + a, ho - 1) * rsh +
+                                               (long)min(4 * tx + b, wo - 1) * rsw);
     }
     const float2 bb = bias ? make_float2(bias[c], bias[c + 1]) : make_float2(0.f, 0.f);
 #pragma unroll
@@ -266,7 +267,8 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const __half 
 }
 
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_mm *g) {
-    const int F = g->F, h4 = (a->out.h + 3) / 4, w4 = (a->out.w + 3) / 4, ci = w->cin, co = w->cout, FI = F + g->kt - 1;
+    const int F = g->F, h4 = (a->out.h + 3) / 4, w4 = (a->out.w + 3) / 4, ci = w->cin, co = w->cout;
+    const int FI = F + g->kt - 1; /* input frames: kt 1 where a first chunk's zero history is skipped (lower.h) */
     const size_t row = w22_route_wino_row_bytes(F, w4, ci, co);
     /* U (w22_wino_u_kernel: 36 x 3 cin x cout fp16) and V, M in the caller's free memory (a decode's: plan.c's
      * w22_stage_free) where it holds U and one tile row, U first; else U in the backend's own grow-only scratch and

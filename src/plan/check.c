@@ -99,14 +99,19 @@ static w22_status verify(const w22_decoder *d, const char *op, const char *what,
                     v->f, v->h, v->w, v->c, where);
 }
 
+/* A view's span (its first element to its last) read to the host after a sync: *h to free. */
+static w22_status view_to_host(const w22_decoder *d, const w22_view *v, unsigned char **h) {
+    const long last = ((long)(v->f - 1) * v->sf + (long)(v->h - 1) * v->sh + (long)(v->w - 1) * v->sw + v->c) * v->es;
+    if (!(*h = malloc((size_t)last))) return w22_fail(W22_ERR_OUT_OF_MEMORY, "check: %ld bytes of host memory", last);
+    const w22_status s = d->ops_inner->sync(d->backend);
+    return s != W22_OK ? s : d->ops_inner->to_host(d->backend, *h, v->ptr, (size_t)last);
+}
+
 /* The trace's hash of a view's elements (FNV-1a over each element's bytes, in f, h, w, c order), read to the host. */
 static w22_status trace_hash(const w22_decoder *d, const w22_view *v, uint64_t *hash) {
-    const long es = v->es, last = ((long)(v->f - 1) * v->sf + (long)(v->h - 1) * v->sh + (long)(v->w - 1) * v->sw +
-                                   v->c) * es;
-    unsigned char *h = malloc((size_t)last);
-    if (!h) return w22_fail(W22_ERR_OUT_OF_MEMORY, "check trace: %ld bytes of host memory", last);
-    w22_status s = d->ops_inner->sync(d->backend);
-    if (s == W22_OK) s = d->ops_inner->to_host(d->backend, h, v->ptr, (size_t)last);
+    const long es = v->es;
+    unsigned char *h = NULL;
+    w22_status s = view_to_host(d, v, &h);
     uint64_t x = 1469598103934665603ull;
     for (int f = 0; f < v->f && s == W22_OK; f++)
         for (int y = 0; y < v->h; y++)
@@ -159,12 +164,9 @@ w22_status w22_check_border(const w22_decoder *d, const w22_view *v, const char 
 /* A history frame the conv was told is zero (backend.h's hist_zero: the backend may skip its taps) holds only +-0,
  * read to the host. */
 static w22_status verify_zero(const w22_decoder *d, const char *op, const char *what, const w22_view *v) {
-    const long es = v->es, last = ((long)(v->f - 1) * v->sf + (long)(v->h - 1) * v->sh + (long)(v->w - 1) * v->sw +
-                                   v->c) * es;
-    unsigned char *h = malloc((size_t)last);
-    if (!h) return w22_fail(W22_ERR_OUT_OF_MEMORY, "check: %ld bytes of host memory", last);
-    w22_status s = d->ops_inner->sync(d->backend);
-    if (s == W22_OK) s = d->ops_inner->to_host(d->backend, h, v->ptr, (size_t)last);
+    const long es = v->es;
+    unsigned char *h = NULL;
+    w22_status s = view_to_host(d, v, &h);
     long bad = 0;
     for (int f = 0; f < v->f && s == W22_OK; f++)
         for (int y = 0; y < v->h; y++)

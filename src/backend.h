@@ -40,6 +40,13 @@ typedef struct {
      * h, w, c, sh and sw (and border, when ks = 3), anywhere in backend memory: the plan's causal caches, read in
      * place instead of copied in front of the new frames. */
     w22_view hist[2];
+    /* kt = 3 with hist only: how many of the window's first frames (hist[0], then hist[1]) are known to be zero (0, 1
+     * or 2): the causal zero padding before a decode's first frame (exec.c: a stage's first chunk, whose caches the
+     * decode's start zeroed; the checking mode verifies it, check.c). A backend may skip their temporal taps, which
+     * only add exact zeros: the CPU backend does, the CUDA backend lowers a one-frame conv with both zero to the
+     * weight's last tap alone (lower.h). A T = 1 decode (an image: Qwen-Image, a first frame) runs each 3x3x3 conv
+     * with 9 of its 27 taps so. */
+    int hist_zero;
     /* upsample only (NULL: none): + DupUp(dup_in) as dupup_add adds it (below: out (F, 2h, 2w, cout) from dup_in
      * (f, h, w, cin), dup_ft = 1 or 2 time copies, dup_first_single), after the bias, with one rounding where the
      * backend can (the up blocks' avg_shortcut fused into their upsampler's conv: one pass over the high-resolution

@@ -49,7 +49,7 @@ static int conv_gemms(const w22_conv_args *a, const w22_conv_operands *o, int kt
         }
         const int h4 = (a->out.h + 3) / 4, w4 = (a->out.w + 3) / 4;
         const size_t whole = (size_t)h4 * w22_route_wino_row_bytes(g.F, w4, o->cin, o->cout);
-        w22_lower_wino_batch(g.F, w22_route_wino_band(g.F, h4, w4, o->cin, o->cout, whole), w4, o->cin, o->cout,
+        w22_lower_wino_batch(g.F, g.kt, w22_route_wino_band(g.F, h4, w4, o->cin, o->cout, whole), w4, o->cin, o->cout,
                              (const void *)(uintptr_t)0x7a0000000000ull, (const void *)(uintptr_t)0x790000000000ull,
                              (void *)(uintptr_t)0x780000000000ull, &q);
         out[n++] = (lowered){"Winograd's batch", q};

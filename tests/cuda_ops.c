@@ -35,6 +35,7 @@
 #include "testutil.h"
 #include "weights/layout.h"
 #include "cuda/route.h"
+#include "cuda/lower.h"
 
 /* Not in backend.h: which kernel the CUDA backend's last GEMM ran on (src/cuda/cuda_backend.cu). */
 const char *w22_backend_cuda_last_path(const w22_backend *b);
@@ -378,6 +379,11 @@ enum { RES_NONE, RES_SEPARATE, RES_INPLACE };
  * the plan's in-place causal caches) while the CPU reference reads the usual contiguous window; the GPU copy of
  * the window's first two frames is poisoned, so a kernel that reads them there fails. */
 static int conv_hist;
+/* With conv_hist, conv_zero_hist sets w22_conv_args.hist_zero = 2 on the GPU conv (a decode's first chunk: its taps
+ * over the two history frames may be skipped; one output frame lowers to the last tap alone, lower.h): the CPU
+ * reference's window starts with two zero frames, the GPU's history buffers hold NaN, so a kernel that still reads
+ * them fails. */
+static int conv_zero_hist;
 
 /* ---- kernel paths: the backend's answer ---- */
 
@@ -482,7 +488,7 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
     char shape[160];
     snprintf(shape, sizeof shape, "%s %dx%dx%dx%d->%d k%dx%d%s%s%s%s%s", tag, F + kt - 1, h, w, cin, cout, kt, ks,
              upsample ? " up" : "", time_split ? " split" : "", res == RES_INPLACE ? " res=out" : res ? " res" : "",
-             sc_cin ? " sc" : "", conv_hist ? " hist" : "");
+             sc_cin ? " sc" : "", conv_zero_hist ? " hist=0" : conv_hist ? " hist" : "");
     if (!selected("conv")) return;
     const int oh = upsample ? 2 * h : h, ow = upsample ? 2 * w : w;
     const int of = time_split ? 2 * F : F, oc = time_split ? cout / 2 : cout;
@@ -524,10 +530,14 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
     if (conv_hist && kt == 3) {
         const size_t fb = in.n / in.f * gpu->ops->elem_size; /* one frame with its border */
         if (!tens_new(&h0, 1, h, w, cin, 1, FILL_POISON, 0, 0) || !tens_new(&h1, 1, h, w, cin, 1, FILL_POISON, 0, 0) ||
-            gpu->ops->copy_bytes(gpu, h0.gbuf, in.gbuf, fb) != W22_OK ||
-            gpu->ops->copy_bytes(gpu, h1.gbuf, (char *)in.gbuf + fb, fb) != W22_OK) {
+            (!conv_zero_hist && (gpu->ops->copy_bytes(gpu, h0.gbuf, in.gbuf, fb) != W22_OK ||
+                                 gpu->ops->copy_bytes(gpu, h1.gbuf, (char *)in.gbuf + fb, fb) != W22_OK))) {
             CHECK(0, "conv hist setup %s", shape);
             return;
+        }
+        if (conv_zero_hist) { /* the reference's history: the causal zero padding (the CPU buffer, borders and all) */
+            memset(in.cbuf, 0, 2 * (in.n / in.f) * sizeof(float));
+            ag.hist_zero = 2;
         }
         float *nan2 = malloc(2 * fb / gpu->ops->elem_size * sizeof(float));
         t_fill_nan(nan2, 2 * fb / gpu->ops->elem_size);
@@ -536,6 +546,13 @@ static void conv_case(const char *tag, int cin, int cout, int F, int h, int w, i
         ag.in = w22_view_frames(in.gv, 2, F);
         ag.hist[0] = h0.gv;
         ag.hist[1] = h1.gv;
+        /* where the conv keeps the three taps (lower.h: more than one frame), its history must be the zeros it was
+         * told of: NaN only where the taps are skipped */
+        if (conv_zero_hist && !w22_lower_zero_hist(&ag) &&
+            (gpu->ops->fill(gpu, h0.gbuf, fb, 0) != W22_OK || gpu->ops->fill(gpu, h1.gbuf, fb, 0) != W22_OK)) {
+            CHECK(0, "conv zero hist setup %s", shape);
+            return;
+        }
     }
     w22_status s1 = cpu->ops->conv(cpu, &ac);
     char cerr[512];
@@ -1121,6 +1138,12 @@ static void winograd_cases(void) {
     conv_case("winograd", 1024, 1024, 2, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
     conv_case("winograd", 256, 256, 3, 6, 10, 3, 3, 0, 0, RES_INPLACE, 0);
     conv_case("winograd", 256, 256, 1, 7, 10, 3, 3, 0, 0, RES_INPLACE, 0); /* 7 rows: 1 past the frame */
+    conv_zero_hist = 1; /* a first chunk's one frame: one input frame transformed, the U rows' last tap */
+    conv_case("winograd", 1024, 1024, 1, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("winograd", 256, 256, 1, 7, 10, 3, 3, 0, 0, RES_INPLACE, 512);
+    conv_case("winograd", 384, 384, 1, 9, 16, 3, 3, 0, 0, RES_SEPARATE, 0); /* N 384: the mma.sync batch */
+    conv_case("winograd", 512, 512, 2, 6, 10, 3, 3, 0, 0, RES_NONE, 0); /* two frames: three taps over zeros */
+    conv_zero_hist = 0;
     conv_hist = 0;
     conv_case("winograd", 256, 256, 1, 8, 9, 3, 3, 0, 0, RES_SEPARATE, 0); /* 9 columns: 3 past it */
     conv_case("winograd", 512, 512, 2, 5, 6, 3, 3, 0, 0, RES_NONE, 0);
@@ -1408,6 +1431,17 @@ static void run_cases(void) {
     conv_case("wg", 256, 512, 2, 48, 96, 3, 3, 0, 0, RES_NONE, 0);       /* 144 tiles of 128x256: persistent */
     conv_case("edge", 4, 12, 2, 3, 5, 3, 3, 0, 0, RES_NONE, 0);         /* scalar kernel */
     conv_case("edge", 64, 64, 3, 5, 7, 3, 3, 0, 0, RES_INPLACE, 0);     /* mma kernel, one partial tile */
+    /* a decode's first chunk (hist_zero 2): one frame as the weight's last tap alone on each kernel the decoder's
+     * first-chunk convs take; two frames keep the three taps */
+    conv_zero_hist = 1;
+    conv_case("mid", 1024, 1024, 1, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("up3", 256, 256, 1, 32, 48, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_case("wg", 256, 256, 1, 5, 9, 3, 3, 0, 0, RES_NONE, 256);
+    conv_case("wg", 96, 96, 1, 20, 36, 3, 3, 0, 0, RES_SEPARATE, 0);  /* Wan2.1's last stage: cin 96 */
+    conv_case("conv_in", 48, 1024, 1, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
+    conv_case("edge", 64, 64, 1, 5, 7, 3, 3, 0, 0, RES_INPLACE, 0);
+    conv_case("mid", 512, 512, 2, 8, 12, 3, 3, 0, 0, RES_NONE, 0);
+    conv_zero_hist = 0;
     conv_hist = 0;
     winograd_cases();
     f16_batch_cases();

@@ -88,6 +88,37 @@ static void one(const char *name, int F, int h, int w, int cin, int cout, int ks
     printf("%-34s max|d| %.3g, %zu not finite\n", name, d.max_abs, d.nonfinite);
     CHECK(d.nonfinite == 0 && memcmp(o1, o2, nout * 4) == 0, "%s: hist differs from the contiguous window", name);
 
+    /* hist_zero (backend.h: the first n history frames are zero; their taps may be skipped): against the same conv
+     * given those frames as zeros and told nothing, bit for bit, with the frames said zero full of NaN (never read) */
+    for (int nz = 1; nz <= 2; nz++) {
+        float *z0 = malloc(fin * sizeof(float)), *z1 = malloc(fin * sizeof(float));
+        memcpy(z0, h0, fin * sizeof(float)), memcpy(z1, h1, fin * sizeof(float));
+        memset(z0, 0, fin * sizeof(float));
+        if (nz == 2) memset(z1, 0, fin * sizeof(float));
+        w22_conv_args c = b;
+        c.out = vo1;
+        c.hist[0] = view_in(z0, 1, h, w, cin, pad_c), c.hist[1] = view_in(z1, 1, h, w, cin, pad_c);
+        t_fill_nan(o1, nout);
+        CHECK_OK(cpu->ops->conv(cpu, &c));
+        t_fill_nan(z0, fin);
+        if (nz == 2) t_fill_nan(z1, fin);
+        c.out = vo2, c.hist_zero = nz;
+        t_fill_nan(o2, nout);
+        CHECK_OK(cpu->ops->conv(cpu, &c));
+        t_diff dz = t_compare(o2, o1, nout);
+        CHECK(dz.nonfinite == 0 && memcmp(o1, o2, nout * 4) == 0, "%s: hist_zero %d differs from zero history frames "
+              "(max|d| %.3g, %zu not finite)", name, nz, dz.max_abs, dz.nonfinite);
+        free(z0), free(z1);
+    }
+    if (!strcmp(name, "3x3x3 residual")) {
+        w22_conv_args bad = b;
+        bad.hist_zero = 3;
+        CHECK(cpu->ops->conv(cpu, &bad) != W22_OK, "hist_zero 3 accepted");
+        bad = a;
+        bad.hist_zero = 2;
+        CHECK(cpu->ops->conv(cpu, &bad) != W22_OK, "hist_zero without history frames accepted");
+    }
+
     /* misuse: hist with kt 1, and hist frames of another row stride */
     if (!strcmp(name, "3x3x3 residual")) {
         w22_conv_args bad = b;

@@ -121,7 +121,7 @@ static void portable_cases(void) {
     w22_mm q;
     bf16 *base = (bf16 *)(uintptr_t)0x7f0000000000ull;
     const int F = 2, ci = 1024, co = 1024;
-    w22_lower_wino_batch(F, 11, 20, ci, co, base, base, base, &q);
+    w22_lower_wino_batch(F, 3, 11, 20, ci, co, base, base, base, &q);
     CHECK(q.batch == 36 && q.f16 && q.M == F * 11 * 20, "lower.h's Winograd batch: 36 fp16 GEMMs of 2 x 11 x 20 rows");
     const char *why = w22_route_mma_batch_blocker(&q);
     CHECK(why == NULL, "Winograd's batch at 44 x 78 on one mma launch: %s", why ? why : "-");
@@ -357,6 +357,56 @@ static w22_conv_operands operands(int cin, int cout) {
     return o;
 }
 
+/* A stage's first chunk (backend.h's hist_zero 2): a one-frame conv lowers to the weight's last temporal tap alone
+ * (lower.h's w22_lower_zero_hist): K 9 cin from tap 18 of the [cout][27][cin] rows, no history; its Winograd batch to
+ * one input frame and the U rows' last tap; on the same kernels as the full conv, both paths. More frames, an
+ * upsample or hist_zero 1 keep the three taps. */
+static void zero_hist_cases(void) {
+    static const int sizes[][4] = {{352, 624, 256, 256}, {176, 312, 512, 512}, {44, 78, 1024, 1024},
+                                   {90, 160, 384, 384}, {720, 1280, 96, 96}};
+    for (int i = 0; i < 5; i++) {
+        const int H = sizes[i][0], W = sizes[i][1], ci = sizes[i][2], co = sizes[i][3];
+        conv_call k;
+        conv_call_make(&k, 1, H, W, ci, co, 3, 3, 1);
+        const w22_conv_operands o = operands(ci, co);
+        w22_mm full, z;
+        w22_lower_direct(&k.a, &o, &full);
+        k.a.hist_zero = 2;
+        CHECK(w22_lower_zero_hist(&k.a), "%dx%d c%d: a first chunk's one frame takes the last tap alone", H, W, ci);
+        w22_lower_direct(&k.a, &o, &z);
+        CHECK(full.kt == 3 && full.hist_n == 2 && z.kt == 1 && z.hist_n == 0 && !z.a_hist[0] && z.M == full.M &&
+                  z.b == full.b + 18L * ci && z.b_sw == full.b_sw && z.b_sw == 27L * ci && z.a == full.a,
+              "%dx%d c%d: the zero-history GEMM (kt %d, hist %d, b +%ld, b_sw %ld)", H, W, ci, z.kt, z.hist_n,
+              (long)(z.b - full.b), z.b_sw);
+        for (int hopper = 0; hopper <= 1; hopper++) {
+            const char *w1 = NULL, *w2 = NULL;
+            const w22_gemm_kernel kf = w22_route_gemm(&full, hopper, &w1), kz = w22_route_gemm(&z, hopper, &w2);
+            CHECK(kz == kf && kz != W22_GEMM_SCALAR, "%dx%d c%d, the %s path: the zero-history GEMM on %s, the full "
+                  "one on %s (%s)", H, W, ci, hopper ? "Hopper" : "portable", kernel_names(kz), kernel_names(kf),
+                  w2 ? w2 : "-");
+        }
+        w22_mm q3, q1;
+        bf16 *u = (bf16 *)(uintptr_t)0x7a0000000000ull;
+        w22_lower_wino_batch(1, 3, 8, (W + 3) / 4, ci, co, u, u, u, &q3);
+        w22_lower_wino_batch(1, 1, 8, (W + 3) / 4, ci, co, u, u, u, &q1);
+        CHECK(q3.a_frames == 3 && q1.a_frames == 1 && q1.kt == 1 && q1.b == u + 2L * ci && q1.b_sw == 3L * ci,
+              "%dx%d c%d: the zero-history Winograd batch (frames %ld, b +%ld)", H, W, ci, q1.a_frames,
+              (long)(q1.b - u));
+        for (int hopper = 0; hopper <= 1 && ci >= w22_route_wino_min_default(hopper); hopper++) /* Winograd's convs */
+            CHECK(w22_route_batch(&q1, hopper) == w22_route_batch(&q3, hopper) &&
+                      w22_route_batch(&q1, hopper) != W22_BATCH_APART,
+                  "%dx%d c%d, the %s path: the zero-history batch launched as the full one", H, W, ci,
+                  hopper ? "Hopper" : "portable");
+        /* not taken: two frames, hist_zero 1, an upsample */
+        conv_call k2;
+        conv_call_make(&k2, 2, H, W, ci, co, 3, 3, 1);
+        k2.a.hist_zero = 2;
+        CHECK(!w22_lower_zero_hist(&k2.a), "two frames: the three taps");
+        k.a.hist_zero = 1;
+        CHECK(!w22_lower_zero_hist(&k.a), "hist_zero 1: the three taps");
+    }
+}
+
 /* The kernel a lowered GEMM runs on (a batch: one launch of the TMA conv or of the mma.sync kernel, else a component
  * apart), and why not a faster one */
 static w22_gemm_kernel route_lowered(const w22_mm *g, int hopper, const char **why) {
@@ -573,6 +623,7 @@ static void census(void) {
 int main(void) {
     wan21_cases();
     census();
+    zero_hist_cases();
     /* 704 x 1248 (latents 44 x 78): the stages' 3x3x3 convs with history, the upsamplers' time convs, conv_in */
     w22_mm g = conv(1, 44, 78, 1024, 1024, 3, 3, 1);
     expect("stage 0's 1024-channel 3x3x3 conv", &g, 1, W22_GEMM_TMA);

@@ -113,6 +113,9 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
                  a->hist[0].h != src.h || a->hist[1].h != src.h || a->hist[0].w != src.w || a->hist[1].w != src.w))
         return w22_fail(W22_ERR_INTERNAL, "cpu conv: history frames need kt 3, no upsample, and the input's "
                         "geometry (%dx%dx%d, strides %ld/%ld)", src.h, src.w, cin, src.sh, src.sw);
+    if (a->hist_zero < 0 || a->hist_zero > 2 || (a->hist_zero && !hist))
+        return w22_fail(W22_ERR_INTERNAL, "cpu conv: hist_zero %d, expected 0 to 2 and 0 without history frames",
+                        a->hist_zero);
     const int Ho = out.h, Wo = out.w;
     if (src.c != cin || W->kt != kt || W->kh != ks || W->kw != ks || nconv < 1 ||
         (a->time_split ? (out.f != 2 * nconv || 2 * out.c != cout) : (out.f != nconv || out.c != cout)) ||
@@ -150,7 +153,7 @@ w22_status w22_cpu_conv(w22_backend *b, const w22_conv_args *a) {
         if (dup) w22_dupup_frame(t, a->dup_ft, a->dup_first_single, &ds, &dcopy);
         memset(tmp, 0, sizeof(float) * (size_t)M * cout);
         for (int dt = 0; dt < kt; dt++)
-            for (int dy = 0; dy < ks; dy++)
+            for (int dy = 0; dy < ks && !(hist && t + dt < a->hist_zero); dy++) /* a zero frame's taps add zeros */
                 for (int dx = 0; dx < ks; dx++)
                     if (tap_gemm(threads, stop, FRAME(t + dt), dy, dx, pad,
                                  W->data + (size_t)((dt * ks + dy) * ks + dx) * cin * cout, flat, M, RS, Ho, Wo, cin,

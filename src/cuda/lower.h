@@ -28,6 +28,14 @@ static inline int w22_lower_frames(const w22_conv_args *a) {
     return a->hist[0].ptr ? a->in.f : a->in.f - a->kt + 1;
 }
 
+/* Whether a conv runs as its last temporal tap alone: one output frame whose two history frames are zero
+ * (backend.h's hist_zero: a stage's first chunk), so its other two taps add exact zeros; a T = 1 decode runs every
+ * 3x3x3 conv so, 9 of its 27 taps. More frames would need a GEMM per frame (frame t's taps from 2 - t): not done. */
+static inline int w22_lower_zero_hist(const w22_conv_args *a) {
+    return a->kt == 3 && a->hist[0].ptr && a->hist_zero == 2 && a->in.f == 1 && !a->upsample && !a->time_split &&
+           !a->psum;
+}
+
 /* The one implicit GEMM of a conv (the direct step; Winograd starts from it too): M = the output's pixels of its
  * frames, N = cout, K = kt ks ks cin in (dt, dy, dx, c) order; the history frames read in place; the shortcut as extra
  * K; the residual and bias in the epilogue. */
@@ -64,6 +72,10 @@ static inline void w22_lower_direct(const w22_conv_args *a, const w22_conv_opera
     if (a->residual) {
         g->res = (const bf16 *)a->residual->ptr;
         g->r_sf = a->residual->sf, g->r_sh = a->residual->sh, g->r_sw = a->residual->sw;
+    }
+    if (w22_lower_zero_hist(a)) { /* the weight's last temporal tap alone: its rows keep their stride */
+        g->kt = 1, g->hist_n = 0, g->a_hist[0] = g->a_hist[1] = NULL;
+        g->b = o->dev + 2L * a->ks * a->ks * o->cin;
     }
 }
 
@@ -169,21 +181,22 @@ static inline void w22_lower_wino_shortcut(const w22_mm *g, w22_mm *q) {
 }
 
 /* Winograd F(4x4, 3x3)'s 36 component GEMMs for a band of hh tile rows (winograd.cu's wino_band) as one batch GEMM
- * in fp16 (w22_mm.f16): component xi reads its transformed input V + xi vcs (F + 2 frames of hh x w4 tiles, cin; the
- * three temporal taps as K = 3 cin) and its weights u + xi cout 3 cin, and writes M + xi mcs (F frames, cout). The
+ * in fp16 (w22_mm.f16): component xi reads its transformed input V + xi vcs (F + kt - 1 frames of hh x w4 tiles, cin;
+ * the kt temporal taps as K = kt cin: 3, or 1 for the last tap alone, w22_lower_zero_hist) and its weights u + xi cout
+ * 3 cin (the last kt of the 3 taps), and writes M + xi mcs (F frames, cout). The
  * band's height keeps 36 mcs in an int (route.h's w22_route_wino_band_rows). The pointers go in as the 2-byte
  * elements they are (mm.h's bf16 type names the element size; f16 says how to read them). */
-static inline void w22_lower_wino_batch(int F, int hh, int w4, int ci, int co, const void *u, const void *V, void *M,
-                                        w22_mm *q) {
+static inline void w22_lower_wino_batch(int F, int kt, int hh, int w4, int ci, int co, const void *u, const void *V,
+                                        void *M, w22_mm *q) {
     const long mcs = (long)F * hh * w4 * co; /* a component's output elements */
     memset(q, 0, sizeof *q);
     q->F = F, q->H = hh, q->W = w4, q->M = F * hh * w4, q->N = co;
     q->a = (const bf16 *)V, q->a_sf = (long)hh * w4 * ci, q->a_sh = (long)w4 * ci, q->a_sw = ci;
-    q->cin = ci, q->kt = 3, q->ks = 1;
-    q->b = (const bf16 *)u, q->b_w = co, q->b_sw = 3L * ci;
+    q->cin = ci, q->kt = kt, q->ks = 1;
+    q->b = (const bf16 *)u + (3L - kt) * ci, q->b_w = co, q->b_sw = 3L * ci;
     q->out = M, q->o_sf = (long)hh * w4 * co, q->o_sh = (long)w4 * co, q->o_sw = co;
     q->f16 = 1;
-    q->batch = 36, q->a_frames = F + 2;
+    q->batch = 36, q->a_frames = F + kt - 1;
     for (int xi = 0; xi < 36; xi++) q->ph_o[xi] = (int)(xi * mcs);
 }
 

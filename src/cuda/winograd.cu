@@ -197,12 +197,16 @@ const char *w22_cuda_winograd_blocker(const w22_cuda *c, const w22_conv_args *a,
  * at each conv, not kept: 36 x 3 of the 27 direct taps would hold 4x the weights' memory on the device (3.9 GiB of
  * TI2V-5B's at 512 channels and up alone), where this reads them and writes U once a conv (~0.1 ms at 1024 channels). From
  * the bf16 weights, not the source's floats: x1.4 the direct conv's error where float weights give x1.3
- * (dev/winograd_f4_probe.py's model). One thread per (o, dt, ci): 9 loads and 36 stores, each coalesced over ci. */
-__global__ void w22_wino_u_kernel(const bf16 *__restrict__ d, int cout, int cin, __half *__restrict__ u) {
+ * (dev/winograd_f4_probe.py's model). One thread per (o, dt, ci): 9 loads and 36 stores, each coalesced over ci. Only
+ * the taps dt >= dt0 (dt0 2: a first chunk's conv reads the last tap alone, lower.h's w22_lower_zero_hist), at their
+ * places in the full layout. */
+__global__ void w22_wino_u_kernel(const bf16 *__restrict__ d, int cout, int cin, int dt0, __half *__restrict__ u) {
     const float G[6][3] = W22_W4_G;
-    const long n = (long)cout * 3 * cin, per = n;
-    for (long i = (long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
-        const int ci = (int)(i % cin), dt = (int)(i / cin % 3), o = (int)(i / cin / 3);
+    const int nt = 3 - dt0;
+    const long n = (long)cout * nt * cin, per = (long)cout * 3 * cin;
+    for (long j = (long)blockIdx.x * blockDim.x + threadIdx.x; j < n; j += (long)gridDim.x * blockDim.x) {
+        const int ci = (int)(j % cin), dt = dt0 + (int)(j / cin % nt), o = (int)(j / cin / nt);
+        const long i = ((long)o * 3 + dt) * cin + ci; /* its place among the three taps */
         const bf16 *p = d + ((long)o * 27 + 9 * dt) * cin + ci;
         float g[3][3], gt[3][6]; /* g G^T */
 #pragma unroll
@@ -225,7 +229,7 @@ __global__ void w22_wino_u_kernel(const bf16 *__restrict__ d, int cout, int cin,
  * band's (component-major). H, W: the conv's output (and input) size. */
 static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const __half *U, const w22_mm *g, __half *V,
                             __half *M, int ty0, int hh, int w4, const bf16 *res, long rsf, long rsh, long rsw) {
-    const int F = g->F, ci = w->cin, co = w->cout, FI = F + 2, hl = g->H - 4 * ty0;
+    const int F = g->F, ci = w->cin, co = w->cout, FI = F + g->kt - 1, hl = g->H - 4 * ty0;
     const long vcs = (long)FI * hh * w4 * ci, mcs = (long)F * hh * w4 * co; /* a component's elements */
     int part = w22_cuda_prof_part_begin(c); /* W22_PROFILE=2: the transforms and the GEMMs apart */
     for (int j0 = 0; j0 < FI; j0 += W22_WINO_FRAMES) { /* frames j0.. in one launch */
@@ -242,7 +246,7 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const __half 
      * portable path); the band's height keeps their offsets in an int (w22_cuda_conv_winograd), so no GEMM runs
      * apart (the row and scalar kernels take no fp16) */
     w22_mm q;
-    w22_lower_wino_batch(F, hh, w4, ci, co, U, V, M, &q);
+    w22_lower_wino_batch(F, g->kt, hh, w4, ci, co, U, V, M, &q);
     part = w22_cuda_prof_part_begin(c);
     const w22_batch_launch how = w22_route_batch(&q, c->hopper);
     if (how == W22_BATCH_TMA) {
@@ -267,7 +271,8 @@ static w22_status wino_band(w22_cuda *c, const w22_cuda_weight *w, const __half 
 }
 
 w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22_cuda_weight *w, const w22_mm *g) {
-    const int F = g->F, h4 = (a->out.h + 3) / 4, w4 = (a->out.w + 3) / 4, ci = w->cin, co = w->cout, FI = F + 2;
+    const int F = g->F, h4 = (a->out.h + 3) / 4, w4 = (a->out.w + 3) / 4, ci = w->cin, co = w->cout;
+    const int FI = F + g->kt - 1; /* input frames: kt 1 where a first chunk's zero history is skipped (lower.h) */
     const size_t row = w22_route_wino_row_bytes(F, w4, ci, co);
     /* U (w22_wino_u_kernel: 36 x 3 cin x cout fp16) and V, M in the caller's free memory (a decode's: plan.c's
      * w22_stage_free) where it holds U and one tile row, U first; else U in the backend's own grow-only scratch and
@@ -294,11 +299,12 @@ w22_status w22_cuda_conv_winograd(w22_cuda *c, const w22_conv_args *a, const w22
     __half *M = V + (size_t)W22_W4_K * FI * hb * w4 * ci;
     {
         const int part = w22_cuda_prof_part_begin(c);
-        const long n = (long)co * 3 * ci;
+        const int dt0 = 3 - g->kt; /* the taps the batch reads (lower.h's w22_lower_wino_batch) */
+        const long n = (long)co * g->kt * ci;
         w22_wino_u_kernel<<<(unsigned)((n + 255) / 256 < 65535 * 4 ? (n + 255) / 256 : 65535 * 4), 256, 0,
-                            c->stream>>>((const bf16 *)w->dev, co, ci, U);
+                            c->stream>>>((const bf16 *)w->dev, co, ci, dt0, U);
         CU_LAUNCHED(c, "winograd weights transform");
-        w22_cuda_prof_part_end(c, part, 0, 2.0 * (27 + 3 * W22_W4_K) * co * ci, "winograd weights transform %d->%d", ci,
+        w22_cuda_prof_part_end(c, part, 0, 2.0 * (9 + W22_W4_K) * g->kt * co * ci, "winograd weights transform %d->%d", ci,
                                co);
     }
     const bf16 *res = g->res;

@@ -7,6 +7,7 @@
  *  - The borders that the plan keeps instead of re-zeroing (backend.h: a conv input is readable one pixel beyond
  *    its edges and reads zeros there) are zero when a 3x3 conv reads them, for its fresh frames and for the two
  *    history frames in the caches; exec.c also checks at each place that skips a zeroing (w22_check_border).
+ *  - The history frames a conv is told are zero (w22_conv_args.hist_zero: a stage's first chunk) are zero.
  * A failure names the stage, the layer, the op and the buffer (w22_check_where). Costs a device sync and a pass over
  * every operand per op: for tests and for debugging, off by default.
  * W22_CHECK_TRACE=FILE (with the checking mode) appends a line per op output to FILE: the op's number in the decode,
@@ -98,14 +99,19 @@ static w22_status verify(const w22_decoder *d, const char *op, const char *what,
                     v->f, v->h, v->w, v->c, where);
 }
 
+/* A view's span (its first element to its last) read to the host after a sync: *h to free. */
+static w22_status view_to_host(const w22_decoder *d, const w22_view *v, unsigned char **h) {
+    const long last = ((long)(v->f - 1) * v->sf + (long)(v->h - 1) * v->sh + (long)(v->w - 1) * v->sw + v->c) * v->es;
+    if (!(*h = malloc((size_t)last))) return w22_fail(W22_ERR_OUT_OF_MEMORY, "check: %ld bytes of host memory", last);
+    const w22_status s = d->ops_inner->sync(d->backend);
+    return s != W22_OK ? s : d->ops_inner->to_host(d->backend, *h, v->ptr, (size_t)last);
+}
+
 /* The trace's hash of a view's elements (FNV-1a over each element's bytes, in f, h, w, c order), read to the host. */
 static w22_status trace_hash(const w22_decoder *d, const w22_view *v, uint64_t *hash) {
-    const long es = v->es, last = ((long)(v->f - 1) * v->sf + (long)(v->h - 1) * v->sh + (long)(v->w - 1) * v->sw +
-                                   v->c) * es;
-    unsigned char *h = malloc((size_t)last);
-    if (!h) return w22_fail(W22_ERR_OUT_OF_MEMORY, "check trace: %ld bytes of host memory", last);
-    w22_status s = d->ops_inner->sync(d->backend);
-    if (s == W22_OK) s = d->ops_inner->to_host(d->backend, h, v->ptr, (size_t)last);
+    const long es = v->es;
+    unsigned char *h = NULL;
+    w22_status s = view_to_host(d, v, &h);
     uint64_t x = 1469598103934665603ull;
     for (int f = 0; f < v->f && s == W22_OK; f++)
         for (int y = 0; y < v->h; y++)
@@ -155,10 +161,39 @@ w22_status w22_check_border(const w22_decoder *d, const w22_view *v, const char 
     return verify(d, "a skipped border zeroing", what, v, d->world > 1 ? 0 : 1);
 }
 
+/* A history frame the conv was told is zero (backend.h's hist_zero: the backend may skip its taps) holds only +-0,
+ * read to the host. */
+static w22_status verify_zero(const w22_decoder *d, const char *op, const char *what, const w22_view *v) {
+    const long es = v->es;
+    unsigned char *h = NULL;
+    w22_status s = view_to_host(d, v, &h);
+    long bad = 0;
+    for (int f = 0; f < v->f && s == W22_OK; f++)
+        for (int y = 0; y < v->h; y++)
+            for (int x = 0; x < v->w; x++)
+                for (int c = 0; c < v->c; c++) {
+                    const unsigned char *e = h + ((long)f * v->sf + (long)y * v->sh + (long)x * v->sw + c) * es;
+                    uint32_t u = 0;
+                    memcpy(&u, e, es == 4 ? 4 : 2);
+                    bad += es == 4 ? (u & 0x7fffffffu) != 0 : (u & 0x7fffu) != 0;
+                }
+    free(h);
+    if (s != W22_OK || !bad) return s;
+    char where[160];
+    w22_check_where(d, v->ptr, where, sizeof where);
+    const int l = d->at_layer;
+    return w22_fail(W22_ERR_INTERNAL, "check: stage %d, layer %d (%s), %s: %ld elements of %s in %s are not zero, where "
+                    "the conv was told they are (hist_zero: its taps may be skipped)", d->at_stage, l,
+                    l >= 0 && l < d->model.nlayers ? d->model.layers[l].prefix : "(none)", op, bad, what, where);
+}
+
 static w22_status c_conv(w22_backend *b, const w22_conv_args *a) {
     const w22_decoder *d = cur;
     const char *op = a->upsample ? "upsample conv" : a->psum ? "conv (partial sums)" : "conv";
     W22_TRY(verify_input(d, op, "its input", &a->in, a->ks));
+    for (int i = 0; i < a->hist_zero && i < 2; i++) /* first: a stronger claim than the border's below */
+        if (a->hist[i].ptr) W22_TRY(verify_zero(d, op, i ? "its newer history frame" : "its older history frame",
+                                                &a->hist[i]));
     for (int i = 0; i < 2; i++)
         if (a->hist[i].ptr) W22_TRY(verify_input(d, op, i ? "its newer history frame" : "its older history frame",
                                                  &a->hist[i], a->ks));

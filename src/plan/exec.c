@@ -376,7 +376,7 @@ static w22_status norm_conv(chunk_ctx *k, w22_view src, const w22_bweight *gamma
     else W22_TRY(b->ops->copy(b, fresh, src));
     w22_conv_args a = {.in = fresh, .out = out, .weight = wt, .bias = bias, .kt = 3, .ks = 3, .residual = residual,
                        .sc_in = sc_in, .sc_weight = scw, .sc_bias = scb, .work = k->work,
-                       .work_bytes = k->work_bytes};
+                       .work_bytes = k->work_bytes, .hist_zero = k->first ? 2 : 0};
     W22_TRY(cache_hist(k, li, kk, fresh, 1, a.hist));
     W22_TRY(conv_with_halo(k, &a));
     return cache_push(k, li, kk, fresh, 1);
@@ -635,7 +635,7 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m, int after) {
             w22_view out;
             W22_TRY(slot_view(&k, W22_SLOT_XA, m, L->cout, 0, &out));
             w22_conv_args a = {.in = fresh, .out = out, .weight = d->wt[L->w[W22_WS_CONV1_W]],
-                               .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 3, .ks = 3};
+                               .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 3, .ks = 3, .hist_zero = k.first ? 2 : 0};
             W22_TRY(cache_hist(&k, li, 0, fresh, 1, a.hist));
             W22_TRY(conv_with_halo(&k, &a));
             W22_TRY(cache_push(&k, li, 0, fresh, 1));

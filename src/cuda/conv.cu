@@ -127,8 +127,7 @@ w22_status w22_cuda_conv(w22_backend *b, const w22_conv_args *a) {
     } else if (c->route.step == W22_CONV_WINOGRAD) {
         W22_TRY(w22_cuda_conv_winograd(c, a, w, &g));
     } else {
-        g.b = (const bf16 *)w->dev;
-        W22_TRY(w22_cuda_gemm(c, &g, "conv"));
+        W22_TRY(w22_cuda_gemm(c, &g, "conv")); /* g.b as lowered: a first chunk's one frame reads the last tap's rows */
     }
     return W22_OK;
 }

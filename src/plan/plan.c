@@ -236,14 +236,15 @@ static w22_status region_alloc(w22_decoder *d, w22_region *r, size_t bytes, cons
 
 static int default_chunk(const w22_decoder *d, int s) {
     if (d->test && d->test->chunk[s] > 0) return d->test->chunk[s];
-    /* Stages 1 and 2: two frames per chunk (v22: stage 2, f121 -2.5% against one; v23: stage 1 too). Their Winograd
-     * convs transform 4 input frames for 2 outputs instead of 6, and their GEMMs run twice the rows. The memory stays
-     * within the target because their upsample convs hand the next stage one chunk at a time (interleave: stage 2's
-     * queue holds 2 frames, not 4, stage 3's 1, not 2), and the 1024 -> 512 and 512 -> 256 convs that open stages 2
-     * and 3 lay their wide inputs over the empty activation slots (stage_conv_inputs). Stage 3: one frame per chunk:
-     * one frame is already 220k GEMM rows (13 full rounds), and its one-frame chunks let the caches rotate instead of
-     * copying (the workspace at 704x1248 is 3.9 GiB, 2.8 of it the causal caches). */
-    return s == 3 ? 1 : 2;
+    /* Two frames per chunk at stages 1-3 (v22: stage 2, f121 -2.5% against one; v23: stage 1 too; session 42: stage 3,
+     * f121 -8.8% on the Hopper path and -5.3% on the portable one, measured with the Winograd threshold at 256). Their
+     * Winograd convs transform 4 input frames for 2 outputs instead of 6 (stage 3's 256-channel convs: 3 per output
+     * frame at one-frame chunks), make U half as often, and their GEMMs run twice the rows. The memory stays within
+     * the target because the upsample convs hand the next stage one chunk at a time (interleave: stage 2's queue holds
+     * 2 frames, not 4, stage 3's 2, not 4), and the 1024 -> 512 and 512 -> 256 convs that open stages 2 and 3 lay
+     * their wide inputs over the empty activation slots (stage_conv_inputs). Stage 3's two-frame chunks cost +377 MiB
+     * at 1280 x 704 (dev/chunk3_memory.c; 4.20 -> 4.58 GiB of work). */
+    return 2;
 }
 
 /* The largest scratch that stage s's 3x3x3 convs ask of the backend for their w22_conv_args.work (backend.h's
@@ -523,7 +524,10 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
      * share one spare, every member's slots padded to the larger unit: at 704x1248 stage 2's two-frame unit of 512
      * channels (114.4 MB) and stage 3's one frame of 256 (113.5 MB) rotate through one spare. A group of two-frame
      * units only joins another stage's spare: one of its own would cost two frames (stage 1's 58 MB, stage 2's 114:
-     * not within the 4 GiB target), so the stages of one-frame chunks are walked first. */
+     * not within the 4 GiB target), so the stages of one-frame chunks are walked first. Since stage 3's chunk is two
+     * frames (default_chunk), a decode of more than one latent frame has no one-frame stage at stages 1-3 and its caches
+     * copy (measured in the -8.8% of session 42); the rotation serves the tests' chunkings and frames_per_pass 1 at
+     * stage 0. */
     int spare_stage[W22_MAX_SPARES];
     for (int pass = 0; pass < 2 && rotate; pass++)
         for (s = W22_STAGES - 1; s >= 0; s--) {

@@ -2,7 +2,8 @@
  * allocations only add up their sizes (bf16 elements, as on CUDA): it must not depend on T (the plan never sees T
  * when it sizes the workspace), must grow with the frames per pass, and its parts are printed for docs/PERF.md.
  *
- * The memory target: the device memory beyond the weights at most 4 GiB, which the CUDA backend's own scratch shares
+ * The memory target: the device memory beyond the weights at most 6 GiB (issue 46: the default may grow where it buys
+ * time; it held 4 GiB until stage 3's two-frame chunks, session 42: +377 MiB at 1280x704), which the CUDA backend's own scratch shares
  * with this workspace: the TMA conv's split-tail partials (132 slots of 128 x 256 fp32, and 132 counters:
  * src/cuda/conv_sm90_wgmma_tma.cu). The attention's scratch (scores fp32, probabilities bf16, V^T bf16 of one
  * 44 x 78 frame at C = 1024, each rounded to 256 bytes: src/cuda/attention.cu) lies in what stage 0 leaves free
@@ -418,9 +419,9 @@ int main(void) {
     w22_config_default(&cfg);
     const size_t P = 44 * 78, attention = align256(P * P * 4) + align256(P * P * 2) + align256((size_t)1024 * P * 2);
     const size_t split = (size_t)132 * 128 * 256 * 4 + 132 * sizeof(unsigned);
-    const size_t target = ((size_t)4 << 30) - split;
+    const size_t target = ((size_t)6 << 30) - split;
     const double GiB = 1073741824.0, MiB = 1048576.0;
-    printf("target: workspace <= 4 GiB - split-tail partials %.1f MiB = %.4f GiB (the attention's %.1f MiB inside)\n",
+    printf("target: workspace <= 6 GiB - split-tail partials %.1f MiB = %.4f GiB (the attention's %.1f MiB inside)\n",
            split / MiB, target / GiB, attention / MiB);
     size_t prev = 0;
     for (int fpp = 1; fpp <= 4; fpp *= 2) {
@@ -474,13 +475,14 @@ int main(void) {
                       fpp, n, p);
             }
         }
-        /* stages 1 and 2 run chunks of 2, each handing the next stage one chunk at a time; stage 0 never (its up
-         * block's input, the DupUp's source, lies in its scratch: plan.c), so stage 1's queue holds its whole
-         * output, 2 frames per latent frame */
-        CHECK(!d->stages[0].interleave && d->stages[1].interleave && d->stages[2].interleave &&
-                  d->stages[1].in_cap == 2 * fpp && d->stages[2].in_cap == 2 && d->stages[3].in_cap == 1,
-              "fpp %d: stages 0-2 interleave %d %d %d, queues of stages 1-3 hold %d %d %d frames (expected 0 1 1; "
-              "%d 2 1)", fpp, d->stages[0].interleave, d->stages[1].interleave, d->stages[2].interleave,
+        /* stages 1-3 run chunks of 2; stage 1's temporal upsampler hands stage 2 one chunk at a time (4 frames made
+         * of 2); stage 2's spatial one makes stage 3's chunk whole; stage 0 never interleaves (its up block's input,
+         * the DupUp's source, lies in its scratch: plan.c), so stage 1's queue holds its whole output, 2 frames per
+         * latent frame */
+        CHECK(!d->stages[0].interleave && d->stages[1].interleave && !d->stages[2].interleave &&
+                  d->stages[1].in_cap == 2 * fpp && d->stages[2].in_cap == 2 && d->stages[3].in_cap == 2,
+              "fpp %d: stages 0-2 interleave %d %d %d, queues of stages 1-3 hold %d %d %d frames (expected 0 1 0; "
+              "%d 2 2)", fpp, d->stages[0].interleave, d->stages[1].interleave, d->stages[2].interleave,
               d->stages[1].in_cap, d->stages[2].in_cap, d->stages[3].in_cap, 2 * fpp);
         /* the wide conv inputs that open stages 2 and 3 (1024 and 512 channels) lie over XA, XB and NH, so NH holds
          * the narrower ones only */
@@ -503,24 +505,20 @@ int main(void) {
             CHECK(f && f + fb >= past + attention, "fpp %d: stage 0 leaves %.1f MiB past its slots, the attention "
                   "needs %.1f", fpp, f ? (double)(f + fb - past) / MiB : 0.0, attention / MiB);
         }
-        /* one spare per stage of one-frame chunks (stage 0 with one latent frame per pass, stage 3; stages 1 and 2
-         * run chunks of 2) */
-        if (d->rotate) CHECK(d->nspares == (fpp == 1 ? 2 : 1), "fpp %d: %d spare frames, expected %d", fpp,
-                             d->nspares, fpp == 1 ? 2 : 1);
-        /* v24: stage 2's five 512-channel caches rotate their two-frame units (114.4 MB) through stage 3's spare
-         * (frames of 113.5 MB), both padded to the larger; the 1024-channel one (a group of one) copies */
+        /* one spare per stage of one-frame chunks: stage 0 with one latent frame per pass alone (stages 1-3 run
+         * chunks of 2, whose groups only join a one-frame stage's spare: plan.c) */
+        if (d->rotate) CHECK(d->nspares == (fpp == 1 ? 1 : 0), "fpp %d: %d spare frames, expected %d", fpp,
+                             d->nspares, fpp == 1 ? 1 : 0);
+        /* v24-v26: stage 2's five 512-channel caches rotated their two-frame units through stage 3's one-frame spare;
+         * with stage 3's two-frame chunks (session 42) both stages' caches copy (measured inside its -8.8%) */
         int units2 = 0, g3 = -1;
         for (int l = d->stages[3].layer0; l < d->stages[3].layer1; l++)
             if (d->cache_spare[l][1]) g3 = d->cache_spare[l][1];
         for (int l = d->stages[2].layer0; l < d->stages[2].layer1; l++)
             for (int k = 0; k < 3; k++) units2 += d->cache_unit[l][k] == 2 && d->cache_spare[l][k] == g3;
-        if (d->rotate) {
-            CHECK(units2 == 5, "fpp %d: %d of stage 2's caches rotate through stage 3's spare, expected 5", fpp,
-                  units2);
-            CHECK(g3 > 0 && d->spare[g3 - 1].bytes >= w22_frames_bytes(2, 176, 312, 512, 1, 2) &&
-                      d->spare[g3 - 1].bytes >= w22_frames_bytes(1, 352, 624, 256, 1, 2),
-                  "fpp %d: the shared spare holds %zu bytes, under a unit", fpp, g3 > 0 ? d->spare[g3 - 1].bytes : 0);
-        }
+        if (d->rotate)
+            CHECK(units2 == 0 && g3 < 0, "fpp %d: %d of stage 2's caches rotate (stage 3's spare group %d), expected "
+                  "none", fpp, units2, g3);
         /* one latent frame per pass and the default, two */
         if (fpp <= 2) CHECK(bytes <= target, "fpp %d: workspace %zu bytes above the target %zu", fpp, bytes, target);
         if (fpp == 2)

@@ -193,6 +193,63 @@ case ${PLAN:-1} in
     run sizes_timed 560 python3 bench/sizes.py --no-fp32 --commit "$(cat $X/commit.txt)" --json "$O/sizes-timed.json" --cases $below
     run sizes_odd 300 python3 bench/sizes.py --commit "$(cat $X/commit.txt)" --json "$O/sizes-odd.json" --cases 45x45T1 45x45T2 45x45T5 45x81T2 33x57T2
     ;;
+10)
+    # Session 42's first call. build-mz: main merged with branch zerohist (81432b0; a stage's first chunk runs its
+    # one-frame 3x3x3 convs on the weight's last temporal tap), the candidate for main: against the CPU backend on
+    # both paths and both VAEs (cuda_ops' hist=0 cases put NaN in the GPU's history) and the checking mode (it verifies
+    # the history zero); the Hopper A/Bs of exp-c2 and exp-b16 against main (build-m: 588f245, whose library is
+    # 22f6e12's but for comments; issue 46's f121 and f481); mz's A/B against main and the one-frame times (issue 46's
+    # T = 1 sizes); the profiles; then the rest of the suite on mz and the portable A/Bs as time allows
+    ZM=build-mz
+    run mz_ops 60 $ZM/tests/cuda_ops
+    run mz_decode 60 $ZM/tests/cuda_decode
+    run mz_decode_portable 60 $P $ZM/tests/cuda_decode
+    run mz_decode_wan21 60 $ZM/tests/cuda_decode wan21
+    run mz_seq34 130 $ZM/tests/cuda_sequence 24 48 34
+    mkdir -p "$O/ab_c2" "$O/ab_b16" "$O/ab_z" "$O/ab_c2_p" "$O/ab_z_p" "$O/ab_m"
+    run c2_ab 60 bash bench/ab.sh $MB $C2 2 "$O/ab_c2"
+    run b16_ab 60 bash bench/ab.sh $MB $B16 2 "$O/ab_b16"
+    run z_ab 60 bash bench/ab.sh $MB $ZM 2 "$O/ab_z"
+    grep -h "bits:\\|f121:" "$L"/c2_ab.log "$L"/b16_ab.log "$L"/z_ab.log >> "$S"
+    for r in 1 2; do
+        run m_t1_$r 30 $MB/tests/cuda_decode --time 1 2
+        run z_t1_$r 30 $ZM/tests/cuda_decode --time 1 2
+        run m_t1_wan21_$r 30 $MB/tests/cuda_decode --time-wan21 1 90 160 1
+        run z_t1_wan21_$r 30 $ZM/tests/cuda_decode --time-wan21 1 90 160 1
+    done
+    run mz_prof 40 env W22_PROFILE=2 $ZM/tests/cuda_decode --time 31 2
+    run mz_prof_t1 20 env W22_PROFILE=2 $ZM/tests/cuda_decode --time 1 2
+    run mz_seq34_wan21 60 $ZM/tests/cuda_sequence 24 48 34 wan21
+    run mz_ops_portable 60 $P $ZM/tests/cuda_ops
+    run mz_seq12 60 $ZM/tests/cuda_sequence 30 64 12
+    run mz_budget 90 $ZM/tests/cuda_budget
+    run mz_test_gpu 100 python3 -m pytest -q -x python/tests/test_gpu.py
+    run mz_seq34_portable 130 $P $ZM/tests/cuda_sequence 24 48 34
+    run c2_ab_portable 90 $P bash bench/ab.sh $MB $C2 1 "$O/ab_c2_p"
+    run z_ab_portable 90 $P bash bench/ab.sh $MB $ZM 1 "$O/ab_z_p"
+    run m_ab 50 env W22_WINOGRAD=256 bash bench/ab.sh $T $MB 1 "$O/ab_m"
+    grep -h "bits:\\|f121:" "$L"/*_ab_portable.log "$L"/m_ab.log >> "$S"
+    ;;
+11)
+    # The record at X's library (the commit to submit): with FRESH=1 (a build no call has run yet) cuda_ops and its
+    # decode against the CPU backend on both paths and both VAEs, the checking mode and test_gpu.py first; then the
+    # six-clip bench's f1 f5 f17 f121 checked, timed and audited (energy; issue 46's f121), issue 46's sizes (below 4K
+    # at T 1, 2, 5 timed beside diffusers' bf16; the odd x odd sizes checked against its float32), f241 merged in
+    if [ "${FRESH:-0}" = 1 ]; then
+        run x_ops 60 $X/tests/cuda_ops
+        run x_decode 60 $X/tests/cuda_decode
+        run x_decode_portable 60 $P $X/tests/cuda_decode
+        run x_decode_wan21 60 $X/tests/cuda_decode wan21
+        run x_seq34 130 $X/tests/cuda_sequence 24 48 34
+        run x_test_gpu 100 python3 -m pytest -q -x python/tests/test_gpu.py
+    fi
+    run six1 240 python3 bench/bench.py --workload f1 f5 f17 f121 --lib $PWD/$X/libwan22vae.so --commit "$(cat $X/commit.txt)" --json "$O/six1.json"
+    below=""
+    for t in 1 2 5; do for hw in 44x80 80x44 45x80 30x52 52x30 64x64 68x120 44x78 45x45 45x81 33x57; do below="$below ${hw}T$t"; done; done
+    run sizes_timed 150 python3 bench/sizes.py --no-fp32 --commit "$(cat $X/commit.txt)" --json "$O/sizes-timed.json" --cases $below
+    run sizes_odd 150 python3 bench/sizes.py --commit "$(cat $X/commit.txt)" --json "$O/sizes-odd.json" --cases 45x45T1 45x45T2 45x45T5 45x81T1 45x81T2 33x57T1 33x57T2
+    run six2 400 python3 bench/bench.py --workload f241 --lib $PWD/$X/libwan22vae.so --commit "$(cat $X/commit.txt)" --merge "$O/six1.json" --json "$O/six2.json"
+    ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"
 cat "$S"

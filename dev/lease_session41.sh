@@ -250,6 +250,28 @@ case ${PLAN:-1} in
     run sizes_odd 150 python3 bench/sizes.py --commit "$(cat $X/commit.txt)" --json "$O/sizes-odd.json" --cases 45x45T1 45x45T2 45x45T5 45x81T1 45x81T2 33x57T1 33x57T2
     run six2 400 python3 bench/bench.py --workload f241 --lib $PWD/$X/libwan22vae.so --commit "$(cat $X/commit.txt)" --merge "$O/six1.json" --json "$O/six2.json"
     ;;
+12)
+    # For the next session (made ready in session 42; .carry: build-m.tgz = main dc175fc in full, build-b16.tgz = branch
+    # exp-b16 a2994d5 rebased on it, its library and bench/bits): the GPU suite's programs that session 42 did not run
+    # at main (6020f46's library), then exp-b16's A/B against main on both paths. Then plans 4 and 5 with X=build-m and
+    # MERGE=bench/results/2026-12-06-h100-s42-f121.json (f241, then f481: issue 46's record).
+    B16=build-b16
+    run m_ops_portable 60 $P $MB/tests/cuda_ops
+    run m_seq34_portable 130 $P $MB/tests/cuda_sequence 24 48 34
+    run m_seq34_wan21 60 $MB/tests/cuda_sequence 24 48 34 wan21
+    run m_seq12 60 $MB/tests/cuda_sequence 30 64 12
+    run m_seq12_portable 60 $P $MB/tests/cuda_sequence 30 64 12
+    run m_budget 90 $MB/tests/cuda_budget
+    run m_large 60 $MB/tests/cuda_large
+    run m_large_portable 60 $P $MB/tests/cuda_large
+    run m_dit 30 $MB/tests/cuda_dit
+    run m_interrupt 60 $MB/tests/cuda_interrupt
+    mkdir -p "$O/ab_b16" "$O/ab_b16_p"
+    run b16_ab 60 bash bench/ab.sh $MB $B16 2 "$O/ab_b16"
+    run b16_ab_portable 90 $P bash bench/ab.sh $MB $B16 2 "$O/ab_b16_p"
+    grep -h "bits:\\|f121:" "$L"/b16_ab*.log >> "$S"
+    run m_prof 40 env W22_PROFILE=2 $MB/tests/cuda_decode --time 31 2
+    ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"
 cat "$S"

@@ -119,6 +119,10 @@ static void wan21(w22_backend *b) {
                    weights / MiB, all / GiB);
             CHECK(apart == 0, "Wan2.1 %dx%d fpp %d: the attention's scratch outside the workspace (%.0f MiB; stage 0 "
                   "leaves %.0f MiB, %d rows of %d)", w * 8, h * 8, fpp, apart / MiB, room / MiB, in_room, h);
+            /* plan.c's default_chunk: stage 3's 96-channel convs run direct, so its chunk stays one frame (two
+             * where they are Winograd: TI2V-5B's 256, checked below) */
+            CHECK(d->stages[3].chunk == 1 && d->stages[2].chunk == 2, "Wan2.1 %dx%d fpp %d: stage chunks 2 and 3 of "
+                  "%d and %d frames, expected 2 and 1", w * 8, h * 8, fpp, d->stages[2].chunk, d->stages[3].chunk);
             CHECK(d->workspace_bytes >= prev, "Wan2.1: the workspace shrank with more frames per pass");
             prev = d->workspace_bytes;
             free(d);
@@ -480,7 +484,8 @@ int main(void) {
          * the DupUp's source, lies in its scratch: plan.c), so stage 1's queue holds its whole output, 2 frames per
          * latent frame */
         CHECK(!d->stages[0].interleave && d->stages[1].interleave && !d->stages[2].interleave &&
-                  d->stages[1].in_cap == 2 * fpp && d->stages[2].in_cap == 2 && d->stages[3].in_cap == 2,
+                  d->stages[1].in_cap == 2 * fpp && d->stages[2].in_cap == 2 && d->stages[3].in_cap == 2 &&
+                  d->stages[3].chunk == 2,
               "fpp %d: stages 0-2 interleave %d %d %d, queues of stages 1-3 hold %d %d %d frames (expected 0 1 0; "
               "%d 2 2)", fpp, d->stages[0].interleave, d->stages[1].interleave, d->stages[2].interleave,
               d->stages[1].in_cap, d->stages[2].in_cap, d->stages[3].in_cap, 2 * fpp);

@@ -243,7 +243,11 @@ static int default_chunk(const w22_decoder *d, int s) {
      * the target because the upsample convs hand the next stage one chunk at a time (interleave: stage 2's queue holds
      * 2 frames, not 4, stage 3's 2, not 4), and the 1024 -> 512 and 512 -> 256 convs that open stages 2 and 3 lay
      * their wide inputs over the empty activation slots (stage_conv_inputs). Stage 3's two-frame chunks cost +377 MiB
-     * at 1280 x 704 (dev/chunk3_memory.c; 4.20 -> 4.58 GiB of work). */
+     * at 1280 x 704 (dev/chunk3_memory.c; 4.20 -> 4.58 GiB of work). That gain is Winograd's: where stage 3's convs
+     * run direct (channels below 256, the Winograd threshold on both paths, route.h's w22_route_wino_min_default: the
+     * Wan2.1 VAE's 96) a frame is already 921k GEMM rows at 1280 x 720, and one-frame chunks keep its caches rotating
+     * and 330 MiB less (test_workspace), so it stays at one frame (its measured plan since session 37). */
+    if (s == 3 && d->model.dims[W22_STAGES] < 256) return 1;
     return 2;
 }
 

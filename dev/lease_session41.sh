@@ -251,11 +251,14 @@ case ${PLAN:-1} in
     run six2 400 python3 bench/bench.py --workload f241 --lib $PWD/$X/libwan22vae.so --commit "$(cat $X/commit.txt)" --merge "$O/six1.json" --json "$O/six2.json"
     ;;
 12)
-    # For the next session (made ready in session 42; .carry: build-m.tgz = main dc175fc in full, build-b16.tgz = branch
-    # exp-b16 a2994d5 rebased on it, its library and bench/bits): the GPU suite's programs that session 42 did not run
-    # at main (6020f46's library), then exp-b16's A/B against main on both paths. Then plans 4 and 5 with X=build-m and
+    # For the next session (made ready in session 42; .carry: build-m.tgz = main f4c9ffc in full, build-b16.tgz = branch
+    # exp-b16 a44fedc rebased on it, its library and bench/bits): the Wan2.1 VAE at main first (f4c9ffc gave its stage 3
+    # back its one-frame chunks, not run on a GPU), the GPU suite's programs that session 42 did not run at main, then
+    # exp-b16's A/B against main on both paths. Then plans 4 and 5 with X=build-m and
     # MERGE=bench/results/2026-12-06-h100-s42-f121.json (f241, then f481: issue 46's record).
     B16=build-b16
+    run m_decode_wan21 60 $MB/tests/cuda_decode wan21
+    run m_time_wan21 30 $MB/tests/cuda_decode --time-wan21 21 90 160 2
     run m_ops_portable 60 $P $MB/tests/cuda_ops
     run m_seq34_portable 130 $P $MB/tests/cuda_sequence 24 48 34
     run m_seq34_wan21 60 $MB/tests/cuda_sequence 24 48 34 wan21

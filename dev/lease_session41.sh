@@ -155,7 +155,6 @@ case ${PLAN:-1} in
     run c2_ab 60 bash bench/ab.sh $MB $C2 2 "$O/ab_c2"
     run c2_ab_portable 90 $P bash bench/ab.sh $MB $C2 2 "$O/ab_c2_p"
     run b16_ab 60 bash bench/ab.sh $MB $B16 2 "$O/ab_b16"
-    run b16_ab_portable 90 $P bash bench/ab.sh $MB $B16 2 "$O/ab_b16_p"
     grep -h "bits:\|f121:" "$L"/m_ab*.log "$L"/c2_ab*.log "$L"/b16_ab*.log >> "$S"
     run m_prof 40 env W22_PROFILE=2 $MB/tests/cuda_decode --time 31 2
     run m_prof_portable 40 $P W22_PROFILE=2 $MB/tests/cuda_decode --time 31 2
@@ -252,9 +251,9 @@ case ${PLAN:-1} in
     ;;
 12)
     # For the next session (made ready in session 42; .carry: build-m.tgz = main f4c9ffc in full, build-b16.tgz = branch
-    # exp-b16 a44fedc rebased on it, its library and bench/bits): the Wan2.1 VAE at main first (f4c9ffc gave its stage 3
+    # exp-b16 dd979d8 on it: 16 free tile rows on the Hopper path alone, its library and bench/bits): the Wan2.1 VAE at main first (f4c9ffc gave its stage 3
     # back its one-frame chunks, not run on a GPU), the GPU suite's programs that session 42 did not run at main, then
-    # exp-b16's A/B against main on both paths. Then plans 4 and 5 with X=build-m and
+    # exp-b16's A/B against main on the Hopper path (its portable path is main's). Then plans 4 and 5 with X=build-m and
     # MERGE=bench/results/2026-12-06-h100-s42-f121.json (f241, then f481: issue 46's record).
     B16=build-b16
     run m_decode_wan21 60 $MB/tests/cuda_decode wan21
@@ -269,9 +268,8 @@ case ${PLAN:-1} in
     run m_large_portable 60 $P $MB/tests/cuda_large
     run m_dit 30 $MB/tests/cuda_dit
     run m_interrupt 60 $MB/tests/cuda_interrupt
-    mkdir -p "$O/ab_b16" "$O/ab_b16_p"
+    mkdir -p "$O/ab_b16"
     run b16_ab 60 bash bench/ab.sh $MB $B16 2 "$O/ab_b16"
-    run b16_ab_portable 90 $P bash bench/ab.sh $MB $B16 2 "$O/ab_b16_p"
     grep -h "bits:\\|f121:" "$L"/b16_ab*.log >> "$S"
     run m_prof 40 env W22_PROFILE=2 $MB/tests/cuda_decode --time 31 2
     ;;

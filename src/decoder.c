@@ -209,6 +209,7 @@ typedef struct {
     float *frames;       /* [3][chunk][H][W] for fn */
     void *host_staging[2]; /* deliver_host's double buffer (the backend's host memory) */
     int pending, pend_slot, pend_m, pend_f0; /* a delivery copied or on its way, not yet handed over */
+    int pend_y0, pend_rows; /* its video rows (a band decode's kept rows: the band may change before it is handed) */
     void *video_dev;     /* device NCDHW bf16 */
     w22_device_frames_fn dev_fn; /* or frames to this callback, in frames_dev (bf16 [3][chunk][H][W]) */
     void *frames_dev;
@@ -216,16 +217,29 @@ typedef struct {
     char why[1024];
 } sink;
 
-/* A delivery's frames on the host: [H][m][3][W] (es bytes each) in host_staging[slot], into the video or the
- * frames callback. */
-static int deliver_convert(w22_decoder *d, sink *k, int slot, int m, int f0) {
+/* The video rows a delivery holds: all of them, or a band decode's kept rows (plan.h), which lie in the staging from
+ * row *src (the band's first row is its row 0) and go to the video's rows from *dst. */
+static int band_video_rows(const w22_decoder *d, int *src, int *dst) {
+    if (d->bands <= 1) {
+        *src = *dst = 0;
+        return d->video_h;
+    }
+    const int s = d->video_h / d->h;
+    *src = (d->band_k0 - d->band_a0) * s;
+    *dst = d->band_k0 * s;
+    return (d->band_k1 - d->band_k0) * s;
+}
+
+/* A delivery's frames on the host: [H][m][3][W] (es bytes each) in host_staging[slot] (the kept rows of a band from
+ * its row 0), into the video or the frames callback. */
+static int deliver_convert(w22_decoder *d, sink *k, int slot, int m, int f0, int dst, int nrows) {
     const int H = d->video_h, W = d->video_w, F = d->video_frames;
     const size_t es = d->backend->ops->elem_size;
     const void *hs = k->host_staging[slot];
-    for (int y = 0; y < H; y++)
+    for (int y = dst; y < dst + nrows; y++)
         for (int f = 0; f < m; f++)
             for (int c = 0; c < 3; c++) {
-                size_t src = (((size_t)y * m + f) * 3 + c) * W;
+                size_t src = (((size_t)(y - dst) * m + f) * 3 + c) * W; /* the band's kept rows from row 0 */
                 for (int x = 0; x < W; x++) {
                     float v = es == 4 ? ((const float *)hs)[src + x] : w22_bf16_to_f32(((const uint16_t *)hs)[src + x]);
                     if (k->video) {
@@ -254,7 +268,7 @@ static int deliver_pending(w22_decoder *d, sink *k) {
         snprintf(k->why, sizeof k->why, "frames %d..%d: %s", k->pend_f0, k->pend_f0 + k->pend_m - 1, w22_last_error());
         return 1;
     }
-    return deliver_convert(d, k, k->pend_slot, k->pend_m, k->pend_f0);
+    return deliver_convert(d, k, k->pend_slot, k->pend_m, k->pend_f0, k->pend_y0, k->pend_rows);
 }
 
 /* The staging is [H][m][3][W] in backend memory. Its copy to the host begins now, ordered after the kernels that
@@ -265,10 +279,14 @@ static int deliver_pending(w22_decoder *d, sink *k) {
 static int deliver_host(w22_decoder *d, const void *staging, int m) {
     sink *k = d->deliver_user;
     w22_backend *b = d->backend;
-    const size_t n = (size_t)d->video_h * m * 3 * d->video_w * b->ops->elem_size;
+    int src, dst;
+    const size_t row = (size_t)m * 3 * d->video_w * b->ops->elem_size; /* a video row of the m frames */
+    const int nrows = band_video_rows(d, &src, &dst);
+    const size_t n = (size_t)nrows * row;
+    const void *from = (const char *)staging + (size_t)src * row;
     const int slot = k->pending ? 1 - k->pend_slot : 0;
-    const w22_status s = b->ops->to_host_begin ? b->ops->to_host_begin(b, k->host_staging[slot], staging, n, slot)
-                                               : b->ops->to_host(b, k->host_staging[slot], staging, n);
+    const w22_status s = b->ops->to_host_begin ? b->ops->to_host_begin(b, k->host_staging[slot], from, n, slot)
+                                               : b->ops->to_host(b, k->host_staging[slot], from, n);
     if (s != W22_OK) {
         k->failed = s;
         snprintf(k->why, sizeof k->why, "frames %d..%d: %s", d->first_out_frame, d->first_out_frame + m - 1,
@@ -277,6 +295,7 @@ static int deliver_host(w22_decoder *d, const void *staging, int m) {
     }
     const int stop = deliver_pending(d, k);
     k->pending = 1, k->pend_slot = slot, k->pend_m = m, k->pend_f0 = d->first_out_frame;
+    k->pend_y0 = dst, k->pend_rows = nrows;
     return stop;
 }
 
@@ -292,9 +311,11 @@ static int deliver_device(w22_decoder *d, const void *staging, int m) {
     if (k->dev_fn && !k->frames_dev) /* the first delivery: room for the most frames one delivers (the plan's) */
         s = b->ops->alloc(b, (size_t)3 * d->stages[W22_STAGES - 1].chunk * H * W * 2, &k->frames_dev);
     base = k->dev_fn ? k->frames_dev : k->video_dev;
+    int r0, y0;
+    const int nr = band_video_rows(d, &r0, &y0); /* a band decode's kept rows (all H else) */
     for (int c = 0; c < 3 && s == W22_OK; c++) {
-        w22_view src = {(char *)staging + (size_t)c * W * 2, m, H, W, 1, 3L * W, (long)m * 3 * W, 1, 2};
-        w22_view dst = {base + (((size_t)c * F + at) * H) * W * 2, m, H, W, 1, (long)H * W, W, 1, 2};
+        w22_view src = {(char *)staging + ((size_t)r0 * m * 3 + c) * W * 2, m, nr, W, 1, 3L * W, (long)m * 3 * W, 1, 2};
+        w22_view dst = {base + (((size_t)c * F + at) * H + y0) * W * 2, m, nr, W, 1, (long)H * W, W, 1, 2};
         s = b->ops->copy(b, dst, src);
     }
     if (s == W22_OK && k->dev_fn) s = b->ops->sync(b);
@@ -308,6 +329,10 @@ static int deliver_device(w22_decoder *d, const void *staging, int m) {
 
 static w22_status run(w22_decoder *d, const void *z_backend, w22_dtype zt, int T, int h, int w) {
     w22_status s = w22_plan_prepare(d, h, w);
+    const sink *k = d->deliver_user;
+    if (s == W22_OK && d->bands > 1 && (k->fn || k->dev_fn)) /* a frame is whole only at the last band */
+        s = w22_fail(W22_ERR_UNSUPPORTED, "a band decode (%d bands) delivers a band's rows of every frame at a time: "
+                     "it decodes into a whole video, not to a frames callback", d->bands);
     s = agree(d, s);
     if (s != W22_OK) return s;
     d->z = z_backend;

@@ -25,7 +25,11 @@
 #include <cuda_runtime.h>
 #include "common.h"
 #include "plan/plan.h"
+#include "plan/plan_internal.h"
 #include "testutil.h"
+
+/* > 1: decode_gpu's decodes are band decodes of that many bands (plan.h; issue 44's experiment) */
+static int g_bands;
 
 static w22_status decode_gpu(w22_weights *w, w22_comm *comm, int fpp, const uint16_t *z, int T, int h, int wd,
                              uint16_t *video_host, size_t nv, double *ms, size_t *peak) {
@@ -37,6 +41,10 @@ static w22_status decode_gpu(w22_weights *w, w22_comm *comm, int fpp, const uint
     w22_decoder *d = NULL;
     w22_status s = w22_decoder_open(w, &p, &d);
     if (s != W22_OK) return s;
+    w22_plan_test bt;
+    memset(&bt, 0, sizeof bt);
+    bt.bands = g_bands;
+    if (g_bands > 1) d->test = &bt;
     const w22_config *cfg = &d->model.cfg;
     size_t nz = (size_t)cfg->z_dim * T * h * wd;
     void *zd = NULL, *vd = NULL;
@@ -93,6 +101,46 @@ static void to_f32(const uint16_t *x, float *y, size_t n) {
 static int w22_winograd_on(void) {
     const char *e = getenv("W22_WINOGRAD");
     return !e || atoi(e) > 0;
+}
+
+/* A band decode on the GPU (2 bands: stage 0's upsample conv and DupUp read the cut rows of the whole frame, stages
+ * 1-3 run on a band): against the CPU's whole-frame float32 decode within the GPU's budget, and against the GPU's
+ * whole-frame decode within the chunkings' tolerance (another GEMM shape: bf16 rounding moves). */
+static void band_case(const char *name, w22_config cfg, int T, int h, int wd) {
+    w22_weights *w = NULL;
+    CHECK_OK(w22_weights_synthetic(&cfg, 1, &w));
+    if (!w) return;
+    int F, H, W;
+    w22_video_shape(&cfg, T, h, wd, &F, &H, &W);
+    size_t nz = (size_t)cfg.z_dim * T * h * wd, nv = (size_t)3 * F * H * W;
+    float *zf = malloc(nz * 4), *ref = malloc(nv * 4), *got = malloc(nv * 4), *alt = malloc(nv * 4);
+    uint16_t *z = malloc(nz * 2), *v1 = malloc(nv * 2), *v2 = malloc(nv * 2);
+    CHECK_OK(w22_latents_synthetic(&cfg, 5, T, h, wd, zf));
+    for (size_t i = 0; i < nz; i++) z[i] = w22_f32_to_bf16(zf[i]), zf[i] = w22_bf16_to_f32(z[i]);
+    w22_decoder_params p;
+    w22_decoder_params_init(&p);
+    w22_decoder *cpu = NULL;
+    CHECK_OK(w22_decoder_open(w, &p, &cpu));
+    t_fill_nan(ref, nv);
+    CHECK_OK(w22_decode(cpu, zf, W22_DTYPE_F32, T, h, wd, ref, W22_DTYPE_F32));
+    w22_decoder_free(cpu);
+    g_bands = 2;
+    w22_status s = decode_gpu(w, NULL, 2, z, T, h, wd, v1, nv, NULL, NULL);
+    g_bands = 0;
+    CHECK(s == W22_OK, "%s: %s", name, w22_last_error());
+    CHECK_OK(decode_gpu(w, NULL, 2, z, T, h, wd, v2, nv, NULL, NULL));
+    to_f32(v1, got, nv);
+    to_f32(v2, alt, nv);
+    t_diff dc = t_compare(got, ref, nv), dg = t_compare(got, alt, nv);
+    printf("%-28s 2 bands vs CPU fp32: max|d| %.4f rms %.5f; vs the GPU's whole frame: max|d| %.3g\n", name,
+           dc.max_abs, dc.rms, dg.max_abs);
+    CHECK(dc.nonfinite == 0 && dc.rms <= 0.03 * dc.ref_rms + 1e-3 && dc.max_abs <= 0.25, "%s: bands vs CPU: %zu "
+          "unwritten, rms %.5f, max|d| %.4f over budget", name, dc.nonfinite, dc.rms, dc.max_abs);
+    const double tol = w22_winograd_on() ? 0.05 : 1e-2;
+    CHECK(dg.max_abs <= tol, "%s: bands vs the whole frame on the GPU: max|d| %.4g (tolerance %g)", name, dg.max_abs,
+          tol);
+    free(zf), free(ref), free(got), free(alt), free(z), free(v1), free(v2);
+    w22_weights_free(w);
 }
 
 static void one_case(const char *name, w22_config cfg, int T, int h, int wd, int ranks) {
@@ -218,6 +266,7 @@ int main(int argc, char **argv) {
     one_case("narrow T=5 5x3", narrow, 5, 5, 3, 2);
     one_case("ti2v5b T=2 2x3", real, 2, 2, 3, 2);
     one_case("ti2v5b T=3 4x6", real, 3, 4, 6, 1);
+    band_case("narrow T=3 31x5 bands", narrow, 3, 2 * (2 * W22_BAND_HALO + 1) + 5, 5);
     }
     if (!timing && !timing21 && !only_ti2v) {
         one_case("wan21 narrow T=1 4x4", narrow21, 1, 4, 4, 1);
@@ -226,6 +275,7 @@ int main(int argc, char **argv) {
         one_case("wan21 T=2 2x3", wan21, 2, 2, 3, 2);
         one_case("wan21 T=3 4x6", wan21, 3, 4, 6, 1);
         one_case("wan21 T=4 9x16", wan21, 4, 9, 16, 2);
+        band_case("wan21 T=3 31x8 bands", wan21, 3, 2 * (2 * W22_BAND_HALO + 1) + 5, 8);
     }
     if (timing || timing21) {
         /* TI2V-5B: the standard clip f121: T = 31 at 44 x 78, device to device, at 1 and 2 latent frames per pass
@@ -247,15 +297,16 @@ int main(int argc, char **argv) {
         w22_video_shape(cfg, T, h, wd, &F, &H, &W);
         size_t nv = (size_t)3 * F * H * W;
         const int fpp_lo = argc > fpp_arg ? atoi(argv[fpp_arg]) : 1, fpp_hi = argc > fpp_arg ? fpp_lo : 2;
+        g_bands = argc > fpp_arg + 1 ? atoi(argv[fpp_arg + 1]) : 0; /* --time... [fpp] [bands] */
         for (int fpp = fpp_lo; fpp <= fpp_hi; fpp++) {
             double ms[2];
             size_t peak = 0;
             for (int i = 0; i < 2; i++) CHECK_OK(decode_gpu(w, NULL, fpp, z, T, h, wd, NULL, nv, &ms[i], &peak));
             double tf = w22_decode_flops(cfg, T, h, wd) / 1e12;
             if (timing21)
-                printf("wan2.1 %dx%dx%d (T=%d at %dx%d) frames/pass %d: %.1f ms, %.1f ms; %.0f TFLOP/s; peak "
-                       "workspace+weights %.2f GiB\n", W, H, F, T, h, wd, fpp, ms[0], ms[1], tf / (ms[1] / 1e3),
-                       peak / 1073741824.0);
+                printf("wan2.1 %dx%dx%d (T=%d at %dx%d) frames/pass %d, bands %d: %.1f ms, %.1f ms; %.0f TFLOP/s; "
+                       "peak workspace+weights %.2f GiB\n", W, H, F, T, h, wd, fpp, g_bands > 1 ? g_bands : 1, ms[0],
+                       ms[1], tf / (ms[1] / 1e3), peak / 1073741824.0);
             else
                 printf("f%d (T=%d) frames/pass %d: %.1f ms, %.1f ms; %.0f TFLOP/s; peak workspace+weights %.2f GiB\n",
                        F, T, fpp, ms[0], ms[1], tf / (ms[1] / 1e3), peak / 1073741824.0);

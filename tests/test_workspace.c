@@ -128,6 +128,28 @@ static void wan21(w22_backend *b) {
             free(d);
         }
     }
+    /* issue 44's band decode (plan.h, an experiment): at 1280 x 720 the caches and buffers of stages 1-3 are a
+     * band's; with the weights and the split partials it must fit the 4 GiB target at 2 bands */
+    for (int nb = 2; nb <= 3; nb++) {
+        w22_decoder *d = calloc(1, sizeof *d);
+        w22_model_build(&cfg, &d->model);
+        d->backend = b, d->rank = 0, d->world = 1, d->frames_per_pass = 1;
+        w22_plan_test t;
+        memset(&t, 0, sizeof t);
+        t.bands = nb;
+        d->test = &t;
+        counted = 0;
+        CHECK_OK(w22_plan_prepare(d, 90, 160));
+        size_t caches = 0;
+        for (int l = 0; l < W22_MAX_LAYERS; l++)
+            for (int c = 0; c < 3; c++) caches += d->cache[l][c].bytes;
+        const size_t all = d->workspace_bytes + weights + split;
+        printf("Wan2.1 1280x720 in %d bands of %d latent rows (%d kept and the halo): workspace %.3f GiB (causal caches "
+               "%.3f GiB), with the weights and split partials %.3f GiB (issue 44's target: 4)\n", d->bands,
+               d->band_rows, (90 + nb - 1) / nb, d->workspace_bytes / GiB, caches / GiB, all / GiB);
+        if (nb == 2) CHECK(all <= ((size_t)4 << 30), "Wan2.1 1280x720 in 2 bands: %.3f GiB with the weights", all / GiB);
+        free(d);
+    }
 }
 
 /* The weights' device bytes on the CUDA backend (weights_gpu.cu's layouts: the direct taps and the phases; U is made

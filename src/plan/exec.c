@@ -499,6 +499,16 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
     u.f = nu;
     W22_TRY(w22_zero_border(b, u));
     W22_TRY(w22_halo(d->comm, b, u));
+    /* A band decode (plan.h): stage 0 ran on the whole frame, the next stage runs on the band's rows. The conv reads
+     * the rows of its cut input's border from the whole frame above and below (exact, no padding at the cut), and
+     * the DupUp the block input's same rows. */
+    const int cut = d->srows[k->s + 1] != d->srows[k->s];
+    if (cut) {
+        const int a0 = d->band_a0 << k->s, nr = d->srows[k->s + 1] << k->s;
+        u = w22_view_rows(u, a0, nr);
+        if (k->blockin.ptr) k->blockin = w22_view_rows(k->blockin, a0, nr);
+    }
+    const int oh = d->srows[k->s + 1] << (k->s + 1);
     const w22_layer *next = li + 1 < d->model.nlayers ? &d->model.layers[li + 1] : NULL;
     const int dup = next && next->kind == W22_L_DUPUP && k->blockin.ptr;
     /* interleaved (plan.h): the next stage's chunk at a time, each run through that stage before the next is made.
@@ -508,7 +518,7 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
     for (int i = 0, j = 0; i < m; i += si) {
         const int ni = m - i < si ? m - i : si, single = L->temporal && k->first && i == 0;
         const int n = inter ? tf * ni - single : nu;
-        w22_view out = mkview(d->queue[k->s + 1].ptr, n, 2 * k->H, 2 * k->W, L->cout, 0, k->es);
+        w22_view out = mkview(d->queue[k->s + 1].ptr, n, oh, 2 * k->W, L->cout, 0, k->es);
         w22_view din = inter ? w22_view_frames(k->blockin, i, ni) : k->blockin;
         w22_conv_args a = {.in = inter ? w22_view_frames(u, j, n) : u, .out = out,
                            .weight = d->wt[L->w[W22_WS_CONV1_W]], .bias = d->wt[L->w[W22_WS_CONV1_B]], .kt = 1,
@@ -571,13 +581,13 @@ static w22_status run_head(chunk_ctx *k, int li) {
                            d->wt[L->w[W22_WS_CONV1_B]], o, NULL, NULL, NULL, NULL));
     /* Staging [rows][frames][3][cols] of the whole video height: this rank's rows at its own offset. */
     const long vw = (long)k->W * p, sy = (long)m * 3 * vw;
-    const long my_row0 = (long)d->row0 * (k->H / d->rows) * p;
+    const long my_row0 = (long)d->row0 * (k->H / d->srows[W22_STAGES - 1]) * p;
     w22_video_dst dst = {(char *)d->queue[W22_STAGES].ptr + my_row0 * sy * k->es,
                          k->es == 4 ? W22_DTYPE_F32 : W22_DTYPE_BF16, vw, 3 * vw, sy, 1};
     W22_TRY(b->ops->unpatchify(b, o, p, dst));
     if (d->world > 1) {
         size_t *off = d->rank_off, *bytes = d->rank_bytes; /* world entries each */
-        const int scale = (k->H / d->rows) * p;
+        const int scale = (k->H / d->srows[W22_STAGES - 1]) * p;
         for (int r = 0; r < d->world; r++) {
             int r0, n;
             w22_split_rows(d->h, r, d->world, &r0, &n);
@@ -599,7 +609,7 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m, int after) {
     chunk_ctx k = {0};
     k.d = d;
     k.s = s;
-    k.H = d->rows << st->level;
+    k.H = d->srows[s] << st->level;
     k.W = d->w << st->level;
     k.m = m;
     k.first = st->done == 0;
@@ -666,9 +676,9 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m, int after) {
     return W22_OK;
 }
 
-static w22_status plan_run(w22_decoder *d) {
+/* A decode's start (a band decode's: each band's): empty history, no frame made yet. */
+static w22_status decode_start(w22_decoder *d) {
     w22_backend *b = d->backend;
-    const w22_model *m = &d->model;
     for (int s = 0; s < W22_STAGES; s++) d->stages[s].done = 0;
     d->first_out_frame = 0;
     d->at_stage = 0, d->at_layer = -1;
@@ -707,17 +717,29 @@ static w22_status plan_run(w22_decoder *d) {
         d->spare_now[g] = d->spare[g].ptr;
         d->spare_tag[g] = -1;
     }
+    return W22_OK;
+}
+
+/* The passes over the latent frames, once a band (plan.h: one band but in a band decode). */
+static w22_status plan_run(w22_decoder *d) {
+    w22_backend *b = d->backend;
+    const w22_model *m = &d->model;
     const int es = (int)b->ops->elem_size;
-    for (int t0 = 0; t0 < d->T; t0 += d->frames_per_pass) {
-        int n = d->T - t0 < d->frames_per_pass ? d->T - t0 : d->frames_per_pass;
-        if (w22_interrupted(d->interrupt)) return w22_stopped();
-        w22_view zin = mkview(d->queue[0].ptr, n, d->rows, d->w, m->cfg.z_dim, 0, es);
-        W22_TRY(b->ops->latents_in(b, d->z, d->zt, m->cfg.z_dim, d->T, d->h, d->w, t0, d->row0, zin));
-        W22_TRY(run_chunk(d, 0, 0, n, t0 + n < d->T ? first_run(d, 0) : -1));
-        if (d->params.progress && d->params.progress(d->params.progress_user, t0 + n, d->T))
-            return w22_fail(W22_ERR_INVALID_ARG, "the decode was stopped by the caller");
+    for (int band = 0; band < d->bands; band++) {
+        w22_band_set(d, band);
+        W22_TRY(decode_start(d));
+        for (int t0 = 0; t0 < d->T; t0 += d->frames_per_pass) {
+            int n = d->T - t0 < d->frames_per_pass ? d->T - t0 : d->frames_per_pass;
+            if (w22_interrupted(d->interrupt)) return w22_stopped();
+            w22_view zin = mkview(d->queue[0].ptr, n, d->rows, d->w, m->cfg.z_dim, 0, es);
+            W22_TRY(b->ops->latents_in(b, d->z, d->zt, m->cfg.z_dim, d->T, d->h, d->w, t0, d->row0, zin));
+            W22_TRY(run_chunk(d, 0, 0, n, t0 + n < d->T ? first_run(d, 0) : -1));
+            if (d->params.progress &&
+                d->params.progress(d->params.progress_user, band * d->T + t0 + n, d->bands * d->T))
+                return w22_fail(W22_ERR_INVALID_ARG, "the decode was stopped by the caller");
+        }
+        for (int w = 0; w < 2; w++) W22_TRY(win_wait(d, w)); /* the last write-backs (and a prefetch not taken) */
     }
-    for (int w = 0; w < 2; w++) W22_TRY(win_wait(d, w)); /* the last write-backs (and a prefetch not taken) */
     return b->ops->sync(b);
 }
 

@@ -105,7 +105,7 @@ void w22_stage_scratch(const w22_decoder *d, int s, size_t off[W22_SLOTS], size_
     const w22_stage *st = &d->stages[s];
     const w22_model *m = &d->model;
     const size_t es = d->backend->ops->elem_size;
-    const int H = d->rows << st->level, W = d->w << st->level, q = st->chunk;
+    const int H = d->srows[st->level] << st->level, W = d->w << st->level, q = st->chunk;
     /* Channels of the activations and conv outputs (cact) */
     int cact = 0, nh_c, big_c;
     for (int l = st->layer0; l < st->layer1; l++) {
@@ -154,7 +154,7 @@ void w22_stage_scratch(const w22_decoder *d, int s, size_t off[W22_SLOTS], size_
 /* Bytes of an interleaving stage's upsample input (ubuf): 2q frames of a temporal upsampler, q of a spatial one. */
 static size_t ubuf_bytes(const w22_decoder *d, int s) {
     const w22_stage *st = &d->stages[s];
-    return w22_frames_bytes(st->temporal ? 2 * st->chunk : st->chunk, d->rows << st->level, d->w << st->level,
+    return w22_frames_bytes(st->temporal ? 2 * st->chunk : st->chunk, d->srows[st->level] << st->level, d->w << st->level,
                             d->model.dims[s + 1], 1, d->backend->ops->elem_size);
 }
 
@@ -258,7 +258,7 @@ static size_t stage_conv_work(const w22_decoder *d, int s) {
     w22_backend *b = d->backend;
     if (!b->ops->conv_work) return 0;
     const w22_stage *st = &d->stages[s];
-    const int H = d->rows << st->level, W = d->w << st->level;
+    const int H = d->srows[st->level] << st->level, W = d->w << st->level;
     size_t most = 0;
     for (int l = st->layer0; l < st->layer1; l++) {
         const w22_layer *L = &d->model.layers[l];
@@ -355,6 +355,40 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     return W22_OK;
 }
 
+/* A band decode's geometry (plan.h): bands of r = ceil(h / bands) kept rows, each computed on band_rows = r + 2
+ * W22_BAND_HALO rows (r + W22_BAND_HALO with two bands, both at an edge; all h where fewer), the same for every band
+ * so that one workspace serves them; a band at the frame's edge moves its rows inward instead of shrinking. Without
+ * bands, one band of the rank's rows. */
+static w22_status band_plan(w22_decoder *d, int h) {
+    const int want = d->test && d->test->bands > 1 ? d->test->bands : 1;
+    if (want > 1 && d->world > 1)
+        return w22_fail(W22_ERR_UNSUPPORTED, "a band decode (%d bands) runs on one rank, not %d", want, d->world);
+    const int r = (h + want - 1) / want;
+    d->bands = (h + r - 1) / r; /* no band of no kept rows */
+    /* two bands are both at an edge: one halo each (the other side is the frame's own edge) */
+    const int br = r + (d->bands > 2 ? 2 : 1) * W22_BAND_HALO;
+    d->band_rows = d->bands > 1 ? (br < h ? br : h) : d->rows;
+    d->srows[0] = d->rows;
+    for (int s = 1; s < W22_STAGES; s++) d->srows[s] = d->band_rows;
+    w22_band_set(d, 0);
+    return W22_OK;
+}
+
+void w22_band_set(w22_decoder *d, int band) {
+    d->band = band;
+    if (d->bands <= 1) {
+        d->band_a0 = d->band_k0 = 0;
+        d->band_k1 = d->rows;
+        return;
+    }
+    const int r = (d->h + d->bands - 1) / d->bands;
+    d->band_k0 = band * r;
+    d->band_k1 = d->band_k0 + r < d->h ? d->band_k0 + r : d->h;
+    int a0 = d->band_k0 - W22_BAND_HALO;
+    if (a0 > d->h - d->band_rows) a0 = d->h - d->band_rows;
+    d->band_a0 = a0 < 0 ? 0 : a0;
+}
+
 static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, unsigned host) {
     d->rotate = rotate;
     d->head_psum = psum;
@@ -369,6 +403,7 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
                         d->world);
     d->h = h;
     d->w = w;
+    W22_TRY(band_plan(d, h));
 
     /* Stages: cut the layer list after each stage end (model.h: TI2V-5B's DupUps, Wan2.1's upsamplers). */
     int s = 0, start = 0;
@@ -410,7 +445,7 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
      * queue[0] apart; the stages' scratch and queues 4, 3, 2, 1 in that order in one block (transient). */
     for (s = 0; s < W22_STAGES; s++) {
         const w22_stage *st = &d->stages[s];
-        d->queue[s].bytes = w22_frames_bytes(st->in_cap, d->rows << s, w << s, st->cin, 0, es);
+        d->queue[s].bytes = w22_frames_bytes(st->in_cap, d->srows[s] << s, w << s, st->cin, 0, es);
     }
     int vf, vh, vw;
     w22_video_shape(&m->cfg, 1, h, w, &vf, &vh, &vw);
@@ -462,7 +497,7 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
      * round up to the allocator's granularity: tens of MiB at 704x1248). */
     for (s = 0; s < W22_STAGES; s++) {
         const w22_stage *st = &d->stages[s];
-        const int H = d->rows << st->level, W = w << st->level;
+        const int H = d->srows[st->level] << st->level, W = w << st->level;
         for (int l = st->layer0; l < st->layer1; l++) {
             const w22_layer *L = &m->layers[l];
             w22_region *c = d->cache[l];
@@ -547,7 +582,7 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
                         for (int k2 = 0; k2 < 2; k2++)
                             members += norm_conv_input(&m->layers[l2], k2, psum) == c && !d->cache_host[l2][k2];
                     if (members < 2) continue;
-                    const size_t unit = w22_frames_bytes(u, d->rows << st->level, w << st->level, c, 1, es);
+                    const size_t unit = w22_frames_bytes(u, d->srows[st->level] << st->level, w << st->level, c, 1, es);
                     int g = -1;
                     for (int j = 0; j < d->nspares && g < 0; j++) {
                         const size_t a = d->spare[j].bytes, lo = a < unit ? a : unit, hi = a < unit ? unit : a;

@@ -18,6 +18,13 @@ enum {
     W22_SLOTS
 };
 
+/* A band decode's halo: the latent rows each side of a band's kept rows that stages 1-3 compute and drop. After
+ * stage 0 (up block 0 included) the zero padding at a cut reaches 5 latent rows inward at most (dev/band_probe.py on
+ * diffusers' modules in float64: 4e-16 at 5 rows, exactly 0 at 6, both VAEs' structures); 6 so that none does. */
+#define W22_BAND_HALO 6
+/* Band b's rows (plan.h's band_a0, band_k0, band_k1) for the decode's band loop (exec.c). */
+void w22_band_set(w22_decoder *d, int band);
+
 /* Bytes of f frames of h x w x c, with a one-pixel border when border. */
 size_t w22_frames_bytes(int f, int h, int w, int c, int border, size_t es);
 /* The scratch offsets and sizes of stage s's slots, and their total. */

@@ -273,6 +273,22 @@ case ${PLAN:-1} in
     grep -h "bits:\\|f121:" "$L"/b16_ab*.log >> "$S"
     run m_prof 40 env W22_PROFILE=2 $MB/tests/cuda_decode --time 31 2
     ;;
+13)
+    # Branch bands (issue 44; .carry/build-bands.tgz = 284a849: its library, bench/bits, cuda_decode, cuda_sequence):
+    # the band decode against the CPU backend on both paths and both VAEs (cuda_decode's band cases beside the rest),
+    # then Wan2.1 1280x720x81 in 2 bands against the whole frame, alternating (time and peak: PERF.md predicts
+    # ~3.2 GiB with the weights and ~1.9-1.95 s against ~1.62), and 3 bands once
+    BD=build-bands
+    run bd_decode 60 $BD/tests/cuda_decode
+    run bd_decode_portable 60 $P $BD/tests/cuda_decode
+    run bd_decode_wan21 60 $BD/tests/cuda_decode wan21
+    for r in 1 2; do
+        run bd_whole_$r 40 $BD/tests/cuda_decode --time-wan21 21 90 160 1
+        run bd_bands2_$r 40 $BD/tests/cuda_decode --time-wan21 21 90 160 1 2
+    done
+    run bd_bands3 40 $BD/tests/cuda_decode --time-wan21 21 90 160 1 3
+    run bd_seq34_wan21 60 $BD/tests/cuda_sequence 24 48 34 wan21
+    ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"
 cat "$S"

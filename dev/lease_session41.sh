@@ -240,6 +240,23 @@ case ${PLAN:-1} in
     run bd_bands3 40 $BD/tests/cuda_decode --time-wan21 21 90 160 1 3
     run bd_seq34_wan21 60 $BD/tests/cuda_sequence 24 48 34 wan21
     ;;
+14)
+    # Session 43's first call: branch bands on the GPU (plan 13: its band cases on both paths and both VAEs, Wan2.1
+    # 1280x720x81 in 2 and 3 bands against the whole frame), then issue 46's record at main (X=build-m, f4c9ffc: the
+    # TI2V-5B library of 6020f46): 3840x2160 T 1 beside diffusers (the 4K size diffusers' bf16 fits on 80 GB), then
+    # bench.py f241 checked and timed, merged into session 42's f121 record (MERGE)
+    BD=build-bands
+    run bd_decode 60 $BD/tests/cuda_decode
+    run bd_decode_wan21 60 $BD/tests/cuda_decode wan21
+    for r in 1 2; do
+        run bd_whole_$r 40 $BD/tests/cuda_decode --time-wan21 21 90 160 1
+        run bd_bands2_$r 40 $BD/tests/cuda_decode --time-wan21 21 90 160 1 2
+    done
+    run bd_bands3 40 $BD/tests/cuda_decode --time-wan21 21 90 160 1 3
+    run bd_decode_portable 60 $P $BD/tests/cuda_decode
+    run sizes_4k_t1 90 python3 bench/sizes.py --commit "$(cat $X/commit.txt)" --json "$O/sizes-4k-t1.json" --cases 135x240T1
+    run six2 400 python3 bench/bench.py --workload f241 --lib $PWD/$X/libwan22vae.so --commit "$(cat $X/commit.txt)" --merge "${MERGE:?MERGE}" --json "$O/six2.json"
+    ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"
 cat "$S"

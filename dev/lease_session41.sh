@@ -135,55 +135,6 @@ case ${PLAN:-1} in
     # takes ~5 min; its arithmetic is f121's, checked in plan 1)
     run bench_portable_f481 590 python3 bench/bench.py --workload f481 --portable --no-check --lib $PWD/$X/libwan22vae.so --no-audit --commit "$(cat $X/commit.txt)" --json "$O/p-f481-portable.json"
     ;;
-7)
-    # For the next session (made ready in session 41; .carry: build-m.tgz = main 588f245 in full, build-t-small.tgz =
-    # 1ba10fb's library and bench/bits, build-c2.tgz = branch exp-c2 7a6f68e and build-b16.tgz = branch exp-b16
-    # 8d43ed4, each its library and bench/bits (their memory: dev/chunk3_memory.c's count), build-z.tgz = branch
-    # zerohist with cuda_ops, cuda_decode and cuda_sequence (plan 8); remake with dev/lease_build.sh where .carry is
-    # gone).
-    # Main's own build against the CPU backend on both paths, then against 1ba10fb under W22_WINOGRAD=256 (call 3's
-    # library: the same bits expected on both paths), the two experiments against main on both paths (stage 3 in
-    # chunks of 2; 16 Winograd tile rows kept free), their peaks, main's profile.
-    run m_ops 60 $MB/tests/cuda_ops
-    run m_ops_portable 60 $P $MB/tests/cuda_ops
-    run m_decode 60 $MB/tests/cuda_decode
-    run m_decode_portable 60 $P $MB/tests/cuda_decode
-    run m_decode_wan21 60 $MB/tests/cuda_decode wan21
-    mkdir -p "$O/ab_m" "$O/ab_m_p" "$O/ab_c2" "$O/ab_c2_p" "$O/ab_b16" "$O/ab_b16_p"
-    run m_ab 50 env W22_WINOGRAD=256 bash bench/ab.sh $T $MB 1 "$O/ab_m"
-    run m_ab_portable 80 $P W22_WINOGRAD=256 bash bench/ab.sh $T $MB 1 "$O/ab_m_p"
-    run c2_ab 60 bash bench/ab.sh $MB $C2 2 "$O/ab_c2"
-    run c2_ab_portable 90 $P bash bench/ab.sh $MB $C2 2 "$O/ab_c2_p"
-    run b16_ab 60 bash bench/ab.sh $MB $B16 2 "$O/ab_b16"
-    grep -h "bits:\|f121:" "$L"/m_ab*.log "$L"/c2_ab*.log "$L"/b16_ab*.log >> "$S"
-    run m_prof 40 env W22_PROFILE=2 $MB/tests/cuda_decode --time 31 2
-    run m_prof_portable 40 $P W22_PROFILE=2 $MB/tests/cuda_decode --time 31 2
-    ;;
-8)
-    # Branch zerohist (build-z: its commit.txt): a stage's first chunk runs its one-frame 3x3x3 convs as the weight's last temporal tap
-    # (backend.h's hist_zero; 9 of 27 taps; a T = 1 decode throughout). Against the CPU backend on both paths and both
-    # VAEs (cuda_ops' hist=0 cases put NaN in the GPU's history), the checking mode (it verifies the history zero),
-    # then f121's A/B against main (the first frames' bits may differ: the split tail of a shorter K) and the one-frame
-    # decodes' times (T 1 at 44 x 80 and Wan2.1's 90 x 160) against main's
-    run z_ops 60 $Z/tests/cuda_ops
-    run z_ops_portable 60 $P $Z/tests/cuda_ops
-    run z_decode 60 $Z/tests/cuda_decode
-    run z_decode_portable 60 $P $Z/tests/cuda_decode
-    run z_decode_wan21 60 $Z/tests/cuda_decode wan21
-    run z_seq34 130 $Z/tests/cuda_sequence 24 48 34
-    run z_seq34_portable 130 $P $Z/tests/cuda_sequence 24 48 34
-    run z_seq34_wan21 60 $Z/tests/cuda_sequence 24 48 34 wan21
-    mkdir -p "$O/ab_z" "$O/ab_z_p"
-    run z_ab 60 bash bench/ab.sh $MB $Z 2 "$O/ab_z"
-    run z_ab_portable 90 $P bash bench/ab.sh $MB $Z 2 "$O/ab_z_p"
-    grep -h "bits:\\|f121:" "$L"/z_ab*.log >> "$S"
-    for r in 1 2; do
-        run m_t1_$r 30 $MB/tests/cuda_decode --time 1 2
-        run z_t1_$r 30 $Z/tests/cuda_decode --time 1 2
-        run m_t1_wan21_$r 30 $MB/tests/cuda_decode --time-wan21 1 90 160 1
-        run z_t1_wan21_$r 30 $Z/tests/cuda_decode --time-wan21 1 90 160 1
-    done
-    ;;
 9)
     # issue 46's sizes at X's library (after zerohist's merge, if it holds: the one-frame decodes): every size below
     # 4K at T 1, 2, 5 timed beside diffusers' bf16, then the odd x odd sizes checked against its float32
@@ -272,6 +223,39 @@ case ${PLAN:-1} in
     run b16_ab 60 bash bench/ab.sh $MB $B16 2 "$O/ab_b16"
     grep -h "bits:\\|f121:" "$L"/b16_ab*.log >> "$S"
     run m_prof 40 env W22_PROFILE=2 $MB/tests/cuda_decode --time 31 2
+    ;;
+13)
+    # Branch bands (issue 44; .carry/build-bands.tgz = 284a849: its library, bench/bits, cuda_decode, cuda_sequence):
+    # the band decode against the CPU backend on both paths and both VAEs (cuda_decode's band cases beside the rest),
+    # then Wan2.1 1280x720x81 in 2 bands against the whole frame, alternating (time and peak: PERF.md predicts
+    # ~3.2 GiB with the weights and ~1.9-1.95 s against ~1.62), and 3 bands once
+    BD=build-bands
+    run bd_decode 60 $BD/tests/cuda_decode
+    run bd_decode_portable 60 $P $BD/tests/cuda_decode
+    run bd_decode_wan21 60 $BD/tests/cuda_decode wan21
+    for r in 1 2; do
+        run bd_whole_$r 40 $BD/tests/cuda_decode --time-wan21 21 90 160 1
+        run bd_bands2_$r 40 $BD/tests/cuda_decode --time-wan21 21 90 160 1 2
+    done
+    run bd_bands3 40 $BD/tests/cuda_decode --time-wan21 21 90 160 1 3
+    run bd_seq34_wan21 60 $BD/tests/cuda_sequence 24 48 34 wan21
+    ;;
+14)
+    # Session 43's first call: branch bands on the GPU (plan 13: its band cases on both paths and both VAEs, Wan2.1
+    # 1280x720x81 in 2 and 3 bands against the whole frame), then issue 46's record at main (X=build-m, f4c9ffc: the
+    # TI2V-5B library of 6020f46): 3840x2160 T 1 beside diffusers (the 4K size diffusers' bf16 fits on 80 GB), then
+    # bench.py f241 checked and timed, merged into session 42's f121 record (MERGE)
+    BD=build-bands
+    run bd_decode 60 $BD/tests/cuda_decode
+    run bd_decode_wan21 60 $BD/tests/cuda_decode wan21
+    for r in 1 2; do
+        run bd_whole_$r 40 $BD/tests/cuda_decode --time-wan21 21 90 160 1
+        run bd_bands2_$r 40 $BD/tests/cuda_decode --time-wan21 21 90 160 1 2
+    done
+    run bd_bands3 40 $BD/tests/cuda_decode --time-wan21 21 90 160 1 3
+    run bd_decode_portable 60 $P $BD/tests/cuda_decode
+    run sizes_4k_t1 90 python3 bench/sizes.py --commit "$(cat $X/commit.txt)" --json "$O/sizes-4k-t1.json" --cases 135x240T1
+    run six2 400 python3 bench/bench.py --workload f241 --lib $PWD/$X/libwan22vae.so --commit "$(cat $X/commit.txt)" --merge "${MERGE:?MERGE}" --json "$O/six2.json"
     ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"

@@ -563,10 +563,10 @@ static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, 
      * share one spare, every member's slots padded to the larger unit: at 704x1248 stage 2's two-frame unit of 512
      * channels (114.4 MB) and stage 3's one frame of 256 (113.5 MB) rotate through one spare. A group of two-frame
      * units only joins another stage's spare: one of its own would cost two frames (stage 1's 58 MB, stage 2's 114:
-     * not within the 4 GiB target), so the stages of one-frame chunks are walked first. Since stage 3's chunk is two
-     * frames (default_chunk), a decode of more than one latent frame has no one-frame stage at stages 1-3 and its caches
-     * copy (measured in the -8.8% of session 42); the rotation serves the tests' chunkings and frames_per_pass 1 at
-     * stage 0. */
+     * not within the 4 GiB target), so the stages of one-frame chunks are walked first. Where stage 3's chunk is two
+     * frames (default_chunk: TI2V-5B), a decode has no one-frame stage at stages 1-3 and those caches copy (measured
+     * in the -8.8% of session 42); the Wan2.1 VAE's one-frame stage 3 still rotates, and stage 0 at one latent frame
+     * per pass. */
     int spare_stage[W22_MAX_SPARES];
     for (int pass = 0; pass < 2 && rotate; pass++)
         for (s = W22_STAGES - 1; s >= 0; s--) {

@@ -183,6 +183,7 @@ typedef struct {
                            * not keep up. At 704x1280 TI2V-5B's default plan needs 4.1 GiB, 2.26 GiB under a 2.5 GiB
                            * budget, at least 1.8 (tests/test_workspace.c prints them). A nonzero budget under 64 MiB fails the open; one below what the smallest
                            * plan needs at a decode's size fails that decode, W22_ERR_INVALID_ARG naming both. */
+    int bands;            /* 0 or 1: the whole frame; N >= 2: a band decode in N bands of latent rows */
 } w22_decoder_params;
 
 W22_API void w22_decoder_params_init(w22_decoder_params *p);

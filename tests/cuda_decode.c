@@ -38,13 +38,10 @@ static w22_status decode_gpu(w22_weights *w, w22_comm *comm, int fpp, const uint
     p.device = W22_DEVICE_CUDA;
     p.frames_per_pass = fpp;
     p.comm = comm;
+    p.bands = g_bands;
     w22_decoder *d = NULL;
     w22_status s = w22_decoder_open(w, &p, &d);
     if (s != W22_OK) return s;
-    w22_plan_test bt;
-    memset(&bt, 0, sizeof bt);
-    bt.bands = g_bands;
-    if (g_bands > 1) d->test = &bt;
     const w22_config *cfg = &d->model.cfg;
     size_t nz = (size_t)cfg->z_dim * T * h * wd;
     void *zd = NULL, *vd = NULL;

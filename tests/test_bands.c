@@ -1,10 +1,12 @@
-/* A band decode on the CPU (issue 44's experiment: plan.h's band rows, w22_plan_test.bands): stage 0 on the whole
+/* A band decode on the CPU (issue 44: w22_decoder_params.bands, plan.h's band rows): stage 0 on the whole
  * frame, stages 1-3 on bands of latent rows widened by W22_BAND_HALO, the kept rows delivered. Against the whole-frame
  * decode of the same decoder's weights and latents: the kept rows' values are the same sums, whose zero padding at a
  * cut reaches no kept row (dev/band_probe.py), so they agree to the float32 rounding of another GEMM blocking (1e-5,
  * as test_plan's chunkings). Both VAEs' structures (TI2V-5B's DupUp reads the cut block input), odd heights, a band
  * count above what the height gives, the checking mode on (its border check at the cut), outputs poisoned with NaN
- * before each call; the workspace shrinks with the bands; a frames callback is refused, then the same decoder decodes. */
+ * before each call; the workspace shrinks with the bands; a frames callback is refused, then the same decoder decodes.
+ * The Wan2.1 VAE's later bands replay stage 0 from the first band's store (exec.c's band_replay): the same bits as
+ * running it again. */
 #include <stdlib.h>
 #include <string.h>
 #include "common.h"
@@ -28,22 +30,28 @@ static int no_frames(void *user, const float *frames, int frame0, int nframes, i
 }
 
 /* One decode of z into video (poisoned first) at `bands` (1: the whole frame); *ws: its workspace bytes. */
-static w22_status decode_bands(w22_weights *w, const float *z, int T, int h, int wd, int bands, int check, float *video,
-                               size_t nv, size_t *ws, int *planned) {
+static w22_status decode_bands(w22_weights *w, const float *z, int T, int h, int wd, int bands, int check, int rerun,
+                               float *video, size_t nv, size_t *ws, int *planned) {
     t_fill_nan(video, nv);
     w22_decoder_params prm;
     w22_decoder_params_init(&prm);
     prm.check = check;
+    prm.bands = bands;
     w22_decoder *d = NULL;
     w22_status s = w22_decoder_open(w, &prm, &d);
     if (s != W22_OK) return s;
     w22_plan_test t;
     memset(&t, 0, sizeof t);
-    t.bands = bands;
+    t.band_rerun = rerun;
     d->test = &t;
     s = w22_decode(d, z, W22_DTYPE_F32, T, h, wd, video, W22_DTYPE_F32);
     *ws = d->workspace_bytes;
     *planned = d->bands;
+    /* the store of stage 0's rows (exec.c's band_replay): where stage 0 ends at its upsampler (the Wan2.1 VAE) and
+     * the bands are cut (a band of every row, at low heights, runs the whole decode each band) */
+    const int replay = s == W22_OK && d->bands > 1 && d->band_rows < d->rows && d->model.cfg.patch_size == 1 && !rerun;
+    CHECK(s != W22_OK || (d->band_store_bytes > 0) == replay, "bands %d (%d planned) rerun %d: a store of %zu bytes",
+          bands, d->bands, rerun, d->band_store_bytes);
     if (s == W22_OK && bands > 1) {
         /* the geometry: every band of band_rows, kept rows tiling the frame (w22_band_set), halo inside the frame */
         int next = 0;
@@ -87,9 +95,9 @@ static void run_model(int wan21) {
         t_fill_uniform(z, nz, 21 + (unsigned)i, -2.0f, 2.0f);
         size_t ws1 = 0, wsb = 0;
         int nb1 = 0, nbb = 0;
-        CHECK_OK(decode_bands(w, z, T, h, wd, 1, 0, ref, nv, &ws1, &nb1));
+        CHECK_OK(decode_bands(w, z, T, h, wd, 1, 0, 0, ref, nv, &ws1, &nb1));
         for (int check = 0; check < 2; check++) {
-            const w22_status s = decode_bands(w, z, T, h, wd, cases[i].bands, check, out, nv, &wsb, &nbb);
+            const w22_status s = decode_bands(w, z, T, h, wd, cases[i].bands, check, 0, out, nv, &wsb, &nbb);
             CHECK(s == W22_OK, "%s T %d %dx%d bands %d check %d: %s (%s)", wan21 ? "Wan2.1" : "TI2V-5B", T, h, wd,
                   cases[i].bands, check, w22_status_string(s), w22_last_error());
             t_diff df = t_compare(out, ref, nv);
@@ -98,6 +106,15 @@ static void run_model(int wan21) {
                    check ? ", checked" : "", df.max_abs, df.rms, df.ref_rms, ws1 / 1048576.0, wsb / 1048576.0);
             CHECK(df.nonfinite == 0 && df.max_abs <= 1e-5, "%s T %d %dx%d bands %d: %zu not written, max|d| %.3g",
                   wan21 ? "Wan2.1" : "TI2V-5B", T, h, wd, cases[i].bands, df.nonfinite, df.max_abs);
+        }
+        /* the replay of stage 0 (Wan2.1) against every band running it: the same values, so the same bits */
+        if (wan21) {
+            float *rerun = malloc(nv * 4);
+            CHECK_OK(decode_bands(w, z, T, h, wd, cases[i].bands, 0, 1, rerun, nv, &wsb, &nbb));
+            CHECK(memcmp(rerun, out, nv * 4) == 0, "Wan2.1 T %d %dx%d bands %d: the replayed stage 0 is not the "
+                  "same bits as stage 0 run again (max|d| %.3g)", T, h, wd, cases[i].bands,
+                  t_compare(out, rerun, nv).max_abs);
+            free(rerun);
         }
         /* memory: the bands' caches and buffers of stages 1-3 are a band's (rows r + 2 halo, not h) */
         if (h >= 2 * (2 * W22_BAND_HALO + 1) && nbb > 1)

@@ -456,9 +456,66 @@ static w22_status run_attention(chunk_ctx *k, int li) {
 
 static w22_status run_chunk(w22_decoder *d, int s, int c0, int m, int after);
 
+/* A band decode's later bands take stage 0's work from the first band (issue 44: stage 0 ran again each band,
+ * ~124 ms of the two-band decode's 1932 at Wan2.1 1280x720x81 on an H100, session 43): band 0 copies to host memory
+ * the rows of stage 0's upsampler input (after time_conv, bordered) that the later bands' cut conv reads; a band >= 1
+ * runs no stage-0 layer but that conv, on those rows copied back (the same values: the same bits as running stage 0
+ * again). Only where stage 0 ends at its upsampler (the Wan2.1 VAE): a DupUp after it (TI2V-5B) would need its block's
+ * input kept too, so there every band runs stage 0. */
+static int band_replay(const w22_decoder *d) {
+    const w22_stage *st = &d->stages[0];
+    return d->bands > 1 && d->srows[1] != d->srows[0] && d->model.layers[st->layer1 - 1].kind == W22_L_UPSAMPLE &&
+           !(d->test && d->test->band_rerun);
+}
+
+/* The store's layout: of every upsampler input frame (2T - 1 of a temporal upsampler, T else), its bordered rows
+ * [lo, rows] (lo = band 1's first row less the one above it that the cut conv reads; the later bands start lower),
+ * all columns with their border. */
+static size_t band_store_frame(const w22_decoder *d, int *lo) {
+    const w22_layer *L = &d->model.layers[d->stages[0].layer1 - 1];
+    *lo = w22_band_a0(d, 1) - 1;
+    return (size_t)(d->rows + 1 - *lo) * (d->w + 2) * L->cin * d->backend->ops->elem_size;
+}
+
+static w22_status band_store_alloc(w22_decoder *d) {
+    int lo;
+    const w22_layer *L = &d->model.layers[d->stages[0].layer1 - 1];
+    const size_t need = band_store_frame(d, &lo) * (size_t)(L->temporal ? 2 * d->T - 1 : d->T);
+    if (need <= d->band_store_bytes) return W22_OK;
+    w22_backend *b = d->backend;
+    if (d->band_store) { /* the last decode's copies out of it are done: its decode synced */
+        if (b->ops->host_free) b->ops->host_free(b, d->band_store);
+        else free(d->band_store);
+        d->band_store = NULL, d->band_store_bytes = 0;
+    }
+    if (b->ops->host_alloc) {
+        W22_TRY(b->ops->host_alloc(b, need, &d->band_store));
+    } else if (!(d->band_store = w22_malloc(need, "a band decode's stage-0 rows in host memory"))) {
+        return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a band decode's stage-0 rows (%zu bytes, %d "
+                        "latent frames)", need, d->T);
+    }
+    d->band_store_bytes = need;
+    return W22_OK;
+}
+
+/* Band 0 (out = 1): u's frames [0, u.f) to the store from frame f0 on; a later band: back. */
+static w22_status band_store_copy(w22_decoder *d, w22_view u, int f0, int out) {
+    int lo;
+    const size_t fb = band_store_frame(d, &lo);
+    if ((size_t)(f0 + u.f) * fb > d->band_store_bytes)
+        return w22_fail(W22_ERR_INTERNAL, "plan: a band decode's store of %zu bytes holds no frame %d", d->band_store_bytes,
+                        f0 + u.f - 1);
+    for (int f = 0; f < u.f; f++) {
+        char *dev = (char *)w22_view_at(u, f, lo, -1, 0), *host = (char *)d->band_store + (size_t)(f0 + f) * fb;
+        W22_TRY(d->backend->ops->copy_bytes(d->backend, out ? host : dev, out ? dev : host, fb));
+    }
+    return W22_OK;
+}
+
 /* [time_conv, two frames per input frame but the decode's first] then nearest 2x + 3x3 conv into the next
  * stage's queue, with the block's DupUp as the conv's residual when the layer after is that DupUp (model.c puts it
- * right after the upsampler; v10's separate pass over the output measured slower). */
+ * right after the upsampler; v10's separate pass over the output measured slower). A band decode's band >= 1 of
+ * band_replay: u from the store. */
 static w22_status run_upsample(chunk_ctx *k, int li) {
     w22_decoder *d = k->d;
     w22_backend *b = d->backend;
@@ -467,6 +524,9 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
     int nu = 0, t0 = 0;
     w22_view u;
     const int inter = d->stages[k->s].interleave;
+    const int replay = k->s == 0 && band_replay(d);
+    /* the store's first frame of this chunk: frames before it made 2 upsampler frames each, the decode's first 1 */
+    const int done = d->stages[0].done, f0 = L->temporal ? (done ? 2 * done - 1 : 0) : done;
     if (inter) { /* it lives on while the later stages run: outside the scratch (plan.h) */
         const size_t need = w22_frames_bytes(L->temporal ? 2 * m : m, k->H, k->W, C, 1, k->es);
         if (need > d->ubuf[k->s].bytes)
@@ -476,7 +536,10 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
     } else {
         W22_TRY(slot_view(k, W22_SLOT_U, L->temporal ? 2 * m : m, C, 1, &u));
     }
-    if (L->temporal) {
+    if (replay && d->band > 0) {
+        u.f = nu = L->temporal ? 2 * m - k->first : m;
+        W22_TRY(band_store_copy(d, u, f0, 0));
+    } else if (L->temporal) {
         if (k->first) { /* frame 0 of the decode skips time_conv and stays one frame */
             W22_TRY(b->ops->copy(b, w22_view_frames(u, 0, 1), w22_view_frames(k->cur, 0, 1)));
             nu = t0 = 1;
@@ -496,9 +559,12 @@ static w22_status run_upsample(chunk_ctx *k, int li) {
         W22_TRY(b->ops->copy(b, w22_view_frames(u, 0, m), k->cur));
         nu = m;
     }
-    u.f = nu;
-    W22_TRY(w22_zero_border(b, u));
-    W22_TRY(w22_halo(d->comm, b, u));
+    if (!(replay && d->band > 0)) {
+        u.f = nu;
+        W22_TRY(w22_zero_border(b, u));
+        W22_TRY(w22_halo(d->comm, b, u));
+        if (replay) W22_TRY(band_store_copy(d, u, f0, 1));
+    }
     /* A band decode (plan.h): stage 0 ran on the whole frame, the next stage runs on the band's rows. The conv reads
      * the rows of its cut input's border from the whole frame above and below (exact, no padding at the cut), and
      * the DupUp the block input's same rows. */
@@ -623,7 +689,9 @@ static w22_status run_chunk(w22_decoder *d, int s, int c0, int m, int after) {
     k.cur = k.x;
     k.blockin.ptr = NULL;
     w22_backend *b = d->backend;
-    for (int li = st->layer0; li < st->layer1; li++) {
+    /* a band decode's band >= 1 of band_replay: stage 0 is its upsampler's conv alone (the input from the store) */
+    const int replay = s == 0 && d->band > 0 && band_replay(d);
+    for (int li = replay ? st->layer1 - 1 : st->layer0; li < st->layer1; li++) {
         const w22_layer *L = &d->model.layers[li];
         if (w22_interrupted(d->interrupt)) return w22_stopped(); /* between ops; the CPU's long ones read it too */
         d->at_stage = s, d->at_layer = li; /* the checking mode's messages (an interleaved next stage changes it) */
@@ -725,6 +793,7 @@ static w22_status plan_run(w22_decoder *d) {
     w22_backend *b = d->backend;
     const w22_model *m = &d->model;
     const int es = (int)b->ops->elem_size;
+    if (band_replay(d)) W22_TRY(band_store_alloc(d));
     for (int band = 0; band < d->bands; band++) {
         w22_band_set(d, band);
         W22_TRY(decode_start(d));
@@ -732,7 +801,8 @@ static w22_status plan_run(w22_decoder *d) {
             int n = d->T - t0 < d->frames_per_pass ? d->T - t0 : d->frames_per_pass;
             if (w22_interrupted(d->interrupt)) return w22_stopped();
             w22_view zin = mkview(d->queue[0].ptr, n, d->rows, d->w, m->cfg.z_dim, 0, es);
-            W22_TRY(b->ops->latents_in(b, d->z, d->zt, m->cfg.z_dim, d->T, d->h, d->w, t0, d->row0, zin));
+            if (band == 0 || !band_replay(d)) /* a replayed stage 0 reads no latents */
+                W22_TRY(b->ops->latents_in(b, d->z, d->zt, m->cfg.z_dim, d->T, d->h, d->w, t0, d->row0, zin));
             W22_TRY(run_chunk(d, 0, 0, n, t0 + n < d->T ? first_run(d, 0) : -1));
             if (d->params.progress &&
                 d->params.progress(d->params.progress_user, band * d->T + t0 + n, d->bands * d->T))

@@ -202,6 +202,8 @@ static void plan_forget(w22_decoder *d) {
     d->host_count = d->host_total = 0;
     d->host_cache_block = NULL;
     d->host_cache_bytes = 0;
+    d->band_store = NULL;
+    d->band_store_bytes = 0;
     d->h = d->w = 0;
     d->workspace_bytes = 0;
 }
@@ -211,11 +213,13 @@ void w22_plan_release(w22_decoder *d) {
     w22_region *all[] = {&d->transient, &d->queue[0], &d->gathered, &d->zdev, &d->cache_block, &d->hist_win};
     for (int i = 0; i < 6; i++)
         if (all[i]->ptr) b->ops->free(b, all[i]->ptr);
-    if (d->host_cache_block) {
-        if (b->ops->sync) (void)b->ops->sync(b); /* a failed decode's copies into it may still be queued */
-        if (b->ops->host_free) b->ops->host_free(b, d->host_cache_block);
-        else free(d->host_cache_block);
-    }
+    void *host[2] = {d->host_cache_block, d->band_store};
+    if ((host[0] || host[1]) && b->ops->sync) (void)b->ops->sync(b); /* a failed decode's copies may be queued */
+    for (int i = 0; i < 2; i++)
+        if (host[i]) {
+            if (b->ops->host_free) b->ops->host_free(b, host[i]);
+            else free(host[i]);
+        }
     plan_forget(d);
 }
 
@@ -360,7 +364,7 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
  * so that one workspace serves them; a band at the frame's edge moves its rows inward instead of shrinking. Without
  * bands, one band of the rank's rows. */
 static w22_status band_plan(w22_decoder *d, int h) {
-    const int want = d->test && d->test->bands > 1 ? d->test->bands : 1;
+    const int want = d->params.bands > 1 ? d->params.bands : 1;
     if (want > 1 && d->world > 1)
         return w22_fail(W22_ERR_UNSUPPORTED, "a band decode (%d bands) runs on one rank, not %d", want, d->world);
     const int r = (h + want - 1) / want;
@@ -374,6 +378,14 @@ static w22_status band_plan(w22_decoder *d, int h) {
     return W22_OK;
 }
 
+int w22_band_a0(const w22_decoder *d, int band) {
+    if (d->bands <= 1) return 0;
+    const int r = (d->h + d->bands - 1) / d->bands;
+    int a0 = band * r - W22_BAND_HALO;
+    if (a0 > d->h - d->band_rows) a0 = d->h - d->band_rows;
+    return a0 < 0 ? 0 : a0;
+}
+
 void w22_band_set(w22_decoder *d, int band) {
     d->band = band;
     if (d->bands <= 1) {
@@ -384,9 +396,7 @@ void w22_band_set(w22_decoder *d, int band) {
     const int r = (d->h + d->bands - 1) / d->bands;
     d->band_k0 = band * r;
     d->band_k1 = d->band_k0 + r < d->h ? d->band_k0 + r : d->h;
-    int a0 = d->band_k0 - W22_BAND_HALO;
-    if (a0 > d->h - d->band_rows) a0 = d->h - d->band_rows;
-    d->band_a0 = a0 < 0 ? 0 : a0;
+    d->band_a0 = w22_band_a0(d, band);
 }
 
 static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, unsigned host) {

@@ -47,7 +47,7 @@ typedef struct w22_plan_test {
     int share_any;         /* 1: the stages' rotation groups share a spare whatever their units' sizes (at test sizes
                             * the borders make stage 2's and 3's units differ by more than plan.c's 2%) */
     unsigned host;         /* nonzero: the caches to host (a host_spec), whatever the budget (every hosting level) */
-    int bands;             /* > 1: a band decode of that many bands (plan.h's band_rows; an experiment: issue 44) */
+    int band_rerun;        /* 1: every band of a band decode runs stage 0 (TI2V-5B's way), not exec.c's band_replay */
 } w22_plan_test;
 
 struct w22_decoder {
@@ -69,13 +69,18 @@ struct w22_decoder {
     /* The workspace, for latents of h x w (re-made when the size changes). */
     int h, w;
     int row0, rows;      /* this rank's latent rows */
-    /* A band decode (w22_plan_test.bands > 1; one rank): stage 0 runs on the whole frame (its mid block's attention
+    /* A band decode (w22_decoder_params.bands > 1; one rank): stage 0 runs on the whole frame (its mid block's attention
      * sees all of it), stages 1-3 on a band of band_rows latent rows, [band_a0, band_a0 + band_rows), whose kept rows
      * are [band_k0, band_k1): the others are the halo (W22_BAND_HALO rows each side but at the frame's edges), whose
      * zero padding at the cut reaches no kept row (dev/band_probe.py). The whole decode runs once a band, the caches
      * zeroed between: the causal caches of stages 1-3 are a band's (docs/PERF.md "Issue 44: a band decode"). */
     int bands, band, band_rows, band_a0, band_k0, band_k1;
     int srows[4];        /* the latent rows stage s runs on: rows at stage 0, band_rows at stages 1-3 of a band decode */
+    /* Where stage 0 ends at its upsampler (the Wan2.1 VAE), the first band keeps the rows of that upsampler's input
+     * which the later bands' cut conv reads, in host memory (exec.c's band_replay): they run no other stage-0 layer.
+     * Grown to a decode's T (band_store_need), kept until the plan is released. */
+    void *band_store;
+    size_t band_store_bytes;
     int frames_per_pass;
     w22_stage stages[W22_STAGES];
     w22_region queue[W22_STAGES + 1]; /* queue[s]: stage s's input; queue[4]: video staging */

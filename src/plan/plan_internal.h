@@ -24,6 +24,8 @@ enum {
 #define W22_BAND_HALO 6
 /* Band b's rows (plan.h's band_a0, band_k0, band_k1) for the decode's band loop (exec.c). */
 void w22_band_set(w22_decoder *d, int band);
+/* Band b's first computed latent row (its band_a0). */
+int w22_band_a0(const w22_decoder *d, int band);
 
 /* Bytes of f frames of h x w x c, with a one-pixel border when border. */
 size_t w22_frames_bytes(int f, int h, int w, int c, int border, size_t es);

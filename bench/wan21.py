@@ -34,6 +34,12 @@ kernels and moves causal caches to pinned host memory), then the same trials; th
 budget, ms, the ratio to the default plan's time, NVML's peak with the weights and whether it is within 4 GiB.
 
     python3 bench/wan21.py --workload w720 --no-check --memory-budget target --json $OUT/w21b.json   ~2 min
+
+--bands N (issue 44; default 0, the whole frame): every decoder of ours opened as a band decode in N bands of
+latent rows (wan22vae.protocol.set_bands; a budget's too), checked against diffusers' fp32 as the default is (within
+bf16 rounding of the whole frame, not its bits); the record's "bands" says which, next to the memory budget's.
+
+    python3 bench/wan21.py --workload w720 --bands 2 --json $OUT/w21-bands.json
 """
 import argparse
 import datetime
@@ -122,9 +128,10 @@ def run_workload(a, w22, name, names, weights, device, nvml, sampler, our_names,
     cfg = w22.wan21_config()
     F, H, W = w22.video_shape(cfg, T, h, w)
     flops = w22.decode_flops(cfg, T, h, w)
-    r = {"T": T, "latent": [h, w], "video": [F, H, W], "flops": flops}
+    r = {"T": T, "latent": [h, w], "video": [F, H, W], "flops": flops, "bands": a.bands}
     report["workloads"][name] = r
-    B.log(f"== {name}: latents [1, 16, {T}, {h}, {w}] -> video {W}x{H}x{F} ({flops / 1e12:.1f} TFLOP)")
+    B.log(f"== {name}: latents [1, 16, {T}, {h}, {w}] -> video {W}x{H}x{F} ({flops / 1e12:.1f} TFLOP)"
+          + (f", ours in {a.bands} bands" if a.bands > 1 else ""))
     z = torch.from_numpy(w22.synthetic_latents(cfg, SEED, T, h, w)).to(device, torch.bfloat16)
     ref = calib = None
     theirs = None
@@ -254,7 +261,7 @@ def budget_run(a, w22, weights, z, out, first, default_ms, nvml, sampler):
         budget = w22.decoder.parse_size(a.memory_budget, "--memory-budget")
     w22.protocol.release()
     w22.protocol.set_memory_budget(budget)
-    r = {"memory_budget_bytes": budget, "weights_gib": weights_bytes / B.GIB}
+    r = {"memory_budget_bytes": budget, "bands": a.bands, "weights_gib": weights_bytes / B.GIB}
     try:
         w22.prepare(weights, 0, 1, None)
         windows = [(t_prep, time.monotonic())]
@@ -305,9 +312,15 @@ def main(argv=None):
     ap.add_argument("--memory-budget", metavar="SIZE",
                     help="each workload also under a work-memory budget (bytes or 2.5G, 2560M; 'target': 4 GiB less "
                          "the weights), recorded under 'budget': time, ratio to the default plan, peak, bits")
+    ap.add_argument("--bands", type=int, default=0, metavar="N",
+                    help="our decoders as a band decode in N bands of latent rows (2..64; 0 or 1: the whole frame, "
+                         "the default), recorded as 'bands'")
     a = ap.parse_args(argv)
     names_wl = ["quick"] if a.quick else (a.workload or DEFAULT)
+    if not 0 <= a.bands <= 64:  # the library's range, refused before any work
+        raise SystemExit(f"wan21.py: --bands {a.bands}: expected 0 or 1 (the whole frame) or 2..64")
     w22 = B.package()
+    w22.protocol.set_bands(a.bands)  # every decoder prepare opens from now on, a budget's included
     if a.memory_budget and a.memory_budget != "target":  # refused now, not after the default plan's workloads
         try:
             w22.decoder.parse_size(a.memory_budget, "--memory-budget")
@@ -324,6 +337,7 @@ def main(argv=None):
     nvml = B.Nvml(uuid)
     our_names, _ = B.our_kernel_names(w22)
     report = {"setup": {"bench": "wan21", "gpu": props.name, "commit": a.commit, "torch": torch.__version__,
+                        "bands": a.bands,
                         "library": w22.library_path(), "host": platform.node(),
                         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
               "workloads": {}}

@@ -183,7 +183,13 @@ typedef struct {
                            * not keep up. At 704x1280 TI2V-5B's default plan needs 4.1 GiB, 2.26 GiB under a 2.5 GiB
                            * budget, at least 1.8 (tests/test_workspace.c prints them). A nonzero budget under 64 MiB fails the open; one below what the smallest
                            * plan needs at a decode's size fails that decode, W22_ERR_INVALID_ARG naming both. */
-    int bands;            /* 0 or 1: the whole frame; N >= 2: a band decode in N bands of latent rows */
+    int bands;            /* 0 or 1: the whole frame (the default). N >= 2 (up to 64): a band decode in N horizontal
+                           * bands of latent rows (fewer where the latents have fewer rows than N), one after another:
+                           * the GPU memory of one band's causal caches (Wan2.1 at 1280x720: 3.2 GiB with the weights
+                           * in 2 bands, 5.4 whole), at about 1.1-1.2x the time; within bf16 rounding of the whole
+                           * frame, not the same bits. One rank only (W22_ERR_UNSUPPORTED with a comm of several) and
+                           * a whole video only: a decode to a frames callback fails with W22_ERR_UNSUPPORTED (a
+                           * frame is whole only after the last band). */
 } w22_decoder_params;
 
 W22_API void w22_decoder_params_init(w22_decoder_params *p);

@@ -73,6 +73,9 @@ w22_status w22_decoder_open(const w22_weights *w, const w22_decoder_params *p, w
         return w22_fail(W22_ERR_INVALID_ARG, "work_budget_bytes %zu, expected 0 (the default plan) or at least %zu "
                         "(the backend's own scratch, plan.h's W22_WORK_RESERVE; a decode needs more)",
                         p->work_budget_bytes, (size_t)W22_WORK_RESERVE);
+    /* 64 bounds a typo: each band recomputes its halo rows (plan.c's band_plan), so many bands multiply the work */
+    if (p->bands < 0 || p->bands > 64)
+        return w22_fail(W22_ERR_INVALID_ARG, "bands %d, expected 0 or 1 (the whole frame) or 2..64", p->bands);
     if (p->device != W22_DEVICE_CPU && p->device != W22_DEVICE_CUDA)
         return w22_fail(W22_ERR_INVALID_ARG, "device %d, expected W22_DEVICE_CPU or W22_DEVICE_CUDA", p->device);
     /* weights mapped from a file are read in place below: a file shrunk in place since the load would fault this

@@ -98,6 +98,39 @@ if run "decode the Wan2.1 VAE" 0 "" "$BIN" decode -w w21.safetensors -l z21.npy 
 fi
 run "Wan2.1 weights with TI2V latents" 1 "expected 4 channels" "$BIN" decode -w w21.safetensors -l z8.npy -o v21b.npy
 
+# ---- --bands N (issue 44: w22_decoder_params.bands): the Wan2.1 VAE's latents of 16 rows, so that two bands of 8
+# kept rows each compute 14 (W22_BAND_HALO 6), not the whole frame; the video decoded whole into host memory, then
+# written: the whole frame's within a level of 8 bits (float32 rounding on the CPU), the same shape and frames
+max_level_diff() { # the largest difference between two files' bytes of equal length (cmp -l: offset, octal, octal)
+    cmp -l "$1" "$2" 2>/dev/null | awk 'function oct(s,  v, i) { v = 0; for (i = 1; i <= length(s); i++)
+        v = v * 8 + substr(s, i, 1); return v }
+        { d = oct($2) - oct($3); if (d < 0) d = -d; if (d > m) m = d } END { print m + 0 }'
+}
+"$BIN" synth latents --model wan2.1 -o z21r.npy --z-dim 4 --frames 2 --height 16 --width 4 --seed 5 >/dev/null 2>&1
+b21() { "$BIN" decode -w w21.safetensors -l z21r.npy --threads 2 "$@"; }
+if run "decode Wan2.1 (16 latent rows)" 0 "" b21 -o r0.y4m &&
+   run "decode Wan2.1 --bands 2" 0 "in 2 bands of latent rows" b21 -o r2.y4m --bands 2 --progress; then
+    want=$(( $(head -n 1 r0.y4m | wc -c) + 5 * (6 + 3 * 32 * 128) )) # the header, 5 x (FRAME\n, 4:4:4 32x128)
+    [ "$(head -n 1 r0.y4m)" = "$(head -n 1 r2.y4m)" ] && [ "$(stat -c %s r0.y4m)" -eq "$want" ] &&
+        [ "$(stat -c %s r2.y4m)" -eq "$want" ] && ok "--bands 2: the whole frame's header, 5 frames of 32x128" ||
+        bad "--bands 2: header, size or frames" "$(head -n 1 r0.y4m) $(stat -c %s r0.y4m); $(head -n 1 r2.y4m) $(stat -c %s r2.y4m)"
+    d=$(max_level_diff r0.y4m r2.y4m)
+    [ "$d" -le 1 ] && ok "--bands 2: within 1 level of the whole frame ($d)" || bad "--bands 2: $d levels off the whole frame"
+    # the progress ends with every pass done (the library's count of bands x passes) and every frame written
+    last=$(tr '\r' '\n' <err.txt | grep 'pass [0-9]*/[0-9]* done' | tail -n 1)
+    printf '%s\n' "$last" | grep -Eq '^band [0-9]+/[0-9]+, pass ([0-9]+)/\1 done.*video frames 5/5.*took|^pass ([0-9]+)/\2 done.*video frames 5/5.*took' &&
+        ok "--bands 2: the last progress line" || bad "--bands 2: the last progress line" "$(cat err.txt)"
+    run "decode Wan2.1 --bands 2 -o - (a stream)" 0 "" sh -c "'$BIN' decode -w w21.safetensors -l z21r.npy --threads 2 --bands 2 -o - > r2s.y4m"
+    cmp -s r2.y4m r2s.y4m && ok "--bands 2: the same video to a stream" || bad "--bands 2: a stream differs"
+    run "decode Wan2.1 --bands 1" 0 "" b21 -o r1.y4m --bands 1
+    cmp -s r0.y4m r1.y4m && ok "--bands 1: the whole frame, streamed" || bad "--bands 1 differs from the whole frame"
+fi
+for b in -1 65 abc ""; do
+    run "bad --bands '$b'" 2 "--bands: expected an integer in 0..64" b21 -o rbad.y4m --bands "$b"
+done
+[ ! -e rbad.y4m ] && ok "a bad --bands leaves no output" || bad "a bad --bands left rbad.y4m"
+"$BIN" help decode 2>&1 | grep -q -- "--bands N" && ok "help decode lists --bands" || bad "help decode lacks --bands"
+
 # ---- decoding into each format
 dec() { "$BIN" decode --weights w.safetensors --latents z.safetensors "$@"; }
 if run "decode .y4m" 0 "" dec --out v.y4m; then

@@ -712,6 +712,28 @@ static void test_open_params(void) {
               w22_status_string(s), w22_last_error());
         w22_decoder_free(d);
     }
+    /* bands (a band decode): 0..64 open, the rest fail naming the field and its range */
+    static const int bad_bands[] = {-1, 65, -2147483647 - 1};
+    for (size_t i = 0; w && i < sizeof bad_bands / sizeof bad_bands[0]; i++) {
+        w22_decoder_params p;
+        w22_decoder_params_init(&p);
+        p.bands = bad_bands[i], p.threads = 1;
+        w22_decoder *d = NULL;
+        w22_status s = w22_decoder_open(w, &p, &d);
+        CHECK(s == W22_ERR_INVALID_ARG && !d && strstr(w22_last_error(), "bands ") &&
+                  strstr(w22_last_error(), "expected 0 or 1 (the whole frame) or 2..64"),
+              "bands %d: %s: %s", bad_bands[i], w22_status_string(s), w22_last_error());
+        w22_decoder_free(d);
+    }
+    for (int bands = 0; w && bands <= 64; bands += 32) { /* 0, 32, 64 */
+        w22_decoder_params p;
+        w22_decoder_params_init(&p);
+        CHECK(p.bands == 0, "w22_decoder_params_init: bands %d, expected 0 (the whole frame)", p.bands);
+        p.bands = bands, p.threads = 1;
+        w22_decoder *d = NULL;
+        CHECK(w22_decoder_open(w, &p, &d) == W22_OK && d, "bands %d: %s", bands, w22_last_error());
+        w22_decoder_free(d);
+    }
     /* kernels is CUDA's: a CPU decoder takes W22_KERNELS_PORTABLE and runs the CPU backend, and says so */
     {
         w22_decoder_params p;

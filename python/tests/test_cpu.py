@@ -204,6 +204,41 @@ def test_memory_budget(weights, latents):
             wan22vae.Decoder(weights, device="cpu", memory_budget=bad)
 
 
+def test_bands(tmp_path):
+    """bands= reaches the library (w22_decoder_params.bands): the Wan2.1 VAE's latents of 16 rows, so that two bands
+    of 8 kept rows each compute 14 (W22_BAND_HALO 6), not the whole frame; the video within float32 rounding of the
+    whole frame's (the CPU backend), its shape and values a video's; from_pretrained passes it on; a count outside
+    0..64 is the library's W22_ERR_INVALID_ARG naming bands, one that is no integer raises before the library."""
+    cfg = {"z_dim": 4, "base_dim": 8, "is_residual": 0}
+    w = wan22vae.synthetic_weights(cfg, seed=1)
+    try:
+        z = wan22vae.synthetic_latents(cfg, seed=2, T=2, h=16, w=4)
+        with wan22vae.Decoder(w, device="cpu", threads=2) as d:
+            assert d.bands == 0
+            ref = d(z)
+        with wan22vae.Decoder(w, device="cpu", threads=2, bands=2) as d:
+            assert d.bands == 2
+            v = d(z)
+            np.testing.assert_array_equal(d(z), v)  # every band's caches start from zero each decode
+        assert v.shape == ref.shape == (1, 3, 5, 128, 32) and v.dtype == np.float32
+        assert np.isfinite(v).all() and np.abs(v).max() <= 1 and np.abs(v).max() > 0
+        np.testing.assert_allclose(v, ref, rtol=0, atol=1e-4)
+        f32 = tmp_path / "w21.safetensors"
+        w.save(f32, "f32")
+        with wan22vae.Decoder.from_pretrained(f32, device="cpu", threads=2, bands=2) as d:
+            assert d.bands == 2
+            np.testing.assert_allclose(d(z), ref, rtol=0, atol=1e-4)
+        for bad in (-1, 65, -2**31):
+            with pytest.raises(wan22vae.Error, match=rf"bands {bad}, expected 0 or 1 \(the whole frame\) or 2..64") as e:
+                wan22vae.Decoder(w, device="cpu", bands=bad)
+            assert e.value.status == "W22_ERR_INVALID_ARG"
+        for bad in (True, "2", 2.5, 2**31, None):
+            with pytest.raises(wan22vae.Error, match="bands"):
+                wan22vae.Decoder(w, device="cpu", bands=bad)
+    finally:
+        w.free()
+
+
 def test_decode_matches_cli(tmp_path, latents):
     cli = os.path.join(os.path.dirname(wan22vae.library_path()), "wan22vae")
     if not os.access(cli, os.X_OK):

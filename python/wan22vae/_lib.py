@@ -71,6 +71,7 @@ class DecoderParams(ctypes.Structure):
         ("exact", ctypes.c_int),
         ("kernels", ctypes.c_int),  # w22_kernels: KERNELS_AUTO or KERNELS_PORTABLE
         ("work_budget_bytes", ctypes.c_size_t),  # the work-memory budget in bytes (0: the default plan)
+        ("bands", ctypes.c_int),  # a band decode in this many bands of latent rows (0 or 1: the whole frame)
         # w22_decoder_params_init writes the whole C struct: room for fields a newer library adds at its end, so
         # that a library newer than this file never writes past the Python struct (init gives them defaults).
         ("_reserved", ctypes.c_char * 256),

@@ -715,6 +715,13 @@ class Decoder:
     budget under 64 MiB fails the open; one below what a decode's size needs fails that decode (wan22vae.Error, the
     message naming both).
 
+    bands: 0 or 1 (the default) decodes the whole frame; N >= 2 (up to 64) is a band decode, stages 1-3 in N
+    horizontal bands of latent rows one after another (fewer where the latents have fewer rows): the GPU memory of one
+    band's causal caches (the Wan2.1 VAE at 1280x720: 3.2 GiB with the weights in 2 bands, 5.4 GiB whole) at about
+    1.1-1.2x the time, within bf16 rounding of the whole frame, not the same bits. dec(z) only: a frame is whole only
+    after the last band, so dec.frames(z) raises wan22vae.Error (W22_ERR_UNSUPPORTED), as does a comm of several
+    ranks.
+
     Progress: dec(z, progress=True) shows a tqdm bar (lines on stderr without tqdm), dec(z, progress=fn) calls
     fn(latent_frames_done, latent_frames_total) after every pass (frames_per_pass latent frames, 2 by default); an
     exception fn raises stops the decode at the end of that pass and propagates. Ctrl-C (SIGINT) during a call on
@@ -732,7 +739,7 @@ class Decoder:
 
     def __init__(self, weights, device="auto", cuda_device=None, frames_per_pass=0, threads=0, comm=None,
                  video_on_all_ranks=False, torch_dtype=None, progress_hook=True, exact=False, kernels="auto",
-                 memory_budget=None):
+                 memory_budget=None, bands=0):
         self._lock = threading.Lock()
         self._streams = set()  # the frames() iterators running (_stream.Stream)
         self._h = ctypes.c_void_p()
@@ -762,6 +769,10 @@ class Decoder:
         p.kernels = kinds[kernels]
         self.kernels = kernels
         p.work_budget_bytes = self.memory_budget = parse_size(memory_budget)
+        if isinstance(bands, bool) or not _small_int(bands):  # True is no count of bands; the range is the library's
+            raise fail("W22_ERR_INVALID_ARG", f"bands {bands!r}; expected an integer: 0 or 1 (the whole frame) or "
+                       "2..64")
+        p.bands = self.bands = int(bands)
         if progress_hook:
             p.progress = self._hook.cfunc  # the decoder's one callback; each call points it at its reporter
         self.progress_hook = bool(progress_hook)
@@ -789,7 +800,8 @@ class Decoder:
         (revision, cache_dir, local_files_only and token go to huggingface_hub). subfolder: as in diffusers
         (from_pretrained(pipeline_dir, subfolder="vae")). device: "auto" (CUDA where usable, else the CPU), "cpu",
         "cuda" or "cuda:N". torch_dtype: the video's dtype (None: bf16 on the GPU, float32 on the CPU); the
-        arithmetic is the device's own either way."""
+        arithmetic is the device's own either way. Other keyword arguments go to Decoder (memory_budget="2.5G",
+        bands=2, threads, ...)."""
         try:
             path = os.fspath(path)
         except TypeError:

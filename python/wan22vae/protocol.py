@@ -26,6 +26,8 @@ from .decoder import Decoder, check_latent_dims, make_config, parse_size, video_
 _DECODERS = {}
 # the work-memory budget of the decoders opened from now on, in bytes (0: none): set_memory_budget
 _MEMORY_BUDGET = 0
+# the band count of the decoders opened from now on (0: the whole frame): set_bands
+_BANDS = 0
 
 
 def set_memory_budget(size):
@@ -34,6 +36,14 @@ def set_memory_budget(size):
     --memory-budget."""
     global _MEMORY_BUDGET
     _MEMORY_BUDGET = parse_size(size)
+
+
+def set_bands(n):
+    """The band count (Decoder's bands: 0 or 1 the whole frame, 2..64 a band decode; the library checks the range)
+    of the decoders prepare and run open from now on; decoders already open keep theirs (release() first). The
+    bench's --bands."""
+    global _BANDS
+    _BANDS = n
 
 
 class _Entry:
@@ -90,8 +100,8 @@ def _open(weights, rank, world, pg):
     if world == 1:
         w, device, config = _local_weights(weights)
         try:
-            return _Entry(Decoder(w, device=device, progress_hook=False, memory_budget=_MEMORY_BUDGET), None, device,
-                          config)
+            dec = Decoder(w, device=device, progress_hook=False, memory_budget=_MEMORY_BUDGET, bands=_BANDS)
+            return _Entry(dec, None, device, config)
         finally:
             w.free()
     w = device = config = None
@@ -109,7 +119,8 @@ def _open(weights, rank, world, pg):
     comm = dec = None
     try:
         comm = _dist.nccl_comm(pg, rank, world, device.index)
-        dec = Decoder(w, device=device, comm=comm, progress_hook=False, memory_budget=_MEMORY_BUDGET)
+        dec = Decoder(w, device=device, comm=comm, progress_hook=False, memory_budget=_MEMORY_BUDGET,
+                      bands=_BANDS)
         ok, reason = True, None
     except Error as e:
         ok, reason = False, str(e)

@@ -257,6 +257,39 @@ case ${PLAN:-1} in
     run sizes_4k_t1 90 python3 bench/sizes.py --commit "$(cat $X/commit.txt)" --json "$O/sizes-4k-t1.json" --cases 135x240T1
     run six2 400 python3 bench/bench.py --workload f241 --lib $PWD/$X/libwan22vae.so --commit "$(cat $X/commit.txt)" --merge "${MERGE:?MERGE}" --json "$O/six2.json"
     ;;
+15)
+    # Session 43's candidate (build-c: branch bands with the replay of stage 0 and w22_decoder_params.bands; main's
+    # library but for the band decode): against the CPU backend on both paths and both VAEs (cuda_decode's band cases
+    # now replay stage 0 for the Wan2.1 VAE), Wan2.1 1280x720x81 whole frame against 2 bands alternating (PERF.md
+    # predicts ~1.82 s), issue 44's bench (bench/wan21.py w720 in 2 bands, checked against diffusers' float32, timed
+    # beside its bf16, peak with the weights), the same bits as main (build-m) in bench/bits' 18 cases (TI2V-5B's
+    # record of f121 and f241 holds), then the rest of the suite on it
+    C=build-c
+    run c_decode 60 $C/tests/cuda_decode
+    run c_decode_wan21 60 $C/tests/cuda_decode wan21
+    for r in 1 2; do
+        run c_whole_$r 30 $C/tests/cuda_decode --time-wan21 21 90 160 0
+        run c_bands2_$r 30 $C/tests/cuda_decode --time-wan21 21 90 160 0 2
+    done
+    run c_w21_bands 240 python3 bench/wan21.py --workload w720 --bands 2 --commit "$(cat $C/commit.txt)" --json "$O/w21-bands.json"
+    mkdir -p "$O/ab_c"
+    run c_ab 50 bash bench/ab.sh $MB $C 1 "$O/ab_c"
+    grep -h "bits:\\|f121:" "$L"/c_ab.log >> "$S"
+    run c_decode_portable 60 $P $C/tests/cuda_decode
+    run c_ops 60 $C/tests/cuda_ops
+    run c_seq34 90 $C/tests/cuda_sequence 24 48 34
+    run c_seq34_wan21 40 $C/tests/cuda_sequence 24 48 34 wan21
+    run c_seq12 40 $C/tests/cuda_sequence 30 64 12
+    run c_budget 50 $C/tests/cuda_budget
+    run c_large 30 $C/tests/cuda_large
+    run c_dit 20 $C/tests/cuda_dit
+    run c_interrupt 20 $C/tests/cuda_interrupt
+    run c_test_gpu 70 python3 -m pytest -q -x python/tests/test_gpu.py
+    run c_ops_portable 40 $P $C/tests/cuda_ops
+    run c_seq34_portable 90 $P $C/tests/cuda_sequence 24 48 34
+    run c_seq12_portable 40 $P $C/tests/cuda_sequence 30 64 12
+    run c_large_portable 30 $P $C/tests/cuda_large
+    ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"
 cat "$S"

@@ -484,16 +484,16 @@ static w22_status band_store_alloc(w22_decoder *d) {
     if (need <= d->band_store_bytes) return W22_OK;
     w22_backend *b = d->backend;
     if (d->band_store) { /* the last decode's copies out of it are done: its decode synced */
-        if (b->ops->host_free) b->ops->host_free(b, d->band_store);
+        if (d->band_store_pinned) b->ops->host_free(b, d->band_store);
         else free(d->band_store);
         d->band_store = NULL, d->band_store_bytes = 0;
     }
-    if (b->ops->host_alloc) {
-        W22_TRY(b->ops->host_alloc(b, need, &d->band_store));
-    } else if (!(d->band_store = w22_malloc(need, "a band decode's stage-0 rows in host memory"))) {
+    /* pinned where the backend has it (the copies then overlap nothing but run at the bus's rate); else, or where
+     * that much cannot be pinned, pageable memory: the same copies, slower */
+    d->band_store_pinned = b->ops->host_alloc && b->ops->host_alloc(b, need, &d->band_store) == W22_OK;
+    if (!d->band_store_pinned && !(d->band_store = malloc(need)))
         return w22_fail(W22_ERR_OUT_OF_MEMORY, "out of host memory for a band decode's stage-0 rows (%zu bytes, %d "
                         "latent frames)", need, d->T);
-    }
     d->band_store_bytes = need;
     return W22_OK;
 }

@@ -204,6 +204,7 @@ static void plan_forget(w22_decoder *d) {
     d->host_cache_bytes = 0;
     d->band_store = NULL;
     d->band_store_bytes = 0;
+    d->band_store_pinned = 0;
     d->h = d->w = 0;
     d->workspace_bytes = 0;
 }
@@ -214,10 +215,11 @@ void w22_plan_release(w22_decoder *d) {
     for (int i = 0; i < 6; i++)
         if (all[i]->ptr) b->ops->free(b, all[i]->ptr);
     void *host[2] = {d->host_cache_block, d->band_store};
+    const int pinned[2] = {b->ops->host_free != NULL, d->band_store_pinned};
     if ((host[0] || host[1]) && b->ops->sync) (void)b->ops->sync(b); /* a failed decode's copies may be queued */
     for (int i = 0; i < 2; i++)
         if (host[i]) {
-            if (b->ops->host_free) b->ops->host_free(b, host[i]);
+            if (pinned[i]) b->ops->host_free(b, host[i]);
             else free(host[i]);
         }
     plan_forget(d);

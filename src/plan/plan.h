@@ -81,6 +81,7 @@ struct w22_decoder {
      * Grown to a decode's T (band_store_need), kept until the plan is released. */
     void *band_store;
     size_t band_store_bytes;
+    int band_store_pinned; /* from the backend's host_alloc (else malloc) */
     int frames_per_pass;
     w22_stage stages[W22_STAGES];
     w22_region queue[W22_STAGES + 1]; /* queue[s]: stage s's input; queue[4]: video staging */

@@ -289,6 +289,10 @@ case ${PLAN:-1} in
     run c_seq34_portable 90 $P $C/tests/cuda_sequence 24 48 34
     run c_seq12_portable 40 $P $C/tests/cuda_sequence 30 64 12
     run c_large_portable 30 $P $C/tests/cuda_large
+    # on an H200 (diffusers' bf16 fits at 4K from T 2 on, not on 80 GB): issue 46's 4K sizes timed beside it
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run c_sizes_4k 150 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 bench/sizes.py --no-fp32 --commit "$(cat $C/commit.txt)" --json "$O/sizes-4k.json" --cases 135x240T2 135x256T2a 135x256T2b 135x240T5
+    fi
     ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"

@@ -87,7 +87,7 @@ static const char usage[] =
     "      --bands N          a band decode: stages 1-3 in N horizontal bands of latent rows, one after another\n"
     "                         (2..64; fewer where the latents have fewer rows; 0 or 1, the default: the whole\n"
     "                         frame): less GPU memory (the Wan2.1 VAE at 1280x720: 3.2G with the weights in 2\n"
-    "                         bands, 5.4G whole) at about 1.1-1.2x the time, within bf16 rounding of the whole\n"
+    "                         bands, 5.4G whole) at about 1.15-1.2x the time, within bf16 rounding of the whole\n"
     "                         frame; the video is decoded whole into host memory (float32, 12 bytes a pixel of\n"
     "                         every frame), then written\n"
     "      --exact            CUDA: every conv in the direct arithmetic (default: the 3x3x3 convs of 256 channels and\n"

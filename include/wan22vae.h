@@ -185,8 +185,10 @@ typedef struct {
                            * plan needs at a decode's size fails that decode, W22_ERR_INVALID_ARG naming both. */
     int bands;            /* 0 or 1: the whole frame (the default). N >= 2 (up to 64): a band decode in N horizontal
                            * bands of latent rows (fewer where the latents have fewer rows than N), one after another:
-                           * the GPU memory of one band's causal caches (Wan2.1 at 1280x720: 3.2 GiB with the weights
-                           * in 2 bands, 5.4 whole), at about 1.1-1.2x the time; within bf16 rounding of the whole
+                           * the GPU memory of one band's causal caches (Wan2.1 at 1280x720x81 on an H100: 3.24 GiB
+                           * with the weights in 2 bands at ~1.15-1.2x the whole frame's time, 2.59x diffusers' bf16; 5.4
+                           * GiB whole). The Wan2.1 VAE's later bands reuse the first band's stage 0 from host memory
+                           * (pinned where it can be: 6.6 MB a video frame at 720p). Within bf16 rounding of the whole
                            * frame, not the same bits. One rank only (W22_ERR_UNSUPPORTED with a comm of several) and
                            * a whole video only: a decode to a frames callback fails with W22_ERR_UNSUPPORTED (a
                            * frame is whole only after the last band). */

@@ -717,8 +717,8 @@ class Decoder:
 
     bands: 0 or 1 (the default) decodes the whole frame; N >= 2 (up to 64) is a band decode, stages 1-3 in N
     horizontal bands of latent rows one after another (fewer where the latents have fewer rows): the GPU memory of one
-    band's causal caches (the Wan2.1 VAE at 1280x720: 3.2 GiB with the weights in 2 bands, 5.4 GiB whole) at about
-    1.1-1.2x the time, within bf16 rounding of the whole frame, not the same bits. dec(z) only: a frame is whole only
+    band's causal caches (the Wan2.1 VAE at 1280x720: 3.24 GiB with the weights in 2 bands, 5.4 GiB whole) at about
+    1.15-1.2x the time, within bf16 rounding of the whole frame, not the same bits. dec(z) only: a frame is whole only
     after the last band, so dec.frames(z) raises wan22vae.Error (W22_ERR_UNSUPPORTED), as does a comm of several
     ranks.
 

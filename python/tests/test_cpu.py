@@ -220,6 +220,13 @@ def test_bands(tmp_path):
             assert d.bands == 2
             v = d(z)
             np.testing.assert_array_equal(d(z), v)  # every band's caches start from zero each decode
+            # a band decode ran: frames would come out a band's rows at a time, so streaming is refused, and the
+            # decoder decodes again after
+            with pytest.raises(wan22vae.Error, match="band decode") as e:
+                for _ in d.frames(z):
+                    pass
+            assert e.value.status == "W22_ERR_UNSUPPORTED"
+            np.testing.assert_array_equal(d(z), v)
         assert v.shape == ref.shape == (1, 3, 5, 128, 32) and v.dtype == np.float32
         assert np.isfinite(v).all() and np.abs(v).max() <= 1 and np.abs(v).max() > 0
         np.testing.assert_allclose(v, ref, rtol=0, atol=1e-4)

@@ -31,7 +31,7 @@ static int no_frames(void *user, const float *frames, int frame0, int nframes, i
 
 /* One decode of z into video (poisoned first) at `bands` (1: the whole frame); *ws: its workspace bytes. */
 static w22_status decode_bands(w22_weights *w, const float *z, int T, int h, int wd, int bands, int check, int rerun,
-                               float *video, size_t nv, size_t *ws, int *planned) {
+                               unsigned host, float *video, size_t nv, size_t *ws, int *planned) {
     t_fill_nan(video, nv);
     w22_decoder_params prm;
     w22_decoder_params_init(&prm);
@@ -43,6 +43,7 @@ static w22_status decode_bands(w22_weights *w, const float *z, int T, int h, int
     w22_plan_test t;
     memset(&t, 0, sizeof t);
     t.band_rerun = rerun;
+    t.host = host;
     d->test = &t;
     s = w22_decode(d, z, W22_DTYPE_F32, T, h, wd, video, W22_DTYPE_F32);
     *ws = d->workspace_bytes;
@@ -95,9 +96,9 @@ static void run_model(int wan21) {
         t_fill_uniform(z, nz, 21 + (unsigned)i, -2.0f, 2.0f);
         size_t ws1 = 0, wsb = 0;
         int nb1 = 0, nbb = 0;
-        CHECK_OK(decode_bands(w, z, T, h, wd, 1, 0, 0, ref, nv, &ws1, &nb1));
+        CHECK_OK(decode_bands(w, z, T, h, wd, 1, 0, 0, 0, ref, nv, &ws1, &nb1));
         for (int check = 0; check < 2; check++) {
-            const w22_status s = decode_bands(w, z, T, h, wd, cases[i].bands, check, 0, out, nv, &wsb, &nbb);
+            const w22_status s = decode_bands(w, z, T, h, wd, cases[i].bands, check, 0, 0, out, nv, &wsb, &nbb);
             CHECK(s == W22_OK, "%s T %d %dx%d bands %d check %d: %s (%s)", wan21 ? "Wan2.1" : "TI2V-5B", T, h, wd,
                   cases[i].bands, check, w22_status_string(s), w22_last_error());
             t_diff df = t_compare(out, ref, nv);
@@ -110,11 +111,22 @@ static void run_model(int wan21) {
         /* the replay of stage 0 (Wan2.1) against every band running it: the same values, so the same bits */
         if (wan21) {
             float *rerun = malloc(nv * 4);
-            CHECK_OK(decode_bands(w, z, T, h, wd, cases[i].bands, 0, 1, rerun, nv, &wsb, &nbb));
+            CHECK_OK(decode_bands(w, z, T, h, wd, cases[i].bands, 0, 1, 0, rerun, nv, &wsb, &nbb));
             CHECK(memcmp(rerun, out, nv * 4) == 0, "Wan2.1 T %d %dx%d bands %d: the replayed stage 0 is not the "
                   "same bits as stage 0 run again (max|d| %.3g)", T, h, wd, cases[i].bands,
                   t_compare(out, rerun, nv).max_abs);
             free(rerun);
+        }
+        /* with every cache hosted (a work budget's plan, plan.h's host_spec 0xf), the same bits as in device memory:
+         * the hosted windows follow a band's rows, and every band starts from zero history again */
+        {
+            float *hosted = malloc(nv * 4);
+            size_t wsh;
+            int nbh;
+            CHECK_OK(decode_bands(w, z, T, h, wd, cases[i].bands, 1, 0, 0xf, hosted, nv, &wsh, &nbh));
+            CHECK(memcmp(hosted, out, nv * 4) == 0, "%s T %d %dx%d bands %d, caches hosted: not the same bits (max|d| "
+                  "%.3g)", wan21 ? "Wan2.1" : "TI2V-5B", T, h, wd, cases[i].bands, t_compare(hosted, out, nv).max_abs);
+            free(hosted);
         }
         /* memory: the bands' caches and buffers of stages 1-3 are a band's (rows r + 2 halo, not h) */
         if (h >= 2 * (2 * W22_BAND_HALO + 1) && nbb > 1)

@@ -7,7 +7,8 @@
 #    (gemm.c's thread count, once a global every decoder's open wrote);
 #  - test_png and test_io: the PNG encoder pool, the video writers;
 #  - the CLI: decodes into .y4m (a file, then a pipe), PNG frames on 3 threads, .npy and .safetensors with -v, each
-#    with its writer thread and its progress heartbeat, then a decode stopped by SIGTERM after its first pass.
+#    with its writer thread and its progress heartbeat, then a decode stopped by SIGTERM after its first pass, then a
+#    band decode (--bands 2: into a whole video, then the writer).
 # Prints "tsan: N passed, N failed". Usage: BUILD=build-tsan tests/tsan.sh
 set -u
 B=${BUILD:-build-tsan}
@@ -71,5 +72,15 @@ sigterm() {
     fi
 }
 step cli_sigterm sigterm
+# a band decode (the Wan2.1 VAE's structure, 16 latent rows: 2 bands of 14 computed rows, the later one replaying
+# stage 0 from the first's store): the CLI decodes into a whole video, then its writer thread takes the frames
+bands() {
+    "$B/wan22vae" synth weights --model wan2.1 --out "$TMP/w21.safetensors" --z-dim 4 --base-dim 8 --seed 1 &&
+        "$B/wan22vae" synth latents --model wan2.1 --out "$TMP/z21.npy" --z-dim 4 --frames 2 --height 16 \
+            --width 3 &&
+        "$B/wan22vae" decode --weights "$TMP/w21.safetensors" --latents "$TMP/z21.npy" --bands 2 --threads 2 \
+            --out "$TMP/b.y4m" --progress
+}
+step cli_bands bands
 echo "tsan: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -100,27 +100,52 @@ static int w22_winograd_on(void) {
     return !e || atoi(e) > 0;
 }
 
+/* A case's inputs and reference: synthetic weights, bf16 latents (zf: the same values in float32) and the CPU's float32
+ * decode of them (ref, poisoned first); got, alt, v1, v2: room for the GPU's videos. */
+typedef struct {
+    w22_weights *w;
+    size_t nz, nv;
+    float *zf, *ref, *got, *alt;
+    uint16_t *z, *v1, *v2;
+} dcase;
+
+static int case_open(w22_config cfg, int T, int h, int wd, dcase *c) {
+    memset(c, 0, sizeof *c);
+    CHECK_OK(w22_weights_synthetic(&cfg, 1, &c->w));
+    if (!c->w) return 0;
+    int F, H, W;
+    w22_video_shape(&cfg, T, h, wd, &F, &H, &W);
+    c->nz = (size_t)cfg.z_dim * T * h * wd, c->nv = (size_t)3 * F * H * W;
+    const size_t nz = c->nz, nv = c->nv;
+    c->zf = malloc(nz * 4), c->ref = malloc(nv * 4), c->got = malloc(nv * 4), c->alt = malloc(nv * 4);
+    c->z = malloc(nz * 2), c->v1 = malloc(nv * 2), c->v2 = malloc(nv * 2);
+    CHECK_OK(w22_latents_synthetic(&cfg, 5, T, h, wd, c->zf));
+    for (size_t i = 0; i < nz; i++) c->z[i] = w22_f32_to_bf16(c->zf[i]), c->zf[i] = w22_bf16_to_f32(c->z[i]);
+    w22_decoder_params p;
+    w22_decoder_params_init(&p);
+    w22_decoder *cpu = NULL;
+    CHECK_OK(w22_decoder_open(c->w, &p, &cpu));
+    t_fill_nan(c->ref, nv);
+    CHECK_OK(w22_decode(cpu, c->zf, W22_DTYPE_F32, T, h, wd, c->ref, W22_DTYPE_F32));
+    w22_decoder_free(cpu);
+    return 1;
+}
+
+static void case_close(dcase *c) {
+    free(c->zf), free(c->ref), free(c->got), free(c->alt), free(c->z), free(c->v1), free(c->v2);
+    w22_weights_free(c->w);
+}
+
 /* A band decode on the GPU (2 bands: stage 0's upsample conv and DupUp read the cut rows of the whole frame, stages
  * 1-3 run on a band): against the CPU's whole-frame float32 decode within the GPU's budget, and against the GPU's
  * whole-frame decode within the chunkings' tolerance (another GEMM shape: bf16 rounding moves). */
 static void band_case(const char *name, w22_config cfg, int T, int h, int wd) {
-    w22_weights *w = NULL;
-    CHECK_OK(w22_weights_synthetic(&cfg, 1, &w));
-    if (!w) return;
-    int F, H, W;
-    w22_video_shape(&cfg, T, h, wd, &F, &H, &W);
-    size_t nz = (size_t)cfg.z_dim * T * h * wd, nv = (size_t)3 * F * H * W;
-    float *zf = malloc(nz * 4), *ref = malloc(nv * 4), *got = malloc(nv * 4), *alt = malloc(nv * 4);
-    uint16_t *z = malloc(nz * 2), *v1 = malloc(nv * 2), *v2 = malloc(nv * 2);
-    CHECK_OK(w22_latents_synthetic(&cfg, 5, T, h, wd, zf));
-    for (size_t i = 0; i < nz; i++) z[i] = w22_f32_to_bf16(zf[i]), zf[i] = w22_bf16_to_f32(z[i]);
-    w22_decoder_params p;
-    w22_decoder_params_init(&p);
-    w22_decoder *cpu = NULL;
-    CHECK_OK(w22_decoder_open(w, &p, &cpu));
-    t_fill_nan(ref, nv);
-    CHECK_OK(w22_decode(cpu, zf, W22_DTYPE_F32, T, h, wd, ref, W22_DTYPE_F32));
-    w22_decoder_free(cpu);
+    dcase c;
+    if (!case_open(cfg, T, h, wd, &c)) return;
+    w22_weights *w = c.w;
+    const size_t nv = c.nv;
+    float *ref = c.ref, *got = c.got, *alt = c.alt;
+    uint16_t *z = c.z, *v1 = c.v1, *v2 = c.v2;
     g_bands = 2;
     w22_status s = decode_gpu(w, NULL, 2, z, T, h, wd, v1, nv, NULL, NULL);
     g_bands = 0;
@@ -136,29 +161,16 @@ static void band_case(const char *name, w22_config cfg, int T, int h, int wd) {
     const double tol = w22_winograd_on() ? 0.05 : 1e-2;
     CHECK(dg.max_abs <= tol, "%s: bands vs the whole frame on the GPU: max|d| %.4g (tolerance %g)", name, dg.max_abs,
           tol);
-    free(zf), free(ref), free(got), free(alt), free(z), free(v1), free(v2);
-    w22_weights_free(w);
+    case_close(&c);
 }
 
 static void one_case(const char *name, w22_config cfg, int T, int h, int wd, int ranks) {
-    w22_weights *w = NULL;
-    CHECK_OK(w22_weights_synthetic(&cfg, 1, &w));
-    if (!w) return;
-    int F, H, W;
-    w22_video_shape(&cfg, T, h, wd, &F, &H, &W);
-    size_t nz = (size_t)cfg.z_dim * T * h * wd, nv = (size_t)3 * F * H * W;
-    float *zf = malloc(nz * 4), *ref = malloc(nv * 4), *got = malloc(nv * 4), *alt = malloc(nv * 4);
-    uint16_t *z = malloc(nz * 2), *v1 = malloc(nv * 2), *v2 = malloc(nv * 2);
-    CHECK_OK(w22_latents_synthetic(&cfg, 5, T, h, wd, zf));
-    for (size_t i = 0; i < nz; i++) z[i] = w22_f32_to_bf16(zf[i]), zf[i] = w22_bf16_to_f32(z[i]);
-    /* the CPU's float32 decode of the same (bf16) latents */
-    w22_decoder_params p;
-    w22_decoder_params_init(&p);
-    w22_decoder *cpu = NULL;
-    CHECK_OK(w22_decoder_open(w, &p, &cpu));
-    t_fill_nan(ref, nv);
-    CHECK_OK(w22_decode(cpu, zf, W22_DTYPE_F32, T, h, wd, ref, W22_DTYPE_F32));
-    w22_decoder_free(cpu);
+    dcase c; /* with the CPU's float32 decode of the same (bf16) latents */
+    if (!case_open(cfg, T, h, wd, &c)) return;
+    w22_weights *w = c.w;
+    const size_t nv = c.nv;
+    float *ref = c.ref, *got = c.got, *alt = c.alt;
+    uint16_t *z = c.z, *v1 = c.v1, *v2 = c.v2;
 
     double ms = 0;
     w22_status s = decode_gpu(w, NULL, 4, z, T, h, wd, v1, nv, &ms, NULL);
@@ -213,8 +225,7 @@ static void one_case(const char *name, w22_config cfg, int T, int h, int wd, int
         CHECK(dc.rms <= 0.03 * dc.ref_rms + 1e-3 && dc.max_abs <= 0.25, "%s: world %d vs CPU: rms %.5f, max|d| %.4f "
               "over budget", name, world, dc.rms, dc.max_abs);
     }
-    free(zf); free(ref); free(got); free(alt); free(z); free(v1); free(v2);
-    w22_weights_free(w);
+    case_close(&c);
 }
 
 int main(int argc, char **argv) {

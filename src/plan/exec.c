@@ -456,8 +456,8 @@ static w22_status run_attention(chunk_ctx *k, int li) {
 
 static w22_status run_chunk(w22_decoder *d, int s, int c0, int m, int after);
 
-/* A band decode's later bands take stage 0's work from the first band (issue 44: stage 0 ran again each band,
- * ~124 ms of the two-band decode's 1932 at Wan2.1 1280x720x81 on an H100, session 43): band 0 copies to host memory
+/* A band decode's later bands take stage 0's work from the first band (issue 44: stage 0 is ~8% of a Wan2.1 decode,
+ * run once a band else; docs/PERF.md "Issue 44: a band decode"): band 0 copies to host memory
  * the rows of stage 0's upsampler input (after time_conv, bordered) that the later bands' cut conv reads; a band >= 1
  * runs no stage-0 layer but that conv, on those rows copied back (the same values: the same bits as running stage 0
  * again). Only where stage 0 ends at its upsampler (the Wan2.1 VAE): a DupUp after it (TI2V-5B) would need its block's

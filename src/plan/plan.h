@@ -78,7 +78,7 @@ struct w22_decoder {
     int srows[4];        /* the latent rows stage s runs on: rows at stage 0, band_rows at stages 1-3 of a band decode */
     /* Where stage 0 ends at its upsampler (the Wan2.1 VAE), the first band keeps the rows of that upsampler's input
      * which the later bands' cut conv reads, in host memory (exec.c's band_replay): they run no other stage-0 layer.
-     * Grown to a decode's T (band_store_need), kept until the plan is released. */
+     * Grown to a decode's T (exec.c's band_store_alloc), kept until the plan is released. */
     void *band_store;
     size_t band_store_bytes;
     int band_store_pinned; /* from the backend's host_alloc (else malloc) */

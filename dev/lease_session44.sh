@@ -76,6 +76,17 @@ case ${PLAN:-1} in
     ;;
 2)  # the suite from FROM, then Wan2.1's whole bench (three workloads, checked) and w720 in 2 bands
     suite
+    # branch exp-b16 (build-b16, b7b9719: main with 16 Winograd tile rows kept free on the Hopper path, 8 on the
+    # portable path as before): its A/B against main on the Hopper path (bench/bits' 18 cases, f121 alternating; the
+    # same bits expected: a band's tiles are independent of its height), then its own GPU tests on the Hopper path
+    if [ -d build-b16 ]; then
+        mkdir -p "$L/ab_b16"
+        run b16_ab 90 bash bench/ab.sh $C build-b16 2 "$L/ab_b16"
+        grep -h "bits:\\|f121:" "$L"/b16_ab.log >> "$S"
+        run b16_decode 60 build-b16/tests/cuda_decode
+        run b16_budget 50 build-b16/tests/cuda_budget
+        run b16_seq34 90 build-b16/tests/cuda_sequence 24 48 34
+    fi
     run w21 420 python3 bench/wan21.py --commit "$(cat $C/commit.txt)" --json "$O/w21.json"
     run w21_bands 150 python3 bench/wan21.py --workload w720 --bands 2 --commit "$(cat $C/commit.txt)" --json "$O/w21-bands.json"
     ;;

@@ -6,7 +6,8 @@
 #   carry: [".whl", ".carry"]; command: LEASE_SECONDS=570 PLAN=1 bash dev/lease_session44.sh
 # Plan 1 (an H200: needs_h200, since diffusers' bf16 decode of 4K at T >= 2 needs more than 80 GB): issue 46's 4K
 # sizes at T >= 2 timed beside diffusers' bf16, then the GPU suite, cuda_decode first (its shared setup, ccb70a0, not
-# yet run on a GPU). Plan 2 (any GPU): the suite from FROM (where plan 1 was cut), then Wan2.1's whole bench.
+# yet run on a GPU), exp-b16's A/B, Wan2.1's whole bench (rest, below). Plan 2 (any GPU): the rest alone; plan 3 (an
+# H200): the 4K sizes alone.
 # Every result is written as it comes (suite.txt one line a program, logs.tgz re-packed after each), so a call cut short
 # still returns what ran.
 set -u
@@ -41,7 +42,7 @@ P="env W22_KERNELS=portable"
 export W22_LIB=$PWD/$C/libwan22vae.so
 K4="135x240T2 135x256T2a 135x256T2b 135x240T5"
 # the GPU suite on main's library (cuda_decode first: its shared setup, ccb70a0, has not run on a GPU); FROM=NAME
-# starts it at that program (a later call goes on where an earlier one was cut)
+# starts it at that program (a later call goes on where an earlier one was cut), UNTIL=NAME stops it after that one
 suite() {
     local on=0 n
     for n in c_decode c_decode_portable c_decode_wan21 c_ops c_seq34 c_seq34_wan21 c_seq12 c_budget c_large c_dit \
@@ -66,16 +67,13 @@ suite() {
         c_seq12_portable) run $n 40 $P $C/tests/cuda_sequence 30 64 12 ;;
         c_large_portable) run $n 30 $P $C/tests/cuda_large ;;
         esac
+        [ "$n" = "${UNTIL:-}" ] && break
     done
 }
-case ${PLAN:-1} in
-1)  # an H200: the 4K sizes (timed; the float32 check there takes a call of its own: session 28), then the suite
-    run sizes_4k 200 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 bench/sizes.py --no-fp32 \
-        --commit "$(cat $C/commit.txt)" --json "$O/sizes-4k.json" --cases $K4
-    suite
-    ;;
-2)  # the suite from FROM, then Wan2.1's whole bench (three workloads, checked) and w720 in 2 bands
-    suite
+# cuda_decode on both paths and both VAEs (its shared setup, ccb70a0, not yet run on a GPU; main's library is
+# 4986cf0's, whose suite passed), exp-b16's A/B and tests, then the rest of the suite, then Wan2.1's whole bench
+rest() {
+    UNTIL=c_decode_wan21 suite
     # branch exp-b16 (build-b16, b7b9719: main with 16 Winograd tile rows kept free on the Hopper path, 8 on the
     # portable path as before): its A/B against main on the Hopper path (bench/bits' 18 cases, f121 alternating; the
     # same bits expected: a band's tiles are independent of its height), then its own GPU tests on the Hopper path
@@ -87,8 +85,19 @@ case ${PLAN:-1} in
         run b16_budget 50 build-b16/tests/cuda_budget
         run b16_seq34 90 build-b16/tests/cuda_sequence 24 48 34
     fi
+    FROM=c_ops suite
     run w21 420 python3 bench/wan21.py --commit "$(cat $C/commit.txt)" --json "$O/w21.json"
     run w21_bands 150 python3 bench/wan21.py --workload w720 --bands 2 --commit "$(cat $C/commit.txt)" --json "$O/w21-bands.json"
+}
+case ${PLAN:-1} in
+1|3)  # an H200: the 4K sizes (timed; the float32 check there takes a call of its own: session 28), then (plan 1)
+      # the rest
+    run sizes_4k 200 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 bench/sizes.py --no-fp32 \
+        --commit "$(cat $C/commit.txt)" --json "$O/sizes-4k.json" --cases $K4
+    [ "${PLAN:-1}" = 1 ] && rest
+    ;;
+2)  # any GPU: the rest
+    rest
     ;;
 esac
 echo "lease: $fail of the programs failed or were skipped" >> "$S"

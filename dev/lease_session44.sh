@@ -96,7 +96,12 @@ case ${PLAN:-1} in
         --commit "$(cat $C/commit.txt)" --json "$O/sizes-4k.json" --cases $K4
     [ "${PLAN:-1}" = 1 ] && rest
     ;;
-2)  # any GPU: the rest
+2)  # any GPU: on an 80 GB card the 4K sizes with diffusers' bf16 timed first, before any decoder of ours holds
+    # memory (beside them it ran out, session 38; whether it fits alone is what this finds), then the rest
+    if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+        run sizes_4k_first 180 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 bench/sizes.py --no-fp32 \
+            --diffusers-first --commit "$(cat $C/commit.txt)" --json "$O/sizes-4k-first.json" --cases $K4
+    fi
     rest
     ;;
 esac

@@ -28,7 +28,7 @@ int cli_int(const char *cmd, const char *opt, const char *s, long long lo, long 
 int cli_size(const char *cmd, const char *opt, const char *s, size_t lo, size_t *v);
 /* getopt_long's complaint (an unknown option or a missing value) as a usage error; returns 2. */
 int cli_bad_option(const char *cmd, char **argv, int optopt_value);
-/* Whether CUDA GPU `device` can run this build's kernels (sm_90); why says what was found either way, in plain
+/* Whether CUDA GPU `device` can run this build's kernels (sm_80 or later); why says what was found either way, in plain
  * words ("no NVIDIA driver or GPU is usable here (CUDA says: ...)", "this build ... has no CUDA backend"). */
 int cli_cuda_usable(int device, char *why, size_t cap);
 

@@ -251,7 +251,8 @@ W22_API w22_status w22_decode_device_frames(w22_decoder *d, const void *z_dev, i
 
 /* Device memory the decoder holds now: weights and workspace, in bytes (0 on the CPU). */
 W22_API size_t w22_decoder_device_bytes(const w22_decoder *d);
-/* Whether this build has the CUDA backend, and a usable GPU (sm_90) is present. */
+/* Whether this build has the CUDA backend, and a usable GPU (sm_80 or later: a kernel path of the build runs there)
+ * is present. */
 W22_API int w22_cuda_available(void);
 
 /* ---- DiT: fused passes of Wan's transformer blocks (diffusers' WanTransformerBlock, transformer_wan.py) ----

@@ -96,6 +96,10 @@ case ${PLAN:-1} in
         --commit "$(cat $C/commit.txt)" --json "$O/sizes-4k.json" --cases $K4
     [ "${PLAN:-1}" = 1 ] && rest
     ;;
+4)  # the suite from its Python tests on (call 1 on the H200 ran up to cuda_interrupt), then Wan2.1's whole bench
+    FROM=c_test_gpu suite
+    run w21 420 python3 bench/wan21.py --commit "$(cat $C/commit.txt)" --json "$O/w21.json"
+    ;;
 2)  # any GPU: on an 80 GB card the 4K sizes with diffusers' bf16 timed first, before any decoder of ours holds
     # memory (beside them it ran out, session 38; whether it fits alone is what this finds), then the rest
     if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then

@@ -21,9 +21,6 @@ over several device calls.
     PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 bench/sizes.py --ref-first --cases 135x240T2 ...
         (the 4K cases at T >= 2: diffusers' float32 decode needs more than an H200 holds, unless its causal cache waits
         in host memory between chunks (bench.Diffusers.decode(host_cache=True); checked bitwise first, at a small size)
-    PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 bench/sizes.py --no-fp32 --diffusers-first --cases ...
-        (diffusers' bf16 decode of every case timed first, before any decoder of ours holds device memory, its peak
-        allocation recorded: the 4K cases at T >= 2 on an 80 GB card, where beside our decoders it ran out of memory)
 """
 import argparse
 import json
@@ -62,12 +59,7 @@ def main():
                     help="each case's float32 reference first, kept in host memory, before anything of ours holds "
                          "device memory (at 4K with T >= 2 diffusers' float32 decode needs most of an H200; run "
                          "with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)")
-    ap.add_argument("--diffusers-first", action="store_true",
-                    help="time diffusers' bf16 decode of every case first, before our decoders are opened (with "
-                         "--no-fp32: its output is not kept for the check)")
     a = ap.parse_args()
-    if a.diffusers_first and not a.no_fp32:
-        ap.error("--diffusers-first needs --no-fp32 (diffusers' bf16 output is not kept for the check)")
     import torch
     bench.package()  # this checkout's package (python/), its library found as bench.py finds it
     import wan22vae
@@ -78,43 +70,6 @@ def main():
     dev = torch.device("cuda")
     names, weights, _ = bench.make_weights(wan22vae, 1, a.cache, dev)
     dif = bench.Diffusers(names, weights, dev)  # diffusers' own decodes: bf16 timed, float32 the reference
-    by_name = {c[0]: c for c in CASES}
-    unknown = [n for n in (a.cases or []) if n not in by_name]
-    if unknown:
-        raise SystemExit(f"unknown cases {unknown}; known: {' '.join(by_name)}")
-    cases = [by_name[n] for n in a.cases] if a.cases else CASES  # in the order given
-
-    def latents(T, h, w, variant):
-        g = torch.Generator(device="cpu").manual_seed(1000 + T * 131 + h * 7 + w + 977 * variant)
-        return torch.randn(1, 48, T, h, w, generator=g).to(dev, torch.bfloat16)
-
-    def timed(fn):
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        v = fn()
-        torch.cuda.synchronize()
-        return v, (time.perf_counter() - t) * 1e3
-
-    first = {}  # --diffusers-first: each case's diffusers bf16 time (or its error), and its peak allocation
-    if a.diffusers_first:
-        dif.to(torch.bfloat16)
-        for name, label, T, h, w, variant in cases:
-            z = latents(T, h, w, variant)
-            torch.cuda.empty_cache()
-            base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            r = {}
-            try:
-                timed(lambda: dif.decode(z))  # the warm-up
-                r["diffusers_bf16_ms"] = min(timed(lambda: dif.decode(z))[1] for _ in range(a.trials))
-            except Exception as e:
-                r["diffusers_error"] = f"{type(e).__name__}: {e}"
-            r["diffusers_bf16_peak_gib"] = (torch.cuda.max_memory_allocated() - base) / 2**30
-            r["diffusers_first"] = True
-            first[name] = r
-            print(name, "diffusers bf16 first:", json.dumps(r), flush=True)
-            del z
-        torch.cuda.empty_cache()
     ours = wan22vae.Decoder(wan22vae.weights_from_tensors(weights), device="cuda")
     # the pipeline's path: a second bf16 VAE with the switch on for the whole run, so that its one decoder also
     # sees every size after another
@@ -122,7 +77,19 @@ def main():
     pipe.to(torch.bfloat16)
     if not wan22vae.diffusers.enable(pipe.vae):
         raise SystemExit("enable() declined: " + str(wan22vae.diffusers.status(pipe.vae)))
+    by_name = {c[0]: c for c in CASES}
+    unknown = [n for n in (a.cases or []) if n not in by_name]
+    if unknown:
+        raise SystemExit(f"unknown cases {unknown}; known: {' '.join(by_name)}")
+    cases = [by_name[n] for n in a.cases] if a.cases else CASES  # in the order given
     out = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "commit": a.commit, "cases": {}}
+
+    def timed(fn):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        v = fn()
+        torch.cuda.synchronize()
+        return v, (time.perf_counter() - t) * 1e3
 
     def host_cache(T, h, w):
         # diffusers' float32 decode of 3840x2160 with T >= 2 needs more than an H200's 140 GB, most of it the causal
@@ -141,9 +108,9 @@ def main():
             raise SystemExit("diffusers' decode with its cache on the host differs from the plain one")
 
     for name, label, T, h, w, variant in cases:
-        z = latents(T, h, w, variant)
+        g = torch.Generator(device="cpu").manual_seed(1000 + T * 131 + h * 7 + w + 977 * variant)
+        z = torch.randn(1, 48, T, h, w, generator=g).to(dev, torch.bfloat16)
         rec = {"video": label, "T": T, "latents": [h, w]}
-        rec.update(first.get(name, {}))
         ref_host = None
         try:
             if a.ref_first and not a.no_fp32:
@@ -176,14 +143,9 @@ def main():
                 ours.release_workspace()
                 getattr(pipe.vae, wan22vae.diffusers._ATTR).decoder.release_workspace()
                 torch.cuda.empty_cache()
-            if name in first:  # timed before our decoders were opened
-                if "diffusers_bf16_ms" not in rec:
-                    raise RuntimeError("diffusers' bf16 decode failed: " + rec.get("diffusers_error", "?"))
-                vb = None
-            else:
-                dif.to(torch.bfloat16)
-                vb, _ = timed(lambda: dif.decode(z))
-                rec["diffusers_bf16_ms"] = min(timed(lambda: dif.decode(z))[1] for _ in range(a.trials))
+            dif.to(torch.bfloat16)
+            vb, _ = timed(lambda: dif.decode(z))
+            rec["diffusers_bf16_ms"] = min(timed(lambda: dif.decode(z))[1] for _ in range(a.trials))
             rec["speedup"] = rec["diffusers_bf16_ms"] / rec["ours_ms"]
             rec["speedup_2.3x_met"] = rec["speedup"] >= 2.3  # issue 46: no size below 2.3x diffusers' bf16
             if not a.no_fp32:

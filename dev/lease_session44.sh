@@ -6,7 +6,7 @@
 #   carry: [".whl", ".carry"]; command: LEASE_SECONDS=570 PLAN=1 bash dev/lease_session44.sh
 # Plan 1 (an H200: needs_h200, since diffusers' bf16 decode of 4K at T >= 2 needs more than 80 GB): issue 46's 4K
 # sizes at T >= 2 timed beside diffusers' bf16, then the GPU suite, cuda_decode first (its shared setup, ccb70a0, not
-# yet run on a GPU), exp-b16's A/B, Wan2.1's whole bench (rest, below). Plan 2 (any GPU): the rest alone; plan 3 (an
+# yet run on a GPU), Wan2.1's whole bench (rest, below). Plan 2 (any GPU): the rest alone; plan 3 (an
 # H200): the 4K sizes alone.
 # Every result is written as it comes (suite.txt one line a program, logs.tgz re-packed after each), so a call cut short
 # still returns what ran.
@@ -71,20 +71,10 @@ suite() {
     done
 }
 # cuda_decode on both paths and both VAEs (its shared setup, ccb70a0, not yet run on a GPU; main's library is
-# 4986cf0's, whose suite passed), exp-b16's A/B and tests, then the rest of the suite, then Wan2.1's whole bench
+# 4986cf0's, whose suite passed), then the rest of the suite, then Wan2.1's whole bench
 rest() {
     UNTIL=c_decode_wan21 suite
-    # branch exp-b16 (build-b16, b7b9719: main with 16 Winograd tile rows kept free on the Hopper path, 8 on the
-    # portable path as before): its A/B against main on the Hopper path (bench/bits' 18 cases, f121 alternating; the
-    # same bits expected: a band's tiles are independent of its height), then its own GPU tests on the Hopper path
-    if [ -d build-b16 ]; then
-        mkdir -p "$L/ab_b16"
-        run b16_ab 90 bash bench/ab.sh $C build-b16 2 "$L/ab_b16"
-        grep -h "bits:\\|f121:" "$L"/b16_ab.log >> "$S"
-        run b16_decode 60 build-b16/tests/cuda_decode
-        run b16_budget 50 build-b16/tests/cuda_budget
-        run b16_seq34 90 build-b16/tests/cuda_sequence 24 48 34
-    fi
+    # (call 1 ran branch exp-b16's A/B here: not kept, docs/PERF.md "Measured and not kept")
     FROM=c_ops suite
     run w21 420 python3 bench/wan21.py --commit "$(cat $C/commit.txt)" --json "$O/w21.json"
     run w21_bands 150 python3 bench/wan21.py --workload w720 --bands 2 --commit "$(cat $C/commit.txt)" --json "$O/w21-bands.json"
@@ -100,12 +90,7 @@ case ${PLAN:-1} in
     FROM=c_test_gpu suite
     run w21 420 python3 bench/wan21.py --commit "$(cat $C/commit.txt)" --json "$O/w21.json"
     ;;
-2)  # any GPU: on an 80 GB card the 4K sizes with diffusers' bf16 timed first, before any decoder of ours holds
-    # memory (beside them it ran out, session 38; whether it fits alone is what this finds), then the rest
-    if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-        run sizes_4k_first 180 env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 bench/sizes.py --no-fp32 \
-            --diffusers-first --commit "$(cat $C/commit.txt)" --json "$O/sizes-4k-first.json" --cases $K4
-    fi
+2)  # any GPU: the rest
     rest
     ;;
 esac

@@ -86,8 +86,10 @@ case ${PLAN:-1} in
         --commit "$(cat $C/commit.txt)" --json "$O/sizes-4k.json" --cases $K4
     [ "${PLAN:-1}" = 1 ] && rest
     ;;
-4)  # the suite from its Python tests on (call 1 on the H200 ran up to cuda_interrupt), then Wan2.1's whole bench
+4)  # the suite from its Python tests on (call 1 on the H200 ran up to cuda_interrupt), 1280x704 T 31 timed (the one
+    # case of bench/sizes.py not timed at this library), then Wan2.1's whole bench
     FROM=c_test_gpu suite
+    run sizes_t31 90 python3 bench/sizes.py --no-fp32 --commit "$(cat $C/commit.txt)" --json "$O/sizes-t31.json" --cases 44x80T31
     run w21 420 python3 bench/wan21.py --commit "$(cat $C/commit.txt)" --json "$O/w21.json"
     ;;
 2)  # any GPU: the rest

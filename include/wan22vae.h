@@ -180,9 +180,12 @@ typedef struct {
                            * moves the fewest causal caches that fit to host memory, pinned on CUDA, those of the
                            * stages with the fewest convs first, copying each conv's two history frames to the device
                            * while the conv before runs: the same bits as the default plan, slower where the bus does
-                           * not keep up. At 704x1280 TI2V-5B's default plan needs 4.1 GiB, 2.26 GiB under a 2.5 GiB
-                           * budget, at least 1.8 (tests/test_workspace.c prints them). A nonzero budget under 64 MiB fails the open; one below what the smallest
-                           * plan needs at a decode's size fails that decode, W22_ERR_INVALID_ARG naming both. */
+                           * not keep up. At 704x1280 TI2V-5B's default plan takes 4.6 GiB; a 2.5 GiB budget fits,
+                           * and the smallest plan takes 2.26 (tests/test_workspace.c prints them). A nonzero budget
+                           * under 64 MiB fails the open; one below what the smallest plan needs at a decode's size
+                           * fails that decode, W22_ERR_INVALID_ARG naming both and the fewest bands (below) whose
+                           * smallest plan fits it. A default plan that runs out of memory (W22_ERR_OUT_OF_MEMORY)
+                           * names the smallest budget's need and the work of 2, 4 and 8 bands. */
     int bands;            /* 0 or 1: the whole frame (the default). N >= 2 (up to 64): a band decode in N horizontal
                            * bands of latent rows (fewer where the latents have fewer rows than N), one after another:
                            * the GPU memory of one band's causal caches (Wan2.1 at 1280x720x81 on an H100: 3.24 GiB

@@ -124,6 +124,24 @@ if run "decode Wan2.1 (16 latent rows)" 0 "" b21 -o r0.y4m &&
     cmp -s r2.y4m r2s.y4m && ok "--bands 2: the same video to a stream" || bad "--bands 2: a stream differs"
     run "decode Wan2.1 --bands 1" 0 "" b21 -o r1.y4m --bands 1
     cmp -s r0.y4m r1.y4m && ok "--bands 1: the whole frame, streamed" || bad "--bands 1 differs from the whole frame"
+    # a budget a byte below the whole frame's smallest plan: the failure names the fewest bands within it (plan.c's
+    # bands_within); that band count under that budget decodes, and gives that band decode's bits (a budget keeps
+    # the plan's arithmetic)
+    run "decode Wan2.1 --memory-budget 64M" 1 "below what the smallest plan needs" b21 -o rb.y4m --memory-budget 64M
+    need=$(sed -n 's/.*needs for latents [0-9x]*: [0-9.]* GiB (\([0-9]*\) bytes;.*/\1/p' err.txt | head -1)
+    if [ -n "$need" ] && run "decode Wan2.1 a byte below the floor" 1 "band decode within this budget" b21 -o rb.y4m \
+           --memory-budget $((need - 1)); then
+        nb=$(sed -n 's/.*band decode within this budget: \([0-9]*\) bands.*/\1/p' err.txt | head -1)
+        if [ -n "$nb" ] && run "decode Wan2.1 --bands $nb under the budget it was named for" 0 "" b21 -o rb.y4m \
+               --bands "$nb" --memory-budget $((need - 1)) && run "decode Wan2.1 --bands $nb" 0 "" b21 -o rn.y4m --bands "$nb"; then
+            cmp -s rb.y4m rn.y4m && ok "--bands $nb under the budget: that band decode's bits" ||
+                bad "--bands $nb under the budget differs from --bands $nb"
+        else
+            bad "the band count from the budget's failure" "$(cat err.txt)"
+        fi
+    else
+        bad "the need from the Wan2.1 budget's failure" "$(cat err.txt)"
+    fi
 fi
 for b in -1 65 abc ""; do
     run "bad --bands '$b'" 2 "--bands: expected an integer in 0..64" b21 -o rbad.y4m --bands "$b"

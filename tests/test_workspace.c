@@ -18,12 +18,14 @@
  * scratch: counted here as if own), at most 6 GiB. The portable path adds no scratch of its own beyond them: no
  * split-tail partials or TMA identities (the Hopper path's), the attention's scratch and Winograd's V and M inside
  * the stages' free spans (above). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cuda/route.h"
 #include "weights/winograd4.h"
 #include "plan/plan_internal.h"
 #include "cuda/route.h"
+#include "common.h"
 #include "testutil.h"
 
 
@@ -303,6 +305,93 @@ static void budget_case(w22_backend *b, const w22_config *cfg, const char *name,
     free(d);
 }
 
+/* The way out a failure names (plan.c's bands_within, less_memory_note): a budget below the whole frame's floor names
+ * the fewest bands within it, and that band count with that budget must then plan; a budget below every band count's
+ * floor names none; an allocation that fails names a budget's floor and the band counts' work, and each of those
+ * must then fit where the whole frame's default plan did not. The allocation fails past `fail_limit` bytes, as a
+ * GPU's memory does. */
+static size_t fail_limit;
+static w22_status limit_alloc(w22_backend *b, size_t bytes, void **ptr) {
+    (void)b;
+    if (counted + bytes > fail_limit)
+        return w22_fail(W22_ERR_OUT_OF_MEMORY, "test: %zu bytes past the limit %zu", bytes, fail_limit);
+    counted += bytes;
+    *ptr = (void *)(uintptr_t)0x1000;
+    return W22_OK;
+}
+static void way_out_case(w22_backend *b0, const w22_config *cfg, const char *name, int h, int w) {
+    w22_decoder *d = calloc(1, sizeof *d);
+    w22_model_build(cfg, &d->model);
+    d->backend = b0, d->rank = 0, d->world = 1, d->frames_per_pass = 2;
+    size_t floor = 0, whole = 0;
+    CHECK_OK(w22_plan_budget_floor(d, h, w, &floor));
+    CHECK_OK(w22_plan_work_bytes(d, h, w, 0, &whole));
+    /* a budget a byte below the whole frame's floor: some band count fits it, and the message names the fewest */
+    d->params.work_budget_bytes = floor - 1;
+    w22_status s = w22_plan_prepare(d, h, w);
+    const char *m = strstr(w22_last_error(), "band decode within this budget: ");
+    int nb = 0;
+    CHECK(s == W22_ERR_INVALID_ARG && m && sscanf(m + strlen("band decode within this budget: "), "%d", &nb) == 1 &&
+          nb >= 2, "%s %dx%d: a budget below the floor names no band count: %s", name, h, w, w22_last_error());
+    printf("%s %dx%d a byte below the floor: %s\n", name, h, w, w22_last_error());
+    if (nb >= 2) {
+        d->params.bands = nb; /* as named: it plans within the budget; one band fewer does not */
+        counted = 0;
+        CHECK(w22_plan_prepare(d, h, w) == W22_OK && counted + W22_WORK_RESERVE <= floor - 1, "%s: %d bands under "
+              "the budget it was named for: %s", name, nb, w22_last_error());
+        w22_plan_release(d);
+        if (nb > 2) {
+            d->params.bands = nb - 1;
+            CHECK(w22_plan_prepare(d, h, w) == W22_ERR_INVALID_ARG, "%s: %d bands, one fewer than named, also fit",
+                  name, nb - 1);
+            w22_plan_release(d);
+        }
+        d->params.bands = 0;
+    }
+    /* a budget no band count reaches (1 MiB): no band decode named */
+    d->params.work_budget_bytes = (size_t)1 << 20;
+    s = w22_plan_prepare(d, h, w);
+    CHECK(s == W22_ERR_INVALID_ARG && !strstr(w22_last_error(), "band decode"), "%s: a 1 MiB budget: %s", name,
+          w22_last_error());
+    /* the default plan's allocation failing (a GPU with less free memory than the plan takes) */
+    w22_backend_ops ops = *b0->ops;
+    ops.alloc = limit_alloc;
+    w22_backend fb = *b0;
+    fb.ops = &ops;
+    d->backend = &fb;
+    d->params.work_budget_bytes = 0;
+    fail_limit = whole / 2;
+    counted = 0;
+    s = w22_plan_prepare(d, h, w);
+    const char *e = w22_last_error();
+    CHECK(s == W22_ERR_OUT_OF_MEMORY && strstr(e, "test: ") && strstr(e, "--memory-budget") && strstr(e, "2 bands")
+          && !d->scratch.ptr, "%s %dx%d: the default plan out of memory: %s (%s)", name, h, w, w22_status_string(s), e);
+    printf("%s %dx%d out of memory: %s\n", name, h, w, e);
+    /* the budget it names is the floor (rounded to 0.01 GiB); where the floor is under the limit, a decoder given
+     * that budget plans (at 90 x 160 only: its hosted caches are real host memory, 36 GB at 4K) */
+    const char *fl = strstr(e, "down to ");
+    double gib = 0;
+    CHECK(fl && sscanf(fl + strlen("down to "), "%lf", &gib) == 1 && fabs(gib - floor / 1073741824.0) < 0.006,
+          "%s: the budget named is not the floor %.3f GiB: %s", name, floor / 1073741824.0, e);
+    if (floor <= fail_limit && (size_t)h * w <= 90 * 160) {
+        d->params.work_budget_bytes = floor;
+        counted = 0;
+        CHECK(w22_plan_prepare(d, h, w) == W22_OK, "%s: the budget it named (%.2f GiB) did not plan under the limit: "
+              "%s", name, gib, w22_last_error());
+        w22_plan_release(d);
+        d->params.work_budget_bytes = 0;
+    }
+    size_t two = 0;
+    d->params.bands = 2;
+    CHECK_OK(w22_plan_work_bytes(d, h, w, 0, &two));
+    counted = 0;
+    if (two <= fail_limit)
+        CHECK(w22_plan_prepare(d, h, w) == W22_OK, "%s: 2 bands (%zu bytes) under the limit %zu: %s", name, two,
+              fail_limit, w22_last_error());
+    w22_plan_release(d);
+    free(d);
+}
+
 /* The budget's cost at several budgets (docs/PERF.md's prediction): for each, the caches the plan hosts and the
  * bytes over the bus per video frame, into the GPU (two history frames per hosted conv) and out (the newest). The
  * plan of each budget must fit it. */
@@ -561,7 +650,10 @@ int main(void) {
         w22_config_wan21(&c21);
         budget_case(&b, &c21, "Wan2.1", 88, 160);
         budget_table(&b, &c21, "Wan2.1", 90, 160); /* issue 44's 1280x720: 4 GiB with the weights */
+        way_out_case(&b, &c21, "Wan2.1", 90, 160);
+        way_out_case(&b, &c21, "Wan2.1", 270, 480); /* 4K: 3840x2160 */
     }
     budget_table(&b, &cfg, "TI2V-5B", 44, 80);
+    way_out_case(&b, &cfg, "TI2V-5B", 135, 240); /* 4K: 3840x2160 */
     return t_finish("test_workspace");
 }

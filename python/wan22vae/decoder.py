@@ -711,9 +711,10 @@ class Decoder:
     size such as "2.5G" or "2560M" (powers of 1024); None (the default) for the fastest plan. Under a budget the
     plan moves causal caches to host memory (pinned), the cheapest over the bus first, until it fits: the same video
     bit for bit, slower where the copies (overlapped with the convs) outrun them. At 704x1280 TI2V-5B's default plan
-    needs 4.1 GiB, 2.26 GiB under a 2.5G budget. A
-    budget under 64 MiB fails the open; one below what a decode's size needs fails that decode (wan22vae.Error, the
-    message naming both).
+    takes 4.6 GiB; a 2.5G budget fits, and the smallest plan takes 2.26 GiB. A budget under 64 MiB fails the open; one
+    below what a decode's size needs fails that decode (wan22vae.Error, the message naming both and the fewest bands
+    whose smallest plan fits it). A default plan out of GPU memory names the smallest budget's need and the work of
+    2, 4 and 8 bands.
 
     bands: 0 or 1 (the default) decodes the whole frame; N >= 2 (up to 64) is a band decode, stages 1-3 in N
     horizontal bands of latent rows one after another (fewer where the latents have fewer rows): the GPU memory of one

@@ -309,6 +309,64 @@ w22_status w22_plan_budget_floor(const w22_decoder *d, int h, int w, size_t *byt
     return w22_plan_work_bytes(d, h, w, 0xf, bytes);
 }
 
+/* A decode's work at h x w in `bands` bands (0 or 1: the whole frame) with the caches `host` names in host memory
+ * (plan.h's host_spec): plan_count on a copy of the decoder with its band count changed; 0 where no such plan can be
+ * made. For the messages below, which name what would need less: they keep the message they compose (save it). */
+static size_t work_in_bands(const w22_decoder *d, int h, int w, int bands, unsigned host) {
+    w22_decoder *t = malloc(sizeof *t);
+    if (!t) return 0;
+    memcpy(t, d, sizeof *t);
+    t->params.bands = bands;
+    size_t n = 0;
+    if (plan_count(t, h, w, host, &n, NULL) != W22_OK) n = 0;
+    free(t);
+    return n;
+}
+
+/* The fewest bands, more than the decoder's own and at most 64 (decoder.c's bound), whose smallest plan (every cache
+ * hosted) fits `budget`, and that plan's work; 0 where none does or the decoder runs on several ranks (a band decode
+ * is one rank's: band_plan). */
+static int bands_within(const w22_decoder *d, int h, int w, size_t budget, size_t *need) {
+    if (d->world > 1) return 0;
+    for (int n = d->params.bands > 1 ? d->params.bands + 1 : 2; n <= 64; n++) {
+        const size_t b = work_in_bands(d, h, w, n, 0xf);
+        if (b && b <= budget) {
+            *need = b;
+            return n;
+        }
+        if (n >= h) break; /* no more bands than latent rows: band_plan makes no more */
+    }
+    return 0;
+}
+
+/* After a failed allocation of the default plan (W22_ERR_OUT_OF_MEMORY, no budget: the backend's memory, since only a
+ * budget hosts caches), what would need less, appended to its message: the smallest plan of a work-memory budget
+ * (every causal cache in host memory) and a band decode's plans in 2, 4 and 8 bands (more than the decoder's own; one
+ * rank), each with its work. A user who meets this at 4K on a 24 GB card is told both ways out, in figures. */
+static w22_status less_memory_note(const w22_decoder *d, int h, int w, w22_status s) {
+    const double GiB = 1073741824.0;
+    char was[1200], note[600] = "";
+    snprintf(was, sizeof was, "%s", w22_last_error());
+    size_t len = 0;
+    const size_t floor = work_in_bands(d, h, w, d->params.bands, 0xf);
+    if (floor)
+        len += (size_t)snprintf(note + len, sizeof note - len, "a work-memory budget (w22_decoder_params."
+                                "work_budget_bytes; the CLI's --memory-budget, Python's memory_budget=) down to %.2f "
+                                "GiB (every causal cache in host memory)", floor / GiB);
+    int listed = 0;
+    for (int n = 2; d->world == 1 && n <= 8 && n <= h && len < sizeof note - 80; n *= 2) {
+        if (n <= d->params.bands) continue;
+        const size_t b = work_in_bands(d, h, w, n, 0);
+        if (!b) continue;
+        len += (size_t)snprintf(note + len, sizeof note - len, "%s%d bands %.2f GiB", listed ? ", " : len ?
+                                "; or a band decode (w22_decoder_params.bands; --bands, bands=): " : "a band decode "
+                                "(w22_decoder_params.bands; --bands, bands=): ", n, b / GiB);
+        listed++;
+    }
+    if (!len) return w22_fail(s, "%s", was);
+    return w22_fail(s, "%s (less work memory at latents %dx%d: %s)", was, h, w, note);
+}
+
 /* The hosting for the decoder's budget at h x w (plan.h's host_spec): the fewest caches of the cost order
  * (plan_make's host_rank: the cheapest bytes over the bus first) whose plan's work fits, else a failure that names
  * the need (every cache hosted) and the budget. One count per hosted cache tried (a layout on a copy, no
@@ -327,12 +385,17 @@ static w22_status budget_choice(const w22_decoder *d, int h, int w, unsigned *ho
         }
     }
     W22_TRY(w22_plan_budget_floor(d, h, w, &need));
-    char rank[48] = "";
+    char rank[48] = "", more[240] = "";
     if (d->world > 1) snprintf(rank, sizeof rank, " on rank %d of %d", d->rank, d->world);
+    size_t band_need = 0;
+    const int nb = bands_within(d, h, w, budget, &band_need);
+    if (nb)
+        snprintf(more, sizeof more, "; or a band decode within this budget: %d bands (w22_decoder_params.bands; "
+                 "the CLI's --bands, Python's bands=), whose smallest plan needs %.3f GiB", nb, band_need / GiB);
     return w22_fail(W22_ERR_INVALID_ARG, "work memory budget %.3f GiB (%zu bytes) is below what the smallest plan "
                     "needs for latents %dx%d%s: %.3f GiB (%zu bytes; every causal cache in host memory, %.0f MiB of "
-                    "it the backend's own scratch); give a budget of at least that, or 0 for the default plan",
-                    budget / GiB, budget, h, w, rank, need / GiB, need, W22_WORK_RESERVE / 1048576.0);
+                    "it the backend's own scratch); give a budget of at least that, or 0 for the default plan%s",
+                    budget / GiB, budget, h, w, rank, need / GiB, need, W22_WORK_RESERVE / 1048576.0, more);
 }
 
 w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
@@ -354,7 +417,7 @@ w22_status w22_plan_prepare(w22_decoder *d, int h, int w) {
     const w22_status s = plan_make(d, h, w, rotate, psum, host);
     if (s != W22_OK) {
         w22_plan_release(d);
-        return s;
+        return s == W22_ERR_OUT_OF_MEMORY && !d->params.work_budget_bytes ? less_memory_note(d, h, w, s) : s;
     }
     d->planned_fpp = d->frames_per_pass;
     d->planned_test = choices;

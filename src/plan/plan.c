@@ -285,8 +285,10 @@ static size_t stage_conv_work(const w22_decoder *d, int s) {
  * the caches that live in host memory (plan.h's host_spec). */
 static w22_status plan_make(w22_decoder *d, int h, int w, int rotate, int psum, unsigned host);
 
-/* w22_plan_work_bytes, and the number of caches that could be hosted (*total). */
-static w22_status plan_count(const w22_decoder *d, int h, int w, unsigned host, size_t *bytes, int *total) {
+/* w22_plan_work_bytes, and the number of caches that could be hosted (*total); bands >= 0: as if the decoder had been
+ * opened with that many (w22_decoder_params.bands), else its own. */
+static w22_status plan_count_bands(const w22_decoder *d, int h, int w, unsigned host, int bands, size_t *bytes,
+                                   int *total) {
     *bytes = 0;
     if (h < 1 || w < 1) return w22_fail(W22_ERR_BAD_SHAPE, "plan: latents %dx%d, expected positive sizes", h, w);
     w22_decoder *t = malloc(sizeof *t);
@@ -294,11 +296,16 @@ static w22_status plan_count(const w22_decoder *d, int h, int w, unsigned host, 
     memcpy(t, d, sizeof *t);
     plan_forget(t);
     t->dry = 1;
+    if (bands >= 0) t->params.bands = bands;
     const w22_status s = plan_make(t, h, w, want_rotate(d), want_psum(d), host);
     if (s == W22_OK) *bytes = t->workspace_bytes + W22_WORK_RESERVE;
     if (total) *total = t->host_total;
     free(t);
     return s;
+}
+
+static w22_status plan_count(const w22_decoder *d, int h, int w, unsigned host, size_t *bytes, int *total) {
+    return plan_count_bands(d, h, w, host, -1, bytes, total);
 }
 
 w22_status w22_plan_work_bytes(const w22_decoder *d, int h, int w, unsigned host, size_t *bytes) {
@@ -309,18 +316,12 @@ w22_status w22_plan_budget_floor(const w22_decoder *d, int h, int w, size_t *byt
     return w22_plan_work_bytes(d, h, w, 0xf, bytes);
 }
 
-/* A decode's work at h x w in `bands` bands (0 or 1: the whole frame) with the caches `host` names in host memory
- * (plan.h's host_spec): plan_count on a copy of the decoder with its band count changed; 0 where no such plan can be
- * made. For the messages below, which name what would need less: they keep the message they compose (save it). */
+/* A decode's work at h x w in `bands` bands with the caches `host` names in host memory (plan.h's host_spec); 0 where
+ * no such plan can be made. For the messages below, which name what would need less: a failed count overwrites the
+ * last error, so they save the message they extend first. */
 static size_t work_in_bands(const w22_decoder *d, int h, int w, int bands, unsigned host) {
-    w22_decoder *t = malloc(sizeof *t);
-    if (!t) return 0;
-    memcpy(t, d, sizeof *t);
-    t->params.bands = bands;
     size_t n = 0;
-    if (plan_count(t, h, w, host, &n, NULL) != W22_OK) n = 0;
-    free(t);
-    return n;
+    return plan_count_bands(d, h, w, host, bands, &n, NULL) == W22_OK ? n : 0;
 }
 
 /* The fewest bands, more than the decoder's own and at most 64 (decoder.c's bound), whose smallest plan (every cache
@@ -348,8 +349,8 @@ static w22_status less_memory_note(const w22_decoder *d, int h, int w, w22_statu
     char was[1200], note[600] = "";
     snprintf(was, sizeof was, "%s", w22_last_error());
     size_t len = 0;
-    const size_t floor = work_in_bands(d, h, w, d->params.bands, 0xf);
-    if (floor)
+    size_t floor = 0;
+    if (w22_plan_budget_floor(d, h, w, &floor) == W22_OK)
         len += (size_t)snprintf(note + len, sizeof note - len, "a work-memory budget (w22_decoder_params."
                                 "work_budget_bytes; the CLI's --memory-budget, Python's memory_budget=) down to %.2f "
                                 "GiB (every causal cache in host memory)", floor / GiB);
